@@ -1,0 +1,3 @@
+"""Cloud backend: the shared IR lowered op by op to JAX; training on XLA (TPU/CPU/GPU), StableHLO export."""
+
+__all__: list[str] = []

@@ -1,0 +1,92 @@
+"""torch.export -> Program, with capture failures turned into one clear UserError."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.sources import user_frame_from_traceback
+
+__all__ = ["export"]
+
+_HINTS = {
+    "GuardOnDataDependentSymNode": "the model branches or sizes a tensor on a tensor's value; use "
+    "torch.cond for the branch or torch._check(...) to state the size",
+    "Could not guard on data-dependent": "the model branches on a tensor's value; use torch.cond or torch._check",
+    "Unsupported": "rewrite the Python construct torch.export can't trace (see the source line)",
+    "ConstraintViolation": "the dynamic_shapes spec does not fit what the model does with that dim; "
+    "narrow the Dim range or mark the dim static",
+}
+
+
+@contextlib.contextmanager
+def _mode(module, training: bool):
+    """Set train/eval for the capture and restore every submodule's own flag afterwards."""
+    flags = {m: m.training for m in module.modules()}
+    module.train(training)
+    try:
+        yield
+    finally:
+        for m, flag in flags.items():
+            m.training = flag
+
+
+def _as_tuple(example_inputs: Any) -> tuple:
+    import torch
+
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    if isinstance(example_inputs, list):
+        return tuple(example_inputs)
+    if not isinstance(example_inputs, tuple):
+        raise UserError(
+            f"example_inputs must be a tuple of tensors, got {type(example_inputs).__name__}; "
+            "pass e.g. (torch.randn(1, 3, 32, 32),)."
+        )
+    return example_inputs
+
+
+def export(
+    model: Any,
+    example_inputs: Sequence[Any] | Any,
+    *,
+    dynamic_shapes: Any = None,
+    name: str | None = None,
+    training: bool = False,
+    strict: bool = False,
+):
+    """Capture `model` with torch.export into the shared IR.
+
+    The program is kept as captured (no early decomposition): each backend applies its own
+    table when it lowers. `training=True` captures train-mode behaviour (dropout, BatchNorm
+    batch statistics and running-stat updates); the module's own flags are restored after.
+    """
+    import torch
+
+    from tpuedge.shared_ir.program import Program
+
+    if not isinstance(model, torch.nn.Module):
+        raise UserError(
+            f"tpuedge.export expects a torch.nn.Module, got {type(model).__name__}; "
+            "wrap plain functions in a Module whose forward calls them."
+        )
+    args = _as_tuple(example_inputs)
+    with _mode(model, training):
+        try:
+            ep = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=strict)
+        except Exception as exc:  # torch raises many types; all are the user's capture problem
+            raise _capture_error(model, exc) from exc
+    return Program(ep, name=name or type(model).__name__.lower())
+
+
+def _capture_error(model, exc: BaseException) -> UserError:
+    text = f"{type(exc).__name__}: {exc}"
+    first = text.strip().splitlines()[0][:400]
+    hint = next((h for key, h in _HINTS.items() if key in text), "check the model runs eagerly on the example inputs")
+    where = user_frame_from_traceback(exc.__traceback__)
+    loc = f" at {where}" if where else ""
+    return UserError(
+        f"torch.export could not capture {type(model).__name__}{loc}: {first}. Try: {hint}."
+    )

@@ -1,0 +1,106 @@
+"""`Program.check(target)`: every problem a target has with a program, reported at once."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from tpuedge.shared_ir.errors import Problem
+from tpuedge.shared_ir.op_registry import STRUCTURAL_OPS, op_key
+from tpuedge.shared_ir.sources import node_source
+from tpuedge.shared_ir.targets import get_target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tpuedge.shared_ir.program import Program
+
+__all__ = ["check_program", "is_core_aten"]
+
+_MAX_SOURCES = 3
+
+
+def is_core_aten(target) -> bool:
+    import torch
+
+    return isinstance(target, torch._ops.OpOverload) and target.namespace == "aten" and (
+        torch.Tag.core in target.tags or torch.Tag.view_copy in target.tags
+    )
+
+
+def _is_custom(target) -> bool:
+    import torch
+
+    return isinstance(target, torch._ops.OpOverload) and target.namespace not in ("aten", "prims")
+
+
+def check_program(program: "Program", target_name: str) -> list[Problem]:
+    target = get_target(target_name)
+    cap = target.capability()
+    ep = cap.decompose(program.exported_program) if cap.decompose else program.exported_program
+
+    unsupported: dict[str, list] = defaultdict(list)
+    bad_dtypes: dict[str, list] = defaultdict(list)
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        dtype = str(getattr(val, "dtype", ""))
+        if dtype in cap.unsupported_dtypes:
+            bad_dtypes[dtype].append(node)
+        if node.op != "call_function":
+            continue
+        key = op_key(node.target)
+        if key in STRUCTURAL_OPS:
+            continue
+        if _is_custom(node.target) or not cap.ops.supports(node.target):
+            unsupported[key].append(node)
+
+    problems = [_op_problem(target_name, key, nodes, cap) for key, nodes in sorted(unsupported.items())]
+    problems += [
+        Problem(
+            kind="dtype",
+            subject=dtype.removeprefix("torch."),
+            message=f"{target_name} does not take {dtype.removeprefix('torch.')} tensors",
+            suggestion="cast the model and inputs to float32 (model.float()) before export",
+            count=len(nodes),
+            sources=_sources(nodes),
+        )
+        for dtype, nodes in sorted(bad_dtypes.items())
+    ]
+    if program.has_dynamic_shapes and not cap.dynamic_shapes:
+        dyn = [s.describe() for s in program.inputs if any(isinstance(d, str) for d in s.shape)]
+        problems.append(
+            Problem(
+                kind="dynamic-shape",
+                subject=", ".join(dyn),
+                message=f"{target_name} needs static shapes but these inputs have symbolic dims",
+                suggestion="export without dynamic_shapes (one program per shape) for this target",
+            )
+        )
+    return problems
+
+
+def _sources(nodes) -> tuple[str, ...]:
+    seen: list[str] = []
+    for node in nodes:
+        src = node_source(node)
+        if src and src not in seen:
+            seen.append(src)
+    more = len(seen) - _MAX_SOURCES
+    return tuple(seen[:_MAX_SOURCES] + ([f"... {more} more"] if more > 0 else []))
+
+
+def _op_problem(target_name: str, key: str, nodes, cap) -> Problem:
+    custom = _is_custom(nodes[0].target)
+    if custom:
+        message = f"custom op (outside core ATen); no tpuedge backend can lower it for {target_name}"
+        suggestion = "express it with standard torch ops, or register a decomposition for it"
+    else:
+        message = f"{target_name} has no lowering for this op"
+        suggestion = "rewrite that layer with ops `tpuedge ops --target " + target_name + "` lists"
+    suggestion = cap.suggestions.get(key, suggestion)
+    return Problem(
+        kind="op",
+        subject=key,
+        message=message,
+        suggestion=suggestion,
+        count=len(nodes),
+        sources=_sources(nodes),
+    )

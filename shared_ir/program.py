@@ -1,0 +1,205 @@
+"""`Program`: the shared IR. An ExportedProgram plus named I/O, stats and a fingerprint."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tpuedge.shared_ir.errors import Problem, UserError
+from tpuedge.shared_ir.tensors import TensorSpec, to_numpy, validate_inputs
+
+__all__ = ["Program"]
+
+_META_FILE = "tpuedge.json"
+_FORMAT = 1
+
+
+def _dtype_name(torch_dtype) -> str:
+    # numpy has no bfloat16: the runtimes' float interface for it is float32
+    return {"torch.bfloat16": "float32"}.get(str(torch_dtype), str(torch_dtype).removeprefix("torch."))
+
+
+def _spec_of(name: str, val) -> TensorSpec:
+    shape = tuple(int(d) if str(d).lstrip("-").isdigit() else str(d) for d in val.shape)
+    return TensorSpec(name, shape, _dtype_name(val.dtype))
+
+
+def _output_names(ep, count: int) -> list[str]:
+    spec = ep.call_spec.out_spec
+    ctx = getattr(spec, "context", None)
+    if spec is not None and spec.type is dict and ctx and len(ctx) == count:
+        return [str(k) for k in ctx]
+    fields = getattr(spec.type, "_fields", None) if spec is not None else None
+    if fields and len(fields) == count:
+        return list(fields)
+    return ["output"] if count == 1 else [f"output_{i}" for i in range(count)]
+
+
+class Program:
+    """The shared IR both backends consume. Immutable in use: stages return new objects."""
+
+    def __init__(self, exported_program, *, name: str = "model"):
+        self.exported_program = exported_program
+        self.name = name
+
+    # ---- interface -------------------------------------------------------------------
+    @cached_property
+    def inputs(self) -> list[TensorSpec]:
+        from torch.export.graph_signature import InputKind
+
+        nodes = {n.name: n for n in self.exported_program.graph.nodes if n.op == "placeholder"}
+        specs = []
+        for spec in self.exported_program.graph_signature.input_specs:
+            if spec.kind == InputKind.USER_INPUT:
+                val = nodes[spec.arg.name].meta.get("val")
+                if hasattr(val, "shape"):
+                    specs.append(_spec_of(spec.arg.name, val))
+        return specs
+
+    @cached_property
+    def outputs(self) -> list[TensorSpec]:
+        from torch.export.graph_signature import OutputKind
+
+        out_node = next(n for n in self.exported_program.graph.nodes if n.op == "output")
+        values = out_node.args[0]
+        user = [
+            values[i]
+            for i, spec in enumerate(self.exported_program.graph_signature.output_specs)
+            if spec.kind == OutputKind.USER_OUTPUT
+        ]
+        names = _output_names(self.exported_program, len(user))
+        return [_spec_of(n, v.meta["val"]) for n, v in zip(names, user)]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self.outputs]
+
+    @cached_property
+    def parameter_count(self) -> int:
+        ep = self.exported_program
+        return int(sum(ep.state_dict[n].numel() for n in ep.graph_signature.parameters if n in ep.state_dict))
+
+    @cached_property
+    def op_histogram(self) -> dict[str, int]:
+        from tpuedge.shared_ir.op_registry import STRUCTURAL_OPS, op_key
+
+        counts = Counter(
+            op_key(n.target)
+            for n in self.exported_program.graph.nodes
+            if n.op == "call_function" and op_key(n.target) not in STRUCTURAL_OPS
+        )
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @cached_property
+    def fingerprint(self) -> str:
+        from tpuedge.shared_ir.fingerprint import fingerprint
+
+        return fingerprint(self.exported_program)
+
+    @property
+    def has_dynamic_shapes(self) -> bool:
+        return any(isinstance(d, str) for s in self.inputs for d in s.shape)
+
+    # ---- execution -------------------------------------------------------------------
+    def run(self, *inputs: Any) -> list[np.ndarray]:
+        """Reference execution of the IR itself (torch eager over the captured graph)."""
+        import torch
+
+        arrays = validate_inputs(self.inputs, inputs, f"Program {self.name!r}")
+        tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+        with torch.no_grad():
+            out = self.exported_program.module()(*tensors)
+        leaves = torch.utils._pytree.tree_leaves(out)
+        return [to_numpy(t) for t in leaves]
+
+    def example_inputs(self, seed: int = 0, count: int = 1) -> list[list[np.ndarray]]:
+        """Deterministic inputs of the right shapes (normal floats, small non-negative ints)."""
+        rng = np.random.default_rng(seed)
+        samples = []
+        for _ in range(count):
+            sample = []
+            for spec in self.inputs:
+                shape = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+                if np.issubdtype(np.dtype(spec.dtype), np.floating):
+                    sample.append(rng.standard_normal(shape).astype(spec.dtype))
+                elif spec.dtype == "bool":
+                    sample.append(rng.integers(0, 2, shape).astype(bool))
+                else:
+                    sample.append(rng.integers(0, 8, shape).astype(spec.dtype))
+            samples.append(sample)
+        return samples
+
+    # ---- targets ---------------------------------------------------------------------
+    def check(self, target: str) -> list[Problem]:
+        """Every problem `target` has with this program, all at once (empty list: clean)."""
+        from tpuedge.shared_ir.check import check_program
+
+        return check_program(self, target)
+
+    def lower(self, target: str, **options: Any):
+        """Lower for `target` (-> a target-specific `Lowered`, see `Lowered.compile()`)."""
+        from tpuedge.shared_ir.targets import get_target
+
+        return get_target(target).lower(self, **options)
+
+    # ---- persistence -----------------------------------------------------------------
+    def metadata(self) -> dict:
+        return {
+            "format": _FORMAT,
+            "name": self.name,
+            "fingerprint": self.fingerprint,
+            "inputs": [s.to_json() for s in self.inputs],
+            "outputs": [s.to_json() for s in self.outputs],
+            "parameter_count": self.parameter_count,
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write a `.pt2` (torch.export format) with tpuedge's metadata inside; atomic."""
+        import torch
+
+        from tpuedge.shared_ir.atomic import atomic_write_path
+
+        path = Path(path)
+        with atomic_write_path(path) as tmp:
+            torch.export.save(
+                self.exported_program, tmp, extra_files={_META_FILE: json.dumps(self.metadata(), sort_keys=True)}
+            )
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Program":
+        import torch
+
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"No saved program at {path}; create one with `tpuedge export MODEL -o {path}`.")
+        extra = {_META_FILE: ""}
+        try:
+            ep = torch.export.load(path, extra_files=extra)
+        except Exception as exc:
+            raise UserError(
+                f"{path} is not a readable torch.export .pt2 file ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); re-create it with `tpuedge export`."
+            ) from exc
+        meta = json.loads(extra[_META_FILE]) if extra.get(_META_FILE) else {}
+        program = cls(ep, name=meta.get("name") or path.stem)
+        if meta.get("fingerprint") and meta["fingerprint"] != program.fingerprint:
+            raise UserError(
+                f"{path} was modified after it was saved: its content fingerprint no longer matches "
+                "the one recorded at export; re-export the model."
+            )
+        return program
+
+    def __repr__(self) -> str:
+        ins = ", ".join(s.describe() for s in self.inputs)
+        return f"Program({self.name!r}, inputs=[{ins}], params={self.parameter_count}, fingerprint={self.fingerprint[:12]})"

@@ -1,0 +1,57 @@
+"""Model source lines for graph nodes, taken from torch.export's `node.meta["stack_trace"]`."""
+
+from __future__ import annotations
+
+import os
+import re
+
+__all__ = ["node_source", "user_frame_from_traceback"]
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
+# Frames inside these libraries are never the user's model code.
+_LIBRARY_MARKERS = (f"{os.sep}torch{os.sep}", f"{os.sep}site-packages{os.sep}", "<frozen", "<string>")
+# tpuedge's own folders (in an editable install they sit beside each other in the repo).
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OUR_DIRS = tuple(os.path.join(_ROOT, d) + os.sep for d in ("tpuedge", "shared_ir", "cloud", "edge", "quantize"))
+
+
+def _is_library(path: str) -> bool:
+    return any(k in path for k in _LIBRARY_MARKERS) or os.path.abspath(path).startswith(_OUR_DIRS)
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def _format(file: str, line: str, fn: str, code: str) -> str:
+    code = code.strip()
+    text = f"{_short(file)}:{line} in {fn}"
+    return f"{text} ({code})" if code else text
+
+
+def node_source(node) -> str | None:
+    """"models/net.py:42 in forward (return F.gelu(x))" for the innermost model frame."""
+    trace = node.meta.get("stack_trace") if hasattr(node, "meta") else None
+    if not trace:
+        return None
+    frames = list(_FRAME.finditer(trace))
+    if not frames:
+        return None
+    user = [m for m in frames if not _is_library(m["file"])]
+    m = (user or frames)[-1]
+    return _format(m["file"], m["line"], m["fn"], m["code"])
+
+
+def user_frame_from_traceback(tb) -> str | None:
+    """The innermost frame of a Python traceback that is not library code."""
+    import traceback
+
+    best = None
+    for frame in traceback.extract_tb(tb):
+        if not _is_library(frame.filename):
+            best = _format(frame.filename, str(frame.lineno), frame.name, frame.line or "")
+    return best

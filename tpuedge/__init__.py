@@ -1,0 +1,51 @@
+"""tpuedge: one PyTorch model source to Cloud TPU training and to phones and microcontrollers.
+
+    program = tpuedge.export(model, (x,))          # the shared IR
+    program.check("mcu")                           # every problem, before any conversion
+    artifact = tpuedge.build(program, "android", "build/android", quantize="int8", calibration=...)
+    artifact.run(x)                                # in the real runtime
+
+Everything heavy (torch, jax, litert) is imported on first use, so `tpuedge --help` is instant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, UserError
+
+__all__ = ["export", "load", "build", "Program", "UserError", "InternalError", "Problem", "ProblemsError"]
+__version__ = "0.1.0"
+
+
+def export(model: Any, example_inputs: Any, **kwargs: Any):
+    """torch.export `model` into the shared IR (`Program`); see `tpuedge.shared_ir.capture.export`."""
+    from tpuedge.shared_ir.capture import export as _export
+
+    return _export(model, example_inputs, **kwargs)
+
+
+def load(path: Any):
+    """Open a build folder, a `.tflite` or a saved `.pt2`."""
+    from tpuedge.shared_ir.artifact import load as _load
+
+    return _load(path)
+
+
+def build(program: Any, target: str, out_dir: Any = None, **options: Any):
+    """`program.lower(target, **options).compile(out_dir)`; options default as in `tpuedge build`."""
+    from tpuedge.shared_ir.targets import implemented_targets
+
+    targets = implemented_targets()
+    if target not in targets:
+        raise UserError(f"Target {target!r} can't be built here; choose one of: {', '.join(targets)}.")
+    defaults = {o.name: o.default for o in targets[target].build_options()}
+    return program.lower(target, **{**defaults, **options}).compile(out_dir)
+
+
+def __getattr__(name: str):
+    if name == "Program":
+        from tpuedge.shared_ir.program import Program
+
+        return Program
+    raise AttributeError(name)

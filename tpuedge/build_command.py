@@ -1,0 +1,92 @@
+"""`tpuedge build`: its options are the union of the implemented targets' BuildOptions.
+
+An option given for a target that doesn't take it is an error (not silently ignored), and
+values come from: flag > [tool.tpuedge.<target>] > [tool.tpuedge] > the target's default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.targets import BuildOption, implemented_targets
+
+__all__ = ["make_build_command", "resolve_build_options"]
+
+
+def _click_option(opt: BuildOption, owners: list[str]) -> click.Option:
+    flag = "--" + opt.name.replace("_", "-")
+    help_text = f"{opt.help} [{', '.join(owners)}]"
+    if opt.type is bool:
+        return click.Option([f"{flag}/--no-{flag[2:]}", opt.name], default=None, help=help_text)
+    ctype = click.Choice(list(opt.type)) if isinstance(opt.type, tuple) else opt.type
+    return click.Option([flag, opt.name], type=ctype, default=None, help=help_text)
+
+
+def _options_by_name(targets) -> dict[str, tuple[BuildOption, list[str]]]:
+    merged: dict[str, tuple[BuildOption, list[str]]] = {}
+    for name, target in targets.items():
+        for opt in target.build_options():
+            if opt.name in merged:
+                merged[opt.name][1].append(name)
+            else:
+                merged[opt.name] = (opt, [name])
+    return merged
+
+
+def resolve_build_options(target_name: str, given: dict, config) -> dict:
+    """Merge flags over config over defaults for one target; reject options it doesn't take."""
+    target = implemented_targets()[target_name]
+    accepted = {o.name: o for o in target.build_options()}
+    wrong = sorted(k for k, v in given.items() if v is not None and k not in accepted)
+    if wrong:
+        flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
+        raise UserError(f"{flags} is not an option of target {target_name}; drop it or choose the target it belongs to.")
+    from_config = config.target_options(target_name)
+    unknown = sorted(set(from_config) - set(accepted))
+    if unknown:
+        raise UserError(
+            f"[tool.tpuedge.{target_name}] in {config.path} sets {', '.join(unknown)}, which target {target_name} "
+            f"does not take; its options are: {', '.join(sorted(accepted))}."
+        )
+    resolved = {}
+    for name, opt in accepted.items():
+        value = given.get(name)
+        if value is None:
+            value = from_config.get(name, config.get(name))
+        resolved[name] = opt.default if value is None else value
+    return resolved
+
+
+def make_build_command() -> click.Command:
+    targets = implemented_targets()
+    params: list[click.Parameter] = [
+        click.Argument(["model"], required=False),
+        click.Option(["--target", "-t"], type=click.Choice(list(targets)) if targets else str, help="Target to build for."),
+        click.Option(["--out", "-o"], type=click.Path(file_okay=False, path_type=Path), help="Output folder (default build/<model>/<target>)."),
+    ]
+    params += [_click_option(opt, owners) for opt, owners in _options_by_name(targets).values()]
+
+    def run(model, target, out, **given):
+        from tpuedge.cli import _config, _console, _model_arg, _target_arg
+        from tpuedge.model_spec import load_program, spec_name
+
+        config = _config()
+        target = _target_arg(target, list(targets))
+        spec = _model_arg(model)
+        options = resolve_build_options(target, given, config)
+        out = out or config.get("out", target) or Path("build") / spec_name(spec) / target
+        program = load_program(spec)
+        artifact = program.lower(target, **options).compile(Path(out))
+        console = _console()
+        console.print(artifact.report() if hasattr(artifact, "report") else repr(artifact))
+        console.print(f"wrote {out}")
+
+    return click.Command(
+        "build",
+        params=params,
+        callback=run,
+        help="Build MODEL for a target: lower the shared IR, convert, run it in the real runtime, write DIR.",
+    )

@@ -1,0 +1,196 @@
+"""The `tpuedge` command. A thin front door: each command calls the packages' public API.
+
+Start-up stays light (no torch/jax/litert import until a command runs), so `--help` is instant.
+User errors print one paragraph and exit 2; our own bugs print a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tpuedge.shared_ir.errors import EXIT_USER_ERROR, InternalError, ProblemsError, UserError
+
+__all__ = ["main", "cli"]
+
+
+def _config():
+    from tpuedge.config import find_config
+
+    return find_config()
+
+
+def _model_arg(model: str | None) -> str:
+    model = model or _config().get("model")
+    if not model:
+        raise UserError(
+            "No MODEL given and no `model` in [tool.tpuedge] of a pyproject.toml here or above; "
+            "pass e.g. `examples/digits/model.py:build` or a `.pt2` file."
+        )
+    return model
+
+
+def _target_arg(target: str | None, choices) -> str:
+    target = target or _config().get("target")
+    if not target:
+        raise UserError(f"No --target given and no `target` in [tool.tpuedge]; choose one of: {', '.join(choices)}.")
+    if target not in choices:
+        raise UserError(f"Target {target!r} is not available here; choose one of: {', '.join(choices)}.")
+    return target
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+class _Group(click.Group):
+    """Builds `build` lazily so its per-target options come from the target registry."""
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), "build"})
+
+    def get_command(self, ctx, name):
+        if name == "build":
+            from tpuedge.build_command import make_build_command
+
+            return make_build_command()
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tpuedge")
+def cli() -> None:
+    """One PyTorch model to Cloud TPU, Android and microcontrollers, checked on the real runtimes."""
+
+
+@cli.command()
+@click.argument("model", required=False)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Where to write the .pt2.")
+@click.option("--name", help="Program name (default: from the model spec).")
+def export(model: str | None, output: Path | None, name: str | None) -> None:
+    """Capture MODEL with torch.export into the shared IR and save it as a .pt2."""
+    from tpuedge.model_spec import load_program, spec_name
+
+    spec = _model_arg(model)
+    program = load_program(spec)
+    if name:
+        program.name = name
+    output = output or Path(f"{spec_name(spec)}.pt2")
+    program.save(output)
+    _print_program(program)
+    _console().print(f"wrote {output} ({output.stat().st_size:,} bytes)")
+
+
+@cli.command()
+@click.argument("model", required=False)
+@click.option("--target", "-t", help="Target to check against.")
+def check(model: str | None, target: str | None) -> None:
+    """Report every problem TARGET has with MODEL (exit 0 clean, 2 with problems)."""
+    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.targets import all_targets
+
+    target = _target_arg(target, list(all_targets()))
+    program = load_program(_model_arg(model))
+    problems = program.check(target)
+    if problems:
+        raise ProblemsError(
+            f"{program.name} has {len(problems)} problem(s) for target {target}; nothing was written:", problems
+        )
+    _console().print(f"{program.name}: no problems for target {target} ({sum(program.op_histogram.values())} ops).")
+
+
+@cli.command()
+@click.option("--target", "-t", help="Target whose coverage to print.")
+@click.option("--all", "show_all", is_flag=True, help="Also list the core ATen ops the target lacks.")
+def ops(target: str | None, show_all: bool) -> None:
+    """Op coverage of TARGET, read from its backend's registry."""
+    from rich.table import Table
+
+    from tpuedge.shared_ir.coverage import coverage
+    from tpuedge.shared_ir.targets import all_targets
+
+    target = _target_arg(target, list(all_targets()))
+    rows = coverage(target)
+    table = Table(title=f"ops for {target}")
+    table.add_column("op")
+    table.add_column("core ATen")
+    table.add_column("supported")
+    table.add_column("note")
+    for row in rows:
+        if row.supported or show_all:
+            table.add_row(row.op, "yes" if row.core else "", "yes" if row.supported else "no", row.note)
+    console = _console()
+    console.print(table)
+    core = [r for r in rows if r.core]
+    console.print(
+        f"{target}: {sum(r.supported for r in rows)} ops supported; "
+        f"core ATen coverage {sum(r.supported for r in core)}/{len(core)}."
+    )
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+def inspect(path: Path) -> None:
+    """Describe a saved .pt2 Program or a built artifact (folder or .tflite)."""
+    from tpuedge.shared_ir.artifact import load
+    from tpuedge.shared_ir.program import Program
+
+    obj = load(path)
+    if isinstance(obj, Program):
+        _print_program(obj)
+    else:
+        _console().print(obj.report() if hasattr(obj, "report") else repr(obj))
+
+
+def _print_program(program) -> None:
+    from rich.table import Table
+
+    console = _console()
+    console.print(f"[bold]{program.name}[/bold]  fingerprint {program.fingerprint}")
+    io = Table(title="inputs / outputs")
+    for col in ("kind", "name", "dtype", "shape"):
+        io.add_column(col)
+    for kind, specs in (("input", program.inputs), ("output", program.outputs)):
+        for s in specs:
+            io.add_row(kind, s.name, s.dtype, str(list(s.shape)))
+    console.print(io)
+    hist = Table(title="ops")
+    hist.add_column("op")
+    hist.add_column("count", justify="right")
+    for op, n in program.op_histogram.items():
+        hist.add_row(op, str(n))
+    console.print(hist)
+    console.print(f"parameters: {program.parameter_count:,}")
+
+
+def _report_problem(exc: UserError) -> None:
+    click.echo(f"error: {exc}", err=True)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    try:
+        rv = cli.main(args=argv, prog_name="tpuedge", standalone_mode=False)
+        if isinstance(rv, int):
+            sys.exit(rv)
+        return rv
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USER_ERROR)
+    except UserError as exc:
+        _report_problem(exc)
+        sys.exit(EXIT_USER_ERROR)
+    except InternalError as exc:
+        click.echo(f"internal error (a bug in tpuedge, please report it): {exc}", err=True)
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,136 @@
+"""MODEL specs: "path/to/file.py:factory", "package.module:factory", or a saved ".pt2" Program.
+
+`factory()` returns `(torch.nn.Module, example_inputs_tuple)`. Every way this can go wrong is
+one UserError paragraph (exit 2 in the CLI), never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.sources import user_frame_from_traceback
+
+__all__ = ["load_factory", "load_module_and_inputs", "load_program", "spec_name"]
+
+_FORMAT_HELP = "MODEL is `path/to/file.py:factory`, `package.module:factory` or a `.pt2` saved by `tpuedge export`"
+_GENERIC_STEMS = {"model", "models", "__init__", "main", "net", "build"}
+
+
+def _split(spec: str) -> tuple[str, str]:
+    if ":" not in spec:
+        raise UserError(f"Model spec {spec!r} names no factory function. {_FORMAT_HELP}, e.g. `examples/digits/model.py:build`.")
+    where, factory = spec.rsplit(":", 1)
+    if not where or not factory.isidentifier():
+        raise UserError(f"Model spec {spec!r} is malformed. {_FORMAT_HELP}.")
+    return where, factory
+
+
+def spec_name(spec: str) -> str:
+    """A short model name for output folders: the file stem, or its folder for generic stems."""
+    where = spec.rsplit(":", 1)[0]
+    if where.endswith((".py", ".pt2")) or "/" in where:
+        path = Path(where)
+        stem = path.stem
+        return path.resolve().parent.name if stem in _GENERIC_STEMS else stem
+    parts = where.split(".")
+    return parts[-2] if parts[-1] in _GENERIC_STEMS and len(parts) > 1 else parts[-1]
+
+
+def _import_file(path: Path):
+    if not path.is_file():
+        raise UserError(f"Model file {path} does not exist. {_FORMAT_HELP}; check the path (relative to {Path.cwd()}).")
+    name = f"_tpuedge_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.resolve().parent))  # let the model file import its neighbours
+    try:
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise _raised(f"Importing {path}", exc) from exc
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+    return module
+
+
+def _import_module(dotted: str):
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError as exc:
+        if exc.name and dotted.startswith(exc.name):
+            raise UserError(
+                f"No module {dotted!r} (looked on sys.path and in {Path.cwd()}). {_FORMAT_HELP}; "
+                "use a file path ending in .py if the model isn't an installed package."
+            ) from exc
+        raise _raised(f"Importing {dotted}", exc) from exc
+    except Exception as exc:
+        raise _raised(f"Importing {dotted}", exc) from exc
+
+
+def _raised(what: str, exc: BaseException) -> UserError:
+    where = user_frame_from_traceback(exc.__traceback__)
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    loc = f" at {where}" if where else ""
+    return UserError(f"{what} raised {last}{loc}. Fix the model code so it runs on its own, then retry.")
+
+
+def load_factory(spec: str):
+    where, factory = _split(spec)
+    module = _import_file(Path(where)) if where.endswith(".py") or "/" in where else _import_module(where)
+    fn = getattr(module, factory, None)
+    if fn is None:
+        available = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+        raise UserError(
+            f"{where} has no attribute {factory!r}. Callables there: {', '.join(available[:12]) or 'none'}. "
+            f"{_FORMAT_HELP}."
+        )
+    if not callable(fn):
+        raise UserError(f"{where}:{factory} is a {type(fn).__name__}, not a function. {_FORMAT_HELP}.")
+    return fn
+
+
+def load_module_and_inputs(spec: str) -> tuple[Any, tuple]:
+    """Call the factory and check it returned `(nn.Module, tuple_of_example_inputs)`."""
+    import torch
+
+    fn = load_factory(spec)
+    try:
+        result = fn()
+    except Exception as exc:
+        raise _raised(f"The model factory {spec}", exc) from exc
+    ok = (
+        isinstance(result, tuple)
+        and len(result) == 2
+        and isinstance(result[0], torch.nn.Module)
+        and isinstance(result[1], (tuple, list))
+        and all(isinstance(x, torch.Tensor) for x in result[1])
+    )
+    if not ok:
+        got = type(result).__name__
+        if isinstance(result, tuple):
+            got = "(" + ", ".join(type(x).__name__ for x in result) + ")"
+        raise UserError(
+            f"The model factory {spec} returned {got}; it must return (torch.nn.Module, example_inputs) "
+            "where example_inputs is a tuple of tensors, e.g. `return Net(), (torch.randn(1, 3, 32, 32),)`."
+        )
+    return result[0], tuple(result[1])
+
+
+def load_program(spec: str):
+    """MODEL spec -> Program (a `.pt2` is loaded; a factory is called and exported)."""
+    from tpuedge.shared_ir.capture import export
+    from tpuedge.shared_ir.program import Program
+
+    if spec.endswith(".pt2"):
+        return Program.load(spec)
+    module, inputs = load_module_and_inputs(spec)
+    return export(module, inputs, name=spec_name(spec))
