@@ -1,35 +1,10 @@
-"""The `android` and `mcu` targets (light module: no litert import here).
+"""Registers the edge targets. `android` and `mcu` differ by capability data, not by copies."""
 
-They differ by capability data, not by copies of code.
-"""
-
-from __future__ import annotations
-
-from tpuedge.shared_ir.op_registry import OpRegistry
-from tpuedge.shared_ir.targets import Capability, Target, register_target
+from tpuedge.edge.android_target import AndroidTarget
+from tpuedge.edge.mcu_target import McuTarget
+from tpuedge.shared_ir.targets import register_target
 
 __all__ = ["AndroidTarget", "McuTarget"]
-
-
-class AndroidTarget(Target):
-    name = "android"
-    summary = "quantized LiteRT flatbuffer for phones (LiteRT interpreter)"
-    runtime = "LiteRT interpreter (ai_edge_litert)"
-    implemented = False
-
-    def capability(self) -> Capability:
-        return Capability(target=self.name, ops=OpRegistry(self.name))
-
-
-class McuTarget(Target):
-    name = "mcu"
-    summary = "full-int8 LiteRT flatbuffer + C array for microcontrollers (TFLite-Micro)"
-    runtime = "TFLite-Micro interpreter (tflite_micro)"
-    implemented = False
-
-    def capability(self) -> Capability:
-        return Capability(target=self.name, ops=OpRegistry(self.name))
-
 
 register_target(AndroidTarget())
 register_target(McuTarget())
