@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tpuedge.shared_ir.op_registry import OpRegistry
 from tpuedge.shared_ir.targets import Capability, Target, register_target
 
 __all__ = ["CloudTpuTarget"]
@@ -15,7 +14,9 @@ class CloudTpuTarget(Target):
     implemented = False
 
     def capability(self) -> Capability:
-        return Capability(target=self.name, ops=OpRegistry(self.name))
+        from tpuedge.cloud.capability import cloud_capability
+
+        return cloud_capability()
 
 
 register_target(CloudTpuTarget())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tpuedge.shared_ir.op_registry import OpRegistry
 from tpuedge.shared_ir.targets import Capability, Target
 
 __all__ = ["AndroidTarget"]
@@ -15,4 +14,6 @@ class AndroidTarget(Target):
     implemented = False
 
     def capability(self) -> Capability:
-        return Capability(target=self.name, ops=OpRegistry(self.name))
+        from tpuedge.edge.capability import android_capability
+
+        return android_capability()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tpuedge.shared_ir.op_registry import OpRegistry
 from tpuedge.shared_ir.targets import Capability, Target
 
 __all__ = ["McuTarget"]
@@ -15,4 +14,6 @@ class McuTarget(Target):
     implemented = False
 
     def capability(self) -> Capability:
-        return Capability(target=self.name, ops=OpRegistry(self.name))
+        from tpuedge.edge.mcu_capability import mcu_capability
+
+        return mcu_capability()
