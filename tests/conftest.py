@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES))
 sys.path.insert(0, str(EXAMPLES / "digits"))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 
 @pytest.fixture(scope="session")

@@ -32,14 +32,23 @@ def _split(spec: str) -> tuple[str, str]:
 
 
 def spec_name(spec: str) -> str:
-    """A short model name for output folders: the file stem, or its folder for generic stems."""
-    where = spec.rsplit(":", 1)[0]
-    if where.endswith((".py", ".pt2")) or "/" in where:
-        path = Path(where)
-        stem = path.stem
-        return path.resolve().parent.name if stem in _GENERIC_STEMS else stem
+    """A short model name for output folders.
+
+    The file/module stem; for generic stems ("model.py") the factory name without its
+    build_/make_ prefix ("models.py:build_mlp" -> "mlp"), else the folder ("digits/model.py:build" -> "digits").
+    """
+    where, _, factory = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    is_path = where.endswith((".py", ".pt2")) or "/" in where
+    stem = Path(where).stem if is_path else where.split(".")[-1]
+    if stem not in _GENERIC_STEMS:
+        return stem
+    for prefix in ("build_", "make_", "get_", "create_"):
+        if factory.startswith(prefix) and factory[len(prefix):]:
+            return factory[len(prefix):]
+    if is_path:
+        return Path(where).resolve().parent.name
     parts = where.split(".")
-    return parts[-2] if parts[-1] in _GENERIC_STEMS and len(parts) > 1 else parts[-1]
+    return parts[-2] if len(parts) > 1 else stem
 
 
 def _import_file(path: Path):

@@ -1,0 +1,164 @@
+"""The `tpuedge` front door: model specs, config defaults, export/check/ops/inspect, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tpuedge.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+MLP = f"{EXAMPLES / 'models.py'}:build_mlp"
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process, returning (exit code, stdout, stderr)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("nowhere/missing.py:build", "Model file nowhere/missing.py does not exist"),
+        (f"{FIXTURES / 'bad_models.py'}:nope", "has no attribute 'nope'"),
+        (f"{FIXTURES / 'bad_models.py'}:raises", "raised ValueError: weights file weights.bin not found at"),
+        (f"{FIXTURES / 'bad_models.py'}:wrong_type", "returned Linear; it must return (torch.nn.Module, example_inputs)"),
+        (f"{FIXTURES / 'bad_models.py'}:not_tensors", "returned (Linear, tuple)"),
+        (f"{FIXTURES / 'bad_models.py'}:NOT_CALLABLE", "is a int, not a function"),
+        ("examples/models.py", "names no factory function"),
+        ("no_such_package_xyz:build", "No module 'no_such_package_xyz'"),
+    ],
+)
+def test_model_spec_errors_are_one_paragraph_exit_2(spec, message):
+    code, out, err = run_cli("export", spec, "-o", "/tmp/never-written.pt2")
+    assert code == 2
+    assert message in err, err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert not Path("/tmp/never-written.pt2").exists()
+
+
+def test_factory_error_points_at_the_users_line():
+    code, _, err = run_cli("export", f"{FIXTURES / 'bad_models.py'}:raises")
+    assert code == 2 and "bad_models.py:7 in raises" in err
+
+
+def test_export_then_inspect_a_pt2(tmp_path):
+    target = tmp_path / "mlp.pt2"
+    code, out, _ = run_cli("export", MLP, "-o", str(target))
+    assert code == 0 and target.is_file()
+    code, out, _ = run_cli("inspect", str(target))
+    assert code == 0
+    assert "aten.linear.default" in out and "float32" in out and "[4, 32]" in out
+    import tpuedge
+
+    assert tpuedge.Program.load(target).fingerprint in out
+    assert "parameters: 6,922" in out and out.startswith("mlp")
+
+
+def test_spec_names():
+    from tpuedge.model_spec import spec_name
+
+    assert spec_name("examples/digits/model.py:build") == "digits"
+    assert spec_name("examples/models.py:build_mlp") == "mlp"
+    assert spec_name("nets/resnet.py:build") == "resnet"
+    assert spec_name("pkg.vision.model:build") == "vision"
+    assert spec_name("saved/encoder.pt2") == "encoder"
+
+
+def test_package_module_spec(tmp_path, monkeypatch):
+    monkeypatch.chdir(EXAMPLES)
+    code, out, _ = run_cli("export", "models:build_mlp", "-o", str(tmp_path / "m.pt2"))
+    assert code == 0 and (tmp_path / "m.pt2").is_file()
+
+
+def test_check_exit_codes_and_all_problems_at_once():
+    code, _, err = run_cli("check", f"{FIXTURES / 'bad_models.py'}:custom_op", "--target", "cloud-tpu")
+    assert code == 2
+    assert "tpuedge_test.mystery.default" in err and "bad_models.py:" in err
+
+
+def test_unknown_target_is_a_user_error():
+    code, _, err = run_cli("check", MLP, "--target", "ps5")
+    assert code == 2 and "Target 'ps5' is not available" in err and "android" in err
+
+
+def test_ops_table_comes_from_the_registry():
+    from tpuedge.shared_ir.coverage import coverage
+
+    code, out, _ = run_cli("ops", "--target", "cloud-tpu")
+    assert code == 0
+    rows = coverage("cloud-tpu")
+    supported = sum(r.supported for r in rows)
+    assert f"cloud-tpu: {supported} ops supported" in out
+
+
+def test_config_defaults_and_flag_override(tmp_path, monkeypatch):
+    (tmp_path / "net.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            def build():
+                return torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.GELU()), (torch.randn(1, 3),)
+            """
+        )
+    )
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.tpuedge]\nmodel = "net.py:build"\ntarget = "nowhere-chip"\n[tool.tpuedge.android]\nquantize = "int8"\n'
+    )
+    sub = tmp_path / "src"
+    sub.mkdir()
+    monkeypatch.chdir(sub)  # config is found from a sub-folder; paths resolve against its file
+    code, _, err = run_cli("check")
+    assert code == 2 and "Target 'nowhere-chip' is not available" in err  # target came from the config
+    code, out, err = run_cli("export", "-o", str(tmp_path / "net.pt2"))
+    assert code == 0 and (tmp_path / "net.pt2").is_file()  # model came from the config
+
+    from tpuedge.config import find_config
+
+    config = find_config()
+    assert config.path == tmp_path / "pyproject.toml"
+    assert config.get("quantize", "android") == "int8"
+    assert config.get("quantize", "mcu") is None
+    assert config.get("model") == f"{tmp_path / 'net.py'}:build"
+
+
+def test_missing_model_and_target_say_how_to_fix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("check", "--target", "mcu")
+    assert code == 2 and "No MODEL given" in err
+
+
+def test_help_imports_no_heavy_library():
+    script = (
+        "import sys\nfrom tpuedge.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'jax', 'litert_torch', 'ai_edge_litert', 'tflite_micro') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
+    assert "build" in out and "check" in out
+
+
+def test_packages_install_under_the_tpuedge_namespace(tmp_path):
+    script = (
+        "import importlib.util, tpuedge.shared_ir, tpuedge.cloud, tpuedge.edge, tpuedge.quantize\n"
+        "print([importlib.util.find_spec(n) is None for n in ('edge', 'cloud', 'shared_ir', 'quantize')])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.strip() == "[True, True, True, True]"
