@@ -1,3 +1,8 @@
-"""Quantization shared by the backends: frozen configs, calibration data, recipes."""
+"""Quantization shared by the backends: frozen configs, calibration data, recipes, accuracy.
 
-__all__: list[str] = []
+Light at import: `QuantConfig` is a plain dataclass; calibration/metrics import numpy only.
+"""
+
+from tpuedge.quantize.config import DEFAULT_SCHEME, IO_DTYPES, SCHEMES, QuantConfig
+
+__all__ = ["QuantConfig", "SCHEMES", "IO_DTYPES", "DEFAULT_SCHEME"]

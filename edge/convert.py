@@ -1,0 +1,185 @@
+"""Program + QuantConfig (+ calibration) -> .tflite bytes and the recipe that made them.
+
+STABLE INTERNAL API (the android target and the mcu target both call it):
+
+    converted = program_to_tflite(program, QuantConfig(scheme="int8"), calibration)
+    converted.tflite        # bytes of the final model
+    converted.recipe        # dict: scheme, config, quantizer recipe, per-op decisions
+    converted.float_tflite  # bytes of the float model it was quantized from
+
+`calibration` is what `tpuedge.quantize.calibration.load_calibration` returns (a list of
+samples, each one np.ndarray per Program input, in the Program's NCHW layout even with
+channels_last). Scheme "int8" needs it; the others ignore it except for the recorded search.
+
+Pipeline: the Program's ExportedProgram -> litert-torch (its decomposition table, FX passes,
+flatbuffer export) -> float .tflite -> ai-edge-quantizer recipe (fp16 weights / dynamic int8 /
+static int8 with a per-op precision search measured against the float IR).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tpuedge.quantize.config import QuantConfig
+from tpuedge.quantize.recipes import choose_precisions, scheme_summary
+from tpuedge.shared_ir.errors import InternalError, UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tpuedge.shared_ir.program import Program
+
+__all__ = ["ConvertedModel", "program_to_tflite", "float_tflite", "tflite_layout_inputs", "SEARCH_SAMPLES"]
+
+# At most this many calibration samples are used to measure candidate recipes.
+SEARCH_SAMPLES = 64
+_FLOAT_CACHE: "OrderedDict[tuple[str, bool], bytes]" = OrderedDict()
+_FLOAT_CACHE_SIZE = 8
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ConvertedModel:
+    tflite: bytes
+    recipe: dict
+    float_tflite: bytes
+    config: QuantConfig = field(default_factory=QuantConfig)
+
+
+def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True) -> bytes:
+    """The float32 .tflite of `program` (cached per IR fingerprint: the same IR gives the same bytes)."""
+    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+
+    key = (program.fingerprint, bool(channels_last))
+    with _LOCK:
+        if cache and key in _FLOAT_CACHE:
+            _FLOAT_CACHE.move_to_end(key)
+            return _FLOAT_CACHE[key]
+    if program.has_dynamic_shapes:
+        raise UserError(
+            f"{program.name} has dynamic input dims ({', '.join(s.describe() for s in program.inputs)}); "
+            "the android target needs static shapes: export without dynamic_shapes."
+        )
+    try:
+        data = lower_to_float_flatbuffer(program, channels_last=channels_last)
+    except UserError:
+        raise
+    except Exception as exc:  # litert-torch raises plain exceptions for unsupported graphs
+        problems = program.check("android")
+        if problems:
+            from tpuedge.shared_ir.errors import ProblemsError
+
+            raise ProblemsError(f"{program.name} can't be lowered for android; nothing was written:", problems) from exc
+        raise InternalError(f"litert-torch failed to lower {program.name}: {type(exc).__name__}: {exc}") from exc
+    with _LOCK:
+        _FLOAT_CACHE[key] = data
+        while len(_FLOAT_CACHE) > _FLOAT_CACHE_SIZE:
+            _FLOAT_CACHE.popitem(last=False)
+    return data
+
+
+def tflite_layout_inputs(sample: list[np.ndarray], channels_last: bool) -> list[np.ndarray]:
+    """A Program-layout sample (NCHW) in the .tflite's layout (NHWC for rank-4 float inputs)."""
+    if not channels_last:
+        return list(sample)
+    return [
+        np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if x.ndim == 4 and np.issubdtype(x.dtype, np.floating) else x
+        for x in sample
+    ]
+
+
+def _quantizer_samples(samples, input_infos, channels_last: bool) -> list[dict]:
+    out = []
+    for sample in samples:
+        arrays = tflite_layout_inputs(sample, channels_last)
+        out.append({info.name: np.asarray(x).astype(info.dtype) for info, x in zip(input_infos, arrays)})
+    return out
+
+
+def program_to_tflite(
+    program: "Program", config: QuantConfig, calibration: list[list[np.ndarray]] | None = None
+) -> ConvertedModel:
+    """Lower `program` to LiteRT and quantize it per `config` (see the module docstring)."""
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.quantizer_recipes import find_sensitive_groups, quantizer_recipe, run_quantizer
+    from tpuedge.quantize.metrics import compare_outputs
+
+    base = float_tflite(program, channels_last=config.channels_last)
+    recipe: dict = {
+        "scheme": config.scheme,
+        "config": config.to_json(),
+        "summary": scheme_summary(config.scheme, per_channel=config.per_channel, io_dtype=config.io_dtype),
+        "lowering": "litert-torch pre_convert_decomp + FX passes + litert_converter (from the Program's ExportedProgram)",
+    }
+    if config.scheme == "none":
+        recipe["quantizer_recipe"] = []
+        recipe["non_int8_ops"] = []
+        return ConvertedModel(base, recipe, base, config)
+
+    quantize = run_quantizer(base)
+    if config.scheme in ("fp16", "dynamic-int8"):
+        entries = quantizer_recipe(config)
+        quantize._calibration = None
+        recipe["quantizer_recipe"] = entries
+        recipe["quantizer"] = "ai-edge-quantizer"
+        return ConvertedModel(quantize(entries), recipe, base, config)
+
+    if not calibration:
+        raise UserError(
+            f"--quantize int8 needs calibration data to set activation ranges, and none was given for {program.name}; "
+            "pass --calibration data.npz (arrays keyed by input name), a .npy, a folder, or module:function."
+        )
+    float_runner = LiteRTRunner(base)
+    cal_samples = _quantizer_samples(calibration, float_runner.inputs, config.channels_last)
+    groups, scopes = find_sensitive_groups(base)
+    all_int8 = quantizer_recipe(config)
+    quantize.calibrate(all_int8, cal_samples)
+
+    eval_samples = calibration[:SEARCH_SAMPLES]
+    reference = [program.run(*s) for s in eval_samples]
+    eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
+    built: dict[str, bytes] = {}
+
+    def evaluate(assignment: dict[str, str]) -> float:
+        entries = quantizer_recipe(config, assignment, scopes)
+        data = quantize(entries)
+        built[_key(assignment)] = data
+        runner = LiteRTRunner(data)
+        outputs = [runner.run(x) for x in eval_inputs]
+        return compare_outputs(reference, outputs).centered_cosine
+
+    plan = choose_precisions(groups, evaluate, strict_int8=config.strict_int8, target_cosine=config.target_cosine)
+    final = built.get(_key(plan.assignment)) or quantize(quantizer_recipe(config, plan.assignment, scopes))
+    recipe.update(
+        {
+            "quantizer": "ai-edge-quantizer",
+            "quantizer_recipe": quantizer_recipe(config, plan.assignment, scopes),
+            "calibration_samples": len(calibration),
+            "search": {
+                "metric": "centered cosine vs the float IR on calibration samples",
+                "samples": len(eval_samples),
+                "target_cosine": config.target_cosine,
+                "all_int8_cosine": _round(plan.all_int8_cosine),
+                "final_cosine": _round(plan.final_cosine),
+                "evaluations": plan.evaluations,
+                "strict_int8": config.strict_int8,
+            },
+            "decisions": [d.to_json() for d in plan.decisions],
+            "non_int8_ops": [
+                {"group": d.group, "kind": d.kind, "precision": d.precision, "ops": list(d.ops), "why": d.reason}
+                for d in plan.non_int8
+            ],
+        }
+    )
+    return ConvertedModel(final, recipe, base, config)
+
+
+def _key(assignment: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(assignment.items()) if v != "int8")
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 6)

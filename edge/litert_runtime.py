@@ -1,0 +1,119 @@
+"""`LiteRTRunner`: run .tflite bytes in the real LiteRT interpreter (ai_edge_litert).
+
+STABLE INTERNAL API (used by the android artifact, the builds' accuracy check, the mcu target
+and the benchmark):
+
+    runner = LiteRTRunner(tflite_bytes, num_threads=1)
+    outputs = runner.run([x])        # float in, float out: int8/int16 I/O is quantized and
+                                     # dequantized with each tensor's own scale / zero point
+    raw = runner.run_raw([x_int8])   # exact tensors in the model's own I/O dtypes
+    runner.inputs / runner.outputs   # TensorInfo(name, shape, dtype, scale, zero_point)
+
+Inputs are given in the model's input order (the Program's input order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tpuedge.edge.tflite_inspect import TensorInfo
+from tpuedge.shared_ir.errors import UserError
+
+__all__ = ["LiteRTRunner", "quantize_array", "dequantize_array"]
+
+
+def quantize_array(x: np.ndarray, info: TensorInfo) -> np.ndarray:
+    dtype = np.dtype(info.dtype)
+    if not info.quantized or np.issubdtype(dtype, np.floating):
+        return np.asarray(x).astype(dtype)
+    scale, zp = info.scale[0], info.zero_point[0]
+    bounds = np.iinfo(dtype)
+    q = np.round(np.asarray(x, np.float64) / scale) + zp
+    return np.clip(q, bounds.min, bounds.max).astype(dtype)
+
+
+def dequantize_array(q: np.ndarray, info: TensorInfo) -> np.ndarray:
+    if not info.quantized or np.issubdtype(q.dtype, np.floating):
+        return np.asarray(q, np.float32) if np.issubdtype(q.dtype, np.floating) else q
+    return ((q.astype(np.float64) - info.zero_point[0]) * info.scale[0]).astype(np.float32)
+
+
+def _info(detail: dict, name: str) -> TensorInfo:
+    qp = detail.get("quantization_parameters") or {}
+    scales = tuple(float(s) for s in qp.get("scales", ()))
+    zps = tuple(int(z) for z in qp.get("zero_points", ()))
+    return TensorInfo(name, tuple(int(d) for d in detail["shape"]), np.dtype(detail["dtype"]).name, scales, zps[: len(scales)])
+
+
+class LiteRTRunner:
+    """One LiteRT interpreter over `tflite_bytes` (XNNPACK on CPU, `num_threads` threads)."""
+
+    def __init__(self, tflite_bytes: bytes, *, num_threads: int = 1):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self._bytes = bytes(tflite_bytes)  # the interpreter reads from this buffer: keep it alive
+        try:
+            self._interp = Interpreter(model_content=self._bytes, num_threads=num_threads)
+            self._interp.allocate_tensors()
+        except (RuntimeError, ValueError) as exc:
+            raise UserError(f"LiteRT could not load this model ({exc}); rebuild it with `tpuedge build`.") from exc
+        sig = self._interp._get_full_signature_list() or {}
+        in_names, out_names = {}, {}
+        for spec in sig.values():
+            in_names.update({idx: name for name, idx in spec.get("inputs", {}).items()})
+            out_names.update({idx: name for name, idx in spec.get("outputs", {}).items()})
+        self._in = self._interp.get_input_details()
+        self._out = self._interp.get_output_details()
+        self.inputs = [_info(d, in_names.get(d["index"], d["name"])) for d in self._in]
+        self.outputs = [_info(d, out_names.get(d["index"], d["name"])) for d in self._out]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+    def _check(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(self.inputs):
+            raise UserError(
+                f"This LiteRT model takes {len(self.inputs)} input(s) "
+                f"({', '.join(t.describe() for t in self.inputs)}) but got {len(inputs)}; pass one array per input."
+            )
+        arrays = []
+        for info, x in zip(self.inputs, inputs):
+            x = np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x)
+            if tuple(x.shape) != info.shape:
+                raise UserError(
+                    f"Input {info.name!r} has shape {list(x.shape)} but the LiteRT model expects {list(info.shape)}; "
+                    "feed arrays of the shape the model was built for."
+                )
+            arrays.append(x)
+        return arrays
+
+    def run_raw(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Tensors in the model's own I/O dtypes (int8 I/O in and out, no (de)quantization)."""
+        for detail, info, x in zip(self._in, self.inputs, self._check(inputs)):
+            want = np.dtype(info.dtype)
+            if x.dtype != want:
+                if np.issubdtype(want, np.integer) and info.quantized and not np.issubdtype(x.dtype, np.integer):
+                    raise UserError(
+                        f"Input {info.name!r} is {info.dtype} (scale {info.scale[0]:.6g}, zero point "
+                        f"{info.zero_point[0]}); run_raw takes it quantized. Use run() to pass floats."
+                    )
+                x = x.astype(want)
+            self._interp.set_tensor(detail["index"], np.ascontiguousarray(x))
+        self._interp.invoke()
+        return [np.array(self._interp.get_tensor(d["index"])) for d in self._out]
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Float in, float out; quantized I/O uses each tensor's scale and zero point."""
+        arrays = self._check(inputs)
+        raw = self.run_raw([quantize_array(x, info) for x, info in zip(arrays, self.inputs)])
+        return [dequantize_array(q, info) for q, info in zip(raw, self.outputs)]
+
+    def run_many(self, samples: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
+        return [self.run(sample) for sample in samples]

@@ -1,0 +1,121 @@
+"""QuantConfig -> ai-edge-quantizer recipes on the float .tflite, and the sensitive op groups
+of a float .tflite (found from its ops and the module scopes litert-torch writes into tensor
+names, e.g. ".../torch.nn.modules.normalization.LayerNorm_ln1;3").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from collections import OrderedDict
+
+from tpuedge.quantize.config import QuantConfig
+from tpuedge.quantize.recipes import SensitiveGroup
+
+__all__ = ["find_sensitive_groups", "quantizer_recipe", "run_quantizer", "GroupScopes"]
+
+# group key -> the ops' scopes (as ai-edge-quantizer computes them) and their op names
+GroupScopes = dict[str, list[tuple[str, str]]]
+
+_NORM_MODULES = re.compile(r"(LayerNorm|RMSNorm|GroupNorm)_?([^/;]*)$")
+_RECURRENT_MODULES = re.compile(r"(LSTM|GRU|RNN)_?([^/;]*)$")
+
+
+def _module_path(scope: str) -> str:
+    """First tensor name of an op's scope, up to the ';' litert-torch appends."""
+    return scope.split(";", 1)[0]
+
+
+def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], GroupScopes]:
+    """Sensitive groups (LayerNorm, softmax, GELU, attention matmul, recurrent state) in graph order."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+
+    model = tfl.read_model(bytearray(float_tflite))
+    subgraph = model.subgraphs[0]
+    constant = {i for i, t in enumerate(subgraph.tensors) if t.buffer and model.buffers[t.buffer].data is not None}
+    groups: "OrderedDict[str, tuple[str, list[tuple[str, str]]]]" = OrderedDict()
+
+    def add(key: str, kind: str, scope: str, op: str) -> None:
+        groups.setdefault(key, (kind, []))[1].append((scope, op))
+
+    for index, op in enumerate(subgraph.operators):
+        code = model.operatorCodes[op.opcodeIndex]
+        name = tfl.TFL_OP_CODE_TO_NAME.get(max(code.builtinCode, code.deprecatedBuiltinCode), "")
+        name = str(getattr(name, "value", name))
+        scope = tfl.get_op_scope(op, subgraph.tensors)
+        path = _module_path(scope)
+        module = path.rsplit("/", 1)[-1]
+        norm, recurrent = _NORM_MODULES.search(module), _RECURRENT_MODULES.search(module)
+        if recurrent and "/" in path:
+            add(f"recurrent_state:{recurrent.group(2) or module}", "recurrent_state", scope, name)
+        elif norm and "/" in path:
+            add(f"layer_norm:{norm.group(2) or module}", "layer_norm", scope, name)
+        elif name == "RSQRT":
+            add(f"layer_norm:op{index}", "layer_norm", scope, name)
+        elif name == "SOFTMAX":
+            add(f"softmax:op{index}", "softmax", scope, name)
+        elif name == "GELU":
+            add(f"gelu:op{index}", "gelu", scope, name)
+        elif name == "BATCH_MATMUL" and not any(i in constant for i in op.inputs):
+            add(f"attention_matmul:op{index}", "attention_matmul", scope, name)
+    result = [SensitiveGroup(key, kind, tuple(f"{op} {_module_path(s)}" for s, op in members)) for key, (kind, members) in groups.items()]
+    return result, {key: members for key, (_, members) in groups.items()}
+
+
+def _scope_regex(scopes: list[tuple[str, str]]) -> str:
+    return "^(?:" + "|".join(re.escape(scope) for scope, _ in scopes) + ")$"
+
+
+def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = None, scopes: GroupScopes | None = None) -> list[dict]:
+    """The ai-edge-quantizer recipe (JSON-able list) for `config`; None-equivalent for "none".
+
+    assignment: sensitive group -> "int8" | "int16" | "float" (int8 scheme only).
+    """
+    from ai_edge_quantizer import qtyping, recipe_manager
+    from ai_edge_quantizer.algorithm_manager import AlgorithmName
+
+    gran = qtyping.QuantGranularity.CHANNELWISE if config.per_channel else qtyping.QuantGranularity.TENSORWISE
+    rm = recipe_manager.RecipeManager()
+    if config.scheme == "fp16":
+        rm.add_weight_only_config(".*", "*", num_bits=16, algorithm_key=AlgorithmName.FLOAT_CASTING)
+    elif config.scheme == "dynamic-int8":
+        rm.add_dynamic_config(".*", "*", num_bits=8, granularity=gran)
+    elif config.scheme == "int8":
+        rm.add_static_config(".*", "*", activation_num_bits=8, weight_num_bits=8, weight_granularity=gran)
+        if config.io_dtype == "float32":
+            rm.add_quantization_config(".*", "INPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
+            rm.add_quantization_config(".*", "OUTPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
+        for key, precision in sorted((assignment or {}).items()):
+            if precision == "int8":
+                continue
+            regex = _scope_regex((scopes or {})[key])
+            if precision == "int16":
+                rm.add_static_config(regex, "*", activation_num_bits=16, weight_num_bits=8, weight_granularity=gran)
+            else:
+                rm.add_quantization_config(regex, "*", algorithm_key=AlgorithmName.NO_QUANTIZE)
+    else:
+        return []
+    return rm.get_quantization_recipe()
+
+
+class run_quantizer:  # noqa: N801 - a small stateful helper, used like a function
+    """Quantize one float model with several recipes, calibrating once."""
+
+    def __init__(self, float_tflite: bytes):
+        from ai_edge_quantizer import quantizer
+
+        self._quantizer = quantizer.Quantizer(bytearray(float_tflite))
+        self._calibration = None
+
+    def calibrate(self, recipe: list[dict], samples: list[dict]) -> None:
+        from tpuedge.edge.litert_lowering import SIGNATURE_KEY
+
+        self._quantizer.load_quantization_recipe(recipe)
+        with contextlib.redirect_stderr(io.StringIO()):  # its progress bar; we report ourselves
+            self._calibration = self._quantizer.calibrate({SIGNATURE_KEY: samples}, num_threads=1)
+
+    def __call__(self, recipe: list[dict]) -> bytes:
+        self._quantizer.load_quantization_recipe(recipe)
+        result = self._quantizer.quantize(self._calibration, enable_progress_bar=False, enable_progress_report=False)
+        return bytes(result.quantized_model)

@@ -1,0 +1,82 @@
+"""`QuantConfig`: how a model is quantized, as one frozen value every backend reads.
+
+STABLE INTERNAL API (the android and mcu targets both build from it):
+
+    QuantConfig(scheme="int8", io_dtype="int8", strict_int8=True, per_channel=False)
+
+It says *what* is wanted (scheme, granularity, I/O dtype, calibration needs, accuracy goal);
+each backend maps it onto its own converter and quantizer. Nothing here imports a backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from tpuedge.shared_ir.errors import UserError
+
+__all__ = ["QuantConfig", "SCHEMES", "IO_DTYPES", "DEFAULT_SCHEME"]
+
+SCHEMES = ("none", "fp16", "dynamic-int8", "int8")
+IO_DTYPES = ("float32", "int8")
+DEFAULT_SCHEME = "dynamic-int8"
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """A quantization request.
+
+    scheme: "none" (float32), "fp16" (float16 weights, float compute), "dynamic-int8"
+        (int8 weights, activations quantized on the fly), "int8" (static: int8 weights and
+        activations from calibration data).
+    io_dtype: "float32" (quantize/dequantize inside the model) or "int8" (the caller feeds and
+        reads int8 with the tensors' scale/zero point); int8 I/O needs scheme "int8".
+    strict_int8: every op int8, no int16 or float island (what MCUs need); scheme "int8" only.
+    per_channel: per-output-channel weight scales (False: one scale per tensor).
+    channels_last: image inputs (rank 4) taken as NHWC instead of NCHW.
+    min_calibration_samples: fewer samples than this is an error for scheme "int8".
+    target_cosine: the accuracy goal the int8 per-op search tries to reach (cosine similarity
+        of the quantized vs the float outputs on the calibration samples).
+    """
+
+    scheme: str = DEFAULT_SCHEME
+    io_dtype: str = "float32"
+    strict_int8: bool = False
+    per_channel: bool = True
+    channels_last: bool = False
+    min_calibration_samples: int = 8
+    target_cosine: float = 0.995
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise UserError(f"Unknown quantization scheme {self.scheme!r}; choose one of: {', '.join(SCHEMES)}.")
+        if self.io_dtype not in IO_DTYPES:
+            raise UserError(f"Unknown I/O dtype {self.io_dtype!r}; choose one of: {', '.join(IO_DTYPES)}.")
+        if self.io_dtype == "int8" and self.scheme != "int8":
+            raise UserError(
+                f"--io-dtype int8 needs integer activations, but the scheme is {self.scheme!r}; "
+                "use --quantize int8 with --calibration, or keep --io-dtype float32."
+            )
+        if self.strict_int8 and self.scheme != "int8":
+            raise UserError(
+                f"--strict-int8 forces a fully integer graph, which needs --quantize int8 (got {self.scheme!r}); "
+                "add --quantize int8 --calibration DATA or drop --strict-int8."
+            )
+        if self.min_calibration_samples < 1:
+            raise UserError("min_calibration_samples must be at least 1.")
+        if not 0.0 < self.target_cosine <= 1.0:
+            raise UserError(f"target_cosine must be in (0, 1], got {self.target_cosine}.")
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.scheme == "int8"
+
+    @property
+    def granularity(self) -> str:
+        return "per-channel" if self.per_channel else "per-tensor"
+
+    def replace(self, **changes: Any) -> "QuantConfig":
+        return replace(self, **changes)
+
+    def to_json(self) -> dict:
+        return asdict(self)

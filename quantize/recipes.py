@@ -1,0 +1,163 @@
+"""Recipes as data, and the per-op precision search for static int8.
+
+The backend finds the *sensitive* op groups of its graph (LayerNorm, softmax, GELU, attention
+matmuls, recurrent state) and supplies `evaluate(assignment) -> cosine`, which quantizes with
+those groups at the given precisions (everything else int8) and measures the result against
+the float IR. `choose_precisions` then keeps every group int8 unless the measurements say it
+costs accuracy, and picks int16 activations (16x8) or a float island by measured gain. It
+knows nothing of any converter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+__all__ = [
+    "PRECISIONS",
+    "SENSITIVE_KINDS",
+    "SensitiveGroup",
+    "OpDecision",
+    "PrecisionPlan",
+    "choose_precisions",
+    "scheme_summary",
+]
+
+# int16 = 16-bit activations with int8 weights ("16x8"); float = left unquantized (an island).
+PRECISIONS = ("int8", "int16", "float")
+SENSITIVE_KINDS = {
+    "layer_norm": "normalization (mean/variance/rsqrt) over a few values: int8 loses the small variances",
+    "softmax": "exponentials over a wide range of logits",
+    "gelu": "a non-linearity with a small negative lobe",
+    "attention_matmul": "activation x activation matmul: both sides carry quantization error",
+    "recurrent_state": "state fed back through time accumulates quantization error",
+}
+
+# A group is upgraded only when that buys at least this much cosine (measured, not assumed).
+_MIN_GAIN = 1e-4
+# int16 is chosen over float when it recovers this share of float's gain.
+_INT16_SHARE = 0.75
+
+
+@dataclass(frozen=True)
+class SensitiveGroup:
+    """A set of ops that get one precision together (one LayerNorm, one softmax, ...)."""
+
+    key: str  # unique, e.g. "layer_norm:ln1" or "softmax:28"
+    kind: str  # one of SENSITIVE_KINDS
+    ops: tuple[str, ...] = field(default_factory=tuple)  # backend op descriptions, for reports
+
+
+@dataclass(frozen=True)
+class OpDecision:
+    group: str
+    kind: str
+    precision: str
+    reason: str
+    cosine: Mapping[str, float]  # measured model cosine with this group at each precision
+    ops: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["cosine"] = {k: round(float(v), 6) for k, v in sorted(self.cosine.items())}
+        d["ops"] = list(self.ops)
+        return d
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    assignment: dict[str, str]  # group key -> precision
+    decisions: list[OpDecision]
+    all_int8_cosine: float | None
+    final_cosine: float | None
+    evaluations: int
+
+    @property
+    def non_int8(self) -> list[OpDecision]:
+        return [d for d in self.decisions if d.precision != "int8"]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.5f}"
+
+
+def choose_precisions(
+    groups: Sequence[SensitiveGroup],
+    evaluate: Callable[[dict[str, str]], float],
+    *,
+    strict_int8: bool = False,
+    target_cosine: float = 0.995,
+) -> PrecisionPlan:
+    """Pick int8 / int16 / float per sensitive group by measured model cosine.
+
+    evaluate(assignment) quantizes with `assignment` (group key -> precision; groups not named
+    are int8) and returns the cosine of the quantized outputs against the float IR.
+    All-int8 first; if it meets `target_cosine`, or `strict_int8`, every group stays int8.
+    Otherwise every group is measured at int16 and float (the rest int8), and groups are
+    upgraded in order of measured gain until the target is met; a group whose upgrade gains
+    less than 1e-4 stays int8.
+    """
+    base = {g.key: "int8" for g in groups}
+    c0 = evaluate(dict(base))
+    count = 1
+    if strict_int8 or not groups or c0 >= target_cosine:
+        why = (
+            "strict int8 requested: every op integer 8-bit"
+            if strict_int8
+            else f"all-int8 cosine {_fmt(c0)} meets the target {target_cosine}"
+        )
+        decisions = [OpDecision(g.key, g.kind, "int8", why, {"int8": c0}, g.ops) for g in groups]
+        return PrecisionPlan(base, decisions, c0, c0, count)
+
+    measured: dict[str, dict[str, float]] = {}
+    for g in groups:
+        measured[g.key] = {"int8": c0}
+        for precision in ("int16", "float"):
+            measured[g.key][precision] = evaluate({**base, g.key: precision})
+            count += 1
+
+    def choice(key: str) -> tuple[str, float]:
+        m = measured[key]
+        gain16, gainf = m["int16"] - c0, m["float"] - c0
+        if gain16 >= _INT16_SHARE * gainf and gain16 >= _MIN_GAIN:
+            return "int16", gain16
+        return "float", gainf
+
+    order = sorted(groups, key=lambda g: -choice(g.key)[1])
+    assignment = dict(base)
+    current = c0
+    reasons: dict[str, str] = {}
+    for g in order:
+        precision, gain = choice(g.key)
+        m = measured[g.key]
+        detail = f"model cosine int8 {_fmt(m['int8'])}, int16 {_fmt(m['int16'])}, float {_fmt(m['float'])}"
+        if current >= target_cosine:
+            reasons[g.key] = f"int8 kept: target {target_cosine} reached without it ({detail})"
+            continue
+        if gain < _MIN_GAIN:
+            reasons[g.key] = f"int8 kept: upgrading it gains < {_MIN_GAIN} ({detail})"
+            continue
+        assignment[g.key] = precision
+        current = evaluate(dict(assignment))
+        count += 1
+        label = "int16 activations (16x8)" if precision == "int16" else "float island"
+        reasons[g.key] = f"{label}: {detail}; model cosine now {_fmt(current)}"
+    decisions = [
+        OpDecision(g.key, g.kind, assignment[g.key], reasons[g.key], measured[g.key], g.ops) for g in groups
+    ]
+    return PrecisionPlan(assignment, decisions, c0, current, count)
+
+
+def scheme_summary(scheme: str, *, per_channel: bool = True, io_dtype: str = "float32") -> dict:
+    """What a scheme means, in words a manifest reader understands (backend-neutral)."""
+    gran = "per-channel" if per_channel else "per-tensor"
+    return {
+        "none": {"weights": "float32", "activations": "float32"},
+        "fp16": {"weights": "float16 (dequantized to float32 at load)", "activations": "float32"},
+        "dynamic-int8": {"weights": f"int8 symmetric {gran}", "activations": "float32, quantized on the fly per op"},
+        "int8": {
+            "weights": f"int8 symmetric {gran}",
+            "activations": "int8 asymmetric per-tensor from calibration (sensitive ops chosen by measured error)",
+            "io": io_dtype,
+        },
+    }[scheme]
