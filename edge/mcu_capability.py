@@ -1,10 +1,57 @@
-"""mcu capability: placeholder until the TFLite-Micro op data lands (empty registry)."""
+"""The `mcu` capability: what TFLite-Micro can run, from data, before any conversion.
+
+A captured ATen op is supported when every TFLite builtin litert-torch lowers it to has a
+TFLM kernel (edge/data/tflm_ops.json, checked against the real interpreter). GELU has no
+kernel, so the mcu pipeline rewrites it on the IR first (`mcu_passes`); the check applies the
+same passes the build applies, so `tpuedge check --target mcu` and `tpuedge build --target
+mcu` never disagree.
+"""
+
+from __future__ import annotations
 
 from tpuedge.shared_ir.op_registry import OpRegistry
 from tpuedge.shared_ir.targets import Capability
 
-__all__ = ["mcu_capability"]
+__all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins"]
+
+
+def mcu_passes(gelu_form: str = "sigmoid"):
+    """The IR passes every mcu build runs, in order."""
+    from tpuedge.shared_ir.passes import PassManager
+    from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite
+
+    return PassManager([GeluRewrite(gelu_form)])
+
+
+def unsupported_builtins(names) -> list[str]:
+    """Those of `names` (TFLite builtins) TFLite-Micro has no kernel for."""
+    from tpuedge.edge.tflm_ops import tflm_ops
+
+    ops = tflm_ops()
+    return sorted(n for n in set(names) if n not in ops)
 
 
 def mcu_capability() -> Capability:
-    return Capability(target="mcu", ops=OpRegistry("mcu"))
+    from tpuedge.edge.tflm_ops import aten_to_tflm, tflm_missing
+
+    registry = OpRegistry("mcu")
+    notes: dict[str, str] = {}
+    suggestions: dict[str, str] = {}
+    missing = tflm_missing()
+    for key, builtins in aten_to_tflm().items():
+        lacking = unsupported_builtins(builtins)
+        if not lacking:
+            registry.add(key, tuple(builtins))
+            notes[key] = " / ".join(builtins) if builtins else "no op (folded away)"
+            continue
+        why = "; ".join(f"{b}: {missing.get(b, 'no TFLite-Micro kernel')}" for b in lacking)
+        notes[key] = f"lowers to {', '.join(lacking)}, which TFLite-Micro lacks"
+        suggestions[key] = why
+    notes["aten.gelu"] = "no GELU kernel: the mcu build rewrites it to x*sigmoid(1.702x) on the IR (--gelu tanh: tanh form)"
+    return Capability(
+        target="mcu",
+        ops=registry,
+        decompose=mcu_passes(),
+        notes=notes,
+        suggestions=suggestions,
+    )

@@ -1,0 +1,122 @@
+"""Microcontroller boards: flash and RAM budgets, and the check a build must pass.
+
+Flash holds the model array (plus your firmware and the TFLM kernels: we leave them a
+reserve); RAM holds the tensor arena (plus your stack and buffers: same). Over budget is the
+user's error (exit 2) with the numbers and what to try.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpuedge.shared_ir.errors import UserError
+
+__all__ = ["Board", "BOARDS", "resolve_board", "budget_check", "boards_that_fit", "RESERVE"]
+
+# Share of flash/RAM left for the application, TFLM's kernels, stack and I/O buffers.
+RESERVE = 0.25
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    flash_kb: int
+    ram_kb: int
+    description: str = ""
+
+    @property
+    def flash_budget(self) -> int:
+        return int(self.flash_kb * 1024 * (1 - RESERVE))
+
+    @property
+    def ram_budget(self) -> int:
+        return int(self.ram_kb * 1024 * (1 - RESERVE))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "flash_kb": self.flash_kb, "ram_kb": self.ram_kb, "description": self.description}
+
+
+BOARDS: dict[str, Board] = {
+    b.name: b
+    for b in (
+        Board("nrf52840", 1024, 256, "Nordic nRF52840 (Cortex-M4F, 64 MHz)"),
+        Board("stm32f746", 1024, 320, "ST STM32F746 (Cortex-M7, 216 MHz)"),
+        Board("esp32s3", 8192, 512, "Espressif ESP32-S3 (Xtensa LX7, 8 MB flash, 512 KB SRAM)"),
+        Board("rp2040", 2048, 264, "Raspberry Pi RP2040 (Cortex-M0+, 2 MB flash)"),
+        Board("cortex-m0plus", 256, 32, "a small Cortex-M0+ part (e.g. SAMD21: 256 KB flash, 32 KB RAM)"),
+    )
+}
+
+
+def resolve_board(board: str | None, flash_kb: int | None, ram_kb: int | None) -> Board | None:
+    """The board to check against: a built-in profile, custom --flash-kb/--ram-kb, or None."""
+    if board and (flash_kb or ram_kb):
+        base = _builtin(board)
+        return Board(f"{board} (custom)", flash_kb or base.flash_kb, ram_kb or base.ram_kb, base.description)
+    if board:
+        return _builtin(board)
+    if flash_kb or ram_kb:
+        if not (flash_kb and ram_kb):
+            raise UserError("A custom board needs both --flash-kb and --ram-kb (e.g. --flash-kb 512 --ram-kb 128).")
+        if flash_kb <= 0 or ram_kb <= 0:
+            raise UserError(f"--flash-kb and --ram-kb must be positive (got {flash_kb} and {ram_kb}).")
+        return Board("custom", int(flash_kb), int(ram_kb), "custom budget")
+    return None
+
+
+def _builtin(name: str) -> Board:
+    key = name.lower().replace("_", "-")
+    aliases = {"m0+": "cortex-m0plus", "cortex-m0+": "cortex-m0plus", "esp32-s3": "esp32s3", "stm32": "stm32f746"}
+    key = aliases.get(key, key)
+    if key not in BOARDS:
+        raise UserError(
+            f"Unknown board {name!r}; choose one of: {', '.join(BOARDS)}, or give your own budget with "
+            "--flash-kb N --ram-kb N."
+        )
+    return BOARDS[key]
+
+
+def _fits(board: Board, model_bytes: int, arena_bytes: int) -> bool:
+    return model_bytes <= board.flash_budget and arena_bytes <= board.ram_budget
+
+
+def boards_that_fit(model_bytes: int, arena_bytes: int) -> list[str]:
+    return [b.name for b in BOARDS.values() if _fits(b, model_bytes, arena_bytes)]
+
+
+def budget_check(board: Board | None, model_bytes: int, arena_bytes: int) -> dict:
+    """The manifest's board check; raises UserError (exit 2) when the model does not fit."""
+    fits_on = boards_that_fit(model_bytes, arena_bytes)
+    result = {
+        "model_flash_bytes": model_bytes,
+        "arena_ram_bytes": arena_bytes,
+        "reserve_for_application": f"{round(RESERVE * 100)}% of flash and RAM",
+        "fits_builtin_boards": fits_on,
+    }
+    if board is None:
+        return {**result, "board": None, "fits": None}
+    result.update(
+        board=board.to_json(),
+        flash_budget_bytes=board.flash_budget,
+        ram_budget_bytes=board.ram_budget,
+        fits=_fits(board, model_bytes, arena_bytes),
+    )
+    if result["fits"]:
+        return result
+    over = []
+    if model_bytes > board.flash_budget:
+        over.append(
+            f"the model needs {model_bytes:,} bytes of flash but {board.name} leaves {board.flash_budget:,} "
+            f"({board.flash_kb} KB minus {round(RESERVE * 100)}% for firmware)"
+        )
+    if arena_bytes > board.ram_budget:
+        over.append(
+            f"the tensor arena needs {arena_bytes:,} bytes of RAM but {board.name} leaves {board.ram_budget:,} "
+            f"({board.ram_kb} KB minus {round(RESERVE * 100)}% for stack and buffers)"
+        )
+    where = f"boards it fits: {', '.join(fits_on)}" if fits_on else "it fits none of the built-in boards"
+    raise UserError(
+        f"The model does not fit {board.name}: {'; and '.join(over)}. Nothing was written. Try: fewer channels or "
+        f"layers (flash scales with parameters, the arena with the largest pair of activations), a smaller input "
+        f"resolution, or a bigger board ({where}; or set --flash-kb/--ram-kb)."
+    )

@@ -1,0 +1,112 @@
+"""The TFLite-Micro interpreter on the host (`tflite_micro`), with float and raw int8 I/O.
+
+TFLM reports allocation and kernel errors on the C stderr before raising; `quiet_stderr`
+keeps those lines out of the console while we probe (arena bisection, op checks) and hands
+them back so the real reason can go into an error message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from tpuedge.shared_ir.errors import UserError
+
+__all__ = ["TflmRunner", "TflmError", "quiet_stderr", "quantize_to", "dequantize_from"]
+
+
+class TflmError(RuntimeError):
+    """TFLite-Micro refused the model or the arena; `log` holds what it printed."""
+
+    def __init__(self, message: str, log: str):
+        super().__init__(f"{message}: {log.strip()}" if log.strip() else message)
+        self.log = log
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[list[str]]:
+    """Capture what C code writes to fd 2 inside the block; the text lands in the yielded list."""
+    captured: list[str] = []
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.append(sink.read().decode(errors="replace"))
+
+
+def quantize_to(x: np.ndarray, detail: dict) -> np.ndarray:
+    """Float -> the tensor's integer dtype with its own scale and zero point (saturating)."""
+    dtype = np.dtype(detail["dtype"])
+    if not np.issubdtype(dtype, np.integer):
+        return np.asarray(x, dtype)
+    q = detail["quantization_parameters"]
+    info = np.iinfo(dtype)
+    scaled = np.round(np.asarray(x, np.float64) / float(q["scales"][0])) + int(q["zero_points"][0])
+    return np.clip(scaled, info.min, info.max).astype(dtype)
+
+
+def dequantize_from(q: np.ndarray, detail: dict) -> np.ndarray:
+    dtype = np.dtype(detail["dtype"])
+    if not np.issubdtype(dtype, np.integer):
+        return np.asarray(q, np.float32)
+    p = detail["quantization_parameters"]
+    return ((q.astype(np.float32) - float(p["zero_points"][0])) * float(p["scales"][0])).astype(np.float32)
+
+
+class TflmRunner:
+    """One TFLite-Micro interpreter over `tflite` bytes with a fixed tensor arena."""
+
+    def __init__(self, tflite: bytes, arena_size: int):
+        from tflite_micro import runtime
+
+        self.arena_size = int(arena_size)
+        with quiet_stderr() as log:
+            try:
+                self._it = runtime.Interpreter.from_bytes(bytes(tflite), arena_size=self.arena_size)
+                error = None
+            except Exception as exc:  # TFLM raises RuntimeError/ValueError with a short text
+                error = exc
+        if error is not None:
+            raise TflmError(f"TFLite-Micro could not load the model ({error})", log[0])
+        with quiet_stderr():  # probing past the last index prints "out of range"
+            self.input_details = [self._it.get_input_details(i) for i in range(self._count("input"))]
+            self.output_details = [self._it.get_output_details(i) for i in range(self._count("output"))]
+
+    def _count(self, kind: str) -> int:
+        n = 0
+        while True:
+            try:
+                getattr(self._it, f"get_{kind}_details")(n)
+            except Exception:
+                return n
+            n += 1
+
+    def run_raw(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Inputs already in the tensors' dtypes (int8 for an int8-I/O model); raw outputs."""
+        if len(inputs) != len(self.input_details):
+            raise UserError(f"The TFLite-Micro model takes {len(self.input_details)} input(s), got {len(inputs)}.")
+        with quiet_stderr() as log:
+            try:
+                for i, (x, d) in enumerate(zip(inputs, self.input_details)):
+                    self._it.set_input(np.ascontiguousarray(x, dtype=d["dtype"]).reshape(d["shape"]), i)
+                self._it.invoke()
+                error = None
+            except Exception as exc:
+                error = exc
+        if error is not None:
+            raise TflmError(f"TFLite-Micro failed to run the model ({error})", log[0])
+        return [np.array(self._it.get_output(i)) for i in range(len(self.output_details))]
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Float in, float out: int8 I/O is (de)quantized with each tensor's scale and zero point."""
+        raw = self.run_raw([quantize_to(x, d) for x, d in zip(inputs, self.input_details)])
+        return [dequantize_from(y, d) for y, d in zip(raw, self.output_details)]
