@@ -1,10 +1,32 @@
-"""cloud-tpu capability: placeholder until the ATen->JAX table lands (empty registry)."""
+"""cloud-tpu capability: exactly the ATen -> JAX table the interpreter uses, applied after the
+same decomposition (torch's core-ATen table), so `tpuedge check/ops --target cloud-tpu` are exact.
 
-from tpuedge.shared_ir.op_registry import OpRegistry
+Light at import: torch and jax are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
 from tpuedge.shared_ir.targets import Capability
 
-__all__ = ["cloud_capability"]
+__all__ = ["cloud_capability", "decompose_to_core_aten"]
+
+
+def decompose_to_core_aten(exported_program: Any) -> Any:
+    """The one decomposition the cloud backend applies: `run_decompositions()` with torch's
+    default (core ATen) table. It also functionalizes: BatchNorm running-stat updates become
+    BUFFER_MUTATION outputs. Returns a new ExportedProgram; the input is left as captured."""
+    return exported_program.run_decompositions()
 
 
 def cloud_capability() -> Capability:
-    return Capability(target="cloud-tpu", ops=OpRegistry("cloud-tpu"))
+    from tpuedge.cloud.lowerings import LOWERINGS, NOT_LOWERED
+
+    return Capability(
+        target="cloud-tpu",
+        ops=LOWERINGS,
+        decompose=decompose_to_core_aten,
+        notes=dict(NOT_LOWERED),
+        suggestions=dict(NOT_LOWERED),
+    )

@@ -1,0 +1,415 @@
+"""Layers: matmul, convolution (grouped, depthwise, transposed), normalization, pooling,
+resampling, pairwise distances."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from tpuedge.cloud.lowerings.registry import jax_dtype, lowering
+
+__all__: list[str] = []
+
+
+# ---- matmul --------------------------------------------------------------------------------
+@lowering("aten.mm.default")
+def mm(a, b):
+    return jnp.matmul(a, b)
+
+
+@lowering("aten.bmm.default")
+def bmm(a, b):
+    return jnp.matmul(a, b)
+
+
+@lowering("aten.addmm.default")
+def addmm(bias, a, b, beta=1, alpha=1):
+    product = jnp.matmul(a, b)
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:  # torch ignores bias (even NaN) when beta == 0
+        return product
+    return product + (bias if beta == 1 else bias * beta)
+
+
+@lowering("aten.baddbmm.default")
+def baddbmm(bias, a, b, beta=1, alpha=1):
+    return addmm(bias, a, b, beta, alpha)
+
+
+# ---- convolution ---------------------------------------------------------------------------
+def _spatial_names(n):
+    return "DHW"[3 - n :] if n <= 3 else None
+
+
+@lowering("aten.convolution.default")
+def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    n = weight.ndim - 2
+    unbatched = x.ndim == n + 1
+    if unbatched:
+        x = x[None]
+    sp = _spatial_names(n)
+    dims = lax.conv_dimension_numbers(x.shape, weight.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
+    stride, padding, dilation = (list(v) * n if len(v) == 1 else list(v) for v in (stride, padding, dilation))
+    if not transposed:
+        out = lax.conv_general_dilated(
+            x,
+            weight,
+            window_strides=stride,
+            padding=[(p, p) for p in padding],
+            rhs_dilation=dilation,
+            dimension_numbers=dims,
+            feature_group_count=groups,
+        )
+    else:
+        # torch weight (C_in, C_out/g, k...) -> a forward conv over the stride-dilated input with
+        # the kernel flipped and (C_out, C_in/g, k...) per group
+        output_padding = list(output_padding) * n if len(output_padding) == 1 else list(output_padding)
+        c_in, c_out_g, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+        w = weight.reshape((groups, c_in // groups, c_out_g) + kernel)
+        w = jnp.swapaxes(w, 1, 2).reshape((groups * c_out_g, c_in // groups) + kernel)
+        w = jnp.flip(w, axis=tuple(range(2, 2 + n)))
+        pads = [
+            (d * (k - 1) - p, d * (k - 1) - p + op)
+            for k, p, d, op in zip(kernel, padding, dilation, output_padding)
+        ]
+        dims = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
+        out = lax.conv_general_dilated(
+            x,
+            w,
+            window_strides=[1] * n,
+            padding=pads,
+            lhs_dilation=stride,
+            rhs_dilation=dilation,
+            dimension_numbers=dims,
+            feature_group_count=groups,
+        )
+    if bias is not None:
+        out = out + bias.reshape((1, -1) + (1,) * n)
+    return out[0] if unbatched else out
+
+
+# ---- normalization -------------------------------------------------------------------------
+def _bn_shape(x):
+    return (1, -1) + (1,) * (x.ndim - 2)
+
+
+def _affine(y, x, weight, bias):
+    if weight is not None:
+        y = y * weight.reshape(_bn_shape(x))
+    if bias is not None:
+        y = y + bias.reshape(_bn_shape(x))
+    return y
+
+
+def _batch_stats(x):
+    axes = (0,) + tuple(range(2, x.ndim))
+    mean = jnp.mean(x, axis=axes)
+    var = jnp.mean(jnp.square(x - mean.reshape(_bn_shape(x))), axis=axes)  # biased, two-pass
+    return mean, var, math.prod(x.shape[a] for a in axes)
+
+
+def _bn_train(x, weight, bias, eps):
+    mean, var, count = _batch_stats(x)
+    rstd = lax.rsqrt(var + eps)
+    y = (x - mean.reshape(_bn_shape(x))) * rstd.reshape(_bn_shape(x))
+    return _affine(y, x, weight, bias), mean, var, rstd, count
+
+
+def _running(running_mean, running_var, mean, var, count, momentum):
+    unbiased = var * (count / max(count - 1, 1))
+    new_mean = (1 - momentum) * running_mean + momentum * mean
+    new_var = (1 - momentum) * running_var + momentum * unbiased
+    return new_mean.astype(running_mean.dtype), new_var.astype(running_var.dtype)
+
+
+def _bn_eval(x, weight, bias, running_mean, running_var, eps):
+    rstd = lax.rsqrt(running_var + eps)
+    y = (x - running_mean.reshape(_bn_shape(x))) * rstd.reshape(_bn_shape(x))
+    return _affine(y, x, weight, bias)
+
+
+@lowering("aten._native_batch_norm_legit_functional.default")
+def batch_norm_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """-> (out, save_mean, save_rstd, new_running_mean, new_running_var)."""
+    if not training:
+        out = _bn_eval(x, weight, bias, running_mean, running_var, eps)
+        empty = jnp.zeros((0,), x.dtype)
+        return out, empty, empty, running_mean, running_var
+    out, mean, var, rstd, count = _bn_train(x, weight, bias, eps)
+    new_mean, new_var = _running(running_mean, running_var, mean, var, count, momentum)
+    return out, mean, rstd, new_mean, new_var
+
+
+@lowering("aten._native_batch_norm_legit.default")
+def batch_norm_legit(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Mutating form (running stats updated in place in torch): only the first three outputs
+    exist here, so the interpreter only meets it in graphs that were not functionalized."""
+    out, save_mean, save_rstd, _, _ = batch_norm_functional(
+        x, weight, bias, running_mean, running_var, training, momentum, eps
+    )
+    return out, save_mean, save_rstd
+
+
+@lowering("aten._native_batch_norm_legit.no_stats")
+def batch_norm_no_stats(x, weight, bias, training, momentum, eps):
+    out, mean, _, rstd, _ = _bn_train(x, weight, bias, eps)
+    return out, mean, rstd
+
+
+@lowering("aten._native_batch_norm_legit_no_training.default")
+def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
+    empty = jnp.zeros((0,), x.dtype)
+    return _bn_eval(x, weight, bias, running_mean, running_var, eps), empty, empty
+
+
+@lowering("aten.native_layer_norm.default")
+def layer_norm(x, normalized_shape, weight, bias, eps):
+    """-> (out, mean, rstd); mean/rstd keep the normalized dims as size 1, as torch."""
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    y = (x - mean) * rstd
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y, mean, rstd
+
+
+@lowering("aten.native_group_norm.default")
+def group_norm(x, weight, bias, n, c, hxw, group, eps):
+    """-> (out, mean (N, G), rstd (N, G))."""
+    grouped = x.reshape(n, group, -1)
+    mean = jnp.mean(grouped, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(grouped - mean), axis=-1, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    y = ((grouped - mean) * rstd).reshape(x.shape)
+    return _affine(y, x, weight, bias), mean[..., 0], rstd[..., 0]
+
+
+# ---- pooling -------------------------------------------------------------------------------
+def _tuple(v, n):
+    v = [v] if isinstance(v, int) else list(v)
+    return v * n if len(v) == 1 else v
+
+
+def _pool_geometry(size, k, s, p, d, ceil_mode):
+    """torch's output size and the extra right padding ceil_mode needs."""
+    span = d * (k - 1) + 1
+    num = size + 2 * p - span
+    out = (-(-num // s) if ceil_mode else num // s) + 1
+    if ceil_mode and (out - 1) * s >= size + p:  # the last window must start inside
+        out -= 1
+    extra = max((out - 1) * s + span - (size + 2 * p), 0)
+    return out, extra
+
+
+def _window_config(x, n, kernel, stride, padding, dilation, ceil_mode):
+    lead = x.ndim - n
+    kernel = _tuple(kernel, n)
+    stride = _tuple(stride, n) if stride else kernel
+    padding, dilation = _tuple(padding, n), _tuple(dilation, n)
+    pads, outs = [(0, 0)] * lead, []
+    for size, k, s, p, d in zip(x.shape[lead:], kernel, stride, padding, dilation):
+        out, extra = _pool_geometry(size, k, s, p, d, ceil_mode)
+        pads.append((p, p + extra))
+        outs.append(out)
+    return (
+        (1,) * lead + tuple(kernel),
+        (1,) * lead + tuple(stride),
+        tuple(pads),
+        (1,) * lead + tuple(dilation),
+        padding,
+    )
+
+
+def _max_pool(x, n, kernel, stride, padding, dilation, ceil_mode):
+    window, strides, pads, dil, _ = _window_config(x, n, kernel, stride, padding, dilation, ceil_mode)
+    low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
+    values = lax.reduce_window(x, jnp.asarray(low, x.dtype), lax.max, window, strides, pads, window_dilation=dil)
+    # flat index of the max within each (spatial) plane, as torch returns it; first max wins
+    lead = x.ndim - n
+    plane = jnp.arange(math.prod(x.shape[lead:]), dtype=jnp.int32).reshape(x.shape[lead:])
+    plane = jnp.broadcast_to(plane, x.shape)
+
+    def pick(a, b):
+        (va, ia), (vb, ib) = a, b
+        take_b = (vb > va) | ((vb == va) & (ib < ia)) | jnp.isnan(vb)
+        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+
+    _, indices = lax.reduce_window(
+        (lax.stop_gradient(x), plane),
+        (jnp.asarray(low, x.dtype), jnp.asarray(np.iinfo(np.int32).max, jnp.int32)),
+        pick,
+        window,
+        strides,
+        pads,
+        window_dilation=dil,
+    )
+    return values, indices.astype(jax_dtype("torch.int64"))
+
+
+@lowering("aten.max_pool2d_with_indices.default")
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, 2, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@lowering("aten.max_pool3d_with_indices.default")
+def max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, 3, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def _avg_pool(x, n, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    window, strides, pads, _, sym_pad = _window_config(x, n, kernel, stride, padding, 1, ceil_mode)
+    total = lax.reduce_window(x, jnp.asarray(0, x.dtype), lax.add, window, strides, pads)
+    if divisor_override:
+        return total / divisor_override
+    lead = x.ndim - n
+    if count_include_pad:  # padded zeros count, ceil_mode's extra right part does not
+        ones = jnp.ones(tuple(s + 2 * p for s, p in zip(x.shape[lead:], sym_pad)), x.dtype)
+        extra = [(0, hi - p) for (lo, hi), p in zip(pads[lead:], sym_pad)]
+    else:
+        ones = jnp.ones(x.shape[lead:], x.dtype)
+        extra = list(pads[lead:])
+    count = lax.reduce_window(ones, jnp.asarray(0, x.dtype), lax.add, window[lead:], strides[lead:], extra)
+    return total / count
+
+
+@lowering("aten.avg_pool2d.default")
+def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return _avg_pool(x, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@lowering("aten.avg_pool3d.default")
+def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return _avg_pool(x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@lowering("aten.avg_pool1d.default")
+def avg_pool1d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
+    return _avg_pool(x, 1, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+def _adaptive_matrix(size, out):
+    """(out, size) averaging matrix with torch's bins [floor(i*size/out), ceil((i+1)*size/out))."""
+    m = np.zeros((out, size), np.float32)
+    for i in range(out):
+        lo, hi = (i * size) // out, -(-((i + 1) * size) // out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+def _adaptive_avg(x, output_size):
+    n = len(output_size)
+    for axis, out in zip(range(x.ndim - n, x.ndim), output_size):
+        size = x.shape[axis]
+        if out == size:
+            continue
+        if out == 1:
+            x = jnp.mean(x, axis=axis, keepdims=True)
+        elif size % out == 0:
+            shape = x.shape[:axis] + (out, size // out) + x.shape[axis + 1 :]
+            x = jnp.mean(x.reshape(shape), axis=axis + 1)
+        else:
+            m = jnp.asarray(_adaptive_matrix(size, out), x.dtype)
+            x = jnp.moveaxis(jnp.tensordot(x, m, axes=([axis], [1])), -1, axis)
+    return x
+
+
+@lowering("aten._adaptive_avg_pool2d.default")
+def adaptive_avg_pool2d(x, output_size):
+    return _adaptive_avg(x, list(output_size))
+
+
+@lowering("aten._adaptive_avg_pool3d.default")
+def adaptive_avg_pool3d(x, output_size):
+    return _adaptive_avg(x, list(output_size))
+
+
+@lowering("aten.adaptive_max_pool2d.default")
+def adaptive_max_pool2d(x, output_size):
+    """-> (values, flat plane indices); each output cell is one small static window."""
+    (h, w), (oh, ow) = x.shape[-2:], output_size
+    rows, idx_rows = [], []
+    for i in range(oh):
+        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+        cols, idx_cols = [], []
+        for j in range(ow):
+            w0, w1 = (j * w) // ow, -(-((j + 1) * w) // ow)
+            cell = x[..., h0:h1, w0:w1].reshape(x.shape[:-2] + (-1,))
+            arg = jnp.argmax(cell, axis=-1)
+            cols.append(jnp.max(cell, axis=-1))
+            idx_cols.append((h0 + arg // (w1 - w0)) * w + w0 + arg % (w1 - w0))
+        rows.append(jnp.stack(cols, -1))
+        idx_rows.append(jnp.stack(idx_cols, -1))
+    return jnp.stack(rows, -2), jnp.stack(idx_rows, -2).astype(jax_dtype("torch.int64"))
+
+
+# ---- resampling ----------------------------------------------------------------------------
+def _out_sizes(x, n, output_size, scale_factors):
+    spatial = x.shape[-n:]
+    if output_size:
+        sizes = list(output_size)
+        scales = [s / o for s, o in zip(spatial, sizes)]
+    else:
+        sizes = [int(math.floor(s * f)) for s, f in zip(spatial, scale_factors)]
+        scales = [1.0 / f for f in scale_factors]  # torch maps with the given factor
+    return sizes, scales
+
+
+@lowering("aten.upsample_nearest2d.vec")
+def upsample_nearest2d(x, output_size, scale_factors):
+    sizes, scales = _out_sizes(x, 2, output_size, scale_factors)
+    for axis, size, out, scale in zip((x.ndim - 2, x.ndim - 1), x.shape[-2:], sizes, scales):
+        src = np.minimum(np.floor(np.arange(out, dtype=np.float32) * np.float32(scale)).astype(np.int64), size - 1)
+        x = jnp.take(x, jnp.asarray(src.astype(np.int32)), axis=axis)
+    return x
+
+
+@lowering("aten.upsample_bilinear2d.vec")
+def upsample_bilinear2d(x, output_size, align_corners, scale_factors):
+    sizes, scales = _out_sizes(x, 2, output_size, scale_factors)
+    for axis, size, out, scale in zip((x.ndim - 2, x.ndim - 1), x.shape[-2:], sizes, scales):
+        dst = np.arange(out, dtype=np.float32)
+        if align_corners:
+            src = dst * (np.float32((size - 1) / (out - 1)) if out > 1 else np.float32(0))
+        else:
+            src = np.maximum((dst + np.float32(0.5)) * np.float32(scale) - np.float32(0.5), 0)
+        i0 = np.minimum(np.floor(src).astype(np.int64), size - 1)
+        i1 = np.minimum(i0 + 1, size - 1)
+        lam = (src - i0).astype(np.float32)
+        shape = [1] * x.ndim
+        shape[axis] = out
+        lam = jnp.asarray(lam.reshape(shape), x.dtype)
+        a = jnp.take(x, jnp.asarray(i0.astype(np.int32)), axis=axis)
+        b = jnp.take(x, jnp.asarray(i1.astype(np.int32)), axis=axis)
+        x = a * (1 - lam) + b * lam
+    return x
+
+
+# ---- distances -----------------------------------------------------------------------------
+def _pnorm(diff, p):
+    a = jnp.abs(diff)
+    if p == 0:
+        return jnp.sum(a != 0, axis=-1).astype(diff.dtype)
+    if p == float("inf"):
+        return jnp.max(a, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(diff * diff, axis=-1))
+    return jnp.sum(a**p, axis=-1) ** (1.0 / p)
+
+
+@lowering("aten._cdist_forward.default")
+def cdist(x1, x2, p, compute_mode=None):
+    return _pnorm(x1[..., :, None, :] - x2[..., None, :, :], p)
+
+
+@lowering("aten._pdist_forward.default")
+def pdist(x, p=2):
+    i, j = np.triu_indices(x.shape[0], k=1)
+    return _pnorm(x[i] - x[j], p)
