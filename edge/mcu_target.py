@@ -1,19 +1,65 @@
-"""The `mcu` target (light module: no litert/tflite_micro import at module level)."""
+"""The `mcu` target (light module: no litert/tflite_micro import at module level).
+
+    tpuedge build MODEL --target mcu --calibration DATA --out DIR [--board NAME | --flash-kb N --ram-kb N]
+
+Always static full int8 (never hybrid or weight-only), int8 I/O by default. The pipeline:
+check the IR against TFLite-Micro's op data -> IR passes (GELU rewrite, its accuracy cost
+measured) -> the shared edge conversion (`program_to_tflite`, strict int8) -> every buffer
+inside the flatbuffer -> ops checked against TFLM again -> arena measured by bisection in the
+real TFLM interpreter -> TFLM vs LiteRT vs float -> board budget -> files, all at once.
+"""
 
 from __future__ import annotations
 
-from tpuedge.shared_ir.targets import Capability, Target
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["McuTarget"]
+from tpuedge.shared_ir.targets import BuildOption, Capability, Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tpuedge.shared_ir.program import Program
+
+__all__ = ["McuTarget", "BOARD_NAMES"]
+
+BOARD_NAMES = ("nrf52840", "stm32f746", "esp32s3", "rp2040", "cortex-m0plus")
 
 
 class McuTarget(Target):
     name = "mcu"
     summary = "full-int8 LiteRT flatbuffer + C array for microcontrollers (TFLite-Micro)"
     runtime = "TFLite-Micro interpreter (tflite_micro)"
-    implemented = False
+    implemented = True
 
     def capability(self) -> Capability:
         from tpuedge.edge.mcu_capability import mcu_capability
 
         return mcu_capability()
+
+    def build_options(self) -> list[BuildOption]:
+        return [
+            BuildOption(
+                "calibration",
+                "Calibration data for int8: .npz (arrays keyed by input name), .npy, a folder, or module:function.",
+            ),
+            BuildOption(
+                "eval",
+                "Labelled evaluation data, `file.py:function` returning (inputs, labels); default: an `evaluation` "
+                "function beside the calibration function, if any; `none` to skip.",
+            ),
+            BuildOption("board", "Board whose flash/RAM budget the model must fit.", BOARD_NAMES),
+            BuildOption("flash_kb", "Custom flash budget in KB (with --ram-kb, or overriding --board's).", int),
+            BuildOption("ram_kb", "Custom RAM budget in KB (with --flash-kb, or overriding --board's).", int),
+            BuildOption("io_dtype", "I/O tensor dtype of the int8 model.", ("float32", "int8"), "int8"),
+            BuildOption("symbol", "C array name in model_data.cc (default g_<model>_model_data)."),
+            BuildOption("gelu", "How GELU is rewritten for TFLite-Micro (it has no GELU kernel).", ("sigmoid", "tanh"), "sigmoid"),
+        ]
+
+    def lower(self, program: "Program", **options: Any):
+        from tpuedge.edge.mcu_build import McuLowered
+
+        return McuLowered(program, **options)
+
+    def load_artifact(self, path: Any):
+        from tpuedge.edge.mcu_build import McuArtifact
+
+        return McuArtifact.open(Path(path))
