@@ -143,14 +143,16 @@ def test_missing_model_and_target_say_how_to_fix(tmp_path, monkeypatch):
     assert code == 2 and "No MODEL given" in err
 
 
-def test_help_imports_no_heavy_library():
+def test_help_imports_no_heavy_library(tmp_path):
     script = (
         "import sys\nfrom tpuedge.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('torch', 'jax', 'litert_torch', 'ai_edge_litert', 'tflite_micro') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    # cwd outside the repo: `python -c` puts cwd first on sys.path, and the repo's tpuedge/ folder
+    # alone is not the installed package
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert "HEAVY []" in out
     assert "build" in out and "check" in out
 

@@ -94,7 +94,7 @@ def test_fingerprint_changes_with_one_weight_and_one_op():
     assert tpuedge.export(relu, x).fingerprint != tpuedge.export(gelu, x).fingerprint
 
 
-def test_fingerprint_is_identical_across_processes(programs, repo_root):
+def test_fingerprint_is_identical_across_processes(programs, repo_root, tmp_path):
     script = textwrap.dedent(
         f"""
         import sys; sys.path.insert(0, {str(repo_root / "examples")!r})
@@ -104,7 +104,7 @@ def test_fingerprint_is_identical_across_processes(programs, repo_root):
         print(tpuedge.export(m, x, name="cnn").fingerprint)
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout.strip() == programs["cnn"][2].fingerprint
 
 
