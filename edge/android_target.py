@@ -1,19 +1,188 @@
-"""The `android` target (light module: no litert import at module level)."""
+"""The `android` target (light module: no litert import at module level).
+
+    program.lower("android", quantize="int8", calibration="cal.npz").compile("build/android")
+
+lower() checks the program and loads the calibration data (every problem before any output);
+compile() converts through litert-torch + ai-edge-quantizer, runs the result in the LiteRT
+interpreter against the float IR, and writes model.tflite + manifest.json atomically.
+"""
 
 from __future__ import annotations
 
-from tpuedge.shared_ir.targets import Capability, Target
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["AndroidTarget"]
+from tpuedge.shared_ir.targets import BuildOption, Capability, Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tpuedge.shared_ir.program import Program
+
+__all__ = ["AndroidTarget", "AndroidLowered"]
+
+# Samples used for the post-build accuracy check (calibration samples, else generated inputs).
+ACCURACY_SAMPLES = 64
+GENERATED_SAMPLES = 8
+TOOLS = ("litert-torch", "litert-converter", "ai-edge-litert", "ai-edge-quantizer")
 
 
 class AndroidTarget(Target):
     name = "android"
     summary = "quantized LiteRT flatbuffer for phones (LiteRT interpreter)"
     runtime = "LiteRT interpreter (ai_edge_litert)"
-    implemented = False
+    implemented = True
 
     def capability(self) -> Capability:
         from tpuedge.edge.capability import android_capability
 
         return android_capability()
+
+    def build_options(self) -> list[BuildOption]:
+        from tpuedge.quantize.config import DEFAULT_SCHEME, IO_DTYPES, SCHEMES
+
+        return [
+            BuildOption("quantize", "quantization scheme", tuple(SCHEMES), DEFAULT_SCHEME),
+            BuildOption(
+                "calibration",
+                "calibration data: .npz keyed by input name, .npy, a folder of those, or module:function",
+                str,
+                None,
+            ),
+            BuildOption("strict_int8", "every op int8 (no int16/float islands); reports the accuracy cost", bool, False),
+            BuildOption("io_dtype", "I/O tensor dtype of int8 models", tuple(IO_DTYPES), "float32"),
+            BuildOption("channels_last", "NHWC image inputs (no TRANSPOSE in the model)", bool, False),
+            BuildOption("per_channel", "per-channel int8 weight scales (else per-tensor)", bool, True),
+        ]
+
+    def lower(self, program: "Program", **options: Any) -> "AndroidLowered":
+        return AndroidLowered.create(program, **options)
+
+    def load_artifact(self, path: Any):
+        from tpuedge.edge.artifact import open_litert_artifact
+
+        return open_litert_artifact(Path(path))
+
+
+class AndroidLowered:
+    """A program planned for android: config + validated calibration; `compile()` builds it."""
+
+    def __init__(self, program: "Program", config, calibration, calibration_source: str | None):
+        self.program = program
+        self.config = config
+        self.calibration = calibration
+        self.calibration_source = calibration_source
+
+    @classmethod
+    def create(
+        cls,
+        program: "Program",
+        *,
+        quantize: str | None = None,
+        calibration: Any = None,
+        strict_int8: bool = False,
+        io_dtype: str = "float32",
+        channels_last: bool = False,
+        per_channel: bool = True,
+        **unknown: Any,
+    ) -> "AndroidLowered":
+        from tpuedge.quantize.calibration import load_calibration
+        from tpuedge.quantize.config import DEFAULT_SCHEME, QuantConfig
+        from tpuedge.shared_ir.errors import ProblemsError, UserError
+
+        if unknown:
+            raise UserError(f"android takes no option(s) {', '.join(sorted(unknown))}; see `tpuedge build --help`.")
+        config = QuantConfig(
+            scheme=quantize or DEFAULT_SCHEME,
+            io_dtype=io_dtype or "float32",
+            strict_int8=bool(strict_int8),
+            channels_last=bool(channels_last),
+            per_channel=True if per_channel is None else bool(per_channel),
+        )
+        problems = program.check("android")
+        if problems:
+            raise ProblemsError(f"{program.name} has {len(problems)} problem(s) for android; nothing was written:", problems)
+        samples = None
+        if calibration is not None:
+            samples = load_calibration(
+                calibration, program, min_samples=config.min_calibration_samples if config.needs_calibration else 1
+            )
+        elif config.needs_calibration:
+            raise UserError(
+                f"--quantize int8 needs calibration data to set activation ranges for {program.name}; pass "
+                "--calibration data.npz (arrays keyed by input name, first axis = samples), a .npy, a folder of "
+                "those, or module:function returning input tuples."
+            )
+        source = calibration if isinstance(calibration, (str, Path)) else (None if calibration is None else "in-memory")
+        return cls(program, config, samples, None if source is None else str(source))
+
+    def as_text(self) -> str:
+        """The graph litert-torch converts (after its decomposition table), with the plan."""
+        from tpuedge.edge.litert_lowering import decompose_for_litert
+
+        ep = decompose_for_litert(self.program.exported_program)
+        head = (
+            f"# android: {self.program.name} (IR {self.program.fingerprint[:16]}), "
+            f"quantize={self.config.scheme} io={self.config.io_dtype} strict_int8={self.config.strict_int8} "
+            f"channels_last={self.config.channels_last} calibration="
+            f"{len(self.calibration) if self.calibration else 0} sample(s)\n"
+        )
+        return head + ep.graph_module.print_readable(print_output=False)
+
+    def compile(self, out_dir: Any = None):
+        from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
+        from tpuedge.edge.convert import program_to_tflite, tflite_layout_inputs
+        from tpuedge.edge.litert_runtime import LiteRTRunner
+        from tpuedge.edge.tflite_inspect import summarize_tflite
+        from tpuedge.quantize.metrics import compare_outputs
+        from tpuedge.shared_ir.artifact import file_entry, tool_versions, write_manifest
+        from tpuedge.shared_ir.atomic import atomic_output_dir
+
+        program, config = self.program, self.config
+        out = Path(out_dir) if out_dir is not None else Path("build") / program.name / "android"
+        converted = program_to_tflite(program, config, self.calibration)
+
+        if self.calibration:
+            samples, kind = self.calibration[:ACCURACY_SAMPLES], "calibration samples"
+        else:
+            samples, kind = program.example_inputs(seed=0, count=GENERATED_SAMPLES), "generated inputs"
+        runner = LiteRTRunner(converted.tflite)
+        reference = [program.run(*s) for s in samples]
+        outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
+        accuracy = compare_outputs(reference, outputs)
+        summary = summarize_tflite(converted.tflite)
+
+        def spec(program_spec, info) -> dict:
+            float_io = program_spec.dtype.startswith("float")
+            return {"name": program_spec.name, "shape": list(info.shape), "dtype": program_spec.dtype if float_io else info.dtype}
+
+        manifest = {
+            "target": "android",
+            "ir_fingerprint": program.fingerprint,
+            "model_name": program.name,
+            "parameter_count": program.parameter_count,
+            "inputs": [spec(s, t) for s, t in zip(program.inputs, runner.inputs)],
+            "outputs": [spec(s, t) for s, t in zip(program.outputs, runner.outputs)],
+            "layout": "NHWC" if config.channels_last else "as exported",
+            "tflite_io": {
+                "inputs": [t.to_json() for t in runner.inputs],
+                "outputs": [t.to_json() for t in runner.outputs],
+            },
+            "recipe": converted.recipe,
+            "calibration": {"source": self.calibration_source, "samples": len(self.calibration or [])},
+            "sizes": {
+                "tflite_bytes": len(converted.tflite),
+                "float_tflite_bytes": len(converted.float_tflite),
+                "ratio_vs_float": round(len(converted.tflite) / len(converted.float_tflite), 4),
+                "weight_bytes": summary.weight_bytes,
+                "graph_bytes": summary.graph_bytes,
+                "external_buffers": summary.external_buffers,
+            },
+            "op_histogram": summary.op_histogram,
+            "float_ops": summary.float_ops if config.scheme == "int8" else {},
+            "accuracy": {**accuracy.to_json(), "inputs": kind, "runtime": "ai_edge_litert Interpreter, 1 thread"},
+            "tool_versions": tool_versions(*TOOLS),
+        }
+        with atomic_output_dir(out) as stage:
+            (stage / MODEL_FILE).write_bytes(converted.tflite)
+            manifest["files"] = {MODEL_FILE: file_entry(stage / MODEL_FILE)}
+            write_manifest(stage, manifest)
+        return LiteRTArtifact(out, manifest)

@@ -1,10 +1,65 @@
-"""android capability: placeholder until the edge lowering registry lands (empty registry)."""
+"""android capability, read from litert-torch's own tables (never hand-written):
 
-from tpuedge.shared_ir.op_registry import OpRegistry
+  - its lowering registry (`litert_torch.backend.lowerings`: ATen op -> MLIR lowering),
+  - its pre-lower decomposition table (ops it rewrites into lowerable ops first),
+  - its composite builders (ops kept whole, e.g. GELU, avg_pool2d, as StableHLO composites).
+
+`decompose` is litert-torch's pre-convert decomposition table, the same one the android build
+applies, so `tpuedge check --target android` sees the graph the converter will see.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from tpuedge.shared_ir.op_registry import OpRegistry, op_key
 from tpuedge.shared_ir.targets import Capability
 
-__all__ = ["android_capability"]
+__all__ = ["android_capability", "litert_op_registry"]
+
+LOWERED = "litert-torch lowering"
+DECOMPOSED = "decomposed by litert-torch before lowering"
+COMPOSITE = "kept whole as a StableHLO composite (fused on device)"
 
 
+@lru_cache(maxsize=1)
+def litert_op_registry() -> OpRegistry:
+    """Every op litert-torch 0.10 can take after its pre-convert decompositions."""
+    import os
+
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    import torch
+    from litert_torch import fx_infra
+    from litert_torch._convert.fx_passes import build_aten_composite_pass
+    from litert_torch.backend import lowerings
+
+    registry = OpRegistry("android")
+    notes: dict[str, str] = {}
+    for op in lowerings.registry.global_registry.registered_ops:
+        notes.setdefault(op_key(op), LOWERED)
+    for op in fx_infra.decomp.pre_lower_decomp():
+        notes.setdefault(op_key(op), DECOMPOSED)
+    for op in build_aten_composite_pass._composite_builders:
+        if isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            notes[op_key(op)] = COMPOSITE
+    for key, note in sorted(notes.items()):
+        registry.add(key, note)
+    return registry
+
+
+def _decompose(exported_program):
+    from tpuedge.edge.litert_lowering import decompose_for_litert
+
+    return decompose_for_litert(exported_program)
+
+
+@lru_cache(maxsize=1)
 def android_capability() -> Capability:
-    return Capability(target="android", ops=OpRegistry("android"))
+    registry = litert_op_registry()
+    return Capability(
+        target="android",
+        ops=registry,
+        decompose=_decompose,
+        dynamic_shapes=False,
+        notes={key: entry for key, entry in registry.items()},
+    )

@@ -37,4 +37,13 @@ def channels_last_inputs(ep):
         to_nchw.meta["val"] = val
         node.meta["val"] = nhwc
     ep.graph_module.recompile()
+    if ep.example_inputs is not None:  # litert-torch reads them to resolve per-channel q/dq args
+        args, kwargs = ep.example_inputs
+
+        def nhwc_value(x):
+            if isinstance(x, torch.Tensor) and x.dim() == 4 and x.dtype.is_floating_point:
+                return x.permute(0, 2, 3, 1).contiguous()
+            return x
+
+        ep.example_inputs = (tuple(nhwc_value(a) for a in args), kwargs)
     return ep

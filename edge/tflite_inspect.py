@@ -52,6 +52,7 @@ class TFLiteSummary:
     op_histogram: dict[str, int]
     activation_dtypes: dict[str, int]  # dtype -> number of non-constant tensors
     weight_dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> bytes of constant data
+    float_ops: dict[str, int] = field(default_factory=dict)  # ops computing in float (not (de)quantize)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -96,11 +97,16 @@ def summarize_tflite(data: bytes) -> TFLiteSummary:
     outputs = [info(int(i), names_out.get(int(i))) for i in subgraph.outputs]
 
     ops: Counter[str] = Counter()
+    float_ops: Counter[str] = Counter()
     for op in subgraph.operators or []:
         code = model.operatorCodes[op.opcodeIndex]
         builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
         name = op_names.get(builtin, str(builtin))
-        ops[f"CUSTOM:{_text(code.customCode)}" if name == "CUSTOM" else name] += 1
+        name = f"CUSTOM:{_text(code.customCode)}" if name == "CUSTOM" else name
+        ops[name] += 1
+        outs = [int(i) for i in (op.outputs if op.outputs is not None else []) if i >= 0]
+        if name not in ("QUANTIZE", "DEQUANTIZE") and outs and subgraph.tensors[outs[0]].type in (0, 1):
+            float_ops[name] += 1
 
     weight_bytes, external = 0, 0
     buffer_size: dict[int, int] = {}
@@ -131,4 +137,5 @@ def summarize_tflite(data: bytes) -> TFLiteSummary:
         op_histogram=dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
         activation_dtypes=dict(sorted(activations.items())),
         weight_dtypes=dict(sorted(weights.items())),
+        float_ops=dict(sorted(float_ops.items())),
     )

@@ -1,0 +1,145 @@
+"""`LiteRTArtifact`: a built android folder (model.tflite + manifest.json) or a bare .tflite,
+run in the real LiteRT interpreter."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tpuedge.shared_ir.artifact import MANIFEST, Artifact, read_manifest
+from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.tensors import validate_inputs
+
+__all__ = ["LiteRTArtifact", "MODEL_FILE", "open_litert_artifact", "format_report"]
+
+MODEL_FILE = "model.tflite"
+
+
+class LiteRTArtifact(Artifact):
+    """`run(*inputs)`: float in/out (int8 I/O quantized with the tensors' own scale/zero point);
+    `run_raw(*inputs)`: the model's own I/O dtypes; `report()`: the console summary."""
+
+    def __init__(self, directory: Path, manifest: dict, model_path: Path | None = None):
+        super().__init__(directory, manifest)
+        self.model_path = Path(model_path) if model_path else self.directory / MODEL_FILE
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest.get("ir_fingerprint") or "unknown"
+
+    @cached_property
+    def tflite(self) -> bytes:
+        if not self.model_path.is_file():
+            raise UserError(f"{self.model_path} is missing; rebuild with `tpuedge build ... --target android`.")
+        return self.model_path.read_bytes()
+
+    @cached_property
+    def runner(self):
+        from tpuedge.edge.litert_runtime import LiteRTRunner
+
+        return LiteRTRunner(self.tflite, num_threads=1)
+
+    @cached_property
+    def summary(self):
+        from tpuedge.edge.tflite_inspect import summarize_tflite
+
+        return summarize_tflite(self.tflite)
+
+    def run(self, *inputs: Any) -> list[np.ndarray]:
+        """Float in, float out, in the LiteRT interpreter."""
+        arrays = validate_inputs(self.inputs, inputs, f"android artifact {self.directory}")
+        return self.runner.run(arrays)
+
+    def run_raw(self, *inputs: Any) -> list[np.ndarray]:
+        """Exact tensors in the model's I/O dtypes (int8 in and out for --io-dtype int8)."""
+        return self.runner.run_raw([np.asarray(x) for x in inputs])
+
+    def report(self) -> str:
+        return format_report(self.manifest, self.summary, self.model_path)
+
+
+def _manifest_from_tflite(path: Path, data: bytes) -> dict:
+    from tpuedge.edge.tflite_inspect import summarize_tflite
+
+    summary = summarize_tflite(data)
+
+    def spec(t):
+        dtype = "float32" if t.quantized else t.dtype
+        return {"name": t.name, "shape": list(t.shape), "dtype": dtype}
+
+    return {
+        "target": "android",
+        "ir_fingerprint": None,
+        "model_name": path.stem,
+        "inputs": [spec(t) for t in summary.inputs],
+        "outputs": [spec(t) for t in summary.outputs],
+    }
+
+
+def open_litert_artifact(path: Path) -> LiteRTArtifact:
+    """A build folder, or a .tflite (its folder's manifest is used when it has one)."""
+    path = Path(path)
+    if path.is_dir():
+        return LiteRTArtifact(path, read_manifest(path))
+    if not path.is_file():
+        raise UserError(f"{path} does not exist; build it with `tpuedge build MODEL --target android`.")
+    if (path.parent / MANIFEST).is_file() and path.name == MODEL_FILE:
+        manifest = read_manifest(path.parent)
+        if manifest.get("target") == "android":
+            return LiteRTArtifact(path.parent, manifest, path)
+    return LiteRTArtifact(path.parent, _manifest_from_tflite(path, path.read_bytes()), path)
+
+
+def _kb(n: int) -> str:
+    return f"{n / 1024:.1f} KiB"
+
+
+def format_report(manifest: dict, summary, model_path: Path) -> str:
+    lines = [f"{manifest.get('model_name', model_path.stem)} -> {model_path}  (target {manifest.get('target', 'android')})"]
+    if manifest.get("ir_fingerprint"):
+        lines.append(f"  IR fingerprint {manifest['ir_fingerprint'][:16]}")
+    recipe = manifest.get("recipe") or {}
+    if recipe:
+        cfg = recipe.get("config", {})
+        lines.append(
+            f"  quantize {recipe.get('scheme')}  io {cfg.get('io_dtype')}  "
+            f"{'per-channel' if cfg.get('per_channel', True) else 'per-tensor'}"
+            + ("  strict-int8" if cfg.get("strict_int8") else "")
+            + ("  channels-last (NHWC inputs)" if cfg.get("channels_last") else "")
+        )
+    lines.append("  inputs / outputs:")
+    for kind, tensors in (("in ", summary.inputs), ("out", summary.outputs)):
+        for t in tensors:
+            lines.append(f"    {kind} {t.describe()}")
+    sizes = manifest.get("sizes") or {}
+    size_line = (
+        f"  size {_kb(summary.file_bytes)} = weights {_kb(summary.weight_bytes)} + graph {_kb(summary.graph_bytes)}"
+    )
+    if sizes.get("float_tflite_bytes"):
+        size_line += f"; {summary.file_bytes / sizes['float_tflite_bytes']:.2f}x the float model ({_kb(sizes['float_tflite_bytes'])})"
+    lines.append(size_line)
+    if summary.external_buffers:
+        lines.append(f"  {summary.external_buffers} buffer(s) stored outside the flatbuffer (offset/size)")
+    lines.append(f"  weights by dtype: {', '.join(f'{k} {_kb(v)}' for k, v in summary.weight_dtypes.items()) or 'none'}")
+    lines.append(f"  activation tensors by dtype: {', '.join(f'{k} x{v}' for k, v in summary.activation_dtypes.items())}")
+    lines.append("  ops: " + ", ".join(f"{op} x{n}" for op, n in summary.op_histogram.items()))
+    for item in recipe.get("non_int8_ops", []):
+        lines.append(f"  not int8: {item['group']} -> {item['precision']}: {item['why']}")
+    if recipe.get("search"):
+        s = recipe["search"]
+        lines.append(
+            f"  int8 search: all-int8 cosine {s['all_int8_cosine']}, final {s['final_cosine']} "
+            f"(target {s['target_cosine']}, {s['evaluations']} measured recipe(s))"
+        )
+    acc = manifest.get("accuracy")
+    if acc:
+        top1 = "n/a" if acc.get("top1_agreement") is None else f"{100 * acc['top1_agreement']:.1f}%"
+        lines.append(
+            f"  accuracy vs float IR ({acc['samples']} {acc.get('inputs', 'samples')}, LiteRT): max abs err "
+            f"{acc['max_abs_error']:.3g} (output range {acc['output_range']:.3g}), cosine {acc['cosine']:.5f}, "
+            f"centered cosine {acc['centered_cosine']:.5f}, top-1 agreement {top1}"
+        )
+    return "\n".join(lines)
