@@ -1,3 +1,31 @@
-"""Cloud backend: the shared IR lowered op by op to JAX; training on XLA (TPU/CPU/GPU), StableHLO export."""
+"""Cloud backend: the shared IR lowered op by op to JAX; training on XLA (TPU/CPU/GPU), StableHLO export.
 
-__all__: list[str] = []
+    step = tpuedge.cloud.train_step(model, loss_fn, optimizer, example_batch, mesh=None)
+    loss = step(*batch)
+    step.sync_to(model)
+
+    jp = tpuedge.cloud.to_jax(program)          # pure (params, buffers, *inputs, rng_key) -> (new_buffers, outputs)
+
+Light at import (the CLI imports `tpuedge.cloud.target`): jax loads on first use of these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["train_step", "TrainStep", "to_jax", "JaxProgram"]
+
+_LAZY = {
+    "train_step": "tpuedge.cloud.train",
+    "TrainStep": "tpuedge.cloud.train",
+    "to_jax": "tpuedge.cloud.interpreter",
+    "JaxProgram": "tpuedge.cloud.interpreter",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(name)

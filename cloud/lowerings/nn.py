@@ -231,27 +231,34 @@ def _window_config(x, n, kernel, stride, padding, dilation, ceil_mode):
 def _max_pool(x, n, kernel, stride, padding, dilation, ceil_mode):
     window, strides, pads, dil, _ = _window_config(x, n, kernel, stride, padding, dilation, ceil_mode)
     low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
-    values = lax.reduce_window(x, jnp.asarray(low, x.dtype), lax.max, window, strides, pads, window_dilation=dil)
-    # flat index of the max within each (spatial) plane, as torch returns it; first max wins
+    values = lax.reduce_window(x, np.array(low, x.dtype), lax.max, window, strides, pads, window_dilation=dil)
+    return values, _max_pool_indices(lax.stop_gradient(x), n, window, strides, pads, dil, low)
+
+
+def _max_pool_indices(x, n, window, strides, pads, dil, low):
+    """Flat index of each window's max within its spatial plane, as torch returns it (first max
+    wins). One strided slice per kernel offset; integer-only, so it never needs a gradient."""
     lead = x.ndim - n
-    plane = jnp.arange(math.prod(x.shape[lead:]), dtype=jnp.int32).reshape(x.shape[lead:])
-    plane = jnp.broadcast_to(plane, x.shape)
-
-    def pick(a, b):
-        (va, ia), (vb, ib) = a, b
-        take_b = (vb > va) | ((vb == va) & (ib < ia)) | jnp.isnan(vb)
-        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
-
-    _, indices = lax.reduce_window(
-        (lax.stop_gradient(x), plane),
-        (jnp.asarray(low, x.dtype), jnp.asarray(np.iinfo(np.int32).max, jnp.int32)),
-        pick,
-        window,
-        strides,
-        pads,
-        window_dilation=dil,
-    )
-    return values, indices.astype(jax_dtype("torch.int64"))
+    padded = lax.pad(x, jnp.asarray(low, x.dtype), [(lo, hi, 0) for lo, hi in pads])
+    out_shape = [
+        (padded.shape[lead + i] - dil[lead + i] * (window[lead + i] - 1) - 1) // strides[lead + i] + 1 for i in range(n)
+    ]
+    candidates, positions = [], []
+    for offset in np.ndindex(*window[lead:]):
+        starts = [0] * lead + [o * d for o, d in zip(offset, dil[lead:])]
+        limits = list(padded.shape[:lead]) + [
+            st + (o - 1) * s + 1 for st, o, s in zip(starts[lead:], out_shape, strides[lead:])
+        ]
+        candidates.append(lax.slice(padded, starts, limits, strides))
+        flat = 0
+        for i in range(n):
+            coord = np.arange(out_shape[i]) * strides[lead + i] + offset[i] * dil[lead + i] - pads[lead + i][0]
+            flat = np.multiply.outer(flat * x.shape[lead + i], np.ones(out_shape[i], np.int64)) + coord
+        positions.append(flat)
+    choice = jnp.argmax(jnp.stack(candidates), axis=0)  # which kernel offset holds the max
+    table = np.stack(positions).astype(np.int32)  # (offsets, *out spatial): plane index per offset
+    table = jnp.broadcast_to(jnp.asarray(table)[(slice(None),) + (None,) * lead], (len(positions),) + choice.shape)
+    return jnp.take_along_axis(table, choice[None], axis=0)[0].astype(jax_dtype("torch.int64"))
 
 
 @lowering("aten.max_pool2d_with_indices.default")
@@ -266,7 +273,7 @@ def max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
 
 def _avg_pool(x, n, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
     window, strides, pads, _, sym_pad = _window_config(x, n, kernel, stride, padding, 1, ceil_mode)
-    total = lax.reduce_window(x, jnp.asarray(0, x.dtype), lax.add, window, strides, pads)
+    total = lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, strides, pads)
     if divisor_override:
         return total / divisor_override
     lead = x.ndim - n
@@ -276,7 +283,7 @@ def _avg_pool(x, n, kernel, stride, padding, ceil_mode, count_include_pad, divis
     else:
         ones = jnp.ones(x.shape[lead:], x.dtype)
         extra = list(pads[lead:])
-    count = lax.reduce_window(ones, jnp.asarray(0, x.dtype), lax.add, window[lead:], strides[lead:], extra)
+    count = lax.reduce_window(ones, np.array(0, x.dtype), lax.add, window[lead:], strides[lead:], extra)
     return total / count
 
 

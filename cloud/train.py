@@ -1,0 +1,397 @@
+"""Training on XLA from a torch model: `train_step(model, loss_fn, optimizer, example_batch)`.
+
+    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.AdamW(model.parameters()), (x, y))
+    for x, y in batches:
+        loss = step(x, y)        # one jitted step: forward, loss, grads, optimizer update (state donated)
+    step.sync_to(model)          # trained parameters and buffers back into the torch module
+
+How it works: the model and the loss are wrapped in one module, `forward(*batch) =
+loss_fn(model(*inputs), *targets)`, captured with `tpuedge.export(..., training=True)` (train-mode
+BatchNorm and dropout), lowered by `to_jax`, differentiated with `jax.value_and_grad` and
+updated with the optimizer mapped to optax (`optimizers.to_optax`), all in one `jax.jit`.
+
+Inputs vs targets: `example_batch = (inputs..., targets...)` with `n_inputs` inputs (default 1:
+`model(x)`, `loss_fn(out, y)`); or `example_batch = ((x1, x2), (y,))`, two tuples. Calls to the
+step take the batch the same way. Batches must keep the example's shapes (one compile).
+
+Integer labels: int64 targets run as int32 (JAX's x64 is off by default); every batch is checked
+on the host to fit int32 (a UserError otherwise), so there is no silent wrap-around.
+
+Randomness: the state holds a PRNG key; step `i` uses `fold_in(key, i)` for dropout. The draws
+follow torch's distributions, not torch's generator.
+
+For compiling without devices (e.g. for a TPU topology): `TrainStep.lower(mesh)` returns the
+`jax.stages.Lowered` of the sharded step over abstract (ShapeDtypeStruct) arguments; the
+pure pieces are `train_step_fn(jax_program, tx, trainable)`, `init_train_state(...)`,
+`mesh.state_shardings(...)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tpuedge.cloud.interpreter import JaxProgram, host_to_jax, to_jax
+from tpuedge.cloud.mesh import batch_sharding, parse_mesh, replicated, state_shardings
+from tpuedge.cloud.optimizers import to_optax
+from tpuedge.shared_ir.errors import UserError
+
+__all__ = [
+    "train_step",
+    "TrainStep",
+    "ModelWithLoss",
+    "loss_program",
+    "train_step_fn",
+    "eval_step_fn",
+    "init_train_state",
+    "split_batch",
+]
+
+MODEL_PREFIX = "model."
+
+
+# ---- the captured module ---------------------------------------------------------------------
+def _model_with_loss_class():
+    import torch
+
+    class ModelWithLoss(torch.nn.Module):
+        """forward(*inputs, *targets) -> loss_fn(model(*inputs), *targets) (or, with
+        `return_outputs`, (loss, outputs) for evaluation)."""
+
+        def __init__(self, model, loss_fn, n_inputs: int, return_outputs: bool = False):
+            super().__init__()
+            self.model = model
+            if isinstance(loss_fn, torch.nn.Module):
+                self.loss_fn = loss_fn
+            else:
+                self._loss = loss_fn
+            self.n_inputs = n_inputs
+            self.return_outputs = return_outputs
+
+        def forward(self, *batch):
+            outputs = self.model(*batch[: self.n_inputs])
+            loss_fn = self.loss_fn if "loss_fn" in self._modules else self._loss
+            loss = loss_fn(outputs, *batch[self.n_inputs :])
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                raise UserError(
+                    "loss_fn must return one scalar tensor (e.g. F.cross_entropy(out, y)); "
+                    f"it returned {type(loss).__name__}"
+                    + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else "")
+                    + ". Reduce it with .mean() or .sum()."
+                )
+            return (loss, outputs) if self.return_outputs else loss
+
+    return ModelWithLoss
+
+
+def ModelWithLoss(model, loss_fn, n_inputs: int = 1, return_outputs: bool = False):  # noqa: N802 (a class factory)
+    """The module train_step captures: `forward(*batch) -> loss_fn(model(*inputs), *targets)`."""
+    return _model_with_loss_class()(model, loss_fn, n_inputs, return_outputs)
+
+
+def split_batch(batch: Sequence[Any], n_inputs: int | None) -> tuple[tuple, int]:
+    """(flat batch, n_inputs) from `(x..., y...)` + n_inputs, or `((x...), (y...))`."""
+    batch = tuple(batch)
+    if len(batch) == 2 and all(isinstance(b, (tuple, list)) for b in batch):
+        inputs, targets = batch
+        if n_inputs is not None and n_inputs != len(inputs):
+            raise UserError(f"n_inputs={n_inputs} but the batch's inputs tuple has {len(inputs)} tensors.")
+        return tuple(inputs) + tuple(targets), len(inputs)
+    n = 1 if n_inputs is None else n_inputs
+    if not 0 < n <= len(batch):
+        raise UserError(
+            f"n_inputs={n} does not fit a batch of {len(batch)} tensors; pass (inputs..., targets...) "
+            "with n_inputs = the number of model inputs, or ((inputs...), (targets...))."
+        )
+    return batch, n
+
+
+def loss_program(model, loss_fn, example_batch: Sequence[Any], n_inputs: int | None = None, *, training: bool = True):
+    """Capture model+loss into the shared IR: a Program whose one output is the scalar loss
+    (`training=False` gives the eval program, outputs (loss, model outputs...))."""
+    import tpuedge
+
+    flat, n = split_batch(example_batch, n_inputs)
+    wrapper = ModelWithLoss(model, loss_fn, n, return_outputs=not training)
+    name = type(model).__name__.lower() + ("_train" if training else "_eval")
+    return tpuedge.export(wrapper, flat, training=training, name=name)
+
+
+# ---- pure functions ----------------------------------------------------------------------------
+def init_train_state(jax_program: JaxProgram, tx, trainable: Sequence[str], seed: int = 0) -> dict[str, Any]:
+    """{"params", "buffers", "opt_state", "step", "rng"}: what one step consumes and returns."""
+    params = dict(jax_program.params)
+    return {
+        "params": params,
+        "buffers": dict(jax_program.buffers),
+        "opt_state": tx.init({n: params[n] for n in trainable}),
+        "step": jnp.zeros((), jnp.int32),
+        "rng": jax.random.PRNGKey(seed),
+    }
+
+
+def train_step_fn(jax_program: JaxProgram, tx, trainable: Sequence[str]) -> Callable:
+    """Pure `(state, *batch) -> (new_state, loss)`; only `trainable` parameters get gradients."""
+    import optax
+
+    trainable = list(trainable)
+
+    def step(state, *batch):
+        params = state["params"]
+        frozen = {n: v for n, v in params.items() if n not in trainable}
+        key = jax.random.fold_in(state["rng"], state["step"])
+
+        def loss_of(train_params):
+            new_buffers, outputs = jax_program({**frozen, **train_params}, state["buffers"], *batch, rng_key=key)
+            return outputs[0], new_buffers
+
+        train_params = {n: params[n] for n in trainable}
+        (loss, new_buffers), grads = jax.value_and_grad(loss_of, has_aux=True)(train_params)
+        updates, opt_state = tx.update(grads, state["opt_state"], train_params)
+        new_params = {**frozen, **optax.apply_updates(train_params, updates)}
+        new_state = {
+            "params": new_params,
+            "buffers": new_buffers,
+            "opt_state": opt_state,
+            "step": state["step"] + 1,
+            "rng": state["rng"],
+        }
+        return new_state, loss
+
+    return step
+
+
+def eval_step_fn(eval_program: JaxProgram) -> Callable:
+    """Pure `(params, buffers, *batch) -> (loss, outputs)` of the eval-mode program."""
+
+    def evaluate(params, buffers, *batch):
+        _, outputs = eval_program(params, buffers, *batch, rng_key=jax.random.PRNGKey(0))
+        return outputs[0], outputs[1:]
+
+    return evaluate
+
+
+# ---- the stateful front door -------------------------------------------------------------------
+class TrainStep:
+    """One jitted training step with its state (see the module docstring)."""
+
+    def __init__(
+        self,
+        jax_program: JaxProgram,
+        tx,
+        trainable: Sequence[str],
+        *,
+        n_inputs: int,
+        mesh: Any = None,
+        seed: int = 0,
+        eval_program_factory: Callable[[], Any] | None = None,
+    ):
+        self.jax_program = jax_program
+        self.tx = tx
+        self.trainable = list(trainable)
+        self.n_inputs = n_inputs
+        self.mesh = parse_mesh(mesh)
+        self._eval_program_factory = eval_program_factory
+        self._eval_jitted = None
+        self._fn = train_step_fn(jax_program, tx, self.trainable)
+        state = init_train_state(jax_program, tx, self.trainable, seed)
+        self._state_shardings = state_shardings(self.mesh, state, state["params"]) if self.mesh else None
+        self.state = jax.device_put(state, self._state_shardings) if self.mesh else state
+        self._jitted = jax.jit(
+            self._fn,
+            donate_argnums=0,
+            out_shardings=(self._state_shardings, replicated(self.mesh)) if self.mesh else None,
+        )
+
+    @classmethod
+    def from_program(cls, program, optimizer, *, n_inputs: int = 1, mesh: Any = None, seed: int = 0) -> "TrainStep":
+        """From a Program whose first output is the scalar loss (e.g. `loss_program(...)`), with an
+        optax transform (or a torch optimizer over the same parameters)."""
+        jp = to_jax(program)
+        tx, trainable = to_optax(optimizer, {}, list(jp.params))
+        return cls(jp, tx, trainable, n_inputs=n_inputs, mesh=mesh, seed=seed)
+
+    # ---- stepping ---------------------------------------------------------------------------
+    def _device_batch(self, batch: Sequence[Any]) -> list[jax.Array]:
+        flat, _ = split_batch(batch, self.n_inputs)
+        specs = self.jax_program.inputs
+        if len(flat) != len(specs):
+            expected = ", ".join(s.describe() for s in specs)
+            raise UserError(f"The step takes {len(specs)} tensors ({expected}); got {len(flat)}.")
+        arrays = []
+        for value, spec in zip(flat, specs):
+            if isinstance(value, jax.Array):
+                arr = value
+            else:
+                arr = host_to_jax(value, spec.name)
+            if tuple(arr.shape) != tuple(spec.shape):
+                raise UserError(
+                    f"Batch tensor {spec.name!r} has shape {list(arr.shape)} but the step was built for "
+                    f"{list(spec.shape)}; keep batch shapes fixed (drop the last partial batch) or build "
+                    "another step for the new shape."
+                )
+            if self.mesh is not None:
+                arr = jax.device_put(arr, batch_sharding(self.mesh, tuple(arr.shape), spec.name))
+            arrays.append(arr)
+        return arrays
+
+    def __call__(self, *batch: Any) -> jax.Array:
+        """One training step on `batch`; returns the loss (a 0-d jax array; float() it to read)."""
+        arrays = self._device_batch(batch)
+        self.state, loss = self._jitted(self.state, *arrays)
+        return loss
+
+    @property
+    def step_count(self) -> int:
+        return int(self.state["step"])
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Change the learning rate of every torch-mapped param group (no recompile)."""
+        lr_value = jnp.asarray(lr, jnp.float32)
+
+        def replace(path, leaf):
+            return lr_value if path and getattr(path[-1], "name", None) == "lr" else leaf
+
+        self.state = dict(self.state, opt_state=jax.tree_util.tree_map_with_path(replace, self.state["opt_state"]))
+
+    # ---- evaluation -------------------------------------------------------------------------
+    @property
+    def eval_step(self) -> Callable:
+        """Pure jitted `(params, buffers, *batch) -> (loss, outputs)` in eval mode (BatchNorm
+        running stats, no dropout)."""
+        if self._eval_jitted is None:
+            if self._eval_program_factory is None:
+                raise UserError("This TrainStep was built from a Program; it has no eval program.")
+            self._eval_jitted = jax.jit(eval_step_fn(to_jax(self._eval_program_factory())))
+        return self._eval_jitted
+
+    def evaluate(self, *batch: Any) -> tuple[jax.Array, list[jax.Array]]:
+        """Eval-mode (loss, model outputs) with the current parameters and buffers."""
+        arrays = self._device_batch(batch)
+        return self.eval_step(self.state["params"], self.state["buffers"], *arrays)
+
+    # ---- torch interop, checkpoints ---------------------------------------------------------
+    def sync_to(self, model) -> None:
+        """Write the trained parameters and buffers into `model` (the module given to train_step)."""
+        import torch
+
+        with torch.no_grad():
+            for kind, values in (("parameter", self.state["params"]), ("buffer", self.state["buffers"])):
+                for name, value in values.items():
+                    if not name.startswith(MODEL_PREFIX):
+                        continue  # the loss function's own state
+                    local = name[len(MODEL_PREFIX) :]
+                    tensor = model.get_parameter(local) if kind == "parameter" else model.get_buffer(local)
+                    host = np.array(jax.device_get(value))  # a writable copy for torch
+                    tensor.copy_(torch.from_numpy(host).to(tensor.dtype).reshape(tensor.shape))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Host (numpy) copy of the whole state: params, buffers, optimizer leaves, step, rng."""
+        host = jax.device_get(self.state)
+        leaves, _ = jax.tree_util.tree_flatten(host["opt_state"])
+        return {
+            "params": {k: np.asarray(v) for k, v in host["params"].items()},
+            "buffers": {k: np.asarray(v) for k, v in host["buffers"].items()},
+            "opt_state": [np.asarray(v) for v in leaves],
+            "step": int(host["step"]),
+            "rng": np.asarray(host["rng"]),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a `state_dict()` (shapes must match this step's)."""
+        current = self.state
+        treedef = jax.tree_util.tree_structure(current["opt_state"])
+        if set(state["params"]) != set(current["params"]) or len(state["opt_state"]) != treedef.num_leaves:
+            raise UserError(
+                "This checkpoint was saved from a different model or optimizer (parameter names or optimizer "
+                "state do not match); load it into a step built the same way."
+            )
+        restored = {
+            "params": {k: jnp.asarray(v, current["params"][k].dtype) for k, v in state["params"].items()},
+            "buffers": {k: jnp.asarray(state["buffers"][k], v.dtype) for k, v in current["buffers"].items()},
+            "opt_state": jax.tree_util.tree_unflatten(treedef, [jnp.asarray(v) for v in state["opt_state"]]),
+            "step": jnp.asarray(state["step"], jnp.int32),
+            "rng": jnp.asarray(state["rng"], jnp.uint32),
+        }
+        self.state = jax.device_put(restored, self._state_shardings) if self.mesh else restored
+
+    # ---- compiling elsewhere ------------------------------------------------------------------
+    def abstract_args(self, mesh: Any = None, batch_size: int | None = None) -> tuple[Any, list[Any]]:
+        """(abstract state, abstract batch) as ShapeDtypeStructs carrying `mesh` shardings;
+        `mesh` may hold devices that are not attached (jax.experimental.topologies)."""
+        mesh = parse_mesh(mesh) if mesh is not None else self.mesh
+        shapes = jax.eval_shape(lambda s: s, self.state)
+        shard = state_shardings(mesh, shapes, shapes["params"]) if mesh is not None else None
+
+        def abstract(leaf, sharding=None):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+
+        state = jax.tree.map(abstract, shapes, shard) if mesh is not None else jax.tree.map(abstract, shapes)
+        batch = []
+        for spec in self.jax_program.inputs:
+            shape = tuple(spec.shape)
+            if batch_size is not None and shape:
+                shape = (batch_size,) + shape[1:]
+            dtype = jax.dtypes.canonicalize_dtype(np.dtype(spec.dtype))
+            sharding = batch_sharding(mesh, shape, spec.name) if mesh is not None else None
+            batch.append(jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
+        return state, batch
+
+    def lower(self, mesh: Any = None, batch_size: int | None = None):
+        """`jax.stages.Lowered` of this step, sharded over `mesh` (default: the step's own), from
+        abstract arguments only: `.as_text()` is its StableHLO, `.compile()` compiles for the
+        mesh's devices (TPU topologies included). `batch_size` re-sizes dim 0 of the inputs
+        (the traced graph keeps the example's shapes, so only do that for batch-agnostic models)."""
+        mesh = parse_mesh(mesh) if mesh is not None else self.mesh
+        state, batch = self.abstract_args(mesh, batch_size)
+        if batch_size is not None and batch_size != (self.jax_program.inputs[0].shape or [None])[0]:
+            raise UserError(
+                "lower(batch_size=...) must equal the example batch size: the captured graph has static shapes; "
+                "capture the step with an example batch of that size instead."
+            )
+        out_shardings = None
+        if mesh is not None:
+            out_shardings = (jax.tree.map(lambda s: s.sharding, state), replicated(mesh))
+        return jax.jit(self._fn, donate_argnums=0, out_shardings=out_shardings).lower(state, *batch)
+
+
+def train_step(
+    model,
+    loss_fn: Callable,
+    optimizer: Any,
+    example_batch: Sequence[Any],
+    mesh: Any = None,
+    *,
+    n_inputs: int | None = None,
+    seed: int = 0,
+) -> TrainStep:
+    """Build a jitted training step for `model` (see the module docstring).
+
+    model: a torch.nn.Module (its current weights are the starting point).
+    loss_fn: torch code `loss_fn(outputs, *targets) -> scalar` (a function or an nn.Module).
+    optimizer: torch.optim.SGD / Adam / AdamW over the model's parameters (hyperparameters read
+        once), or an optax transform.
+    example_batch: `(inputs..., targets...)` with `n_inputs` inputs (default 1), or
+        `((inputs...), (targets...))`; its shapes are the step's shapes.
+    mesh: None, "data:8", "fsdp:8", "data:2,fsdp:4" or a jax Mesh (see `tpuedge.cloud.mesh`).
+    """
+    flat, n = split_batch(example_batch, n_inputs)
+    program = loss_program(model, loss_fn, flat, n)
+    jp = to_jax(program)
+    if len(jp.outputs) != 1:
+        raise UserError("loss_fn must return one scalar tensor; reduce it with .mean() or .sum().")
+    names_by_param = {id(p): MODEL_PREFIX + name for name, p in model.named_parameters()}
+    tx, trainable = to_optax(optimizer, names_by_param, list(jp.params))
+    return TrainStep(
+        jp,
+        tx,
+        trainable,
+        n_inputs=n,
+        mesh=mesh,
+        seed=seed,
+        eval_program_factory=lambda: loss_program(model, loss_fn, flat, n, training=False),
+    )
