@@ -1,22 +1,134 @@
-"""The `cloud-tpu` target (light module: no jax import here)."""
+"""The `cloud-tpu` target (light module: no jax or torch import here).
+
+`tpuedge build MODEL --target cloud-tpu --out DIR [--topology v5e:2x2] [--batch N] [--train-step]`
+lowers the shared IR to JAX, writes StableHLO and a portable jax.export blob (cpu + tpu), checks
+it on XLA:CPU against the Program, and — when libtpu is installed — compiles the forward (and
+with --train-step a data-parallel AdamW training step) for a real TPU slice without a TPU.
+"""
 
 from __future__ import annotations
 
-from tpuedge.shared_ir.targets import Capability, Target, register_target
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["CloudTpuTarget"]
+from tpuedge.cloud.topologies import DEFAULT_TOPOLOGY, TopologyChoice, parse_topology, valid_topologies_text
+from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.targets import BuildOption, Capability, Target, register_target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tpuedge.shared_ir.program import Program
+
+__all__ = ["CloudTpuTarget", "CloudLowered"]
+
+_LOSSES = ("auto", "cross_entropy", "mse")  # tpu_compile.TRAIN_LOSSES, kept here to stay light
+
+
+class CloudLowered:
+    """A Program lowered for cloud-tpu: `as_text()` is the forward's StableHLO, `compile(dir)`
+    writes the artifact folder (see cloud/artifact.py)."""
+
+    def __init__(
+        self,
+        program: "Program",
+        *,
+        topology: TopologyChoice,
+        batch: int | None = None,
+        train_step: bool = False,
+        loss: str = "auto",
+    ):
+        from tpuedge.cloud.stablehlo_export import batch_size, rebind_batch
+
+        self.source_program = program
+        self.program = rebind_batch(program, batch)
+        self.topology = topology
+        self.train_step = bool(train_step)
+        self.loss = loss
+        before = batch_size(program)
+        self.batch_info = {
+            "size": batch_size(self.program),
+            "rebound_from": before if self.program is not program else None,
+            "dimension": 0,
+        }
+
+    @cached_property
+    def forward_export(self):
+        from tpuedge.cloud.stablehlo_export import forward_export
+
+        return forward_export(self.program)
+
+    @cached_property
+    def _text(self) -> str:
+        from tpuedge.cloud.stablehlo_export import stablehlo_text
+
+        return stablehlo_text(self.forward_export, self.program)
+
+    def as_text(self) -> str:
+        """StableHLO of the forward: `forward(params, buffers, *inputs)`, weights as arguments."""
+        return self._text
+
+    def compile(self, out_dir: Any = None):
+        from tpuedge.cloud.artifact import write_cloud_artifact
+
+        out = Path(out_dir) if out_dir is not None else Path("build") / self.program.name / "cloud-tpu"
+        return write_cloud_artifact(self, out)
+
+    def __repr__(self) -> str:
+        return f"CloudLowered({self.program.name!r}, topology={self.topology.name!r}, batch={self.batch_info['size']})"
 
 
 class CloudTpuTarget(Target):
     name = "cloud-tpu"
     summary = "JAX/StableHLO for XLA on Cloud TPU (runs on CPU/GPU the same way)"
     runtime = "XLA (jax.export)"
-    implemented = False
+    implemented = True
 
     def capability(self) -> Capability:
         from tpuedge.cloud.capability import cloud_capability
 
         return cloud_capability()
+
+    def build_options(self) -> list[BuildOption]:
+        return [
+            BuildOption(
+                "topology",
+                f"TPU slice to compile for without a TPU (needs libtpu): {valid_topologies_text()}",
+                str,
+                DEFAULT_TOPOLOGY,
+            ),
+            BuildOption("batch", "rebind the batch dimension (dim 0 of every input) to N", int, None),
+            BuildOption("train_step", "also compile a data-parallel AdamW training step for the topology", bool, False),
+            BuildOption("loss", "loss of the --train-step compile (auto: cross-entropy for [batch, classes] logits, else MSE)", _LOSSES, "auto"),
+        ]
+
+    def lower(
+        self,
+        program: "Program",
+        topology: str = DEFAULT_TOPOLOGY,
+        batch: int | None = None,
+        train_step: bool = False,
+        loss: str = "auto",
+        **unknown: Any,
+    ) -> CloudLowered:
+        if unknown:
+            raise UserError(
+                f"cloud-tpu does not take option(s) {', '.join(sorted(unknown))}; its options are "
+                f"{', '.join(o.name for o in self.build_options())}."
+            )
+        if loss not in _LOSSES:
+            raise UserError(f"Unknown loss {loss!r} for cloud-tpu; choose one of: {', '.join(_LOSSES)}.")
+        choice = parse_topology(topology or DEFAULT_TOPOLOGY)  # validated before any heavy work
+        return CloudLowered(program, topology=choice, batch=batch, train_step=train_step, loss=loss)
+
+    def load_artifact(self, path: Any):
+        from tpuedge.cloud.artifact import CloudArtifact
+        from tpuedge.shared_ir.artifact import read_manifest
+
+        path = Path(path)
+        manifest = read_manifest(path)
+        if manifest.get("target") != self.name:
+            raise UserError(f"{path} holds a {manifest.get('target')!r} build, not cloud-tpu; open it with tpuedge.load.")
+        return CloudArtifact(path, manifest)
 
 
 register_target(CloudTpuTarget())

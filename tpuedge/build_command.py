@@ -78,7 +78,13 @@ def make_build_command() -> click.Command:
         spec = _model_arg(model)
         options = resolve_build_options(target, given, config)
         out = out or config.get("out", target) or Path("build") / spec_name(spec) / target
-        program = load_program(spec)
+        if options.get("batch") and not spec.endswith(".pt2"):
+            # a factory's module can be re-traced at the batch asked for (a .pt2 only rebinds if its graph allows)
+            from tpuedge.cloud.stablehlo_export import export_factory_at_batch
+
+            program = export_factory_at_batch(spec, options["batch"])
+        else:
+            program = load_program(spec)
         artifact = program.lower(target, **options).compile(Path(out))
         console = _console()
         console.print(artifact.report() if hasattr(artifact, "report") else repr(artifact))

@@ -1,0 +1,380 @@
+"""A real XLA:TPU compile on a machine with no TPU, and the report it gives.
+
+libtpu can describe a TPU slice it is not attached to (`jax.experimental.topologies.
+get_topology_desc("v5e:2x2", "tpu")` returns compile-only devices); jitting over a Mesh of
+those devices and calling `.compile()` runs the real TPU compiler. From the executable we read
+HBM use (`memory_analysis()`), FLOPs and bytes (`cost_analysis()`) and the collectives XLA
+inserted for the sharding (counted in the compiled HLO), and estimate a step time from the
+chip's published peak (see topologies.py).
+
+Two process-level traps handled here:
+- libtpu takes /tmp/libtpu_lockfile; any other process that initialised jax with libtpu
+  installed (a training script, a test) holds it, and a second libtpu load then fails with
+  "Internal error when accessing libtpu multi-process lockfile". A deviceless compile never
+  touches a chip, so we set ALLOW_MULTIPLE_LIBTPU_LOAD=1 (unless the user set it) before the
+  first topology call.
+- libtpu prints multi-line warnings (no TPU metadata server) on stderr at first load; we hold
+  them back and show them only if the topology call fails.
+
+`TPUEDGE_LIBTPU=off` makes tpuedge behave as if libtpu were not installed (used by the tests
+to exercise that path without uninstalling it, and by users who want to skip the compile).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from typing import Any
+
+from tpuedge.cloud.topologies import TopologyChoice
+from tpuedge.shared_ir.errors import TpuedgeError, UserError
+
+__all__ = [
+    "LIBTPU_SWITCH",
+    "initialize_jax_quietly",
+    "libtpu_unavailable_reason",
+    "libtpu_version",
+    "topology_devices",
+    "devices_per_chip",
+    "count_collectives",
+    "compile_on_topology",
+    "CompileTarget",
+]
+
+LIBTPU_SWITCH = "TPUEDGE_LIBTPU"
+COLLECTIVE_OPCODES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast")
+# An HLO instruction's opcode follows its result shape: "... = f32[4]{0} all-reduce(...)".
+_COLLECTIVE_RE = re.compile(r"\s(" + "|".join(COLLECTIVE_OPCODES) + r")(-start)?\(")
+_DEVICES: dict[str, list] = {}
+
+
+def libtpu_unavailable_reason() -> str | None:
+    """None when a deviceless TPU compile can run here, else why not (one short clause)."""
+    if os.environ.get(LIBTPU_SWITCH, "").strip().lower() in {"0", "off", "no", "false"}:
+        return f"libtpu switched off by {LIBTPU_SWITCH}={os.environ[LIBTPU_SWITCH]}"
+    if importlib.util.find_spec("libtpu") is None:
+        return "libtpu is not installed (pip install 'tpuedge[tpu]' adds the libtpu that matches jax)"
+    return None
+
+
+def libtpu_version() -> str:
+    try:
+        return metadata.version("libtpu")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@contextlib.contextmanager
+def _held_stderr() -> Iterator[list[str]]:
+    """Redirect the process's fd 2 (C++ logging included) into a buffer the caller may show."""
+    captured: list[str] = []
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.append(sink.read().decode(errors="replace"))
+
+
+def initialize_jax_quietly() -> None:
+    """Initialise jax's backends with libtpu's no-TPU-here warnings held back.
+
+    With libtpu installed, jax's first backend initialisation loads it to look for a TPU; on a
+    machine without one that prints a screen of metadata-server warnings and takes the libtpu
+    lockfile. We allow a shared load (a deviceless compile never touches a chip) and replay the
+    held log only when a TPU backend did come up (then it may matter).
+    """
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    import jax
+
+    with _held_stderr() as log:
+        backend = jax.default_backend()
+    if backend == "tpu" and log and log[0]:
+        os.write(2, log[0].encode())
+
+
+def topology_devices(choice: TopologyChoice) -> list:
+    """The compile-only devices of a TPU slice, from libtpu (cached per topology name)."""
+    if choice.name in _DEVICES:
+        return _DEVICES[choice.name]
+    reason = libtpu_unavailable_reason()
+    if reason:
+        raise UserError(f"Can't compile for TPU topology {choice.name}: {reason}.")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    from jax.experimental import topologies
+
+    with _held_stderr() as log:
+        try:
+            devices = list(topologies.get_topology_desc(choice.name, "tpu").devices)
+            error = None
+        except Exception as exc:  # libtpu raises JaxRuntimeError with its own text
+            devices, error = [], exc
+    if error is not None:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        noise = log[0].strip().splitlines()[-1] if log and log[0].strip() else ""
+        raise UserError(
+            f"libtpu {libtpu_version()} could not describe TPU topology {choice.name}: {message}"
+            + (f" (libtpu said: {noise})" if noise else "")
+            + f". Pick a slice shape libtpu knows, e.g. {choice.chip.default_topology}; if the chip name is right "
+            "and it still fails, install the libtpu that matches jax with pip install 'jax[tpu]==<your jax version>'."
+        ) from error
+    _DEVICES[choice.name] = devices
+    return devices
+
+
+def devices_per_chip(devices: list) -> int:
+    """Devices libtpu exposes per chip (v4 shows its two TensorCores as two devices)."""
+    chips = {tuple(getattr(d, "coords", (d.id,))) for d in devices}
+    return max(1, len(devices) // max(1, len(chips)))
+
+
+def count_collectives(hlo_text: str) -> dict[str, int]:
+    """Collective instructions in compiled HLO text, by opcode (an async start/done pair counts once)."""
+    counts: dict[str, int] = {}
+    for match in _COLLECTIVE_RE.finditer(hlo_text):
+        counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+class CompileTarget:
+    """A TPU slice to compile for: its devices, a 1-D "data" mesh over them, the chip figures."""
+
+    def __init__(self, choice: TopologyChoice):
+        import numpy as np
+        from jax.sharding import Mesh
+
+        self.choice = choice
+        self.devices = topology_devices(choice)
+        self.mesh = Mesh(np.array(self.devices), ("data",))
+        self.per_chip = devices_per_chip(self.devices)
+        kinds = {d.device_kind for d in self.devices}
+        if kinds != {choice.chip.device_kind}:
+            raise UserError(
+                f"libtpu described {choice.name} with devices of kind {sorted(kinds)}, expected "
+                f"{choice.chip.device_kind!r}; install the libtpu that matches jax (pip install 'tpuedge[tpu]')."
+            )
+
+    @property
+    def device_count(self) -> int:
+        return len(self.devices)
+
+    def replicated(self):
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        return NamedSharding(self.mesh, PartitionSpec())
+
+    def batch_sharded(self):
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        return NamedSharding(self.mesh, PartitionSpec("data"))
+
+    def describe(self) -> dict:
+        chip = self.choice.chip
+        return {
+            "topology": self.choice.name,
+            "chip": chip.name,
+            "device_kind": chip.device_kind,
+            "chips": self.device_count // self.per_chip,
+            "devices": self.device_count,
+            "devices_per_chip": self.per_chip,
+            "mesh": {"data": self.device_count},
+            "chip_peak_bf16_flops_per_s": chip.peak_bf16_flops,
+            "chip_hbm_bytes": chip.hbm_bytes,
+            "chip_hbm_bytes_per_s": chip.hbm_bandwidth,
+            "chip_figures_source": chip.source,
+            "libtpu": libtpu_version(),
+        }
+
+
+def compile_on_topology(
+    target: CompileTarget, function: Callable, arguments: tuple, *, donate_argnums: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """jit `function` over abstract `arguments` (ShapeDtypeStructs carrying shardings on
+    `target.mesh`), compile it with the TPU compiler and return the analysis (per device)."""
+    import jax
+
+    started = time.perf_counter()
+    try:
+        lowered = jax.jit(function, donate_argnums=donate_argnums).lower(*arguments)
+        lowered_at = time.perf_counter()
+        compiled = lowered.compile()
+    except TpuedgeError:  # the interpreter's own errors (unsupported op, our bug) pass as they are
+        raise
+    except Exception as exc:  # XLA reports TPU-unsupported programs as runtime errors
+        first = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"The XLA:TPU compiler rejected the program for {target.choice.name}: {first}. "
+            "Check the model's dtypes (TPUs have no float64) and ops with `tpuedge check --target cloud-tpu`."
+        ) from exc
+    finished = time.perf_counter()
+    return _analysis(target, compiled, lower_s=lowered_at - started, compile_s=finished - lowered_at)
+
+
+def _analysis(target: CompileTarget, compiled, *, lower_s: float, compile_s: float) -> dict[str, Any]:
+    chip = target.choice.chip
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list):  # older jax returned one dict per partition
+        cost = cost[0] if cost else {}
+    cost = cost or {}
+    flops = float(cost.get("flops", 0.0))
+    bytes_accessed = float(cost.get("bytes accessed", 0.0))
+    hbm = {
+        "argument_bytes": int(memory.argument_size_in_bytes),
+        "output_bytes": int(memory.output_size_in_bytes),
+        "alias_bytes": int(memory.alias_size_in_bytes),
+        "temp_bytes": int(memory.temp_size_in_bytes),
+        "generated_code_bytes": int(memory.generated_code_size_in_bytes),
+    }
+    hbm["total_bytes"] = (
+        hbm["argument_bytes"] + hbm["output_bytes"] - hbm["alias_bytes"] + hbm["temp_bytes"] + hbm["generated_code_bytes"]
+    )
+    device_hbm = chip.hbm_bytes / target.per_chip
+    hbm["fraction_of_device_hbm"] = hbm["total_bytes"] / device_hbm
+    device_peak = chip.peak_bf16_flops / target.per_chip
+    device_bandwidth = chip.hbm_bandwidth / target.per_chip
+    compute_s = flops / device_peak
+    memory_s = bytes_accessed / device_bandwidth
+    collectives = count_collectives(compiled.as_text())
+    report = {
+        "lower_seconds": round(lower_s, 3),
+        "compile_seconds": round(compile_s, 3),
+        "hbm_per_device": hbm,
+        "flops_per_device": flops,
+        "flops_all_devices": flops * target.device_count,
+        "bytes_accessed_per_device": bytes_accessed,
+        "collectives": {"total": sum(collectives.values()), "by_opcode": collectives},
+        "estimated_step_seconds": max(compute_s, memory_s),
+        "estimate_bound": "compute" if compute_s >= memory_s else "memory",
+        "compute_bound_seconds": compute_s,
+        "memory_bound_seconds": memory_s,
+    }
+    if "optimal_seconds" in cost:
+        report["xla_cost_model_seconds"] = float(cost["optimal_seconds"])
+    return report
+
+
+# ---- what tpuedge compiles: the forward and a data-parallel training step -------------------
+
+
+def _sharded(target: CompileTarget, aval, sharding):
+    import jax
+
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding)
+
+
+def _next_multiple(value: int, of: int) -> int:
+    return (value + of - 1) // of * of
+
+
+def _batch_placement(target: CompileTarget, batch: int | None) -> tuple[Any, dict]:
+    """Shard the batch over the mesh when it divides; else replicate and say why."""
+    if isinstance(batch, int) and batch % target.device_count == 0:
+        return target.batch_sharded(), {"batch": batch, "batch_sharded_over": "data", "note": ""}
+    note = (
+        f"batch {batch} does not divide over {target.device_count} devices, so inputs are replicated "
+        f"(every device computes the whole batch); pass --batch {_next_multiple(batch or 1, target.device_count)} "
+        "(a multiple of the device count) to shard it"
+    )
+    return target.replicated(), {"batch": batch, "batch_sharded_over": None, "note": note}
+
+
+def compile_forward(target: CompileTarget, export, batch: int | None) -> dict[str, Any]:
+    """The forward with weights replicated and the batch sharded over the "data" axis."""
+    import jax
+
+    params, buffers, *inputs = export.abstract_arguments()
+    placement, info = _batch_placement(target, batch)
+    rep = target.replicated()
+    arguments = (
+        jax.tree.map(lambda a: _sharded(target, a, rep), params),
+        jax.tree.map(lambda a: _sharded(target, a, rep), buffers),
+        *(_sharded(target, a, placement) for a in inputs),
+    )
+    return {**info, **compile_on_topology(target, export.function, arguments)}
+
+
+TRAIN_LOSSES = ("auto", "cross_entropy", "mse")
+
+
+def train_step_function(export, loss: str = "auto", learning_rate: float = 1e-3):
+    """A data-parallel training step over the Program's forward: the loss, its gradients and an
+    AdamW update in one function (params, buffers, opt_state, inputs, targets, rng) -> new state.
+
+    Returns (step, optimizer, loss_name, target_avals). loss "auto": softmax cross-entropy with
+    integer labels when the first output is a float [batch, classes] logit tensor, else mean
+    squared error against targets shaped like the outputs.
+    """
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    outputs = jax.eval_shape(export.function, *export.abstract_arguments())
+    first = outputs[0]
+    if loss == "auto":
+        loss = "cross_entropy" if len(first.shape) == 2 and jnp.issubdtype(first.dtype, jnp.floating) else "mse"
+    if loss == "cross_entropy":
+        if len(first.shape) != 2:
+            raise UserError(
+                f"--loss cross_entropy needs [batch, classes] logits but the model's first output is "
+                f"{list(first.shape)}; use --loss mse."
+            )
+        target_avals = (jax.ShapeDtypeStruct(first.shape[:1], jnp.int32),)
+    elif loss == "mse":
+        target_avals = tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outputs)
+    else:
+        raise UserError(f"Unknown loss {loss!r}; choose one of: {', '.join(TRAIN_LOSSES)}.")
+    optimizer = optax.adamw(learning_rate)
+    run = export.jax_program
+
+    def loss_value(params, buffers, inputs, targets, rng):
+        new_buffers, outs = run(params, buffers, *inputs, rng_key=rng)
+        if loss == "cross_entropy":
+            value = optax.softmax_cross_entropy_with_integer_labels(outs[0], targets[0]).mean()
+        else:
+            value = sum(jnp.mean((o - t) ** 2) for o, t in zip(outs, targets))
+        return value, new_buffers
+
+    def step(params, buffers, opt_state, inputs, targets, rng):
+        (value, new_buffers), grads = jax.value_and_grad(loss_value, has_aux=True)(params, buffers, inputs, targets, rng)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), new_buffers, opt_state, value
+
+    return step, optimizer, loss, target_avals
+
+
+def compile_train_step(target: CompileTarget, export, batch: int | None, loss: str = "auto") -> dict[str, Any]:
+    """The training step sharded data-parallel over the topology: batch on "data", parameters
+    and AdamW state replicated (XLA inserts the gradient all-reduce); state donated."""
+    import jax
+    import jax.numpy as jnp
+
+    step, optimizer, loss_name, target_avals = train_step_function(export, loss)
+    params, buffers, *inputs = export.abstract_arguments()
+    opt_state = jax.eval_shape(optimizer.init, params)
+    placement, info = _batch_placement(target, batch)
+    rep = target.replicated()
+
+    def replicate(tree):
+        return jax.tree.map(lambda a: _sharded(target, a, rep), tree)
+
+    arguments = (
+        replicate(params),
+        replicate(buffers),
+        replicate(opt_state),
+        tuple(_sharded(target, a, placement) for a in inputs),
+        tuple(_sharded(target, a, placement) for a in target_avals),
+        _sharded(target, jax.ShapeDtypeStruct((2,), jnp.uint32), rep),
+    )
+    report = compile_on_topology(target, step, arguments, donate_argnums=(0, 1, 2))
+    return {**info, "loss": loss_name, "optimizer": "optax.adamw(1e-3)", "parallelism": "data", **report}
