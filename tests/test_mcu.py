@@ -1,0 +1,132 @@
+"""End-to-end mcu target on the digits CNN: TFLM accuracy, arena, C array, op resolver, manifest."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import tpuedge
+from tpuedge.edge.arena import arena_fits
+from tpuedge.edge.c_array import parse_c_array
+from tpuedge.edge.tflm_model import external_buffers, ops_used
+from tpuedge.edge.tflm_ops import tflm_ops
+
+
+@pytest.fixture(scope="module")
+def digits_mcu(digits_program, digits_model, tmp_path_factory):
+    """(lowered, artifact) of the digits CNN built for mcu once for this module."""
+    import model as digits
+
+    _, _, _, x_test, y_test = digits_model
+    lowered = digits_program.lower("mcu", calibration=digits.calibration(), eval=(x_test, y_test))
+    out = tmp_path_factory.mktemp("digits") / "mcu"
+    return lowered, lowered.compile(out)
+
+
+def test_tflm_accuracy_on_the_test_split(digits_mcu, digits_model):
+    _, art = digits_mcu
+    net, _, _, x_test, y_test = digits_model
+    ev = art.manifest["verification"]["evaluation"]
+    assert ev["samples"] == len(y_test)
+    assert ev["tflm_accuracy"] >= 0.95
+    assert ev["float_accuracy"] - ev["tflm_accuracy"] <= 0.015
+    # Recompute independently through the artifact (TFLM, float in/out) and the torch module.
+    import torch
+
+    tflm_pred = np.array([art.run(x[None])[0].argmax() for x in x_test])
+    with torch.no_grad():
+        float_pred = net(torch.from_numpy(x_test)).argmax(1).numpy()
+    assert abs((tflm_pred == y_test).mean() - ev["tflm_accuracy"]) < 1e-5
+    assert (float_pred == y_test).mean() - (tflm_pred == y_test).mean() <= 0.015
+
+
+def test_full_int8_inline_and_runtimes_agree(digits_mcu):
+    _, art = digits_mcu
+    data = (art.directory / "model.tflite").read_bytes()
+    m = art.manifest
+    assert m["flash_bytes"] == len(data) == m["files"]["model.tflite"]["bytes"]
+    assert external_buffers(data) == []
+    io = m["quantization"]["io"]
+    assert [t["dtype"] for t in io["inputs"] + io["outputs"]] == ["int8", "int8"]
+    assert m["quantization"]["config"]["strict_int8"] is True
+    assert m["quantization"]["recipe"]["non_int8_ops"] == []
+    for v in m["verification"].values():
+        assert v["tflm_vs_litert_max_lsb"] <= 1
+        assert v["tflm_vs_float"]["top1_agreement"] >= 0.97
+
+
+def test_arena_is_the_bisected_minimum(digits_mcu):
+    _, art = digits_mcu
+    data = (art.directory / "model.tflite").read_bytes()
+    sample = [np.zeros((1, 1, 8, 8), np.int8)]
+    measured = art.arena_bytes
+    assert 1024 < measured < 64 * 1024
+    assert arena_fits(data, measured, sample)
+    assert not arena_fits(data, measured - 512, sample)
+    assert art.recommended_arena_bytes >= 1.1 * measured
+
+
+def test_model_data_cc_compiles_and_holds_the_model(digits_mcu, tmp_path):
+    _, art = digits_mcu
+    cc = (art.directory / "model_data.cc").read_text()
+    h = (art.directory / "model_data.h").read_text()
+    assert "alignas(16) const unsigned char g_digits_model_data[]" in cc
+    assert "extern const unsigned int g_digits_model_data_len;" in h
+    assert parse_c_array(cc) == (art.directory / "model.tflite").read_bytes()
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not installed")
+    shutil.copy(art.directory / "model_data.h", tmp_path)
+    shutil.copy(art.directory / "model_data.cc", tmp_path)
+    check = tmp_path / "check.cc"
+    check.write_text(
+        '#include "model_data.h"\n'
+        "static_assert(alignof(decltype(g_digits_model_data[0])) >= 1, \"\");\n"
+        "int main() { return (reinterpret_cast<unsigned long>(g_digits_model_data) % 16 == 0 && "
+        "g_digits_model_data_len > 0) ? 0 : 1; }\n"
+    )
+    subprocess.run([gxx, "-std=c++17", "-c", "model_data.cc", "-o", "model_data.o"], cwd=tmp_path, check=True)
+    subprocess.run([gxx, "-std=c++17", "check.cc", "model_data.o", "-o", "check"], cwd=tmp_path, check=True)
+    assert subprocess.run([str(tmp_path / "check")]).returncode == 0  # linked, aligned, non-empty
+
+
+def test_op_resolver_lists_exactly_the_models_ops(digits_mcu):
+    _, art = digits_mcu
+    text = (art.directory / "op_resolver.h").read_text()
+    used = {o.name for o in ops_used((art.directory / "model.tflite").read_bytes())}
+    import re
+
+    adds = re.findall(r"resolver\.(Add\w+)\(\)", text)
+    assert sorted(adds) == sorted(tflm_ops()[n]["resolver"] for n in used)
+    assert len(adds) == len(set(adds)) == len(used)
+    assert f"MicroMutableOpResolver<kOpCount>" in text and f"kOpCount = {len(used)};" in text
+
+
+def test_rebuild_is_byte_identical(digits_mcu, tmp_path):
+    lowered, art = digits_mcu
+    again = lowered.compile(tmp_path / "again")
+    for name in ("model.tflite", "model_data.cc", "model_data.h", "op_resolver.h", "manifest.json"):
+        assert (again.directory / name).read_bytes() == (art.directory / name).read_bytes(), name
+
+
+def test_over_budget_exits_2_with_numbers_and_writes_nothing(digits_mcu, tmp_path):
+    lowered, art = digits_mcu
+    from tpuedge.edge.boards import budget_check, resolve_board
+
+    board = resolve_board("cortex-m0plus", None, 4)  # 4 KB RAM: the arena can't fit
+    with pytest.raises(tpuedge.UserError) as err:
+        budget_check(board, art.manifest["flash_bytes"], art.recommended_arena_bytes)
+    text = str(err.value)
+    assert f"{art.recommended_arena_bytes:,}" in text and "3,072" in text and "Try:" in text
+    # Through the whole build: same error, and the output folder never appears.
+    import model as digits
+
+    out = tmp_path / "tiny"
+    small = art.manifest["flash_bytes"] // 1024  # flash budget below the model size
+    with pytest.raises(tpuedge.UserError, match="flash"):
+        tpuedge.build(lowered.program, "mcu", out, calibration=digits.calibration(64), flash_kb=small, ram_kb=256, eval="none")
+    assert not out.exists()
