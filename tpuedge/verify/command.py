@@ -1,0 +1,95 @@
+"""`tpuedge verify ARTIFACT_DIR... --model MODEL --data FILE.npz`: the CLI face of `verify`.
+
+Only click is imported here (the CLI's start-up path); numpy/torch/litert load when it runs.
+Exit codes: 0 every threshold holds, 1 one failed (named on the console and in the JSON),
+2 bad input (UserError: fingerprint mismatch, data of the wrong shape, missing keys).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["verify_command"]
+
+
+@click.command("verify")
+@click.argument("artifact_dirs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="ARTIFACT_DIR...")
+@click.option("--model", "-m", "model", help="MODEL the artifacts were built from (file.py:factory, pkg.mod:factory or .pt2).")
+@click.option("--data", "-d", "data", required=True, type=click.Path(path_type=Path), help=".npz with one array per model input (first axis = samples); .npy for one input.")
+@click.option("--labels", help="Key of the labels array in the .npz: report task accuracy of both and the drop.")
+@click.option("--min-cosine", type=float, help="Fail (exit 1) when any output's cosine similarity is below this.")
+@click.option("--min-top1", type=float, help="Fail when top-1 agreement with the float IR is below this fraction (e.g. 0.99).")
+@click.option("--max-drop", type=float, help="Fail when task accuracy drops by more than this many percentage points (needs --labels).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the results as JSON here (for CI).")
+@click.option("--per-layer", is_flag=True, help="Compare every layer the runtime exposes with the IR; rank by SNR drop.")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Where --per-layer writes report.md and the SNR plot (default build/<model>/verify).")
+@click.option("--layer-samples", type=click.IntRange(min=1), default=64, show_default=True, help="Samples used for --per-layer.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Worst layers shown on the console.")
+def verify_command(
+    artifact_dirs: tuple[Path, ...],
+    model: str | None,
+    data: Path,
+    labels: str | None,
+    min_cosine: float | None,
+    min_top1: float | None,
+    max_drop: float | None,
+    json_path: Path | None,
+    per_layer: bool,
+    report_dir: Path | None,
+    layer_samples: int,
+    top: int,
+) -> int:
+    """Run ARTIFACT_DIR (one or more builds) in its real runtime and the float MODEL on the same data; compare.
+
+    Per output: max/mean abs error, cosine, SNR, top-1 agreement; with --labels, task accuracy
+    of both. Exit 0 when every threshold holds, 1 when one fails, 2 for bad input.
+    """
+    import json
+
+    from rich.console import Console
+
+    from tpuedge.config import find_config
+    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.atomic import write_bytes_atomic
+    from tpuedge.shared_ir.errors import UserError
+    from tpuedge.verify.compare import verify
+    from tpuedge.verify.report import PLOT_FILE, REPORT_FILE, render, write_report_dir
+
+    model = model or find_config().get("model")
+    if not model:
+        raise UserError(
+            "No --model given and no `model` in [tool.tpuedge]; pass the model the artifact was built from, "
+            "e.g. --model examples/digits/model.py:build."
+        )
+    console = Console(highlight=False)
+    if not console.is_terminal:  # CI logs: don't wrap the tables at 80 columns
+        console = Console(highlight=False, width=160)
+    program = load_program(model)
+    results = []
+    for directory in artifact_dirs:
+        result = verify(
+            directory, program, data, labels=labels, min_cosine=min_cosine, min_top1=min_top1,
+            max_drop=max_drop, per_layer=per_layer, layer_samples=layer_samples, progress=True,
+        )
+        render(result, console, top_layers=top)
+        results.append(result)
+
+    if per_layer:
+        out = report_dir or Path("build") / program.name / "verify"
+        write_report_dir(out, results)
+        console.print(f"per-layer report: {out / REPORT_FILE}, plot: {out / PLOT_FILE}")
+    if json_path is not None:
+        payload = {"passed": all(r.passed for r in results), "results": [r.to_json() for r in results]}
+        write_bytes_atomic(json_path, (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode())
+        console.print(f"wrote {json_path}")
+
+    failures = [(r, c) for r in results for c in r.failures]
+    checks = sum(len(r.checks) for r in results)
+    if failures:
+        for r, c in failures:
+            console.print(f"[red]FAILED[/red] {r.artifact}: {c.describe()}")
+        return 1
+    console.print(f"[green]verify passed[/green]: {checks} check(s) on {len(results)} artifact(s)" if checks else "verify: no thresholds given; measured only")
+    return 0

@@ -1,0 +1,307 @@
+"""Per-layer numerics: every intermediate a runtime exposes, against the IR's own value.
+
+- LiteRT (android): the flatbuffer runs in the LiteRT interpreter with all tensors preserved
+  and the builtin kernels (a delegate would hide the intermediates inside its partition).
+- TFLite-Micro (mcu): the real TFLM interpreter with `kPreserveAllTensors`.
+- cloud-tpu: the JAX interpreter's intermediates of the same IR, on CPU.
+
+Runtime tensors are mapped to IR nodes (`tflite_graph.match_tensors`), dequantized and put
+back into IR layout. Each layer's SNR is the per-channel SNR (see `metrics`); its drop is how
+far it falls below the SNR of the nearest compared layers it reads from, so the layer that
+introduces an error ranks first, not the ones downstream that inherit it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from tpuedge.shared_ir.errors import UserError
+from tpuedge.verify.data import VerifyData
+from tpuedge.verify.ir_values import IntermediateRecorder, IRLayer
+from tpuedge.verify.metrics import SNR_CAP_DB, ErrorAccumulator
+from tpuedge.verify.runner import call_batch, call_chunks, inverse_permutation, layout_permutation
+
+__all__ = ["LayerStat", "LayerReport", "layer_report", "runtime_label", "DEFAULT_LAYER_SAMPLES"]
+
+DEFAULT_LAYER_SAMPLES = 64
+
+_RUNTIME_LABELS = {
+    "android": "LiteRT (android)",
+    "mcu": "TFLite-Micro (mcu)",
+    "cloud-tpu": "XLA CPU (cloud-tpu)",
+}
+
+
+def runtime_label(target: str) -> str:
+    return _RUNTIME_LABELS.get(target, target)
+
+
+@dataclass(frozen=True)
+class LayerStat:
+    node: str
+    label: str  # "conv2d_1 (conv2: conv2d)"
+    op: str
+    module: str
+    source: str
+    tensor: str  # the runtime's name for it
+    order: int
+    snr_db: float  # per-channel SNR
+    tensor_snr_db: float  # whole-tensor SNR
+    cosine: float
+    max_abs_err: float
+    input_snr_db: float  # SNR of what this layer reads (nearest compared layers, or its inputs)
+    drop_db: float  # input_snr_db - snr_db, ≥ 0
+
+    @property
+    def is_input(self) -> bool:
+        return self.op == "input"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    runtime: str
+    target: str
+    artifact: str
+    samples: int
+    ir_layers: int  # tensor-valued IR nodes
+    layers: tuple[LayerStat, ...]  # compared layers in graph order (model inputs included)
+
+    def ranked(self) -> list[LayerStat]:
+        """Compared layers (not the model inputs), largest SNR drop first."""
+        return sorted((l for l in self.layers if not l.is_input), key=lambda l: (-l.drop_db, l.order))
+
+    def to_json(self) -> dict:
+        return {
+            "runtime": self.runtime,
+            "target": self.target,
+            "artifact": self.artifact,
+            "samples": self.samples,
+            "ir_layers": self.ir_layers,
+            "layers": [l.to_json() for l in self.layers],
+            "ranked": [l.node for l in self.ranked()],
+        }
+
+
+class _LayerSource(Protocol):
+    def prepare(self, reference: dict[str, np.ndarray], inputs: list[np.ndarray]) -> None: ...
+
+    def names(self) -> dict[str, str]: ...  # IR node -> runtime tensor name
+
+    def values(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]: ...  # IR layout
+
+
+def _tflite_path(artifact) -> Path:
+    directory = Path(artifact.directory)
+    if directory.is_file():
+        return directory
+    names = [n for n in (artifact.manifest.get("files") or {}) if n.endswith(".tflite")]
+    path = directory / (names[0] if names else "model.tflite")
+    if not path.is_file():
+        raise UserError(f"{directory} has no .tflite model to read layers from; rebuild it with `tpuedge build`.")
+    return path
+
+
+class _TfliteSource:
+    """LiteRT or TFLite-Micro with every intermediate tensor kept."""
+
+    def __init__(self, model_bytes: bytes, program, layers: dict[str, IRLayer], *, micro: bool):
+        from tpuedge.verify.tflite_graph import match_tensors, read_graph
+
+        self._graph = read_graph(model_bytes)
+        self._candidates = match_tensors(self._graph, program, layers)
+        self._matches = []
+        self._micro = micro
+        self._input_perms = []
+        for tensor_index, spec in zip(self._graph.inputs, program.inputs):
+            perm = layout_permutation(spec.shape, self._graph.tensors[tensor_index].shape)
+            self._input_perms.append(perm or ())
+        if micro:
+            from tflite_micro import runtime
+
+            tensor_bytes = sum(
+                int(np.prod(t.shape or (1,))) * np.dtype(t.dtype if t.dtype != "unknown" else "int32").itemsize
+                for t in self._graph.tensors
+            )
+            self._interpreter = runtime.Interpreter.from_bytes(
+                model_bytes,
+                arena_size=2 * tensor_bytes + (1 << 20),
+                intrepreter_config=runtime.InterpreterConfig.kPreserveAllTensors,
+            )
+        else:
+            import warnings
+
+            from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+            with warnings.catch_warnings():  # "preserve_all_tensors is for debugging": that's us
+                warnings.simplefilter("ignore")
+                self._interpreter = Interpreter(
+                    model_content=model_bytes,
+                    experimental_preserve_all_tensors=True,
+                    experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                    num_threads=1,
+                )
+            self._interpreter.allocate_tensors()
+
+    def names(self) -> dict[str, str]:
+        return {m.node: self._graph.tensors[m.tensor].name or f"tensor {m.tensor}" for m in self._matches}
+
+    def _encode(self, tensor, value: np.ndarray) -> np.ndarray:
+        if tensor.scale.size and tensor.dtype in ("int8", "uint8", "int16"):
+            info = np.iinfo(tensor.dtype)
+            q = np.round(value / tensor.scale[0]) + tensor.zero_point[0]
+            return np.clip(q, info.min, info.max).astype(tensor.dtype)
+        return value.astype(tensor.dtype)
+
+    def _invoke(self, inputs: list[np.ndarray], tensors: list[int]) -> dict[int, np.ndarray]:
+        from tpuedge.verify.tflite_graph import dequantize
+
+        it = self._interpreter
+        for position, (tensor_index, value, perm) in enumerate(zip(self._graph.inputs, inputs, self._input_perms)):
+            tensor = self._graph.tensors[tensor_index]
+            raw = np.ascontiguousarray(self._encode(tensor, np.transpose(value, perm) if perm else value))
+            if self._micro:
+                it.set_input(raw, position)
+            else:
+                it.set_tensor(tensor_index, raw)
+        it.invoke()
+        out = {}
+        for index in tensors:
+            tensor = self._graph.tensors[index]
+            raw = it.GetTensor(index, 0)["tensor_data"] if self._micro else it.get_tensor(index)
+            out[index] = dequantize(tensor, np.asarray(raw).reshape(tensor.shape))
+        return out
+
+    def prepare(self, reference: dict[str, np.ndarray], inputs: list[np.ndarray]) -> None:
+        """Settle which IR node each runtime tensor holds, by value on this one sample."""
+        from tpuedge.verify.tflite_graph import resolve_matches
+
+        runtime = self._invoke(inputs, [c.tensor for c in self._candidates])
+        self._matches = resolve_matches(self._graph, self._candidates, reference, runtime)
+
+    def values(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        got = self._invoke(inputs, [m.tensor for m in self._matches])
+        return {
+            m.node: np.transpose(got[m.tensor], inverse_permutation(m.perm)) if m.perm else got[m.tensor]
+            for m in self._matches
+        }
+
+
+def _source_for(artifact, program, layers: dict[str, IRLayer]) -> _LayerSource:
+    target = artifact.target
+    if target in ("android", "mcu"):
+        return _TfliteSource(_tflite_path(artifact).read_bytes(), program, layers, micro=target == "mcu")
+    if target == "cloud-tpu":
+        from tpuedge.verify.cloud_layers import CloudLayerSource
+
+        return CloudLayerSource(program, layers)
+    raise UserError(
+        f"Per-layer numerics are not available for target {target!r}; they cover android, mcu and cloud-tpu artifacts."
+    )
+
+
+def _input_snrs(program, compared: dict[str, float], layers: dict[str, IRLayer]) -> dict[str, float]:
+    """For each compared node: the lowest SNR among the nearest compared nodes it reads from."""
+    nodes = {n.name: n for n in program.exported_program.graph.nodes}
+    memo: dict[str, list[float]] = {}
+
+    def upstream(name: str) -> list[float]:
+        if name in memo:
+            return memo[name]
+        memo[name] = []
+        found: list[float] = []
+        for arg in nodes[name].all_input_nodes:
+            if arg.name in compared:
+                found.append(compared[arg.name])
+            elif arg.name in layers and layers[arg.name].is_input:
+                found.append(SNR_CAP_DB)  # an input the runtime doesn't expose: taken as exact
+            elif arg.op == "call_function":
+                found.extend(upstream(arg.name))
+        memo[name] = found
+        return found
+
+    return {name: min(upstream(name), default=SNR_CAP_DB) for name in compared}
+
+
+def _covered_nodes(program, compared: set[str], layers: dict[str, IRLayer]) -> dict[str, list[str]]:
+    """Per compared node, the IR nodes its runtime tensor covers: itself and the uncompared
+    nodes right before it that a converter fused into it (conv -> batch_norm -> relu)."""
+    nodes = {n.name: n for n in program.exported_program.graph.nodes}
+    covered = {}
+    for name in compared:
+        chain, node = [name], nodes[name]
+        while True:
+            inputs = [a for a in node.all_input_nodes if a.op == "call_function"]
+            if len(inputs) != 1 or inputs[0].name in compared or len(inputs[0].users) != 1:
+                break
+            node = inputs[0]
+            chain.append(node.name)
+        covered[name] = [n for n in reversed(chain) if n in layers]
+    return covered
+
+
+def _label(node: str, chain: list[str], layers: dict[str, IRLayer]) -> str:
+    """"relu_1 (conv2 → bn2 → relu)": the node and what it covers, by module or op."""
+    parts = []
+    for name in chain:
+        layer = layers[name]
+        op = layer.op.split(".")[1] if layer.op.count(".") >= 2 else layer.op
+        parts.append(layer.module or op)
+    return f"{node} ({' → '.join(parts)})"
+
+
+def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_LAYER_SAMPLES) -> LayerReport:
+    """Compare every layer `artifact`'s runtime exposes with the IR, on the first `samples` samples."""
+    recorder = IntermediateRecorder(program)
+    layers = recorder.layers
+    source = _source_for(artifact, program, layers)
+    subset = data.head(samples)
+    batch = call_batch(program.inputs, subset.count, subset.whole_calls)
+    accumulators: dict[str, ErrorAccumulator] = {}
+    for number, (args, _) in enumerate(call_chunks(subset.rows, batch, whole_calls=subset.whole_calls)):
+        reference = recorder(*args)
+        if number == 0:
+            source.prepare(reference, args)
+        for node, value in source.values(args).items():
+            if node in reference and value.shape == reference[node].shape:
+                accumulators.setdefault(node, ErrorAccumulator()).update(reference[node], value)
+    snrs = {node: acc.channel_snr_db for node, acc in accumulators.items()}
+    covered = _covered_nodes(program, set(accumulators), layers)
+    inputs = _input_snrs(program, snrs, layers)
+    names = source.names()
+    stats = []
+    for node, acc in accumulators.items():
+        layer = layers[node]
+        drop = 0.0 if layer.is_input else max(0.0, inputs[node] - snrs[node])
+        stats.append(
+            LayerStat(
+                node=node,
+                label=_label(node, covered[node], layers),
+                op=layer.op,
+                module=layer.module,
+                source=layer.source,
+                tensor=names.get(node, node),
+                order=layer.order,
+                snr_db=round(snrs[node], 3),
+                tensor_snr_db=round(acc.snr_db, 3),
+                cosine=acc.cosine,
+                max_abs_err=acc.max_abs,
+                input_snr_db=round(inputs[node], 3),
+                drop_db=round(drop, 3),
+            )
+        )
+    stats.sort(key=lambda s: s.order)
+    return LayerReport(
+        runtime=runtime_label(artifact.target),
+        target=artifact.target,
+        artifact=str(artifact.directory),
+        samples=subset.count,
+        ir_layers=sum(1 for l in layers.values() if not l.is_input),
+        layers=tuple(stats),
+    )

@@ -1,0 +1,169 @@
+"""Run the float IR and an artifact over the same rows, one runtime call at a time.
+
+Runtimes built for a fixed batch (LiteRT and TFLite-Micro models exported with batch 1) get
+the rows in calls of that batch, the last call padded and its extra outputs dropped; a rich
+progress bar shows the calls when there are many. An artifact whose interface is the IR's in
+channels-last layout (NHWC for an NCHW model) gets its inputs and outputs transposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.tensors import TensorSpec
+
+__all__ = ["reference_runner", "run_rows", "call_batch", "call_chunks", "layout_permutation", "check_interface", "inverse_permutation"]
+
+_DYNAMIC_BATCH_CALL = 64  # rows per call when the batch axis is dynamic
+
+
+def reference_runner(program) -> Callable[..., list[np.ndarray]]:
+    """The Program's float reference execution (as `Program.run`), with the module built once."""
+    import torch
+
+    from tpuedge.shared_ir.tensors import to_numpy
+
+    module = program.exported_program.module()
+
+    def run(*inputs: np.ndarray) -> list[np.ndarray]:
+        tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+        with torch.no_grad():
+            out = module(*tensors)
+        return [to_numpy(t) for t in torch.utils._pytree.tree_leaves(out)]
+
+    return run
+
+
+def _fits(expected: Sequence[Any], actual: Sequence[Any]) -> bool:
+    return len(expected) == len(actual) and all(
+        not isinstance(e, int) or not isinstance(a, int) or e == a for e, a in zip(expected, actual)
+    )
+
+
+def layout_permutation(ir_shape: Sequence[Any], runtime_shape: Sequence[Any]) -> tuple[int, ...] | None:
+    """Axes that turn an IR-layout tensor into the runtime's layout; () when they already agree.
+
+    Only the layout change converters make is recognised: channels first -> channels last.
+    None when the shapes don't correspond.
+    """
+    if _fits(ir_shape, runtime_shape):
+        return ()
+    rank = len(ir_shape)
+    if rank >= 3 and len(runtime_shape) == rank:
+        perm = (0, *range(2, rank), 1)
+        if _fits([ir_shape[p] for p in perm], runtime_shape):
+            return perm
+    return None
+
+
+def check_interface(program, artifact) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Input and output layout permutations of `artifact` relative to `program` (UserError if they differ)."""
+    problems, in_perms, out_perms = [], [], []
+    for kind, ir_specs, rt_specs, perms in (
+        ("input", program.inputs, artifact.inputs, in_perms),
+        ("output", program.outputs, artifact.outputs, out_perms),
+    ):
+        if len(ir_specs) != len(rt_specs):
+            problems.append(f"the model has {len(ir_specs)} {kind}(s), the artifact {len(rt_specs)}")
+            continue
+        for ir, rt in zip(ir_specs, rt_specs):
+            perm = layout_permutation(ir.shape, rt.shape)
+            if perm is None:
+                problems.append(f"{kind} {ir.name!r} is {list(ir.shape)} in the model but {list(rt.shape)} in the artifact")
+            perms.append(perm or ())
+    if problems:
+        raise UserError(
+            f"The artifact in {artifact.directory} does not fit the model: " + "; ".join(problems)
+            + ". Rebuild the artifact from this model with `tpuedge build`."
+        )
+    return in_perms, out_perms
+
+
+def inverse_permutation(perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argsort(perm))
+
+
+def call_batch(specs: Sequence[TensorSpec], count: int, whole_calls: bool) -> int:
+    """Rows per runtime call: the exported batch, or a chunk when the batch axis is dynamic."""
+    if whole_calls:
+        return 1
+    first = specs[0].shape[0] if specs and specs[0].shape else None
+    return first if isinstance(first, int) else min(count, _DYNAMIC_BATCH_CALL)
+
+
+def call_chunks(
+    rows: Sequence[np.ndarray], batch: int, *, whole_calls: bool = False
+) -> Iterator[tuple[list[np.ndarray], int]]:
+    """(inputs of one call, how many of its rows are real) — the last call is padded."""
+    count = len(rows[0])
+    for start in range(0, count, batch):
+        real = min(batch, count - start)
+        args = []
+        for r in rows:
+            if whole_calls:
+                args.append(r[start])
+                continue
+            chunk = r[start : start + real]
+            if real < batch:  # pad a fixed-batch call with copies of its last row
+                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - real, axis=0)])
+            args.append(chunk)
+        yield args, real
+
+
+def run_rows(
+    fn: Callable[..., list[np.ndarray]],
+    specs: Sequence[TensorSpec],
+    rows: Sequence[np.ndarray],
+    *,
+    whole_calls: bool = False,
+    input_perms: Sequence[tuple[int, ...]] = (),
+    output_perms: Sequence[tuple[int, ...]] = (),
+    label: str = "running",
+    progress: bool = False,
+) -> list[np.ndarray]:
+    """Feed `rows` (IR layout, first axis = rows) through `fn` in calls of the runtime's batch.
+
+    Returns one array per output, first axis = rows (or calls, for outputs without a batch axis).
+    """
+    count = len(rows[0])
+    batch = call_batch(specs, count, whole_calls)
+    calls = -(-count // batch)
+    collected: list[list[np.ndarray]] = []
+
+    def one_call(args: list[np.ndarray], real: int) -> None:
+        args = [
+            np.ascontiguousarray(np.transpose(a, input_perms[i]) if i < len(input_perms) and input_perms[i] else a)
+            for i, a in enumerate(args)
+        ]
+        outs = fn(*args)
+        if not collected:
+            collected.extend([] for _ in outs)
+        for j, out in enumerate(outs):
+            out = np.asarray(out)
+            perm = output_perms[j] if j < len(output_perms) else ()
+            if perm:
+                out = np.transpose(out, inverse_permutation(perm))
+            if whole_calls or out.ndim == 0 or out.shape[0] != batch:
+                collected[j].append(out[None])
+            else:
+                collected[j].append(out[:real])
+
+    chunks = call_chunks(rows, batch, whole_calls=whole_calls)
+    if progress and calls > 1:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(label, total=calls)
+            for args, real in chunks:
+                one_call(args, real)
+                bar.advance(task)
+    else:
+        for args, real in chunks:
+            one_call(args, real)
+    return [np.concatenate(parts, axis=0) for parts in collected]

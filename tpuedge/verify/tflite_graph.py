@@ -1,0 +1,309 @@
+"""A .tflite flatbuffer's main graph, read with the LiteRT schema, and its tensors mapped to IR nodes.
+
+The converter keeps no fx node names in the flatbuffer, but litert-torch names every tensor
+after the `nn_module_stack` scopes of the IR nodes it was lowered from (fused ops may join
+the scopes with ";"). `match_tensors` walks the ops in execution order; an op's output may
+hold any IR node downstream of the op's already-placed inputs that lies in one of the
+tensor's scopes and has the tensor's shape (IR layout or channels-last), or a BatchNorm /
+activation folded right after such a node. Ops that only move data (QUANTIZE, TRANSPOSE,
+RESHAPE of a layout) hold their input's node. `resolve_matches` then picks, per tensor, the
+candidate whose value is closest on one sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpuedge.verify.ir_values import IRLayer, litert_scope
+from tpuedge.verify.runner import inverse_permutation, layout_permutation
+
+__all__ = [
+    "TfliteTensor", "TfliteOp", "TfliteGraph", "TensorMatch", "TensorCandidates",
+    "read_graph", "match_tensors", "resolve_matches", "dequantize",
+]
+
+# Ops that move or re-encode a value without computing a new one.
+_DATA_MOVEMENT_OPS = {"QUANTIZE", "DEQUANTIZE", "TRANSPOSE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST"}
+_CHANNELS_LAST_OPS = {"CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "TRANSPOSE_CONV", "CONV_3D"}
+
+
+@dataclass(frozen=True)
+class TfliteTensor:
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy name
+    scale: np.ndarray  # empty for float tensors
+    zero_point: np.ndarray
+    quantized_dimension: int
+
+
+@dataclass(frozen=True)
+class TfliteOp:
+    index: int
+    name: str  # builtin op name, e.g. "CONV_2D"
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TfliteGraph:
+    tensors: list[TfliteTensor]
+    ops: list[TfliteOp]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TensorMatch:
+    """Runtime tensor `tensor` holds IR node `node`'s value, transposed by `perm` (IR -> runtime)."""
+
+    tensor: int
+    node: str
+    perm: tuple[int, ...]
+
+
+_TYPE_NAMES = {
+    0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool",
+    7: "int16", 9: "int8", 10: "float64", 12: "uint64", 15: "uint32", 16: "uint16",
+}
+
+
+def read_graph(model_bytes: bytes) -> TfliteGraph:
+    """The first subgraph's tensors and ops (no weight data is read)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(model_bytes, 0)
+    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    codes = []
+    for i in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(i)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        name = op_names.get(builtin, f"OP_{builtin}")
+        if name == "CUSTOM" and code.CustomCode():
+            name = code.CustomCode().decode()
+        codes.append(name)
+    graph = model.Subgraphs(0)
+    tensors = []
+    for i in range(graph.TensorsLength()):
+        t = graph.Tensors(i)
+        q = t.Quantization()
+        scale = q.ScaleAsNumpy() if q is not None and q.ScaleLength() else np.zeros(0, np.float32)
+        zero = q.ZeroPointAsNumpy() if q is not None and q.ZeroPointLength() else np.zeros(0, np.int64)
+        tensors.append(
+            TfliteTensor(
+                index=i,
+                name=(t.Name() or b"").decode(errors="replace"),
+                shape=tuple(int(d) for d in (t.ShapeAsNumpy() if t.ShapeLength() else ())),
+                dtype=_TYPE_NAMES.get(t.Type(), "unknown"),
+                scale=np.asarray(scale, np.float64),
+                zero_point=np.asarray(zero, np.int64),
+                quantized_dimension=q.QuantizedDimension() if q is not None else 0,
+            )
+        )
+    ops = []
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        ins = tuple(int(x) for x in (op.InputsAsNumpy() if op.InputsLength() else ()))
+        outs = tuple(int(x) for x in (op.OutputsAsNumpy() if op.OutputsLength() else ()))
+        ops.append(TfliteOp(i, codes[op.OpcodeIndex()], ins, outs))
+    return TfliteGraph(
+        tensors=tensors,
+        ops=ops,
+        inputs=tuple(int(x) for x in graph.InputsAsNumpy()),
+        outputs=tuple(int(x) for x in graph.OutputsAsNumpy()),
+    )
+
+
+def dequantize(tensor: TfliteTensor, raw: np.ndarray) -> np.ndarray:
+    """Real values of a runtime tensor (float tensors pass through)."""
+    raw = np.asarray(raw)
+    if tensor.scale.size == 0 or np.issubdtype(raw.dtype, np.floating):
+        return raw.astype(np.float64)
+    scale, zero = tensor.scale, tensor.zero_point
+    if scale.size > 1:  # per-axis
+        shape = [1] * raw.ndim
+        shape[tensor.quantized_dimension] = scale.size
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return (raw.astype(np.float64) - zero) * scale
+
+
+def _short_scope(scope: str) -> str:
+    """"pkg.mod.Net/torch.nn.modules.conv.Conv2d_conv1" -> "Net/Conv2d_conv1".
+
+    The module part of a class name can differ between the process that built the artifact and
+    this one (a model file imported under a generated module name), so only class names and
+    attribute names are compared.
+    """
+    return "/".join(layer.rsplit(".", 1)[-1] for layer in scope.split("/"))
+
+
+def _scopes(name: str) -> set[str]:
+    return {_short_scope(part) for part in name.split(";") if part and not part.isdigit()}
+
+
+# IR ops a converter folds into the op before them (BatchNorm into conv weights, activations
+# as the fused activation): a tensor named after a conv may hold the value after them.
+_FUSABLE_OPS = {
+    "aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default", "aten.relu.default",
+    "aten.relu_.default", "aten.relu6.default", "aten.hardtanh.default", "aten.hardtanh_.default",
+    "aten.clamp.default", "aten.tanh.default", "_operator.getitem",
+}
+
+
+def _choose_perm(ir_shape, tensor: TfliteTensor, op_name: str, seed_perm: tuple[int, ...] | None):
+    perm = layout_permutation(ir_shape, tensor.shape)
+    if perm is None:
+        return None
+    channels_last = (0, *range(2, len(ir_shape)), 1) if len(ir_shape) >= 3 else None
+    ambiguous = perm == () and channels_last is not None and layout_permutation(
+        [ir_shape[p] for p in channels_last], tensor.shape
+    ) == ()
+    if ambiguous and (op_name in _CHANNELS_LAST_OPS or seed_perm == channels_last):
+        return channels_last
+    return perm
+
+
+@dataclass(frozen=True)
+class TensorCandidates:
+    """IR nodes runtime tensor `tensor` may hold, best guess last; resolved by value later."""
+
+    tensor: int
+    op: str  # the op that produces it ("" for a graph input)
+    candidates: tuple[tuple[str, tuple[int, ...]], ...]  # (node, perm IR -> runtime)
+
+
+def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> list[TensorCandidates]:
+    """For each runtime tensor that can be placed, the IR nodes it may hold (module docstring)."""
+    from torch.export.graph_signature import OutputKind
+
+    from tpuedge.shared_ir.op_registry import op_key
+
+    ep = program.exported_program
+    nodes = {n.name: n for n in ep.graph.nodes}
+    scope_of = {name: _short_scope(s) for name, n in nodes.items() if (s := litert_scope(n))}
+    order = {n.name: i for i, n in enumerate(ep.graph.nodes)}
+    input_layers = [l.name for l in layers.values() if l.is_input]
+
+    found: dict[int, TensorCandidates] = {}
+    for tensor_index, node_name in zip(graph.inputs, input_layers):
+        perm = _choose_perm(layers[node_name].shape, graph.tensors[tensor_index], "", None)
+        if perm is not None:
+            found[tensor_index] = TensorCandidates(tensor_index, "", ((node_name, perm),))
+
+    # graph outputs carry signature names, not scopes: they are the IR's user outputs in order,
+    # and so are the tensors that only get dequantized/reshaped into them
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    user_outputs = [
+        arg.name
+        for arg, spec in zip(out_node.args[0], ep.graph_signature.output_specs)
+        if spec.kind == OutputKind.USER_OUTPUT and hasattr(arg, "name")
+    ]
+    output_of = dict(zip(graph.outputs, user_outputs))
+    producer = {t: op for op in graph.ops for t in op.outputs}
+    for tensor_index, node_name in list(output_of.items()):
+        op = producer.get(tensor_index)
+        while op is not None and op.name in _DATA_MOVEMENT_OPS and op.inputs:
+            tensor_index = op.inputs[0]
+            output_of.setdefault(tensor_index, node_name)
+            op = producer.get(tensor_index)
+
+    def followers(name: str) -> list[str]:
+        """The same-shape chain of foldable ops after `name` (conv -> batch_norm -> relu)."""
+        chain, node = [], nodes[name]
+        while len(node.users) == 1:
+            user = next(iter(node.users))
+            if user.op != "call_function" or op_key(user.target) not in _FUSABLE_OPS or user.name not in layers:
+                break
+            if name not in layers or layers[user.name].shape != layers[name].shape:
+                break
+            chain.append(user.name)
+            node = user
+        return chain
+
+    for op in graph.ops:
+        seeds = [name for t in op.inputs if t in found for name, _ in found[t].candidates]
+        if not seeds:
+            continue
+        seed_perm = found[next(t for t in op.inputs if t in found)].candidates[-1][1]
+        for out in op.outputs:
+            tensor = graph.tensors[out]
+            names: list[str] = []
+            if out in output_of:
+                names = [output_of[out]]
+            else:
+                scopes = _scopes(tensor.name)
+                region, frontier = set(), [nodes[name] for name in seeds]
+                while frontier:  # IR nodes downstream of the inputs, inside the tensor's scopes
+                    node = frontier.pop()
+                    for user in node.users:
+                        if user.name not in region and user.op == "call_function" and scope_of.get(user.name) in scopes:
+                            region.add(user.name)
+                            frontier.append(user)
+                for name in sorted(region, key=order.__getitem__):
+                    names += [name, *followers(name)]
+
+            def fitting(names: list[str]) -> list[tuple[str, tuple[int, ...]]]:
+                fits = []
+                for name in sorted(dict.fromkeys(names), key=order.__getitem__):
+                    perm = _choose_perm(layers[name].shape, tensor, op.name, seed_perm) if name in layers else None
+                    if perm is not None:
+                        fits.append((name, perm))
+                return fits
+
+            candidates = fitting(names)
+            if not candidates and op.name in _DATA_MOVEMENT_OPS:  # same value as its input
+                candidates = fitting(seeds)
+            if candidates:
+                found[out] = TensorCandidates(out, op.name, tuple(candidates))
+    return sorted(found.values(), key=lambda c: _position(graph, c.tensor))
+
+
+def resolve_matches(
+    graph: TfliteGraph,
+    found: list[TensorCandidates],
+    reference: dict[str, np.ndarray],
+    runtime: dict[int, np.ndarray],
+) -> list[TensorMatch]:
+    """Pick each tensor's node by value on one sample, then keep one tensor per node.
+
+    `runtime` holds the dequantized tensors of that sample. Among candidates the closest
+    value wins (ties go to the later node: a fused op yields its last node's value). A node
+    keeps its first tensor, except that a QUANTIZE output replaces a float tensor of it (the
+    model computes with the quantized value, e.g. its input).
+    """
+    chosen: dict[str, TensorMatch] = {}
+    for entry in found:
+        value = runtime.get(entry.tensor)
+        best, best_err = None, np.inf
+        for name, perm in entry.candidates:
+            ref = reference.get(name)
+            if ref is None or value is None:
+                continue
+            got = np.transpose(value, inverse_permutation(perm)) if perm else value
+            if got.shape != ref.shape:
+                continue
+            scale = float(np.linalg.norm(ref)) or 1.0
+            err = float(np.linalg.norm(got - ref)) / scale
+            if err <= best_err * (1 + 1e-6) + 1e-12:
+                best, best_err = (name, perm), min(err, best_err)
+        if best is None:
+            continue
+        name, perm = best
+        previous = chosen.get(name)
+        requantized = entry.op == "QUANTIZE" and previous is not None and graph.tensors[previous.tensor].scale.size == 0
+        if previous is None or requantized:
+            chosen[name] = TensorMatch(entry.tensor, name, perm)
+    return list(chosen.values())
+
+
+def _position(graph: TfliteGraph, tensor_index: int) -> int:
+    """Graph inputs first, then tensors in the order the ops produce them."""
+    if tensor_index in graph.inputs:
+        return -1
+    for op in graph.ops:
+        if tensor_index in op.outputs:
+            return op.index
+    return len(graph.ops)
