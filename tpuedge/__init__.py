@@ -14,7 +14,7 @@ from typing import Any
 
 from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, UserError
 
-__all__ = ["export", "load", "build", "Program", "UserError", "InternalError", "Problem", "ProblemsError"]
+__all__ = ["export", "load", "build", "verify", "Program", "UserError", "InternalError", "Problem", "ProblemsError"]
 __version__ = "0.1.0"
 
 
@@ -44,6 +44,10 @@ def build(program: Any, target: str, out_dir: Any = None, **options: Any):
 
 
 def __getattr__(name: str):
+    if name == "verify":  # the package; calling it runs tpuedge.verify.compare.verify
+        import tpuedge.verify
+
+        return tpuedge.verify
     if name == "Program":
         from tpuedge.shared_ir.program import Program
 

@@ -168,6 +168,11 @@ def _print_program(program) -> None:
     console.print(f"parameters: {program.parameter_count:,}")
 
 
+from tpuedge.verify.command import verify_command  # noqa: E402  (click only; heavy imports run inside)
+
+cli.add_command(verify_command)
+
+
 def _report_problem(exc: UserError) -> None:
     click.echo(f"error: {exc}", err=True)
 
