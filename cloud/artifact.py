@@ -179,8 +179,9 @@ class CloudArtifact(Artifact):
         )
         for name, r in tpu["programs"].items():
             hbm = r["hbm_per_device"]
+            ways = next(iter(r["mesh"].values()))
             lines.append(
-                f"    {name:<10} compile {r['compile_seconds']:.2f} s, HBM {hbm['total_bytes'] / 2**20:.2f} MiB/device "
+                f"    {name:<10} on {ways} device(s): compile {r['compile_seconds']:.2f} s, HBM {hbm['total_bytes'] / 2**20:.2f} MiB/device "
                 f"({100 * hbm['fraction_of_device_hbm']:.3f}%), {r['flops_per_device']:.3g} FLOP/device, "
                 f"{r['collectives']['total']} collective(s), est. step {r['estimated_step_seconds'] * 1e6:.2f} us "
                 f"({r['estimate_bound']}-bound at published peak)"
@@ -297,6 +298,8 @@ def _tpu_report(lowered, export) -> tuple[dict | None, dict]:
 
     choice = lowered.topology
     status = {"topology": choice.name, "train_step": lowered.train_step}
+    if lowered.train_step:
+        status.update(loss=lowered.loss, sharding=lowered.sharding)
     reason = tpu_compile.libtpu_unavailable_reason()
     if reason:
         print(f"tpuedge: no TPU compile for {choice.name} ({reason}); the portable artifacts are still written.", file=sys.stderr)
@@ -305,7 +308,9 @@ def _tpu_report(lowered, export) -> tuple[dict | None, dict]:
     batch = lowered.batch_info["size"]
     programs = {"forward": tpu_compile.compile_forward(target, export, batch)}
     if lowered.train_step:
-        programs["train_step"] = tpu_compile.compile_train_step(target, export, batch, lowered.loss)
+        programs["train_step"] = tpu_compile.compile_train_step(
+            target, lowered.program, batch, lowered.loss, lowered.sharding
+        )
     report = {
         **target.describe(),
         "programs": programs,

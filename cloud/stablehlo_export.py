@@ -6,10 +6,13 @@ the torch state-dict names. That keeps the StableHLO small and readable, lets a 
 or swap the weights (e.g. the ones a train step produced) and matches the train step's calling
 convention. The weights travel beside it in `model.safetensors`.
 
-Determinism: jax.export writes MLIR source locations into the blob, and those hold the absolute
-paths of the Python files that traced the function (measured: the same model exported from two
-checkouts gave different bytes). We export with `jax_hlo_source_file_canonicalization_regex`
-set to strip directories, so locations keep `file.py:line` but no machine-specific path.
+Determinism: jax.export writes MLIR source locations into the blob, by default the whole Python
+call stack of every traced op (up to 100 frames) with absolute paths. Measured: the same model
+gave different bytes when exported from two checkouts, and when `tpuedge.build` was called from
+two different lines (the caller's frames, pytest's included, were in the blob). We export with
+`jax_include_full_tracebacks_in_locations` off (one frame: the lowering's own line) and
+`jax_hlo_source_file_canonicalization_regex` stripping directories, so locations keep
+`file.py:line` of tpuedge's lowering and nothing about the machine or the caller.
 """
 
 from __future__ import annotations
@@ -100,13 +103,19 @@ def relocatable_locations() -> Iterator[None]:
     """Within the block, MLIR locations name source files without their directories."""
     import jax
 
-    key = "jax_hlo_source_file_canonicalization_regex"
-    previous = getattr(jax.config, key)
-    jax.config.update(key, _STRIP_DIRECTORIES)
+    settings = {
+        "jax_hlo_source_file_canonicalization_regex": _STRIP_DIRECTORIES,
+        # only the innermost user frame (the lowering's line), not the caller's whole stack
+        "jax_include_full_tracebacks_in_locations": False,
+    }
+    previous = {key: getattr(jax.config, key) for key in settings}
+    for key, value in settings.items():
+        jax.config.update(key, value)
     try:
         yield
     finally:
-        jax.config.update(key, previous)
+        for key, value in previous.items():
+            jax.config.update(key, value)
 
 
 def argument_names(export: ForwardExport, input_names: list[str]) -> list[str]:

@@ -21,7 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CloudTpuTarget", "CloudLowered"]
 
-_LOSSES = ("auto", "cross_entropy", "mse")  # tpu_compile.TRAIN_LOSSES, kept here to stay light
+# tpu_compile.TRAIN_LOSSES / TRAIN_SHARDINGS, repeated here to keep this module light
+_LOSSES = ("auto", "cross_entropy", "mse")
+_SHARDINGS = ("data", "fsdp")
 
 
 class CloudLowered:
@@ -36,6 +38,7 @@ class CloudLowered:
         batch: int | None = None,
         train_step: bool = False,
         loss: str = "auto",
+        sharding: str = "data",
     ):
         from tpuedge.cloud.stablehlo_export import batch_size, rebind_batch
 
@@ -44,6 +47,7 @@ class CloudLowered:
         self.topology = topology
         self.train_step = bool(train_step)
         self.loss = loss
+        self.sharding = sharding
         before = batch_size(program)
         self.batch_info = {
             "size": batch_size(self.program),
@@ -99,6 +103,7 @@ class CloudTpuTarget(Target):
             BuildOption("batch", "rebind the batch dimension (dim 0 of every input) to N", int, None),
             BuildOption("train_step", "also compile a data-parallel AdamW training step for the topology", bool, False),
             BuildOption("loss", "loss of the --train-step compile (auto: cross-entropy for [batch, classes] logits, else MSE)", _LOSSES, "auto"),
+            BuildOption("sharding", "--train-step parallelism: data (params replicated) or fsdp (params and AdamW state sharded)", _SHARDINGS, "data"),
         ]
 
     def lower(
@@ -108,6 +113,7 @@ class CloudTpuTarget(Target):
         batch: int | None = None,
         train_step: bool = False,
         loss: str = "auto",
+        sharding: str = "data",
         **unknown: Any,
     ) -> CloudLowered:
         if unknown:
@@ -117,8 +123,10 @@ class CloudTpuTarget(Target):
             )
         if loss not in _LOSSES:
             raise UserError(f"Unknown loss {loss!r} for cloud-tpu; choose one of: {', '.join(_LOSSES)}.")
+        if sharding not in _SHARDINGS:
+            raise UserError(f"Unknown sharding {sharding!r} for cloud-tpu; choose one of: {', '.join(_SHARDINGS)}.")
         choice = parse_topology(topology or DEFAULT_TOPOLOGY)  # validated before any heavy work
-        return CloudLowered(program, topology=choice, batch=batch, train_step=train_step, loss=loss)
+        return CloudLowered(program, topology=choice, batch=batch, train_step=train_step, loss=loss, sharding=sharding)
 
     def load_artifact(self, path: Any):
         from tpuedge.cloud.artifact import CloudArtifact

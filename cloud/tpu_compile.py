@@ -44,7 +44,12 @@ __all__ = [
     "devices_per_chip",
     "count_collectives",
     "compile_on_topology",
+    "compile_forward",
+    "compile_train_step",
+    "compile_step_for_topology",
     "CompileTarget",
+    "TRAIN_LOSSES",
+    "TRAIN_SHARDINGS",
 ]
 
 LIBTPU_SWITCH = "TPUEDGE_LIBTPU"
@@ -147,15 +152,11 @@ def count_collectives(hlo_text: str) -> dict[str, int]:
 
 
 class CompileTarget:
-    """A TPU slice to compile for: its devices, a 1-D "data" mesh over them, the chip figures."""
+    """A TPU slice to compile for: its compile-only devices and the chip's figures."""
 
     def __init__(self, choice: TopologyChoice):
-        import numpy as np
-        from jax.sharding import Mesh
-
         self.choice = choice
         self.devices = topology_devices(choice)
-        self.mesh = Mesh(np.array(self.devices), ("data",))
         self.per_chip = devices_per_chip(self.devices)
         kinds = {d.device_kind for d in self.devices}
         if kinds != {choice.chip.device_kind}:
@@ -168,16 +169,6 @@ class CompileTarget:
     def device_count(self) -> int:
         return len(self.devices)
 
-    def replicated(self):
-        from jax.sharding import NamedSharding, PartitionSpec
-
-        return NamedSharding(self.mesh, PartitionSpec())
-
-    def batch_sharded(self):
-        from jax.sharding import NamedSharding, PartitionSpec
-
-        return NamedSharding(self.mesh, PartitionSpec("data"))
-
     def describe(self) -> dict:
         chip = self.choice.chip
         return {
@@ -187,7 +178,6 @@ class CompileTarget:
             "chips": self.device_count // self.per_chip,
             "devices": self.device_count,
             "devices_per_chip": self.per_chip,
-            "mesh": {"data": self.device_count},
             "chip_peak_bf16_flops_per_s": chip.peak_bf16_flops,
             "chip_hbm_bytes": chip.hbm_bytes,
             "chip_hbm_bytes_per_s": chip.hbm_bandwidth,
@@ -196,16 +186,12 @@ class CompileTarget:
         }
 
 
-def compile_on_topology(
-    target: CompileTarget, function: Callable, arguments: tuple, *, donate_argnums: tuple[int, ...] = ()
-) -> dict[str, Any]:
-    """jit `function` over abstract `arguments` (ShapeDtypeStructs carrying shardings on
-    `target.mesh`), compile it with the TPU compiler and return the analysis (per device)."""
-    import jax
-
+def compile_on_topology(target: "CompileTarget", lower: Callable[[], Any]) -> dict[str, Any]:
+    """Run `lower()` (-> a jax.stages.Lowered over arguments sharded on a mesh of `target`'s
+    devices), compile it with the TPU compiler and return the analysis (per device)."""
     started = time.perf_counter()
     try:
-        lowered = jax.jit(function, donate_argnums=donate_argnums).lower(*arguments)
+        lowered = lower()
         lowered_at = time.perf_counter()
         compiled = lowered.compile()
     except TpuedgeError:  # the interpreter's own errors (unsupported op, our bug) pass as they are
@@ -264,117 +250,134 @@ def _analysis(target: CompileTarget, compiled, *, lower_s: float, compile_s: flo
     return report
 
 
-# ---- what tpuedge compiles: the forward and a data-parallel training step -------------------
-
-
-def _sharded(target: CompileTarget, aval, sharding):
-    import jax
-
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding)
+# ---- what tpuedge compiles: the forward and a training step ---------------------------------
 
 
 def _next_multiple(value: int, of: int) -> int:
     return (value + of - 1) // of * of
 
 
-def _batch_placement(target: CompileTarget, batch: int | None) -> tuple[Any, dict]:
-    """Shard the batch over the mesh when it divides; else replicate and say why."""
-    if isinstance(batch, int) and batch % target.device_count == 0:
-        return target.batch_sharded(), {"batch": batch, "batch_sharded_over": "data", "note": ""}
-    note = (
-        f"batch {batch} does not divide over {target.device_count} devices, so inputs are replicated "
-        f"(every device computes the whole batch); pass --batch {_next_multiple(batch or 1, target.device_count)} "
-        "(a multiple of the device count) to shard it"
-    )
-    return target.replicated(), {"batch": batch, "batch_sharded_over": None, "note": note}
+def _mesh_for_batch(target: "CompileTarget", batch: int | None, axis: str):
+    """A 1-D mesh named `axis` over as many of the slice's devices as the batch divides over."""
+    import math
+
+    import numpy as np
+    from jax.sharding import Mesh
+
+    ways = math.gcd(batch, target.device_count) if isinstance(batch, int) else 1
+    info = {"batch": batch, "mesh": {axis: ways}, "note": ""}
+    if ways < target.device_count:
+        info["note"] = (
+            f"batch {batch} splits over {ways} of the {target.device_count} devices, so the program is "
+            f"compiled for {ways}; pass --batch {_next_multiple(batch or 1, target.device_count)} "
+            "(a multiple of the device count) to use the whole slice"
+        )
+    return Mesh(np.array(target.devices[:ways]), (axis,)), info
 
 
-def compile_forward(target: CompileTarget, export, batch: int | None) -> dict[str, Any]:
-    """The forward with weights replicated and the batch sharded over the "data" axis."""
+def compile_forward(target: "CompileTarget", export, batch: int | None) -> dict[str, Any]:
+    """The forward with weights replicated and the batch split over the "data" axis."""
     import jax
+    from jax.sharding import NamedSharding, PartitionSpec
 
+    mesh, info = _mesh_for_batch(target, batch, "data")
+    rep, split = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
     params, buffers, *inputs = export.abstract_arguments()
-    placement, info = _batch_placement(target, batch)
-    rep = target.replicated()
+
+    def place(aval, sharding):
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding)
+
     arguments = (
-        jax.tree.map(lambda a: _sharded(target, a, rep), params),
-        jax.tree.map(lambda a: _sharded(target, a, rep), buffers),
-        *(_sharded(target, a, placement) for a in inputs),
+        jax.tree.map(lambda a: place(a, rep), params),
+        jax.tree.map(lambda a: place(a, rep), buffers),
+        *(place(a, split if a.shape else rep) for a in inputs),
     )
-    return {**info, **compile_on_topology(target, export.function, arguments)}
+    report = compile_on_topology(target, lambda: jax.jit(export.function).lower(*arguments))
+    return {**info, **report}
 
 
 TRAIN_LOSSES = ("auto", "cross_entropy", "mse")
+TRAIN_SHARDINGS = ("data", "fsdp")
 
 
-def train_step_function(export, loss: str = "auto", learning_rate: float = 1e-3):
-    """A data-parallel training step over the Program's forward: the loss, its gradients and an
-    AdamW update in one function (params, buffers, opt_state, inputs, targets, rng) -> new state.
+def _loss_and_targets(program, loss: str) -> tuple[str, Callable, list]:
+    """(loss name, torch loss_fn(outputs, *targets), example targets) for the program's outputs.
 
-    Returns (step, optimizer, loss_name, target_avals). loss "auto": softmax cross-entropy with
-    integer labels when the first output is a float [batch, classes] logit tensor, else mean
-    squared error against targets shaped like the outputs.
-    """
-    import jax
-    import jax.numpy as jnp
-    import optax
+    "auto": cross-entropy with integer labels when the model has one float [batch, classes]
+    output, else mean squared error against targets shaped like the outputs."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
 
-    outputs = jax.eval_shape(export.function, *export.abstract_arguments())
-    first = outputs[0]
+    outputs = program.outputs
+    batch = outputs[0].shape[0] if outputs and outputs[0].shape else 1
+    classifier = len(outputs) == 1 and len(outputs[0].shape) == 2 and "float" in outputs[0].dtype
     if loss == "auto":
-        loss = "cross_entropy" if len(first.shape) == 2 and jnp.issubdtype(first.dtype, jnp.floating) else "mse"
+        loss = "cross_entropy" if classifier else "mse"
+    rng = np.random.default_rng(0)
     if loss == "cross_entropy":
-        if len(first.shape) != 2:
-            raise UserError(
-                f"--loss cross_entropy needs [batch, classes] logits but the model's first output is "
-                f"{list(first.shape)}; use --loss mse."
-            )
-        target_avals = (jax.ShapeDtypeStruct(first.shape[:1], jnp.int32),)
-    elif loss == "mse":
-        target_avals = tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outputs)
-    else:
-        raise UserError(f"Unknown loss {loss!r}; choose one of: {', '.join(TRAIN_LOSSES)}.")
-    optimizer = optax.adamw(learning_rate)
-    run = export.jax_program
+        if not classifier:
+            shapes = ", ".join(s.describe() for s in outputs)
+            raise UserError(f"--loss cross_entropy needs one [batch, classes] logits output, the model gives {shapes}; use --loss mse.")
+        labels = torch.from_numpy(rng.integers(0, outputs[0].shape[1], size=(batch,)))
+        return loss, F.cross_entropy, [labels]
 
-    def loss_value(params, buffers, inputs, targets, rng):
-        new_buffers, outs = run(params, buffers, *inputs, rng_key=rng)
-        if loss == "cross_entropy":
-            value = optax.softmax_cross_entropy_with_integer_labels(outs[0], targets[0]).mean()
-        else:
-            value = sum(jnp.mean((o - t) ** 2) for o, t in zip(outs, targets))
-        return value, new_buffers
+    def mse(out, *targets):
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return sum(F.mse_loss(o, t) for o, t in zip(outs, targets))
 
-    def step(params, buffers, opt_state, inputs, targets, rng):
-        (value, new_buffers), grads = jax.value_and_grad(loss_value, has_aux=True)(params, buffers, inputs, targets, rng)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), new_buffers, opt_state, value
-
-    return step, optimizer, loss, target_avals
+    targets = [torch.from_numpy(rng.standard_normal(s.shape).astype(np.float32)) for s in outputs]
+    return loss, mse, targets
 
 
-def compile_train_step(target: CompileTarget, export, batch: int | None, loss: str = "auto") -> dict[str, Any]:
-    """The training step sharded data-parallel over the topology: batch on "data", parameters
-    and AdamW state replicated (XLA inserts the gradient all-reduce); state donated."""
-    import jax
-    import jax.numpy as jnp
+def compile_train_step(
+    target: "CompileTarget", program, batch: int | None, loss: str = "auto", sharding: str = "data"
+) -> dict[str, Any]:
+    """A training step of the Program, compiled over the topology with tpuedge.cloud's own train
+    step (`TrainStep.lower(mesh)`): forward + torch loss captured together, gradients, AdamW
+    (optax.adamw(1e-3)); batch split over the mesh, parameters and optimizer state replicated
+    ("data") or sharded ("fsdp"); XLA inserts the collectives.
 
-    step, optimizer, loss_name, target_avals = train_step_function(export, loss)
-    params, buffers, *inputs = export.abstract_arguments()
-    opt_state = jax.eval_shape(optimizer.init, params)
-    placement, info = _batch_placement(target, batch)
-    rep = target.replicated()
+    The forward is the Program as captured: a model exported in eval mode keeps eval-mode
+    BatchNorm/dropout in this step. For train-mode capture compile your own step:
+    `tpu_compile.compile_step_for_topology(tpuedge.cloud.train_step(model, ...), "v5e:2x2")`."""
+    import optax
+    import torch
+    import torch.fx
 
-    def replicate(tree):
-        return jax.tree.map(lambda a: _sharded(target, a, rep), tree)
+    from tpuedge.cloud.train import TrainStep, loss_program
 
-    arguments = (
-        replicate(params),
-        replicate(buffers),
-        replicate(opt_state),
-        tuple(_sharded(target, a, placement) for a in inputs),
-        tuple(_sharded(target, a, placement) for a in target_avals),
-        _sharded(target, jax.ShapeDtypeStruct((2,), jnp.uint32), rep),
-    )
-    report = compile_on_topology(target, step, arguments, donate_argnums=(0, 1, 2))
-    return {**info, "loss": loss_name, "optimizer": "optax.adamw(1e-3)", "parallelism": "data", **report}
+    if sharding not in TRAIN_SHARDINGS:
+        raise UserError(f"Unknown train-step sharding {sharding!r}; choose one of: {', '.join(TRAIN_SHARDINGS)}.")
+    loss_name, loss_fn, targets = _loss_and_targets(program, loss)
+    unlifted = program.exported_program.module(check_guards=False)
+    module = torch.fx.GraphModule(unlifted, unlifted.graph)  # a plain module (ep.module() refuses .train())
+    inputs = [torch.from_numpy(a) for a in program.example_inputs(seed=0)[0]]
+    with _quiet_torch_export():
+        captured = loss_program(module, loss_fn, (tuple(inputs), tuple(targets)))
+    step = TrainStep.from_program(captured, optax.adamw(1e-3), n_inputs=len(inputs))
+    mesh, info = _mesh_for_batch(target, batch, sharding)
+    report = compile_on_topology(target, lambda: step.lower(mesh))
+    return {**info, "loss": loss_name, "optimizer": "optax.adamw(1e-3)", "sharding": sharding, **report}
+
+
+def compile_step_for_topology(step, topology: str = "v5e:2x2", sharding: str = "data") -> dict[str, Any]:
+    """Compile a `tpuedge.cloud.train_step(...)` for a TPU slice without a TPU: the same report
+    as `tpuedge build --train-step` writes (train-mode capture, your loss and optimizer)."""
+    from tpuedge.cloud.topologies import parse_topology
+
+    target = CompileTarget(parse_topology(topology))
+    batch = step.jax_program.inputs[0].shape[0] if step.jax_program.inputs else None
+    mesh, info = _mesh_for_batch(target, batch, sharding)
+    return {**target.describe(), "programs": {"train_step": {**info, **compile_on_topology(target, lambda: step.lower(mesh))}}}
+
+
+@contextlib.contextmanager
+def _quiet_torch_export() -> Iterator[None]:
+    """torch.export of a GraphModule warns about its own internals; those aren't the user's."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
