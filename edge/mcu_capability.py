@@ -18,9 +18,10 @@ __all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins"]
 def mcu_passes(gelu_form: str = "sigmoid"):
     """The IR passes every mcu build runs, in order."""
     from tpuedge.shared_ir.passes import PassManager
+    from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite
 
-    return PassManager([GeluRewrite(gelu_form)])
+    return PassManager([ExplicitPad(), GeluRewrite(gelu_form)])
 
 
 def unsupported_builtins(names) -> list[str]:
@@ -46,7 +47,8 @@ def mcu_capability() -> Capability:
             continue
         why = "; ".join(f"{b}: {missing.get(b, 'no TFLite-Micro kernel')}" for b in lacking)
         notes[key] = f"lowers to {', '.join(lacking)}, which TFLite-Micro lacks"
-        suggestions[key] = why
+        # the check looks suggestions up by the node's full key ("aten.reflection_pad2d.default")
+        suggestions[key] = suggestions[key + ".default"] = f"it lowers to {why}"
     notes["aten.gelu"] = "no GELU kernel: the mcu build rewrites it to x*sigmoid(1.702x) on the IR (--gelu tanh: tanh form)"
     return Capability(
         target="mcu",

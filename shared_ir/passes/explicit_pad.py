@@ -1,0 +1,50 @@
+"""Make padding explicit: `aten.pad(x, pad, mode, value)` -> the op for that mode.
+
+`F.pad` is captured as one `aten.pad` whatever its mode, but backends differ by mode (TFLite
+lowers constant padding to PAD and reflect padding to SELECT/GATHER_ND, which TFLite-Micro
+lacks). After this pass the op key says the mode, so capability tables can tell them apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuedge.shared_ir.passes import PassResult, copy_program
+
+__all__ = ["ExplicitPad"]
+
+_RANKED = {"reflect": "reflection_pad{}d", "replicate": "replication_pad{}d", "circular": "_pad_circular"}
+
+
+class ExplicitPad:
+    name = "explicit-pad"
+
+    def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
+        import torch
+
+        aten = torch.ops.aten
+        pads = [n for n in exported_program.graph.nodes if n.op == "call_function" and n.target == aten.pad.default]
+        if not pads:
+            return exported_program, PassResult(self.name, 0, "no aten.pad in the program")
+        ep = copy_program(exported_program)
+        names = {n.name for n in pads}
+        graph = ep.graph_module.graph
+        for node in [n for n in graph.nodes if n.name in names]:
+            x, pad = node.args[0], node.args[1]
+            mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+            value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value", None)
+            if mode == "constant":
+                target, args = aten.constant_pad_nd.default, (x, pad, 0.0 if value is None else value)
+            elif mode in _RANKED and mode != "circular":
+                target = getattr(aten, _RANKED[mode].format(len(pad) // 2)).default
+                args = (x, pad)
+            else:
+                continue  # leave unknown modes as captured; the check reports them
+            with graph.inserting_before(node):
+                new = graph.call_function(target, args)
+            new.meta.update(node.meta)
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+        graph.lint()
+        ep.graph_module.recompile()
+        return ep, PassResult(self.name, len(pads), f"made {len(pads)} aten.pad op(s) explicit by mode")
