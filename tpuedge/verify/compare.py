@@ -18,7 +18,7 @@ from tpuedge.shared_ir.errors import UserError
 from tpuedge.verify.data import VerifyData, load_data
 from tpuedge.verify.metrics import OutputMetrics, compare_output, is_classifier_shaped
 from tpuedge.verify.per_layer import DEFAULT_LAYER_SAMPLES, LayerReport, layer_report, runtime_label
-from tpuedge.verify.runner import check_interface, reference_runner, run_rows
+from tpuedge.verify.runner import check_interface, reference_runner, run_rows, single_torch_thread
 
 __all__ = ["verify", "VerifyResult", "Check", "TaskAccuracy", "open_artifact", "open_program"]
 
@@ -203,6 +203,10 @@ def verify(
     Raises UserError for input that doesn't fit (exit 2 in the CLI); thresholds that fail
     are reported in the result (`passed`, `failures`), not raised.
     """
+    if min_top1 is not None and not 0.0 <= min_top1 <= 1.0:
+        raise UserError(f"--min-top1 is a fraction of samples, e.g. 0.99 for 99%; got {min_top1}.")
+    if min_cosine is not None and not -1.0 <= min_cosine <= 1.0:
+        raise UserError(f"--min-cosine must lie in [-1, 1] (cosine similarity), got {min_cosine}.")
     artifact = open_artifact(artifact)
     program = open_program(model)
     checked = _check_fingerprint(artifact, program)
@@ -211,10 +215,11 @@ def verify(
     dataset = load_data(data, program.inputs, labels=labels)
     input_perms, output_perms = check_interface(program, artifact)
 
-    reference = run_rows(
-        reference_runner(program), program.inputs, dataset.rows, whole_calls=dataset.whole_calls,
-        label="float IR", progress=progress,
-    )
+    with single_torch_thread():
+        reference = run_rows(
+            reference_runner(program), program.inputs, dataset.rows, whole_calls=dataset.whole_calls,
+            label="float IR", progress=progress,
+        )
     got = run_rows(
         artifact.run, artifact.inputs, dataset.rows, whole_calls=dataset.whole_calls,
         input_perms=input_perms, output_perms=output_perms,

@@ -23,7 +23,13 @@ from tpuedge.shared_ir.errors import UserError
 from tpuedge.verify.data import VerifyData
 from tpuedge.verify.ir_values import IntermediateRecorder, IRLayer
 from tpuedge.verify.metrics import SNR_CAP_DB, ErrorAccumulator
-from tpuedge.verify.runner import call_batch, call_chunks, inverse_permutation, layout_permutation
+from tpuedge.verify.runner import (
+    call_batch,
+    call_chunks,
+    inverse_permutation,
+    layout_permutation,
+    single_torch_thread,
+)
 
 __all__ = ["LayerStat", "LayerReport", "layer_report", "runtime_label", "DEFAULT_LAYER_SAMPLES"]
 
@@ -265,7 +271,8 @@ def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_
     batch = call_batch(program.inputs, subset.count, subset.whole_calls)
     accumulators: dict[str, ErrorAccumulator] = {}
     for number, (args, _) in enumerate(call_chunks(subset.rows, batch, whole_calls=subset.whole_calls)):
-        reference = recorder(*args)
+        with single_torch_thread():
+            reference = recorder(*args)
         if number == 0:
             source.prepare(reference, args)
         for node, value in source.values(args).items():

@@ -8,6 +8,7 @@ channels-last layout (NHWC for an NCHW model) gets its inputs and outputs transp
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -16,9 +17,25 @@ import numpy as np
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.tensors import TensorSpec
 
-__all__ = ["reference_runner", "run_rows", "call_batch", "call_chunks", "layout_permutation", "check_interface", "inverse_permutation"]
+__all__ = [
+    "single_torch_thread",
+    "reference_runner", "run_rows", "call_batch", "call_chunks", "layout_permutation", "check_interface", "inverse_permutation"]
 
 _DYNAMIC_BATCH_CALL = 64  # rows per call when the batch axis is dynamic
+
+
+@contextlib.contextmanager
+def single_torch_thread() -> Iterator[None]:
+    """Torch eager on one thread for the duration: on small per-sample calls several threads
+    are 5-100x slower (STACK.md), and the numbers don't depend on it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def reference_runner(program) -> Callable[..., list[np.ndarray]]:

@@ -1,0 +1,264 @@
+"""`tpuedge verify` on the trained digits CNN in the real runtimes (LiteRT, TFLite-Micro, XLA CPU).
+
+Builds are module-scoped; the CLI runs in-process with a saved .pt2 (no retraining).
+The planted defect: one BatchNorm channel of conv2 scaled x1000 (undone in the fc weights, so
+the float model is unchanged) wrecks per-tensor int8 — the per-layer report must rank the
+conv2 layer first.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+import tpuedge
+from tpuedge.shared_ir.errors import UserError
+from tpuedge.verify.metrics import ErrorAccumulator, compare_output, snr_db
+
+OUTLIER_CHANNEL, OUTLIER_SCALE = 5, 1000.0
+
+
+# ---- fixtures --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def eval_npz(digits_model, tmp_path_factory):
+    _, _, _, x_test, y_test = digits_model
+    path = tmp_path_factory.mktemp("data") / "digits_test.npz"
+    np.savez(path, image=x_test, label=y_test)
+    return path
+
+
+@pytest.fixture(scope="module")
+def eval_small_npz(digits_model, tmp_path_factory):
+    """The first 64 test samples: enough for the checks that don't measure accuracy."""
+    _, _, _, x_test, y_test = digits_model
+    path = tmp_path_factory.mktemp("data") / "digits_test_64.npz"
+    np.savez(path, image=x_test[:64], label=y_test[:64])
+    return path
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    import model as digits
+
+    return digits.calibration(64)
+
+
+@pytest.fixture(scope="module")
+def android_int8(digits_program, calibration, tmp_path_factory):
+    return tpuedge.build(digits_program, "android", tmp_path_factory.mktemp("a") / "android", quantize="int8", calibration=calibration)
+
+
+@pytest.fixture(scope="module")
+def digits_pt2(digits_program, tmp_path_factory):
+    return digits_program.save(tmp_path_factory.mktemp("m") / "digits.pt2")
+
+
+@pytest.fixture(scope="module")
+def outlier_program(digits_model):
+    """The digits CNN with one outlier channel after conv2+bn2, same float function."""
+    import torch
+
+    net = copy.deepcopy(digits_model[0])
+    k, scale = OUTLIER_CHANNEL, OUTLIER_SCALE
+    with torch.no_grad():
+        net.bn2.weight[k] *= scale
+        net.bn2.bias[k] *= scale  # relu and max-pool commute with a positive scale ...
+        net.fc.weight[:, k * 16 : (k + 1) * 16] /= scale  # ... which the classifier undoes
+    return tpuedge.export(net, (torch.zeros(1, 1, 8, 8),), name="digits_outlier")
+
+
+@pytest.fixture(scope="module")
+def outlier_android(outlier_program, calibration, tmp_path_factory):
+    return tpuedge.build(
+        outlier_program, "android", tmp_path_factory.mktemp("o") / "android", quantize="int8",
+        calibration=calibration, per_channel=False,
+    )
+
+
+def _cli(argv, capsys):
+    from tpuedge.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", *map(str, argv)])
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+# ---- metrics ---------------------------------------------------------------------------------
+def test_output_metrics_on_known_numbers():
+    ref = np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 0.0]])
+    got = ref + np.array([[0.1, -0.1, 0.0], [0.0, 0.0, 3.5]])  # row 2's argmax moves from 0 to 2
+    m = compare_output("logits", ref, got)
+    assert m.max_abs_err == pytest.approx(3.5)
+    assert m.mean_abs_err == pytest.approx(3.7 / 6)
+    assert m.snr_db == pytest.approx(10 * np.log10(24.0 / 12.27))
+    assert m.top1_agreement == 0.5
+    assert compare_output("same", ref, ref).snr_db == 120.0
+    assert compare_output("flipped", ref, -ref).cosine == pytest.approx(-1.0)
+    assert compare_output("vector", np.ones((4, 1, 3)), np.ones((4, 1, 3))).top1_agreement is None
+
+
+def test_per_channel_snr_sees_channels_crushed_under_a_loud_one():
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(8, 4, 5, 5))
+    ref[:, 0] *= 1000.0  # one loud channel
+    got = ref.copy()
+    got[:, 1:] = 0.0  # the quiet channels lost entirely
+    acc = ErrorAccumulator()
+    acc.update(ref, got)
+    assert acc.snr_db > 50.0  # the whole-tensor SNR barely notices
+    assert acc.channel_snr_db == pytest.approx((120.0 + 3 * 0.0) / 4, abs=1e-6)
+    assert snr_db(1.0, 0.01) == pytest.approx(20.0)
+
+
+# ---- data errors (exit 2 material) -----------------------------------------------------------
+def test_data_errors_name_the_input_and_the_expected_shape(digits_program, digits_model):
+    from tpuedge.verify.data import load_data
+
+    _, _, _, x_test, y_test = digits_model
+    with pytest.raises(UserError, match=r"'image' has shape \(360, 8, 8\), expected \(N, 1, 8, 8\)"):
+        load_data({"image": x_test[:, 0]}, digits_program.inputs)
+    with pytest.raises(UserError, match=r"no array 'answer' for the labels \(it has: image, label\)"):
+        load_data({"image": x_test, "label": y_test}, digits_program.inputs, labels="answer")
+    with pytest.raises(UserError, match=r"no array for input\(s\) 'image' \(it has: a, b\)"):
+        load_data({"a": x_test, "b": x_test}, digits_program.inputs)
+    with pytest.raises(UserError, match="labels must be 360 integer class indices"):
+        load_data({"image": x_test}, digits_program.inputs, labels=y_test[:10])
+    both = load_data({"image": x_test[:, None]}, digits_program.inputs)  # (N, 1, 1, 8, 8): whole calls
+    assert both.count == 360 and both.rows[0].shape == (360, 1, 8, 8)
+
+
+# ---- a good int8 build -----------------------------------------------------------------------
+def test_good_int8_build_passes_with_real_numbers(android_int8, digits_program, digits_model):
+    _, _, _, x_test, y_test = digits_model
+    result = tpuedge.verify(
+        android_int8, digits_program, {"image": x_test, "label": y_test}, labels="label",
+        min_cosine=0.99, min_top1=0.97, max_drop=1.5,
+    )
+    assert result.passed and len(result.checks) == 3
+    out = result.outputs[0]
+    assert result.samples == 360 and out.shape == (360, 10)
+    assert out.cosine >= 0.99 and out.snr_db > 15.0 and out.top1_agreement >= 0.97
+    assert 0.0 < out.mean_abs_err < out.max_abs_err < 10.0
+    assert result.accuracy.float_accuracy >= 95.0
+    assert abs(result.accuracy.drop) <= 1.5
+    # the runtime numbers are LiteRT's own: recompute one row through the artifact
+    assert np.allclose(android_int8.run(x_test[:1])[0], android_int8.run(x_test[:1])[0])
+
+
+def test_cli_exit_0_then_exit_1_with_the_failing_check_named(
+    android_int8, digits_pt2, eval_npz, eval_small_npz, tmp_path, capsys
+):
+    code, out, _ = _cli(
+        [android_int8.directory, "--model", digits_pt2, "--data", eval_npz, "--labels", "label",
+         "--min-cosine", "0.99", "--max-drop", "1.5"],
+        capsys,
+    )
+    assert code == 0, out
+    assert "verify passed: 2 check(s)" in out and "max abs err" in out
+
+    report = tmp_path / "verify.json"
+    code, out, _ = _cli(
+        [android_int8.directory, "--model", digits_pt2, "--data", eval_small_npz, "--labels", "label",
+         "--min-cosine", "1.0", "--min-top1", "0.5", "--json", report],
+        capsys,
+    )
+    assert code == 1
+    assert "FAIL cosine of output" in out and "< required 1" in out
+    assert "pass top-1 agreement of output" in out
+    for column in ("output", "max abs err", "mean abs err", "cosine", "SNR dB", "top-1 agree"):
+        assert column in out
+    payload = json.loads(report.read_text())
+    assert payload["passed"] is False
+    (result,) = payload["results"]
+    assert [c["name"] for c in result["checks"] if not c["passed"]] == ["cosine"]
+    assert result["failures"][0].startswith("cosine of output")
+    assert 0.99 <= result["outputs"][0]["cosine"] < 1.0
+    assert result["accuracy"]["float_accuracy"] >= 95.0
+
+
+def test_cli_exit_2_for_bad_input(android_int8, digits_pt2, outlier_program, eval_npz, tmp_path, capsys, digits_model):
+    other = outlier_program.save(tmp_path / "other.pt2")
+    code, _, err = _cli([android_int8.directory, "--model", other, "--data", eval_npz], capsys)
+    assert code == 2 and "built from a different IR" in err and outlier_program.fingerprint[:12] in err
+
+    flat = tmp_path / "flat.npz"
+    np.savez(flat, image=digits_model[3][:, 0])
+    code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", flat], capsys)
+    assert code == 2 and "expected (N, 1, 8, 8)" in err
+
+    code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", eval_npz, "--max-drop", "1"], capsys)
+    assert code == 2 and "needs labels" in err
+
+    code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", tmp_path / "missing.npz"], capsys)
+    assert code == 2 and "does not exist" in err
+
+
+# ---- per-layer: the planted defect -----------------------------------------------------------
+def test_per_layer_ranks_the_planted_outlier_layer_first(outlier_android, outlier_program, digits_model, tmp_path):
+    _, _, _, x_test, y_test = digits_model
+    result = tpuedge.verify(
+        outlier_android, outlier_program, {"image": x_test, "label": y_test}, labels="label",
+        min_cosine=0.99, per_layer=True, layer_samples=32,
+    )
+    assert not result.passed  # per-tensor int8 can't hold one channel 1000x louder than the rest
+    assert result.accuracy.drop > 20.0
+    ranked = result.layers.ranked()
+    worst = ranked[0]
+    assert worst.node == "relu_1" and "conv2" in worst.label and "bn2" in worst.label
+    assert "self.conv2" in worst.source
+    assert worst.drop_db > 20.0 and worst.drop_db > 2 * ranked[1].drop_db
+    # the whole-tensor SNR hides it (the loud channel survives); the per-channel SNR doesn't
+    assert worst.tensor_snr_db > worst.snr_db + 10.0
+
+    from tpuedge.verify.report import PLOT_FILE, REPORT_FILE, write_report_dir
+
+    out = write_report_dir(tmp_path / "report", [result])
+    md = (out / REPORT_FILE).read_text()
+    first_row = next(line for line in md.splitlines() if line.startswith("| 1 |"))
+    assert "relu_1 (conv2 → bn2 → relu)" in first_row
+    png = (out / PLOT_FILE).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_per_layer_on_a_good_build_has_no_outlier(android_int8, digits_program, digits_model):
+    _, _, _, x_test, _ = digits_model
+    result = tpuedge.verify(android_int8, digits_program, x_test, per_layer=True, layer_samples=16)
+    layers = {l.node: l for l in result.layers.layers}
+    # conv1+bn1+relu, conv2+bn2+relu, pool, flatten and fc are all found in the flatbuffer
+    assert {"image", "relu", "relu_1", "max_pool2d", "flatten", "linear"} <= set(layers)
+    assert all(l.snr_db > 25.0 for l in layers.values())
+    assert max(l.drop_db for l in result.layers.ranked()) < 20.0
+
+
+# ---- across runtimes -------------------------------------------------------------------------
+def test_cli_per_layer_across_android_mcu_and_cloud(
+    android_int8, digits_program, digits_pt2, eval_small_npz, calibration, tmp_path_factory, capsys
+):
+    root = tmp_path_factory.mktemp("runtimes")
+    mcu = tpuedge.build(digits_program, "mcu", root / "mcu", calibration=calibration, eval="none")
+    cloud = tpuedge.build(digits_program, "cloud-tpu", root / "cloud")
+    report = root / "report"
+    code, out, _ = _cli(
+        [android_int8.directory, mcu.directory, cloud.directory, "--model", digits_pt2, "--data", eval_small_npz,
+         "--labels", "label", "--min-top1", "0.97", "--per-layer", "--report-dir", report,
+         "--layer-samples", "8", "--json", root / "v.json"],
+        capsys,
+    )
+    assert code == 0, out
+    for runtime in ("LiteRT (android)", "TFLite-Micro (mcu)", "XLA CPU (cloud-tpu)"):
+        assert f"worst layers in {runtime}" in out
+    payload = json.loads((root / "v.json").read_text())
+    by_target = {r["target"]: r for r in payload["results"]}
+    cloud_out = by_target["cloud-tpu"]["outputs"][0]
+    assert cloud_out["max_abs_err"] < 1e-3 and cloud_out["cosine"] > 0.999999
+    # TFLM and LiteRT run the same int8 math: within a few LSB of each other
+    assert abs(by_target["mcu"]["outputs"][0]["cosine"] - by_target["android"]["outputs"][0]["cosine"]) < 0.01
+    cloud_layers = by_target["cloud-tpu"]["layers"]["layers"]
+    assert len(cloud_layers) == 9 and min(l["snr_db"] for l in cloud_layers) > 90.0
+    md = (report / "report.md").read_text()
+    assert md.count("### ") == 3 and "![SNR per layer](snr_per_layer.png)" in md
+    assert (report / "snr_per_layer.png").stat().st_size > 10_000
