@@ -32,7 +32,14 @@ from tpuedge.shared_ir.errors import InternalError, UserError
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["ConvertedModel", "program_to_tflite", "float_tflite", "tflite_layout_inputs", "SEARCH_SAMPLES"]
+__all__ = [
+    "ConvertedModel",
+    "program_to_tflite",
+    "float_tflite",
+    "clear_float_cache",
+    "tflite_layout_inputs",
+    "SEARCH_SAMPLES",
+]
 
 # At most this many calibration samples are used to measure candidate recipes.
 SEARCH_SAMPLES = 64
@@ -47,6 +54,12 @@ class ConvertedModel:
     recipe: dict
     float_tflite: bytes
     config: QuantConfig = field(default_factory=QuantConfig)
+
+
+def clear_float_cache() -> None:
+    """Forget converted float models (the next build lowers through litert-torch again)."""
+    with _LOCK:
+        _FLOAT_CACHE.clear()
 
 
 def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True) -> bytes:

@@ -105,15 +105,27 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
     def __init__(self, float_tflite: bytes):
         from ai_edge_quantizer import quantizer
 
+        self._float = bytes(float_tflite)
         self._quantizer = quantizer.Quantizer(bytearray(float_tflite))
         self._calibration = None
 
     def calibrate(self, recipe: list[dict], samples: list[dict]) -> None:
+        """Activation ranges over ALL samples (global min/max).
+
+        ai-edge-quantizer's default is a moving average of per-sample ranges, which
+        under-estimates the extremes and clips inputs the calibration data itself contains.
+        """
+        from ai_edge_quantizer import calibrator, recipe_manager
+        from ai_edge_quantizer.utils import qsv_utils
+
         from tpuedge.edge.litert_lowering import SIGNATURE_KEY
 
-        self._quantizer.load_quantization_recipe(recipe)
+        manager = recipe_manager.RecipeManager()
+        manager.load_quantization_recipe(recipe)
+        calib = calibrator.Calibrator(self._float, num_threads=1, qsv_update_func=qsv_utils.min_max_update)
         with contextlib.redirect_stderr(io.StringIO()):  # its progress bar; we report ourselves
-            self._calibration = self._quantizer.calibrate({SIGNATURE_KEY: samples}, num_threads=1)
+            calib.calibrate({SIGNATURE_KEY: samples}, manager)
+        self._calibration = calib.get_model_qsvs()
 
     def __call__(self, recipe: list[dict]) -> bytes:
         self._quantizer.load_quantization_recipe(recipe)

@@ -130,7 +130,7 @@ def summarize_tflite(data: bytes) -> TFLiteSummary:
     return TFLiteSummary(
         file_bytes=len(data),
         weight_bytes=weight_bytes,
-        graph_bytes=len(data) - sum(s for i, s in buffer_size.items() if not (model.buffers[i].offset or 0) > 1),
+        graph_bytes=len(data) - weight_bytes,  # external buffers live in the same file, after the flatbuffer
         external_buffers=external,
         inputs=inputs,
         outputs=outputs,

@@ -1,0 +1,230 @@
+"""android target end to end: the reference models in all four modes against the float IR,
+digits accuracy after int8, sizes, int8 I/O, strict int8, the per-op search, channels-last,
+byte-identical rebuilds, artifacts, capability. Conversions are shared per module."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tpuedge
+from tpuedge.edge.convert import clear_float_cache, program_to_tflite, tflite_layout_inputs
+from tpuedge.edge.litert_runtime import LiteRTRunner
+from tpuedge.edge.tflite_inspect import summarize_tflite
+from tpuedge.quantize import QuantConfig
+from tpuedge.quantize.calibration import load_calibration
+from tpuedge.quantize.metrics import compare_outputs
+
+MODELS = ("build_cnn", "build_depthwise", "build_transformer")
+SCHEMES = ("none", "fp16", "dynamic-int8", "int8")
+
+
+def _samples(program, seed: int, count: int):
+    """Inputs of one distribution for calibration and test. Images get a per-image brightness and
+    contrast per channel (as photos do): a random-init GAP CNN fed plain noise outputs nearly the
+    same vector for every input, and then no accuracy number means anything (see STACK.md)."""
+    samples = program.example_inputs(seed=seed, count=count)
+    rng = np.random.default_rng(seed + 1000)
+    for sample in samples:
+        for i, x in enumerate(sample):
+            if x.ndim == 4:
+                c = x.shape[1]
+                sample[i] = (x * rng.uniform(0.5, 1.5, (1, c, 1, 1)) + rng.normal(0, 1, (1, c, 1, 1))).astype(x.dtype)
+    return samples
+
+
+@pytest.fixture(scope="module")
+def programs():
+    import models
+
+    torch.manual_seed(0)
+    out = {}
+    for name in MODELS:
+        module, inputs = getattr(models, name)()
+        out[name] = tpuedge.export(module, inputs, name=name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def converted(programs):
+    """(model, scheme) -> (ConvertedModel, AccuracySummary on held-out inputs), built on demand."""
+    cache: dict = {}
+
+    def get(model: str, scheme: str, **config):
+        key = (model, scheme, tuple(sorted(config.items())))
+        if key not in cache:
+            program = programs[model]
+            calibration = _samples(program, seed=1, count=32)  # same distribution as the test inputs
+            cm = program_to_tflite(program, QuantConfig(scheme=scheme, **config), calibration)
+            test = _samples(program, seed=2, count=16)
+            runner = LiteRTRunner(cm.tflite)
+            outputs = [runner.run(tflite_layout_inputs(s, cm.config.channels_last)) for s in test]
+            cache[key] = (cm, compare_outputs([program.run(*s) for s in test], outputs))
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_modes_match_float_model(converted, model, scheme):
+    cm, acc = converted(model, scheme)
+    # centered cosine: the input-dependent part (a GAP CNN's raw outputs barely move with input)
+    if scheme == "none":
+        assert acc.max_abs_error <= 1e-4 * acc.output_range, acc.describe()
+    elif scheme == "fp16":
+        assert acc.centered_cosine >= 0.999, acc.describe()
+    elif scheme == "dynamic-int8":
+        assert acc.centered_cosine >= 0.995, acc.describe()
+    else:
+        assert acc.centered_cosine >= 0.98, acc.describe()
+    summary = summarize_tflite(cm.tflite)
+    if scheme == "int8":
+        assert summary.activation_dtypes.get("int8", 0) > summary.activation_dtypes.get("float32", 0)
+        assert summary.weight_dtypes.get("int8", 0) > 0
+    if scheme == "fp16":
+        assert summary.weight_dtypes.get("float16", 0) > 0
+    if scheme != "none":  # (graph overhead dominates these tiny files; the weights must shrink)
+        assert summary.weight_bytes < 0.6 * summarize_tflite(cm.float_tflite).weight_bytes
+
+
+def test_digits_int8_keeps_accuracy(digits_model, digits_program, tmp_path):
+    import model as digits
+
+    _, _, _, x_test, y_test = digits_model
+    artifact = tpuedge.build(digits_program, "android", tmp_path / "digits", quantize="int8", calibration=digits.calibration())
+    float_acc = np.mean([np.argmax(digits_program.run(x_test[i : i + 1])[0]) == y_test[i] for i in range(len(x_test))])
+    int8_acc = np.mean([np.argmax(artifact.run(x_test[i : i + 1])[0]) == y_test[i] for i in range(len(x_test))])
+    assert float_acc > 0.95
+    assert abs(float_acc - int8_acc) <= 0.015, (float_acc, int8_acc)
+    acc = artifact.manifest["accuracy"]
+    assert acc["inputs"] == "calibration samples" and acc["top1_agreement"] >= 0.97
+
+
+def test_int8_size_of_a_large_model():
+    from models import TransformerBlock
+
+    torch.manual_seed(0)
+    program = tpuedge.export(TransformerBlock(d_model=192, heads=4, ff=768).eval(), (torch.randn(1, 16, 192),), name="big")
+    assert program.parameter_count > 400_000  # per-channel scales make ~40 KB of graph: amortized here
+    cm = program_to_tflite(program, QuantConfig(scheme="int8"), _samples(program, 1, 16))
+    assert len(cm.tflite) <= 0.3 * len(cm.float_tflite), (len(cm.tflite), len(cm.float_tflite))
+
+
+def test_io_int8_and_strict_int8(converted, programs):
+    cm, acc = converted("build_transformer", "int8", io_dtype="int8", strict_int8=True)
+    summary = summarize_tflite(cm.tflite)
+    assert [t.dtype for t in summary.inputs + summary.outputs] == ["int8", "int8"]
+    assert all(t.quantized for t in summary.inputs + summary.outputs)
+    assert set(summary.activation_dtypes) == {"int8"} and not summary.float_ops
+    assert {d["precision"] for d in cm.recipe["decisions"]} == {"int8"} and cm.recipe["non_int8_ops"] == []
+    assert acc.centered_cosine >= 0.98, acc.describe()  # run() quantizes/dequantizes I/O itself
+    runner = LiteRTRunner(cm.tflite)
+    x = _samples(programs["build_transformer"], 3, 1)[0]
+    q_in = runner.inputs[0]
+    raw = runner.run_raw([np.clip(np.round(x[0] / q_in.scale[0]) + q_in.zero_point[0], -128, 127).astype(np.int8)])
+    assert raw[0].dtype == np.int8
+    np.testing.assert_allclose(
+        (raw[0].astype(np.float32) - runner.outputs[0].zero_point[0]) * runner.outputs[0].scale[0], runner.run(x)[0]
+    )
+
+
+def test_int8_search_measures_sensitive_ops():
+    """A transformer whose residual stream has outlier channels (as trained ones do), with a
+    target all-int8 misses: every sensitive group is measured at int16 and float."""
+    from models import build_transformer
+
+    module, inputs = build_transformer()
+    with torch.no_grad():
+        module.qkv.weight.mul_(3.0)  # peakier attention
+    program = tpuedge.export(module, inputs, name="outliers")
+
+    def outliers(seed, count):
+        rng = np.random.default_rng(seed)
+        out = []
+        for _ in range(count):
+            x = rng.standard_normal((1, 16, 64))
+            x[..., :4] *= 25.0
+            out.append([x.astype(np.float32)])
+        return out
+
+    cm = program_to_tflite(program, QuantConfig(scheme="int8", target_cosine=0.99999), outliers(1, 32))
+    recipe = cm.recipe
+    kinds = {d["kind"] for d in recipe["decisions"]}
+    assert {"layer_norm", "softmax", "gelu", "attention_matmul"} <= kinds
+    assert recipe["search"]["evaluations"] >= 1 + 2 * len(recipe["decisions"])
+    assert all(set(d["cosine"]) == {"int8", "int16", "float"} for d in recipe["decisions"])
+    assert recipe["search"]["final_cosine"] >= recipe["search"]["all_int8_cosine"]
+    for d in recipe["decisions"]:
+        best_gain = max(d["cosine"]["int16"], d["cosine"]["float"]) - d["cosine"]["int8"]
+        if d["precision"] == "int8":
+            assert "int8 kept" in d["reason"]
+        else:  # upgraded only for a measured gain, and listed with its reason
+            assert d["cosine"][d["precision"]] > d["cosine"]["int8"] and best_gain >= 1e-4
+            assert any(item["group"] == d["group"] and item["why"] for item in recipe["non_int8_ops"])
+    summary = summarize_tflite(cm.tflite)
+    precisions = {item["precision"] for item in recipe["non_int8_ops"]}
+    assert ("float" in precisions) == bool(summary.float_ops)
+    if "int16" in precisions:
+        assert summary.activation_dtypes.get("int16", 0) > 0
+    test = outliers(2, 16)
+    runner = LiteRTRunner(cm.tflite)
+    acc = compare_outputs([program.run(*s) for s in test], [runner.run(s) for s in test])
+    assert acc.centered_cosine >= 0.98, acc.describe()
+
+
+def test_channels_last_has_no_transpose(converted, programs):
+    cm, acc = converted("build_cnn", "none", channels_last=True)
+    summary = summarize_tflite(cm.tflite)
+    assert summary.inputs[0].shape == (1, 32, 32, 3)
+    assert "TRANSPOSE" not in summary.op_histogram
+    assert acc.max_abs_error <= 1e-4 * acc.output_range
+
+
+def test_build_is_byte_identical_and_loads(programs, tmp_path):
+    program = programs["build_depthwise"]
+    cal = _samples(program, 1, 8)
+    dirs = []
+    for i in range(2):
+        clear_float_cache()  # a full lowering each time, not a cached float model
+        tpuedge.build(program, "android", tmp_path / f"b{i}", quantize="int8", calibration=cal)
+        dirs.append(tmp_path / f"b{i}")
+    for name in ("model.tflite", "manifest.json"):
+        assert (dirs[0] / name).read_bytes() == (dirs[1] / name).read_bytes(), name
+    artifact = tpuedge.load(dirs[0])
+    manifest = artifact.manifest
+    assert manifest["ir_fingerprint"] == program.fingerprint and manifest["target"] == "android"
+    assert manifest["sizes"]["tflite_bytes"] == (dirs[0] / "model.tflite").stat().st_size
+    assert manifest["tool_versions"]["litert-torch"].startswith("0.10")
+    x = _samples(program, 5, 1)[0]
+    from_file = tpuedge.load(dirs[0] / "model.tflite")
+    np.testing.assert_array_equal(artifact.run(*x)[0], from_file.run(*x)[0])
+    report = artifact.report()
+    for text in ("weights", "graph", "ops:", "accuracy vs float IR", "scale="):
+        assert text in report or text == "scale=", report
+    with pytest.raises(tpuedge.UserError, match="expected"):
+        artifact.run(np.zeros((1, 3, 16, 16), np.float32))
+
+
+def test_check_reports_what_litert_cannot_lower(tmp_path):
+    class Bag(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = torch.nn.EmbeddingBag(10, 4, mode="sum")
+
+        def forward(self, ids, offsets):
+            return self.bag(ids, offsets)
+
+    program = tpuedge.export(Bag(), (torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2])), name="bag")
+    problems = program.check("android")
+    assert any("embedding_bag" in p.subject for p in problems), [p.format() for p in problems]
+    with pytest.raises(tpuedge.ProblemsError):
+        tpuedge.build(program, "android", tmp_path / "bag")
+    assert not (tmp_path / "bag").exists()
+
+
+def test_int8_without_calibration_is_a_user_error(programs, tmp_path):
+    with pytest.raises(tpuedge.UserError, match="--calibration"):
+        tpuedge.build(programs["build_cnn"], "android", tmp_path / "x", quantize="int8")
+    assert not (tmp_path / "x").exists()
