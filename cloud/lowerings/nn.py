@@ -231,15 +231,22 @@ def _window_config(x, n, kernel, stride, padding, dilation, ceil_mode):
 def _max_pool(x, n, kernel, stride, padding, dilation, ceil_mode):
     window, strides, pads, dil, _ = _window_config(x, n, kernel, stride, padding, dilation, ceil_mode)
     low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
-    values = lax.reduce_window(x, np.array(low, x.dtype), lax.max, window, strides, pads, window_dilation=dil)
-    return values, _max_pool_indices(lax.stop_gradient(x), n, window, strides, pads, dil, low)
+    candidates, table = _pool_candidates(x, n, window, strides, pads, dil, low)
+    choice = jnp.argmax(lax.stop_gradient(candidates), axis=0)  # first max wins, as torch
+    indices = jnp.take_along_axis(table, choice[None], axis=0)[0].astype(jax_dtype("torch.int64"))
+    if all(d == 1 for d in dil):
+        # reduce_window max: one fused op on TPU, gradient by select-and-scatter
+        values = lax.reduce_window(x, np.array(low, x.dtype), lax.max, window, strides, pads)
+    else:  # jax has no VJP for dilated reduce_window max: gather the chosen candidate instead
+        values = jnp.take_along_axis(candidates, choice[None], axis=0)[0]
+    return values, indices
 
 
-def _max_pool_indices(x, n, window, strides, pads, dil, low):
-    """Flat index of each window's max within its spatial plane, as torch returns it (first max
-    wins). One strided slice per kernel offset; integer-only, so it never needs a gradient."""
+def _pool_candidates(x, n, window, strides, pads, dil, low):
+    """Every window's values stacked by kernel offset (offsets, *out) and, per offset, the
+    flat index within the spatial plane that each output position reads (torch's indices)."""
     lead = x.ndim - n
-    padded = lax.pad(x, jnp.asarray(low, x.dtype), [(lo, hi, 0) for lo, hi in pads])
+    padded = lax.pad(x, np.array(low, x.dtype), [(lo, hi, 0) for lo, hi in pads])
     out_shape = [
         (padded.shape[lead + i] - dil[lead + i] * (window[lead + i] - 1) - 1) // strides[lead + i] + 1 for i in range(n)
     ]
@@ -255,10 +262,9 @@ def _max_pool_indices(x, n, window, strides, pads, dil, low):
             coord = np.arange(out_shape[i]) * strides[lead + i] + offset[i] * dil[lead + i] - pads[lead + i][0]
             flat = np.multiply.outer(flat * x.shape[lead + i], np.ones(out_shape[i], np.int64)) + coord
         positions.append(flat)
-    choice = jnp.argmax(jnp.stack(candidates), axis=0)  # which kernel offset holds the max
-    table = np.stack(positions).astype(np.int32)  # (offsets, *out spatial): plane index per offset
-    table = jnp.broadcast_to(jnp.asarray(table)[(slice(None),) + (None,) * lead], (len(positions),) + choice.shape)
-    return jnp.take_along_axis(table, choice[None], axis=0)[0].astype(jax_dtype("torch.int64"))
+    stacked = jnp.stack(candidates)
+    table = jnp.asarray(np.stack(positions).astype(np.int32))[(slice(None),) + (None,) * lead]
+    return stacked, jnp.broadcast_to(table, stacked.shape)
 
 
 @lowering("aten.max_pool2d_with_indices.default")

@@ -139,6 +139,11 @@ def _other_dims_cropped(x, index, dim):
     return x[crop]
 
 
+def _src_cropped(src, index):
+    """scatter reads src only where index has entries: src[:i0, :i1, ...]."""
+    return src[tuple(slice(0, n) for n in index.shape)]
+
+
 def _scatter_coords(index, dim):
     coords = list(jnp.indices(index.shape, sparse=True))
     coords[dim] = index
@@ -157,21 +162,21 @@ def gather(x, dim, index, sparse_grad=False):
 def scatter(x, dim, index, src):
     dim = normalize_dim(dim, x.ndim)
     if hasattr(src, "shape") and src.ndim:
-        src = _other_dims_cropped(src, index, dim)
+        src = _src_cropped(src, index)
     return x.at[_scatter_coords(index, dim)].set(src)
 
 
 @lowering("aten.scatter_add.default")
 def scatter_add(x, dim, index, src):
     dim = normalize_dim(dim, x.ndim)
-    return x.at[_scatter_coords(index, dim)].add(_other_dims_cropped(src, index, dim))
+    return x.at[_scatter_coords(index, dim)].add(_src_cropped(src, index))
 
 
 @lowering("aten.scatter_reduce.two")
 def scatter_reduce(x, dim, index, src, reduce, include_self=True):
     dim = normalize_dim(dim, x.ndim)
     coords = _scatter_coords(index, dim)
-    src = _other_dims_cropped(src, index, dim)
+    src = _src_cropped(src, index)
     hit = jnp.zeros(x.shape, bool).at[coords].set(True)
     if reduce in ("sum", "mean"):
         base = x if include_self else jnp.where(hit, 0, x)
