@@ -1,0 +1,69 @@
+"""`tpuedge build ... --target android` as a user runs it, and `tpuedge inspect model.tflite`."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tpuedge.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CNN = f"{EXAMPLES / 'models.py'}:build_cnn"
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One real `tpuedge build` in a child process (a fresh clone's view: cwd outside the repo)."""
+    work = tmp_path_factory.mktemp("cli")
+    rng = np.random.default_rng(0)
+    np.savez(work / "cal.npz", x=rng.standard_normal((16, 3, 32, 32)).astype(np.float32))
+    exe = Path(sys.executable).with_name("tpuedge")
+    cmd = [str(exe), "build", CNN, "--target", "android", "--quantize", "int8", "--calibration", "cal.npz", "--out", "out"]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300)
+    return work, proc
+
+
+def test_build_exits_0_and_writes_the_artifact(built):
+    work, proc = built
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (work / "out").iterdir()) == ["manifest.json", "model.tflite"]
+    assert "accuracy vs float IR (16 calibration samples" in proc.stdout
+    assert "quantize int8" in proc.stdout
+
+
+def test_bad_calibration_exits_2_and_keeps_old_outputs(built):
+    work, _ = built
+    before = {p.name: p.read_bytes() for p in (work / "out").iterdir()}
+    np.savez(work / "bad.npz", x=np.zeros((16, 3, 28, 28), np.float32))
+    code, _, err = run_cli("build", CNN, "--target", "android", "--quantize", "int8", "--calibration", str(work / "bad.npz"), "--out", str(work / "out"))
+    assert code == 2
+    assert "Calibration input 'x'" in err and "[1, 3, 32, 32]" in err
+    assert {p.name: p.read_bytes() for p in (work / "out").iterdir()} == before
+    assert sorted(p.name for p in work.iterdir()) == ["bad.npz", "cal.npz", "out"]  # no staging left
+
+
+def test_inspect_shows_io_quant_ops_and_sizes(built):
+    work, _ = built
+    code, out, _ = run_cli("inspect", str(work / "out" / "model.tflite"))
+    assert code == 0
+    for text in ("in  x: float32[1, 3, 32, 32]", "weights", "graph", "ops:", "CONV_2D", "accuracy vs float IR"):
+        assert text in out, out
+    code, out, _ = run_cli("ops", "--target", "android")
+    assert code == 0 and "core ATen coverage" in out
