@@ -74,13 +74,6 @@ def forward_export(program) -> ForwardExport:
 
     from tpuedge.cloud.interpreter import to_jax
 
-    jax_program = to_jax(program)
-
-    def forward(params, buffers, *inputs):
-        _, outputs = jax_program(params, buffers, *inputs, rng_key=None)
-        return tuple(outputs)
-
-    forward.__name__ = f"{_identifier(program.name)}_forward"
     input_avals = []
     for spec in program.inputs:
         if any(isinstance(d, str) for d in spec.shape):
@@ -90,6 +83,13 @@ def forward_export(program) -> ForwardExport:
             )
         dtype = jax.dtypes.canonicalize_dtype(np.dtype(spec.dtype))
         input_avals.append(jax.ShapeDtypeStruct(tuple(spec.shape), dtype))
+    jax_program = to_jax(program)
+
+    def forward(params, buffers, *inputs):
+        _, outputs = jax_program(params, buffers, *inputs, rng_key=None)
+        return tuple(outputs)
+
+    forward.__name__ = f"{_identifier(program.name)}_forward"
     return ForwardExport(forward, jax_program, dict(jax_program.params), dict(jax_program.buffers), tuple(input_avals))
 
 

@@ -177,3 +177,20 @@ def test_cli_factory_with_batch_and_train_step(tmp_path):
     assert train["collectives"]["total"] >= 1  # the gradient all-reduce over the 4 chips
     assert train["flops_per_device"] > 2 * report["programs"]["forward"]["flops_per_device"]
     assert "train_step" in stdout and "wrote" in stdout
+
+
+def test_a_dynamic_batch_program_needs_and_takes_batch(tmp_path, monkeypatch):
+    import torch
+    from models import build_mlp
+
+    monkeypatch.setenv("TPUEDGE_LIBTPU", "off")  # the portable artifacts are what this test is about
+    module, _ = build_mlp()
+    program = tpuedge.export(module, (torch.randn(2, 32),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    with pytest.raises(UserError, match="symbolic dims .* Pass --batch N"):
+        tpuedge.build(program, "cloud-tpu", tmp_path / "unbound")
+    assert not (tmp_path / "unbound").exists()
+    artifact = tpuedge.build(program, "cloud-tpu", tmp_path / "b16", batch=16)
+    x = torch.randn(16, 32)
+    with torch.no_grad():
+        want = module(x).numpy()
+    assert artifact.inputs[0].shape == (16, 32) and np.max(np.abs(artifact.run(x)[0] - want)) < 1e-5
