@@ -70,7 +70,7 @@ class _Slot:
     name: str
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity, so jax.jit(jax_program) works
 class JaxProgram:
     """A Program lowered to JAX. Call it (pure), or use `forward` with its own weights.
 

@@ -302,6 +302,7 @@ SAMPLES.update({
     ],
     "aten.avg_pool3d.default": lambda g: [S(g.T(1, 2, 5, 5, 5), [2, 2, 2])],
     "aten._adaptive_avg_pool2d.default": lambda g: [S(g.T(2, 3, 7, 6), [3, 2]), S(g.T(1, 2, 8, 8), [4, 4]), S(g.T(1, 2, 5, 5), [1, 1])],
+    "aten.adaptive_avg_pool1d.default": lambda g: [S(g.T(2, 3, 7), [3]), S(g.T(2, 3, 8), [4])],
     "aten._adaptive_avg_pool3d.default": lambda g: [S(g.T(1, 2, 4, 6, 5), [2, 3, 2])],
     "aten.adaptive_max_pool2d.default": lambda g: [S(g.T(2, 3, 7, 5), [3, 2]), S(g.T(1, 2, 8, 8), [2, 2])],
     "aten.upsample_nearest2d.vec": lambda g: [

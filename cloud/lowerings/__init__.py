@@ -36,4 +36,6 @@ NOT_LOWERED: dict[str, str] = {
     "aten.sym_size.int": _SYMBOLIC,
     "aten.sym_storage_offset.default": _SYMBOLIC,
     "aten.sym_stride.int": _SYMBOLIC,
+    "aten.sym_is_contiguous.default": _SYMBOLIC,
+    "aten.resize_.default": "an in-place resize of storage; functional programs never need it (use reshape/new tensors)",
 }

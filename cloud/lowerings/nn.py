@@ -339,6 +339,11 @@ def adaptive_avg_pool2d(x, output_size):
     return _adaptive_avg(x, list(output_size))
 
 
+@lowering("aten.adaptive_avg_pool1d.default")
+def adaptive_avg_pool1d(x, output_size):
+    return _adaptive_avg(x, list(output_size))
+
+
 @lowering("aten._adaptive_avg_pool3d.default")
 def adaptive_avg_pool3d(x, output_size):
     return _adaptive_avg(x, list(output_size))
