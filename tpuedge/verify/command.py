@@ -54,7 +54,7 @@ def verify_command(
     from tpuedge.model_spec import load_program
     from tpuedge.shared_ir.atomic import write_bytes_atomic
     from tpuedge.shared_ir.errors import UserError
-    from tpuedge.verify.compare import verify
+    from tpuedge.verify.compare import open_artifact, verify
     from tpuedge.verify.report import PLOT_FILE, REPORT_FILE, render, write_report_dir
 
     model = model or find_config().get("model")
@@ -67,10 +67,20 @@ def verify_command(
     if not console.is_terminal:  # CI logs: don't wrap the tables at 80 columns
         console = Console(highlight=False, width=160)
     program = load_program(model)
+    artifacts = [open_artifact(directory) for directory in artifact_dirs]
+    mismatched = [a for a in artifacts if a.manifest.get("ir_fingerprint") not in (None, program.fingerprint)]
+    if mismatched:  # every problem before any output
+        listed = ", ".join(f"{a.directory} ({a.manifest['ir_fingerprint'][:12]})" for a in mismatched)
+        raise UserError(
+            f"{listed} {'was' if len(mismatched) == 1 else 'were'} built from a different IR than the model "
+            f"{program.name!r} (fingerprint {program.fingerprint[:12]}); their numbers would say nothing about this "
+            "model. Rebuild them with `tpuedge build MODEL --target ...`, or verify them against the --model they "
+            "were built from."
+        )
     results = []
-    for directory in artifact_dirs:
+    for artifact in artifacts:
         result = verify(
-            directory, program, data, labels=labels, min_cosine=min_cosine, min_top1=min_top1,
+            artifact, program, data, labels=labels, min_cosine=min_cosine, min_top1=min_top1,
             max_drop=max_drop, per_layer=per_layer, layer_samples=layer_samples, progress=True,
         )
         render(result, console, top_layers=top)

@@ -81,7 +81,8 @@ class LayerReport:
 
     def ranked(self) -> list[LayerStat]:
         """Compared layers (not the model inputs), largest SNR drop first."""
-        return sorted((l for l in self.layers if not l.is_input), key=lambda l: (-l.drop_db, l.order))
+        # drops under 0.1 dB are noise (float rounding): those keep graph order
+        return sorted((l for l in self.layers if not l.is_input), key=lambda l: (-round(l.drop_db, 1), l.order))
 
     def to_json(self) -> dict:
         return {

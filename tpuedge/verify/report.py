@@ -170,16 +170,19 @@ def _plot(results: Sequence["VerifyResult"], path: Path) -> None:
     nodes = sorted(order, key=order.__getitem__)
     position = {n: i for i, n in enumerate(nodes)}
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(nodes) + 2.0), 4.5), dpi=100)
-    for report in reports:
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-.")]  # runtimes that agree stay visible
+    for number, report in enumerate(reports):
         xs = [position[l.node] for l in report.layers]
         ys = [l.snr_db for l in report.layers]
-        (line,) = ax.plot(xs, ys, marker="o", label=report.runtime)
-        worst = report.ranked()[:1]
+        marker, linestyle = styles[number % len(styles)]
+        (line,) = ax.plot(xs, ys, marker=marker, linestyle=linestyle, label=report.runtime, alpha=0.85)
+        worst = [l for l in report.ranked()[:1] if l.drop_db >= 1.0]
         if worst:
             w = worst[0]
+            ax.plot([position[w.node]], [w.snr_db], marker="o", markersize=12, fillstyle="none", color=line.get_color())
             ax.annotate(
-                f"drop {w.drop_db:.1f} dB", (position[w.node], w.snr_db), textcoords="offset points",
-                xytext=(6, -14), color=line.get_color(), fontsize=8,
+                f"{w.node}: -{w.drop_db:.1f} dB", (position[w.node], w.snr_db), textcoords="offset points",
+                xytext=(0, 12), ha="center", color=line.get_color(), fontsize=8,
             )
     ax.set_xticks(range(len(nodes)))
     ax.set_xticklabels(nodes, rotation=60, ha="right", fontsize=8)

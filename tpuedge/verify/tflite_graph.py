@@ -271,8 +271,9 @@ def resolve_matches(
 
     `runtime` holds the dequantized tensors of that sample. Among candidates the closest
     value wins (ties go to the later node: a fused op yields its last node's value). A node
-    keeps its first tensor, except that a QUANTIZE output replaces a float tensor of it (the
-    model computes with the quantized value, e.g. its input).
+    keeps the LAST tensor that holds it: an op lowered to several ops (LayerNorm as mean, sub,
+    mul, ...) yields its value in the group's last tensor; a quantized input's QUANTIZE output
+    comes after the float input; layout copies hold the same value anyway.
     """
     chosen: dict[str, TensorMatch] = {}
     for entry in found:
@@ -289,13 +290,8 @@ def resolve_matches(
             err = float(np.linalg.norm(got - ref)) / scale
             if err <= best_err * (1 + 1e-6) + 1e-12:
                 best, best_err = (name, perm), min(err, best_err)
-        if best is None:
-            continue
-        name, perm = best
-        previous = chosen.get(name)
-        requantized = entry.op == "QUANTIZE" and previous is not None and graph.tensors[previous.tensor].scale.size == 0
-        if previous is None or requantized:
-            chosen[name] = TensorMatch(entry.tensor, name, perm)
+        if best is not None:
+            chosen[best[0]] = TensorMatch(entry.tensor, best[0], best[1])
     return list(chosen.values())
 
 
