@@ -193,6 +193,9 @@ def test_cli_exit_2_for_bad_input(android_int8, digits_pt2, outlier_program, eva
     code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", eval_npz, "--max-drop", "1"], capsys)
     assert code == 2 and "needs labels" in err
 
+    code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", eval_npz, "--labels", "answer"], capsys)
+    assert code == 2 and "no array 'answer' for the labels (it has: image, label)" in err
+
     code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", tmp_path / "missing.npz"], capsys)
     assert code == 2 and "does not exist" in err
 

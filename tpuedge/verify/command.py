@@ -24,7 +24,7 @@ __all__ = ["verify_command"]
 @click.option("--max-drop", type=float, help="Fail when task accuracy drops by more than this many percentage points (needs --labels).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the results as JSON here (for CI).")
 @click.option("--per-layer", is_flag=True, help="Compare every layer the runtime exposes with the IR; rank by SNR drop.")
-@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Where --per-layer writes report.md and the SNR plot (default build/<model>/verify).")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Write report.md, verify.json (and with --per-layer the SNR plot) here; --per-layer defaults to build/<model>/verify.")
 @click.option("--layer-samples", type=click.IntRange(min=1), default=64, show_default=True, help="Samples used for --per-layer.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Worst layers shown on the console.")
 def verify_command(
@@ -86,10 +86,10 @@ def verify_command(
         render(result, console, top_layers=top)
         results.append(result)
 
-    if per_layer:
+    if per_layer or report_dir is not None:
         out = report_dir or Path("build") / program.name / "verify"
         write_report_dir(out, results)
-        console.print(f"per-layer report: {out / REPORT_FILE}, plot: {out / PLOT_FILE}")
+        console.print(f"report: {out / REPORT_FILE}" + (f", plot: {out / PLOT_FILE}" if per_layer else ""))
     if json_path is not None:
         payload = {"passed": all(r.passed for r in results), "results": [r.to_json() for r in results]}
         write_bytes_atomic(json_path, (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode())
