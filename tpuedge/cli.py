@@ -177,7 +177,23 @@ def _report_problem(exc: UserError) -> None:
     click.echo(f"error: {exc}", err=True)
 
 
+def _quiet_third_party() -> None:
+    """Keep the console for tpuedge's own report.
+
+    Every CLI command runs its runtimes on the host CPU (TPU compiles are deviceless), so jax
+    need not probe for a TPU: without this, an installed libtpu prints a screen of warnings the
+    first time litert-torch touches jax. torchao logs a warning per optional CUDA kernel it
+    can't load on a CPU-only machine. A user's own JAX_PLATFORMS wins.
+    """
+    import logging
+    import os
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> Any:
+    _quiet_third_party()
     try:
         rv = cli.main(args=argv, prog_name="tpuedge", standalone_mode=False)
         if isinstance(rv, int):
