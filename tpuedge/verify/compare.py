@@ -132,7 +132,7 @@ def open_artifact(artifact: Any):
     return artifact
 
 
-def open_program(model: Any, data: Any = None):
+def open_program(model: Any):
     """A Program from a Program, a MODEL spec ("file.py:factory", "x.pt2") or an nn.Module."""
     from tpuedge.shared_ir.program import Program
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -105,9 +105,11 @@ class _LayerSource(Protocol):
 
 
 def _tflite_path(artifact) -> Path:
+    for attribute in ("model_path", "tflite_path"):  # android / mcu artifacts name their file
+        path = getattr(artifact, attribute, None)
+        if path is not None and Path(path).is_file():
+            return Path(path)
     directory = Path(artifact.directory)
-    if directory.is_file():
-        return directory
     names = [n for n in (artifact.manifest.get("files") or {}) if n.endswith(".tflite")]
     path = directory / (names[0] if names else "model.tflite")
     if not path.is_file():
