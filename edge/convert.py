@@ -116,10 +116,6 @@ def program_to_tflite(
     program: "Program", config: QuantConfig, calibration: list[list[np.ndarray]] | None = None
 ) -> ConvertedModel:
     """Lower `program` to LiteRT and quantize it per `config` (see the module docstring)."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.quantizer_recipes import find_sensitive_groups, quantizer_recipe, run_quantizer
-    from tpuedge.quantize.metrics import compare_outputs
-
     base = float_tflite(program, channels_last=config.channels_last)
     recipe: dict = {
         "scheme": config.scheme,
@@ -132,10 +128,14 @@ def program_to_tflite(
         recipe["non_int8_ops"] = []
         return ConvertedModel(base, recipe, base, config)
 
+    # imported here: a float build never pays for the quantizer
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.quantizer_recipes import find_sensitive_groups, quantizer_recipe, run_quantizer
+    from tpuedge.quantize.metrics import compare_outputs
+
     quantize = run_quantizer(base)
     if config.scheme in ("fp16", "dynamic-int8"):
         entries = quantizer_recipe(config)
-        quantize._calibration = None
         recipe["quantizer_recipe"] = entries
         recipe["quantizer"] = "ai-edge-quantizer"
         return ConvertedModel(quantize(entries), recipe, base, config)

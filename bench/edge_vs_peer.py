@@ -1,0 +1,243 @@
+"""Benchmark: tpuedge's android backend vs `litert_torch.convert` straight from the module.
+
+For each model and recipe, both sides convert in a child process (wall time of the conversion
+call, peak RSS of the child); then, here, both .tflite files run in the LiteRT interpreter
+(1 thread, median of N runs) and are scored against the float model on held-out inputs.
+
+  tpuedge: Program (torch.export IR) -> litert-torch pipeline from the ExportedProgram ->
+           ai-edge-quantizer recipe (int8: global min/max calibration + per-op search)
+  peer:    litert_torch.convert(module, args) -> the same ai-edge-quantizer recipe with its
+           default calibration (int8: float I/O like ours)
+
+    python bench/edge_vs_peer.py            # prints a table, writes bench/results/edge_vs_peer.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("build_cnn", "build_depthwise", "build_transformer", "digits")
+SCHEMES = ("none", "dynamic-int8", "int8")
+CALIBRATION = 64
+TEST = 32
+
+
+def _setup_paths() -> None:
+    for p in (ROOT / "examples", ROOT / "examples" / "digits"):
+        if str(p) not in sys.path:
+            sys.path.insert(0, str(p))
+
+
+def make_model(name: str, digits_weights: str | None):
+    import torch
+
+    _setup_paths()
+    if name == "digits":
+        import model as digits
+
+        net = digits.DigitsCNN()
+        net.load_state_dict(torch.load(digits_weights))
+        return net.eval(), (torch.zeros(1, 1, 8, 8),)
+    import models
+
+    return getattr(models, name)()
+
+
+def make_inputs(name: str, module, args, seed: int, count: int) -> list[list[np.ndarray]]:
+    """Inputs from one distribution for calibration and test (images: per-image brightness and
+    contrast, see tests/test_android.py; digits: the real train/test split)."""
+    _setup_paths()
+    if name == "digits":
+        import model as digits
+
+        x_train, _, x_test, _ = digits.digits_split()
+        data = x_train if seed == 1 else x_test
+        return [[data[i : i + 1]] for i in range(min(count, len(data)))]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        sample = []
+        for a in args:
+            x = rng.standard_normal(tuple(a.shape))
+            if x.ndim == 4:
+                c = x.shape[1]
+                x = x * rng.uniform(0.5, 1.5, (1, c, 1, 1)) + rng.normal(0, 1, (1, c, 1, 1))
+            sample.append(x.astype(np.float32))
+        out.append(sample)
+    return out
+
+
+def child(name: str, scheme: str, side: str, out_path: str, digits_weights: str | None) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    module, args = make_model(name, digits_weights)
+    calibration = make_inputs(name, module, args, 1, CALIBRATION)
+    # Both sides import the same heavy libraries outside the timed region: the clock measures
+    # export + lowering + quantization, not Python imports.
+    import ai_edge_quantizer.calibrator  # noqa: F401
+    import ai_edge_quantizer.quantizer  # noqa: F401
+    import ai_edge_litert.interpreter  # noqa: F401
+    import litert_torch  # noqa: F401
+    import litert_torch._convert.core  # noqa: F401
+
+    import tpuedge
+    from tpuedge.edge.convert import program_to_tflite
+    from tpuedge.quantize import QuantConfig
+
+    start = time.perf_counter()
+    if side == "tpuedge":
+        program = tpuedge.export(module, args, name=name)
+        data = program_to_tflite(program, QuantConfig(scheme=scheme), calibration).tflite
+    else:
+        data = peer_convert(module, args, scheme, calibration)
+    seconds = time.perf_counter() - start
+    Path(out_path).write_bytes(data)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "rss_mb": rss_mb}))
+
+
+def peer_convert(module, args, scheme: str, calibration) -> bytes:
+    import litert_torch
+    from ai_edge_quantizer import quantizer, recipe
+
+    float_bytes = bytes(litert_torch.convert(module.eval(), args).model_content())
+    if scheme == "none":
+        return float_bytes
+    if scheme == "dynamic-int8":
+        q = quantizer.Quantizer(bytearray(float_bytes), recipe.dynamic_wi8_afp32())
+        return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
+    from ai_edge_quantizer import recipe_manager
+    from ai_edge_quantizer.algorithm_manager import AlgorithmName
+
+    rm = recipe_manager.RecipeManager()
+    rm.add_static_config(".*", "*", activation_num_bits=8, weight_num_bits=8)
+    rm.add_quantization_config(".*", "INPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
+    rm.add_quantization_config(".*", "OUTPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
+    q = quantizer.Quantizer(bytearray(float_bytes), rm.get_quantization_recipe())
+    from ai_edge_litert.interpreter import Interpreter
+
+    sig = Interpreter(model_content=float_bytes).get_signature_list()
+    key = next(iter(sig))
+    in_names = sig[key]["inputs"]
+    cal = q.calibrate({key: [dict(zip(in_names, s)) for s in calibration]}, num_threads=1)
+    return bytes(q.quantize(cal, enable_progress_bar=False, enable_progress_report=False).quantized_model)
+
+
+def latency_ms(data: bytes, sample, runs: int) -> float:
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+
+    runner = LiteRTRunner(data, num_threads=1)
+    for _ in range(5):
+        runner.run(sample)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        runner.run(sample)
+        times.append(time.perf_counter() - t)
+    return 1000 * statistics.median(times)
+
+
+def accuracy(name: str, data: bytes, module, args) -> dict:
+    import torch
+
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.quantize.metrics import compare_outputs
+
+    runner = LiteRTRunner(data, num_threads=1)
+    test = make_inputs(name, module, args, 2, TEST if name != "digits" else 10_000)
+    with torch.no_grad():
+        ref = [[module(*[torch.from_numpy(x) for x in s]).numpy()] for s in test]
+    got = [runner.run(s) for s in test]
+    summary = compare_outputs(ref, got)
+    result = {"centered_cosine": round(summary.centered_cosine, 5), "max_abs_error": float(f"{summary.max_abs_error:.3g}")}
+    if name == "digits":
+        _setup_paths()
+        import model as digits
+
+        labels = digits.digits_split()[3]
+        result["test_accuracy"] = round(float(np.mean([np.argmax(g[0]) == y for g, y in zip(got, labels)])), 4)
+        result["float_accuracy"] = round(float(np.mean([np.argmax(r[0]) == y for r, y in zip(ref, labels)])), 4)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", nargs=4, metavar=("MODEL", "SCHEME", "SIDE", "OUT"))
+    parser.add_argument("--digits-weights")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--schemes", default=",".join(SCHEMES))
+    parser.add_argument("--runs", type=int, default=50)
+    opts = parser.parse_args()
+    if opts.child:
+        child(*opts.child, digits_weights=opts.digits_weights)
+        return
+
+    import torch
+
+    torch.set_num_threads(1)  # torch eager here only makes references; 2 threads is slower on 2 cores
+    _setup_paths()
+    tmp = Path(tempfile.mkdtemp(prefix="edge_vs_peer."))
+    weights = tmp / "digits.pt"
+    import model as digits
+
+    torch.save(digits.train_digits_cnn().state_dict(), weights)
+    rows = []
+    for name in opts.models.split(","):
+        module, args = make_model(name, str(weights))
+        first = make_inputs(name, module, args, 2, 1)[0]
+        for scheme in opts.schemes.split(","):
+            for side in ("tpuedge", "peer"):
+                out = tmp / f"{name}.{scheme}.{side}.tflite"
+                cmd = [sys.executable, __file__, "--child", name, scheme, side, str(out), "--digits-weights", str(weights)]
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+                if proc.returncode != 0:
+                    rows.append({"model": name, "scheme": scheme, "side": side, "error": proc.stderr.strip().splitlines()[-1]})
+                    print(f"{name} {scheme} {side}: FAILED {rows[-1]['error']}", flush=True)
+                    continue
+                stats = json.loads(proc.stdout.strip().splitlines()[-1])
+                data = out.read_bytes()
+                row = {
+                    "model": name,
+                    "scheme": scheme,
+                    "side": side,
+                    "convert_s": round(stats["seconds"], 2),
+                    "peak_rss_mb": round(stats["rss_mb"]),
+                    "bytes": len(data),
+                    "latency_ms": round(latency_ms(data, first, opts.runs), 4),
+                    **accuracy(name, data, module, args),
+                }
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    results = ROOT / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / "edge_vs_peer.json"
+    path.write_text(json.dumps({"runs": opts.runs, "threads": 1, "rows": rows}, indent=2) + "\n")
+    print()
+    print(format_table(rows))
+    print(f"\nwrote {path}")
+
+
+def format_table(rows: list[dict]) -> str:
+    cols = ["model", "scheme", "side", "convert_s", "peak_rss_mb", "bytes", "latency_ms", "centered_cosine", "max_abs_error", "test_accuracy"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(str(r.get(c, r.get("error", "") if c == "convert_s" else "")) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
