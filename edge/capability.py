@@ -25,13 +25,14 @@ COMPOSITE = "kept whole as a StableHLO composite (fused on device)"
 @lru_cache(maxsize=1)
 def litert_op_registry() -> OpRegistry:
     """Every op litert-torch 0.10 can take after its pre-convert decompositions."""
-    import os
-
-    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     import torch
-    from litert_torch import fx_infra
-    from litert_torch._convert.fx_passes import build_aten_composite_pass
-    from litert_torch.backend import lowerings
+
+    from tpuedge.edge.litert_session import litert_session
+
+    with litert_session():
+        from litert_torch import fx_infra
+        from litert_torch._convert.fx_passes import build_aten_composite_pass
+        from litert_torch.backend import lowerings
 
     registry = OpRegistry("android")
     notes: dict[str, str] = {}

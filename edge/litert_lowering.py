@@ -18,6 +18,9 @@ __all__ = ["decompose_for_litert", "lower_to_float_flatbuffer", "SIGNATURE_KEY"]
 SIGNATURE_KEY = "serving_default"
 
 
+from tpuedge.edge.litert_session import litert_session
+
+
 def _quiet() -> None:
     # litert-torch prints a progress line per stage unless told otherwise; our CLI reports itself.
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
@@ -26,11 +29,12 @@ def _quiet() -> None:
 def decompose_for_litert(exported_program):
     """Apply litert-torch's pre-convert decomposition table (returns a new ExportedProgram)."""
     _quiet()
-    from litert_torch import fx_infra
+    with litert_session():
+        from litert_torch import fx_infra
 
-    fx_infra.silence_torch_logs()
-    ep = fx_infra.graph_utils.reset_from_node_meta(exported_program)
-    return fx_infra.safe_run_decompositions(ep, fx_infra.decomp.pre_convert_decomp(), can_skip=False)
+        fx_infra.silence_torch_logs()
+        ep = fx_infra.graph_utils.reset_from_node_meta(exported_program)
+        return fx_infra.safe_run_decompositions(ep, fx_infra.decomp.pre_convert_decomp(), can_skip=False)
 
 
 @dataclass(frozen=True)
@@ -44,15 +48,16 @@ class _Signature:
 def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
     """Float32 .tflite bytes for `program`, inputs named as the Program's inputs."""
     _quiet()
-    from litert_torch._convert import core, litert_converter
-
     from tpuedge.edge.channels_last import channels_last_inputs
 
     ep = decompose_for_litert(program.exported_program)
     if channels_last:
         ep = channels_last_inputs(ep)
-    ep = core._run_convert_passes(ep)
-    exporter = litert_converter.exported_programs_to_flatbuffer(
-        [ep], [_Signature(SIGNATURE_KEY, list(program.input_names))]
-    )
-    return bytes(exporter.to_bytes())
+    with litert_session():
+        from litert_torch._convert import core, litert_converter
+
+        ep = core._run_convert_passes(ep)
+        exporter = litert_converter.exported_programs_to_flatbuffer(
+            [ep], [_Signature(SIGNATURE_KEY, list(program.input_names))]
+        )
+        return bytes(exporter.to_bytes())

@@ -73,7 +73,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def sharded_run(repo_root: Path):
+def sharded_run(repo_root: Path, tmp_path_factory):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(repo_root / "examples")],
@@ -81,6 +81,7 @@ def sharded_run(repo_root: Path):
         text=True,
         env=env,
         timeout=600,
+        cwd=tmp_path_factory.mktemp("sharded"),  # outside the repo: its bare tpuedge/ must not shadow the install
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
