@@ -129,5 +129,8 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
 
     def __call__(self, recipe: list[dict]) -> bytes:
         self._quantizer.load_quantization_recipe(recipe)
-        result = self._quantizer.quantize(self._calibration, enable_progress_bar=False, enable_progress_report=False)
+        # enable_progress_bar does not reach its transformation step, which draws a bar on
+        # stderr for models over 100 tensors
+        with contextlib.redirect_stderr(io.StringIO()):
+            result = self._quantizer.quantize(self._calibration, enable_progress_bar=False, enable_progress_report=False)
         return bytes(result.quantized_model)

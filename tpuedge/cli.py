@@ -183,13 +183,24 @@ def _quiet_third_party() -> None:
     Every CLI command runs its runtimes on the host CPU (TPU compiles are deviceless), so jax
     need not probe for a TPU: without this, an installed libtpu prints a screen of warnings the
     first time litert-torch touches jax. torchao logs a warning per optional CUDA kernel it
-    can't load on a CPU-only machine. A user's own JAX_PLATFORMS wins.
+    can't load on a CPU-only machine. A user's own JAX_PLATFORMS wins; TPUEDGE_VERBOSE=1 shows
+    everything else.
     """
     import logging
     import os
+    import warnings
 
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    logging.getLogger("torchao").setLevel(logging.ERROR)
+    if os.environ.get("TPUEDGE_VERBOSE"):
+        return
+    os.environ.setdefault("TQDM_DISABLE", "1")  # ai-edge-quantizer's per-tensor progress bars
+    for name in ("torchao", "torch.utils._pytree", "torch.export", "torch._export"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # Deprecation chatter from torch/litert internals, not about the user's model.
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+    warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*")
+    warnings.filterwarnings("ignore", message=".*were assigned during export.*")
 
 
 def main(argv: list[str] | None = None) -> Any:
