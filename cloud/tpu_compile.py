@@ -26,12 +26,12 @@ import contextlib
 import importlib.util
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
 
+from tpuedge.shared_ir.native_stderr import held_native_stderr
 from tpuedge.cloud.topologies import TopologyChoice
 from tpuedge.shared_ir.errors import TpuedgeError, UserError
 
@@ -75,22 +75,6 @@ def libtpu_version() -> str:
         return "unknown"
 
 
-@contextlib.contextmanager
-def _held_stderr() -> Iterator[list[str]]:
-    """Redirect the process's fd 2 (C++ logging included) into a buffer the caller may show."""
-    captured: list[str] = []
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield captured
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            captured.append(sink.read().decode(errors="replace"))
-
-
 def initialize_jax_quietly() -> None:
     """Initialise jax's backends with libtpu's no-TPU-here warnings held back.
 
@@ -102,7 +86,7 @@ def initialize_jax_quietly() -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     import jax
 
-    with _held_stderr() as log:
+    with held_native_stderr() as log:
         backend = jax.default_backend()
     if backend == "tpu" and log and log[0]:
         os.write(2, log[0].encode())
@@ -118,7 +102,7 @@ def topology_devices(choice: TopologyChoice) -> list:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     from jax.experimental import topologies
 
-    with _held_stderr() as log:
+    with held_native_stderr() as log:
         try:
             devices = list(topologies.get_topology_desc(choice.name, "tpu").devices)
             error = None

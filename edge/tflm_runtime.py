@@ -1,22 +1,20 @@
 """The TFLite-Micro interpreter on the host (`tflite_micro`), with float and raw int8 I/O.
 
-TFLM reports allocation and kernel errors on the C stderr before raising; `quiet_stderr`
+TFLM reports allocation and kernel errors on the C stderr before raising; `held_native_stderr`
 keeps those lines out of the console while we probe (arena bisection, op checks) and hands
 them back so the real reason can go into an error message.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.native_stderr import held_native_stderr
 
-__all__ = ["TflmRunner", "TflmError", "quiet_stderr", "quantize_to", "dequantize_from"]
+__all__ = ["TflmRunner", "TflmError", "quantize_to", "dequantize_from"]
 
 
 class TflmError(RuntimeError):
@@ -25,22 +23,6 @@ class TflmError(RuntimeError):
     def __init__(self, message: str, log: str):
         super().__init__(f"{message}: {log.strip()}" if log.strip() else message)
         self.log = log
-
-
-@contextlib.contextmanager
-def quiet_stderr() -> Iterator[list[str]]:
-    """Capture what C code writes to fd 2 inside the block; the text lands in the yielded list."""
-    captured: list[str] = []
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield captured
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            captured.append(sink.read().decode(errors="replace"))
 
 
 def quantize_to(x: np.ndarray, detail: dict) -> np.ndarray:
@@ -69,7 +51,7 @@ class TflmRunner:
         from tflite_micro import runtime
 
         self.arena_size = int(arena_size)
-        with quiet_stderr() as log:
+        with held_native_stderr() as log:
             try:
                 self._it = runtime.Interpreter.from_bytes(bytes(tflite), arena_size=self.arena_size)
                 error = None
@@ -77,7 +59,7 @@ class TflmRunner:
                 error = exc
         if error is not None:
             raise TflmError(f"TFLite-Micro could not load the model ({error})", log[0])
-        with quiet_stderr():  # probing past the last index prints "out of range"
+        with held_native_stderr():  # probing past the last index prints "out of range"
             self.input_details = [self._it.get_input_details(i) for i in range(self._count("input"))]
             self.output_details = [self._it.get_output_details(i) for i in range(self._count("output"))]
 
@@ -94,7 +76,7 @@ class TflmRunner:
         """Inputs already in the tensors' dtypes (int8 for an int8-I/O model); raw outputs."""
         if len(inputs) != len(self.input_details):
             raise UserError(f"The TFLite-Micro model takes {len(self.input_details)} input(s), got {len(inputs)}.")
-        with quiet_stderr() as log:
+        with held_native_stderr() as log:
             try:
                 for i, (x, d) in enumerate(zip(inputs, self.input_details)):
                     self._it.set_input(np.ascontiguousarray(x, dtype=d["dtype"]).reshape(d["shape"]), i)

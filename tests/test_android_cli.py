@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tpuedge.cli import main
+from cli_runner import run_cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CNN = f"{EXAMPLES / 'models.py'}:build_cnn"
-
-
-def run_cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

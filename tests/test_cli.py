@@ -9,26 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tpuedge.cli import main
+from cli_runner import run_cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MLP = f"{EXAMPLES / 'models.py'}:build_mlp"
-
-
-def run_cli(*args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process, returning (exit code, stdout, stderr)."""
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize(

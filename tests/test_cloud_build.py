@@ -10,25 +10,10 @@ import pytest
 
 import tpuedge
 from tpuedge.shared_ir.errors import UserError
+from cli_runner import run_cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PORTABLE = ("model.stablehlo.mlir", "model.jaxexport", "model.safetensors", "manifest.json")
-
-
-def run_cli(*args: str) -> tuple[int, str, str]:
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    from tpuedge.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

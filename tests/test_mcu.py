@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 
@@ -103,7 +102,7 @@ def test_op_resolver_lists_exactly_the_models_ops(digits_mcu):
     adds = re.findall(r"resolver\.(Add\w+)\(\)", text)
     assert sorted(adds) == sorted(tflm_ops()[n]["resolver"] for n in used)
     assert len(adds) == len(set(adds)) == len(used)
-    assert f"MicroMutableOpResolver<kOpCount>" in text and f"kOpCount = {len(used)};" in text
+    assert "MicroMutableOpResolver<kOpCount>" in text and f"kOpCount = {len(used)};" in text
 
 
 def test_rebuild_is_byte_identical(digits_mcu, tmp_path):
