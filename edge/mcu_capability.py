@@ -56,4 +56,10 @@ def mcu_capability() -> Capability:
         decompose=mcu_passes(),
         notes=notes,
         suggestions=suggestions,
+        rewrite_notes=_rewrite_notes,
     )
+
+
+def _rewrite_notes(exported_program) -> list[str]:
+    _, results = mcu_passes().run(exported_program)
+    return [r.description for r in results if r.changed]

@@ -155,6 +155,13 @@ class Program:
 
         return check_program(self, target)
 
+    def rewrites(self, target: str) -> list[str]:
+        """What `target`'s own IR rewrites will change in this program (announced, not problems)."""
+        from tpuedge.shared_ir.targets import get_target
+
+        cap = get_target(target).capability()
+        return cap.rewrite_notes(self.exported_program) if cap.rewrite_notes else []
+
     def lower(self, target: str, **options: Any):
         """Lower for `target` (-> a target-specific `Lowered`, see `Lowered.compile()`)."""
         from tpuedge.shared_ir.targets import get_target

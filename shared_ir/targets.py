@@ -44,6 +44,7 @@ class Capability:
     unsupported_dtypes: tensor dtypes (as "torch.float64") the target refuses.
     dynamic_shapes: whether symbolic dims are accepted.
     notes: op key -> why it is (not) supported / what to try; shown by `tpuedge ops`.
+    suggestions: op key -> what to try when that op is unsupported (replaces the generic one).
     """
 
     target: str
@@ -53,6 +54,9 @@ class Capability:
     dynamic_shapes: bool = False
     notes: Mapping[str, str] = field(default_factory=dict)
     suggestions: Mapping[str, str] = field(default_factory=dict)
+    # What the target's own rewrites will change in this program (not problems: the build
+    # does them and announces their measured cost), e.g. "rewrote 1 GELU op(s) as ...".
+    rewrite_notes: Callable[[Any], list[str]] | None = None
 
 
 @dataclass(frozen=True)

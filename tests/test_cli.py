@@ -149,3 +149,11 @@ def test_packages_install_under_the_tpuedge_namespace(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout.strip() == "[True, True, True, True]"
+
+
+def test_check_announces_the_targets_rewrites():
+    code, out, _ = run_cli("check", f"{EXAMPLES / 'models.py'}:build_transformer", "--target", "mcu")
+    assert code == 0 and "no problems for target mcu" in out
+    assert "rewrote 1 GELU op(s) as x*sigmoid(1.702*x)" in " ".join(out.split())
+    code, out, _ = run_cli("check", MLP, "--target", "mcu")
+    assert code == 0 and "rewrite" not in out

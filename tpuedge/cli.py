@@ -101,7 +101,10 @@ def check(model: str | None, target: str | None) -> None:
         raise ProblemsError(
             f"{program.name} has {len(problems)} problem(s) for target {target}; nothing was written:", problems
         )
-    _console().print(f"{program.name}: no problems for target {target} ({sum(program.op_histogram.values())} ops).")
+    console = _console()
+    console.print(f"{program.name}: no problems for target {target} ({sum(program.op_histogram.values())} ops).")
+    for note in program.rewrites(target):
+        console.print(f"  rewrite the {target} build applies (with its measured cost reported): {note}")
 
 
 @cli.command()
