@@ -6,19 +6,41 @@ pipeline below `litert_torch.convert()` (no second torch.export of the user's mo
 
 litert-torch's decomposition table keeps GELU, LayerNorm, SDPA, avg-pool, ... whole so its
 composite/fusion passes still see them (decomposing to core ATen first would lose them).
+
+Where a lowering's time goes (small models, 2 cores, ~4 s): four torch re-traces
+(`run_decompositions`: the pre-convert table, litert-torch's canonicalize pass, two before
+MLIR), the jax-bridge lowering to StableHLO and the flatbuffer export. What we save:
+  - `Program.check("android")` and the build after it share one decomposition (remembered
+    per ExportedProgram until a lowering takes it; the Program's own graph is never touched:
+    litert-torch's decomposition rewrites its argument's view nodes in place, so it gets a copy);
+  - on every re-trace torch re-materializes all C++ CompositeImplicitAutograd ops into
+    `torch.ops`, once per op namespace (~35 walks x 5 re-traces, ~0.9 s). No op is registered
+    during a lowering (the graph's ops all existed at export), so one walk per lowering does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import os
+import threading
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from tpuedge.edge.litert_session import litert_session
 
 __all__ = ["decompose_for_litert", "lower_to_float_flatbuffer", "SIGNATURE_KEY"]
 
 SIGNATURE_KEY = "serving_default"
 
+# input ExportedProgram -> its decomposition, until a lowering takes it (weak: dies with the Program)
+_DECOMPOSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_DECOMPOSED_LOCK = threading.Lock()
 
-from tpuedge.edge.litert_session import litert_session
+_CIA_LOCK = threading.Lock()
+_cia_users = 0
+_cia_materialize = None  # torch's own function while patched
 
 
 def _quiet() -> None:
@@ -26,15 +48,73 @@ def _quiet() -> None:
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
 
 
-def decompose_for_litert(exported_program):
-    """Apply litert-torch's pre-convert decomposition table (returns a new ExportedProgram)."""
+def _no_materialize() -> None:
+    return None
+
+
+@contextlib.contextmanager
+def _cia_ops_materialized_once() -> Iterator[None]:
+    """One walk of torch's CIA op registrations on entry; torch's re-walks inside are no-ops."""
+    global _cia_users, _cia_materialize
+    try:
+        from torch._export import utils as export_utils
+
+        export_utils._materialize_cpp_cia_ops  # noqa: B018 - present in torch 2.6 ... 2.13
+    except (ImportError, AttributeError):  # another torch: keep its behaviour
+        yield
+        return
+    with _CIA_LOCK:
+        if _cia_users == 0:
+            _cia_materialize = export_utils._materialize_cpp_cia_ops
+            _cia_materialize()
+            export_utils._materialize_cpp_cia_ops = _no_materialize
+        _cia_users += 1
+    try:
+        yield
+    finally:
+        with _CIA_LOCK:
+            _cia_users -= 1
+            if _cia_users == 0:
+                export_utils._materialize_cpp_cia_ops = _cia_materialize
+                _cia_materialize = None
+
+
+def _private_copy(exported_program):
+    """Same weights (shared, not copied), own graph: litert-torch may rewrite this one."""
+    graph_module = copy.deepcopy(exported_program.graph_module)
+    return exported_program._update(graph_module, copy.deepcopy(exported_program.graph_signature))
+
+
+def _decompose(exported_program):
     _quiet()
-    with litert_session():
+    with litert_session(), _cia_ops_materialized_once():
         from litert_torch import fx_infra
 
         fx_infra.silence_torch_logs()
-        ep = fx_infra.graph_utils.reset_from_node_meta(exported_program)
+        ep = fx_infra.graph_utils.reset_from_node_meta(_private_copy(exported_program))
         return fx_infra.safe_run_decompositions(ep, fx_infra.decomp.pre_convert_decomp(), can_skip=False)
+
+
+def decompose_for_litert(exported_program):
+    """litert-torch's pre-convert decomposition of `exported_program` (left as it was).
+
+    The result is shared (check, as_text and the next lowering of the same program decompose
+    once): read it, don't change it.
+    """
+    with _DECOMPOSED_LOCK:
+        done = _DECOMPOSED.get(exported_program)
+    if done is None:
+        done = _decompose(exported_program)
+        with _DECOMPOSED_LOCK:
+            _DECOMPOSED[exported_program] = done
+    return done
+
+
+def _take_decomposed(exported_program):
+    """The remembered decomposition, handed over for rewriting (forgotten here), or a new one."""
+    with _DECOMPOSED_LOCK:
+        done = _DECOMPOSED.pop(exported_program, None)
+    return done if done is not None else _decompose(exported_program)
 
 
 @dataclass(frozen=True)
@@ -50,14 +130,15 @@ def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
     _quiet()
     from tpuedge.edge.channels_last import channels_last_inputs
 
-    ep = decompose_for_litert(program.exported_program)
-    if channels_last:
-        ep = channels_last_inputs(ep)
-    with litert_session():
-        from litert_torch._convert import core, litert_converter
+    with _cia_ops_materialized_once():
+        ep = _take_decomposed(program.exported_program)
+        if channels_last:
+            ep = channels_last_inputs(ep)
+        with litert_session():
+            from litert_torch._convert import core, litert_converter
 
-        ep = core._run_convert_passes(ep)
-        exporter = litert_converter.exported_programs_to_flatbuffer(
-            [ep], [_Signature(SIGNATURE_KEY, list(program.input_names))]
-        )
-        return bytes(exporter.to_bytes())
+            ep = core._run_convert_passes(ep)
+            exporter = litert_converter.exported_programs_to_flatbuffer(
+                [ep], [_Signature(SIGNATURE_KEY, list(program.input_names))]
+            )
+            return bytes(exporter.to_bytes())

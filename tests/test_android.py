@@ -228,3 +228,29 @@ def test_int8_without_calibration_is_a_user_error(programs, tmp_path):
     with pytest.raises(tpuedge.UserError, match="--calibration"):
         tpuedge.build(programs["build_cnn"], "android", tmp_path / "x", quantize="int8")
     assert not (tmp_path / "x").exists()
+
+
+def test_check_and_build_share_one_decomposition_and_leave_the_program_alone(tmp_path, monkeypatch):
+    """litert-torch's decomposition rewrites its argument's aten.view nodes in place: the
+    Program must keep its graph and fingerprint, and check + build decompose once."""
+    from tpuedge.edge import litert_lowering
+
+    class Flatten(torch.nn.Module):
+        def forward(self, x):
+            return (x * 2).view(2, 8)
+
+    program = tpuedge.export(Flatten(), (torch.randn(4, 4),), name="flatten")
+    graph_before = [str(n.target) for n in program.exported_program.graph.nodes]
+    fingerprint = program.fingerprint
+    del program.__dict__["fingerprint"]  # recomputed from the graph after check and build
+    calls = []
+    real = litert_lowering._decompose
+    monkeypatch.setattr(litert_lowering, "_decompose", lambda ep: calls.append(ep) or real(ep))
+    clear_float_cache()
+    assert program.check("android") == []
+    artifact = tpuedge.build(program, "android", tmp_path / "f", quantize="none")
+    assert len(calls) == 1
+    assert [str(n.target) for n in program.exported_program.graph.nodes] == graph_before
+    assert program.fingerprint == fingerprint == artifact.manifest["ir_fingerprint"]
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_array_equal(artifact.run(x)[0], program.run(x)[0])
