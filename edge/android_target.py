@@ -138,7 +138,7 @@ class AndroidLowered:
 
         program, config = self.program, self.config
         out = Path(out_dir) if out_dir is not None else Path("build") / program.name / "android"
-        converted = program_to_tflite(program, config, self.calibration)
+        converted = program_to_tflite(program, config, self.calibration, report_strict_cost=True)
 
         if self.calibration:
             samples, kind = self.calibration[:ACCURACY_SAMPLES], "calibration samples"

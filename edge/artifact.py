@@ -134,6 +134,16 @@ def format_report(manifest: dict, summary, model_path: Path) -> str:
             f"  int8 search: all-int8 cosine {s['all_int8_cosine']}, final {s['final_cosine']} "
             f"(target {s['target_cosine']}, {s['evaluations']} measured recipe(s))"
         )
+    cost = recipe.get("strict_int8_cost")
+    if cost:
+        strict, mixed = cost["strict_int8"], cost["mixed"]
+        islands = ", ".join(f"{i['group']} {i['precision']}" for i in cost["mixed_non_int8_ops"]) or "none: all-int8 too"
+        lines.append(
+            f"  strict int8 costs {cost['cost']['centered_cosine']:+.5f} centered cosine: strict {strict['centered_cosine']:.5f} "
+            f"vs {mixed['centered_cosine']:.5f} for the default mixed recipe (not int8 there: {islands}); "
+            f"cosine {strict['cosine']:.5f} vs {mixed['cosine']:.5f}, max abs err {strict['max_abs_error']:.3g} vs "
+            f"{mixed['max_abs_error']:.3g} ({cost['samples']} calibration samples)"
+        )
     acc = manifest.get("accuracy")
     if acc:
         top1 = "n/a" if acc.get("top1_agreement") is None else f"{100 * acc['top1_agreement']:.1f}%"

@@ -113,9 +113,18 @@ def _quantizer_samples(samples, input_infos, channels_last: bool) -> list[dict]:
 
 
 def program_to_tflite(
-    program: "Program", config: QuantConfig, calibration: list[list[np.ndarray]] | None = None
+    program: "Program",
+    config: QuantConfig,
+    calibration: list[list[np.ndarray]] | None = None,
+    *,
+    report_strict_cost: bool = False,
 ) -> ConvertedModel:
-    """Lower `program` to LiteRT and quantize it per `config` (see the module docstring)."""
+    """Lower `program` to LiteRT and quantize it per `config` (see the module docstring).
+
+    report_strict_cost (strict int8 only): also run the default per-op search and record, in
+    recipe["strict_int8_cost"], what the mixed int8/int16/float recipe scores on the same
+    samples next to the strict one (costs one search; the android build asks for it).
+    """
     base = float_tflite(program, channels_last=config.channels_last)
     recipe: dict = {
         "scheme": config.scheme,
@@ -155,17 +164,22 @@ def program_to_tflite(
     reference = [program.run(*s) for s in eval_samples]
     eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
     built: dict[str, bytes] = {}
+    measured: dict = {}  # recipe key -> AccuracySummary; the search re-asks for recipes it has measured
+
+    def measure(assignment: dict[str, str]):
+        key = _key(assignment)
+        if key not in measured:
+            data = quantize(quantizer_recipe(config, assignment, scopes))
+            runner = LiteRTRunner(data)
+            measured[key] = compare_outputs(reference, [runner.run(x) for x in eval_inputs])
+            built[key] = data
+        return measured[key]
 
     def evaluate(assignment: dict[str, str]) -> float:
-        entries = quantizer_recipe(config, assignment, scopes)
-        data = quantize(entries)
-        built[_key(assignment)] = data
-        runner = LiteRTRunner(data)
-        outputs = [runner.run(x) for x in eval_inputs]
-        return compare_outputs(reference, outputs).centered_cosine
+        return measure(assignment).centered_cosine
 
     plan = choose_precisions(groups, evaluate, strict_int8=config.strict_int8, target_cosine=config.target_cosine)
-    final = built.get(_key(plan.assignment)) or quantize(quantizer_recipe(config, plan.assignment, scopes))
+    final = built[_key(plan.assignment)]
     recipe.update(
         {
             "quantizer": "ai-edge-quantizer",
@@ -177,7 +191,7 @@ def program_to_tflite(
                 "target_cosine": config.target_cosine,
                 "all_int8_cosine": _round(plan.all_int8_cosine),
                 "final_cosine": _round(plan.final_cosine),
-                "evaluations": plan.evaluations,
+                "evaluations": len(measured),
                 "strict_int8": config.strict_int8,
             },
             "decisions": [d.to_json() for d in plan.decisions],
@@ -187,7 +201,33 @@ def program_to_tflite(
             ],
         }
     )
+    if config.strict_int8 and report_strict_cost:
+        mixed = choose_precisions(groups, evaluate, strict_int8=False, target_cosine=config.target_cosine)
+        recipe["strict_int8_cost"] = _strict_cost(measure(plan.assignment), measure(mixed.assignment), mixed, len(eval_samples))
+        recipe["search"]["evaluations"] = len(measured)
     return ConvertedModel(final, recipe, base, config)
+
+
+def _strict_cost(strict, mixed, mixed_plan, samples: int) -> dict:
+    """Strict int8 next to the default mixed recipe on the same samples (cost = mixed - strict)."""
+
+    def diff(name: str) -> float | None:
+        a, b = getattr(mixed, name), getattr(strict, name)
+        return None if a is None or b is None else _round(a - b)
+
+    return {
+        "samples": samples,
+        "inputs": "calibration samples (the search's), LiteRT vs the float IR",
+        "strict_int8": strict.to_json(),
+        "mixed": mixed.to_json(),
+        "mixed_non_int8_ops": [{"group": d.group, "kind": d.kind, "precision": d.precision} for d in mixed_plan.non_int8],
+        "cost": {
+            "centered_cosine": diff("centered_cosine"),
+            "cosine": diff("cosine"),
+            "top1_agreement": diff("top1_agreement"),
+            "max_abs_error_ratio": _round(strict.max_abs_error / mixed.max_abs_error) if mixed.max_abs_error else None,
+        },
+    }
 
 
 def _key(assignment: dict[str, str]) -> str:

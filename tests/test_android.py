@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge.convert import clear_float_cache, program_to_tflite, tflite_layout_inputs
+from tpuedge.edge.convert import clear_float_cache, float_tflite, program_to_tflite, tflite_layout_inputs
 from tpuedge.edge.litert_runtime import LiteRTRunner
 from tpuedge.edge.tflite_inspect import summarize_tflite
 from tpuedge.quantize import QuantConfig
@@ -130,26 +130,33 @@ def test_io_int8_and_strict_int8(converted, programs):
     )
 
 
-def test_int8_search_measures_sensitive_ops():
-    """A transformer whose residual stream has outlier channels (as trained ones do), with a
-    target all-int8 misses: every sensitive group is measured at int16 and float."""
+def _outliers(seed: int, count: int):
+    """Transformer inputs whose residual stream has outlier channels (as trained ones do)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        x = rng.standard_normal((1, 16, 64))
+        x[..., :4] *= 25.0
+        out.append([x.astype(np.float32)])
+    return out
+
+
+@pytest.fixture(scope="module")
+def outlier_search():
+    """A transformer with peakier attention and outlier inputs, searched with a target all-int8
+    misses (0.99999): every sensitive group gets measured at int16 and float."""
     from models import build_transformer
 
     module, inputs = build_transformer()
     with torch.no_grad():
-        module.qkv.weight.mul_(3.0)  # peakier attention
+        module.qkv.weight.mul_(3.0)
     program = tpuedge.export(module, inputs, name="outliers")
+    config = QuantConfig(scheme="int8", target_cosine=0.99999)
+    return program, config, program_to_tflite(program, config, _outliers(1, 32))
 
-    def outliers(seed, count):
-        rng = np.random.default_rng(seed)
-        out = []
-        for _ in range(count):
-            x = rng.standard_normal((1, 16, 64))
-            x[..., :4] *= 25.0
-            out.append([x.astype(np.float32)])
-        return out
 
-    cm = program_to_tflite(program, QuantConfig(scheme="int8", target_cosine=0.99999), outliers(1, 32))
+def test_int8_search_measures_sensitive_ops(outlier_search):
+    program, _, cm = outlier_search
     recipe = cm.recipe
     kinds = {d["kind"] for d in recipe["decisions"]}
     assert {"layer_norm", "softmax", "gelu", "attention_matmul"} <= kinds
@@ -168,10 +175,79 @@ def test_int8_search_measures_sensitive_ops():
     assert ("float" in precisions) == bool(summary.float_ops)
     if "int16" in precisions:
         assert summary.activation_dtypes.get("int16", 0) > 0
-    test = outliers(2, 16)
+    test = _outliers(2, 16)
     runner = LiteRTRunner(cm.tflite)
     acc = compare_outputs([program.run(*s) for s in test], [runner.run(s) for s in test])
     assert acc.centered_cosine >= 0.98, acc.describe()
+
+
+def test_strict_int8_reports_what_it_costs(outlier_search, programs, tmp_path):
+    """--strict-int8 also measures the default mixed recipe on the same samples."""
+    program, config, mixed = outlier_search
+    strict = program_to_tflite(program, config.replace(strict_int8=True), _outliers(1, 32), report_strict_cost=True)
+    cost = strict.recipe["strict_int8_cost"]
+    assert set(summarize_tflite(strict.tflite).activation_dtypes) == {"int8", "float32"}  # float only at the I/O
+    assert not summarize_tflite(strict.tflite).float_ops
+    # the strict side is the all-int8 model; the mixed side is exactly what a default build picks
+    assert cost["samples"] == strict.recipe["search"]["samples"] == 32
+    assert cost["strict_int8"]["centered_cosine"] == pytest.approx(mixed.recipe["search"]["all_int8_cosine"], abs=1e-6)
+    assert cost["mixed"]["centered_cosine"] == pytest.approx(mixed.recipe["search"]["final_cosine"], abs=1e-6)
+    assert cost["mixed_non_int8_ops"] == [
+        {"group": i["group"], "kind": i["kind"], "precision": i["precision"]} for i in mixed.recipe["non_int8_ops"]
+    ]
+    assert cost["mixed_non_int8_ops"] and cost["cost"]["centered_cosine"] > 1e-4
+    for metric in ("centered_cosine", "cosine"):
+        assert cost["cost"][metric] == pytest.approx(cost["mixed"][metric] - cost["strict_int8"][metric], abs=2e-6)
+
+    # the android build: console + manifest, strict numbers = the artifact's own accuracy check
+    plain = programs["build_transformer"]
+    artifact = tpuedge.build(plain, "android", tmp_path / "strict", quantize="int8", strict_int8=True, calibration=_samples(plain, 1, 16))
+    manifest = artifact.manifest
+    cost, acc = manifest["recipe"]["strict_int8_cost"], manifest["accuracy"]
+    assert cost["samples"] == acc["samples"] == 16
+    for metric in ("centered_cosine", "cosine", "max_abs_error", "top1_agreement"):
+        assert cost["strict_int8"][metric] == pytest.approx(acc[metric], abs=1e-6), metric
+    assert cost["mixed"]["centered_cosine"] >= cost["strict_int8"]["centered_cosine"] - 1e-6
+    assert cost["cost"]["centered_cosine"] == pytest.approx(
+        cost["mixed"]["centered_cosine"] - cost["strict_int8"]["centered_cosine"], abs=2e-6
+    )
+    report = artifact.report()
+    line = next(x for x in report.splitlines() if "strict int8 costs" in x)
+    assert f"strict {cost['strict_int8']['centered_cosine']:.5f}" in line and f"vs {cost['mixed']['centered_cosine']:.5f}" in line
+
+
+def test_lstm_int8_measures_its_recurrent_state(tmp_path):
+    """An LSTM builds in int8; its gates and state updates form one sensitive group that the
+    search measures (and upgrades when a target asks for it), as the manifest says."""
+    from models import build_lstm
+
+    module, inputs = build_lstm()
+    program = tpuedge.export(module, inputs, name="lstm")
+    calibration, test = program.example_inputs(seed=1, count=32), program.example_inputs(seed=2, count=16)
+    reference = [program.run(*s) for s in test]
+
+    artifact = tpuedge.build(program, "android", tmp_path / "lstm", quantize="int8", calibration=calibration)
+    recipe = artifact.manifest["recipe"]
+    [state] = [d for d in recipe["decisions"] if d["kind"] == "recurrent_state"]
+    float_model = summarize_tflite(float_tflite(program))  # cached: the one this build quantized
+    float_ops = float_model.op_histogram
+    in_group = [op.split()[0] for op in state["ops"]]
+    assert state["group"] == "recurrent_state:lstm" and all("LSTM_lstm" in op for op in state["ops"])
+    for gate_op in ("LOGISTIC", "TANH"):  # every gate non-linearity of the unrolled LSTM is in the group
+        assert in_group.count(gate_op) == float_ops[gate_op] > 0
+    assert state["precision"] == "int8" and "meets the target" in state["reason"]
+    assert recipe["search"]["all_int8_cosine"] >= 0.995
+    int8_acc = compare_outputs(reference, [artifact.run(*s) for s in test])
+    assert int8_acc.centered_cosine >= 0.995 and int8_acc.top1_agreement >= 0.9, int8_acc.describe()
+
+    strict_target = program_to_tflite(program, QuantConfig(scheme="int8", target_cosine=0.99999), calibration)
+    [state] = [d for d in strict_target.recipe["decisions"] if d["kind"] == "recurrent_state"]
+    assert set(state["cosine"]) == {"int8", "int16", "float"}
+    assert state["precision"] in ("int16", "float") and state["cosine"][state["precision"]] > state["cosine"]["int8"] + 1e-4
+    assert [i["group"] for i in strict_target.recipe["non_int8_ops"]] == ["recurrent_state:lstm"]
+    runner = LiteRTRunner(strict_target.tflite)
+    upgraded = compare_outputs(reference, [runner.run(s) for s in test])
+    assert upgraded.centered_cosine > int8_acc.centered_cosine, (upgraded.describe(), int8_acc.describe())
 
 
 def test_channels_last_has_no_transpose(converted, programs):
