@@ -10,6 +10,11 @@ call, peak RSS of the child); then, here, both .tflite files run in the LiteRT i
            default calibration (int8: float I/O like ours)
 
     python bench/edge_vs_peer.py            # prints a table, writes bench/results/edge_vs_peer.json
+    python bench/edge_vs_peer.py --models build_cnn --schemes int8 --repeat 3   # a subset
+
+The machine is shared and noisy: `--repeat N` runs each side's child N times, alternating
+tpuedge and peer, and reports the median (all runs in the JSON); latency is measured in
+alternating blocks of both files for the same reason.
 """
 
 from __future__ import annotations
@@ -137,18 +142,23 @@ def peer_convert(module, args, scheme: str, calibration) -> bytes:
     return bytes(q.quantize(cal, enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
 
-def latency_ms(data: bytes, sample, runs: int) -> float:
+def latency_ms(files: dict[str, bytes], sample, runs: int, blocks: int = 5) -> dict[str, float]:
+    """Median latency per file; runs split into alternating blocks so drift hits all files alike."""
     from tpuedge.edge.litert_runtime import LiteRTRunner
 
-    runner = LiteRTRunner(data, num_threads=1)
-    for _ in range(5):
-        runner.run(sample)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        runner.run(sample)
-        times.append(time.perf_counter() - t)
-    return 1000 * statistics.median(times)
+    runners = {side: LiteRTRunner(data, num_threads=1) for side, data in files.items()}
+    times: dict[str, list[float]] = {side: [] for side in files}
+    for runner in runners.values():
+        for _ in range(5):
+            runner.run(sample)
+    per_block = max(1, runs // blocks)
+    for _ in range(blocks):
+        for side, runner in runners.items():
+            for _ in range(per_block):
+                t = time.perf_counter()
+                runner.run(sample)
+                times[side].append(time.perf_counter() - t)
+    return {side: 1000 * statistics.median(t) for side, t in times.items()}
 
 
 def accuracy(name: str, data: bytes, module, args) -> dict:
@@ -180,7 +190,8 @@ def main() -> None:
     parser.add_argument("--digits-weights")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--schemes", default=",".join(SCHEMES))
-    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=100, help="latency runs per file (median)")
+    parser.add_argument("--repeat", type=int, default=1, help="conversions per side (median; alternating sides)")
     opts = parser.parse_args()
     if opts.child:
         child(*opts.child, digits_weights=opts.digits_weights)
@@ -196,36 +207,49 @@ def main() -> None:
 
     torch.save(digits.train_digits_cnn().state_dict(), weights)
     rows = []
+    sides = ("tpuedge", "peer")
     for name in opts.models.split(","):
         module, args = make_model(name, str(weights))
         first = make_inputs(name, module, args, 2, 1)[0]
         for scheme in opts.schemes.split(","):
-            for side in ("tpuedge", "peer"):
-                out = tmp / f"{name}.{scheme}.{side}.tflite"
-                cmd = [sys.executable, __file__, "--child", name, scheme, side, str(out), "--digits-weights", str(weights)]
-                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-                if proc.returncode != 0:
-                    rows.append({"model": name, "scheme": scheme, "side": side, "error": proc.stderr.strip().splitlines()[-1]})
-                    print(f"{name} {scheme} {side}: FAILED {rows[-1]['error']}", flush=True)
+            runs: dict[str, list[dict]] = {side: [] for side in sides}
+            errors: dict[str, str] = {}
+            for _ in range(opts.repeat):
+                for side in sides:  # alternating, so load changes hit both sides
+                    if side in errors:
+                        continue
+                    out = tmp / f"{name}.{scheme}.{side}.tflite"
+                    cmd = [sys.executable, __file__, "--child", name, scheme, side, str(out), "--digits-weights", str(weights)]
+                    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+                    if proc.returncode != 0:
+                        errors[side] = proc.stderr.strip().splitlines()[-1]
+                        print(f"{name} {scheme} {side}: FAILED {errors[side]}", flush=True)
+                        continue
+                    runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            files = {side: (tmp / f"{name}.{scheme}.{side}.tflite").read_bytes() for side in sides if side not in errors}
+            latency = latency_ms(files, first, opts.runs)
+            for side in sides:
+                if side in errors:
+                    rows.append({"model": name, "scheme": scheme, "side": side, "error": errors[side]})
                     continue
-                stats = json.loads(proc.stdout.strip().splitlines()[-1])
-                data = out.read_bytes()
+                seconds = [r["seconds"] for r in runs[side]]
                 row = {
                     "model": name,
                     "scheme": scheme,
                     "side": side,
-                    "convert_s": round(stats["seconds"], 2),
-                    "peak_rss_mb": round(stats["rss_mb"]),
-                    "bytes": len(data),
-                    "latency_ms": round(latency_ms(data, first, opts.runs), 4),
-                    **accuracy(name, data, module, args),
+                    "convert_s": round(statistics.median(seconds), 2),
+                    "convert_s_runs": [round(x, 2) for x in seconds],
+                    "peak_rss_mb": round(statistics.median(r["rss_mb"] for r in runs[side])),
+                    "bytes": len(files[side]),
+                    "latency_ms": round(latency[side], 4),
+                    **accuracy(name, files[side], module, args),
                 }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     results = ROOT / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     path = results / "edge_vs_peer.json"
-    path.write_text(json.dumps({"runs": opts.runs, "threads": 1, "rows": rows}, indent=2) + "\n")
+    path.write_text(json.dumps({"runs": opts.runs, "repeat": opts.repeat, "threads": 1, "rows": rows}, indent=2) + "\n")
     print()
     print(format_table(rows))
     print(f"\nwrote {path}")
