@@ -121,7 +121,7 @@ def _group_transform(optimizer: Any, group: Mapping[str, Any]):
             nesterov=group.get("nesterov", False),
             maximize=group.get("maximize", False),
         )
-    if isinstance(optimizer, torch.optim.Adam):  # AdamW subclasses Adam in recent torch
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):  # AdamW subclasses Adam only in newer torch
         decoupled = isinstance(optimizer, torch.optim.AdamW) or bool(group.get("decoupled_weight_decay", False))
         return torch_adam(
             lr,
@@ -131,16 +131,6 @@ def _group_transform(optimizer: Any, group: Mapping[str, Any]):
             amsgrad=group.get("amsgrad", False),
             maximize=group.get("maximize", False),
             decoupled=decoupled,
-        )
-    if isinstance(optimizer, torch.optim.AdamW):
-        return torch_adam(
-            lr,
-            betas=tuple(float(b) for b in group["betas"]),
-            eps=group["eps"],
-            weight_decay=group["weight_decay"],
-            amsgrad=group.get("amsgrad", False),
-            maximize=group.get("maximize", False),
-            decoupled=True,
         )
     raise UserError(
         f"tpuedge.cloud maps torch.optim.SGD, Adam and AdamW; got {kind.__name__}. Pass an optax transform "
