@@ -157,3 +157,22 @@ def test_check_announces_the_targets_rewrites():
     assert "rewrote 1 GELU op(s) as x*sigmoid(1.702*x)" in " ".join(out.split())
     code, out, _ = run_cli("check", MLP, "--target", "mcu")
     assert code == 0 and "rewrite" not in out
+
+
+def test_file_specs_load_under_their_stem_so_artifacts_do_not_depend_on_the_process(tmp_path):
+    """Class paths reach artifact tensor names: a per-process module name broke byte-identity."""
+    from tpuedge.model_spec import load_module_and_inputs
+
+    module, _ = load_module_and_inputs(f"{EXAMPLES / 'models.py'}:build_mlp")
+    assert type(module).__module__ == "models"
+    tpuedge_exe = Path(sys.executable).with_name("tpuedge")
+    outputs = []
+    for run in ("first", "second"):
+        out = tmp_path / run
+        subprocess.run(
+            [str(tpuedge_exe), "build", f"{EXAMPLES / 'models.py'}:build_mlp", "--target", "android",
+             "--quantize", "none", "--out", str(out)],
+            cwd=tmp_path, check=True, capture_output=True,
+        )
+        outputs.append((out / "model.tflite").read_bytes())
+    assert outputs[0] == outputs[1]

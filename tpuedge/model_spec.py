@@ -6,6 +6,7 @@ one UserError paragraph (exit 2 in the CLI), never a traceback.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -54,13 +55,19 @@ def spec_name(spec: str) -> str:
 def _import_file(path: Path):
     if not path.is_file():
         raise UserError(f"Model file {path} does not exist. {_FORMAT_HELP}; check the path (relative to {Path.cwd()}).")
-    name = f"_tpuedge_model_{abs(hash(str(path.resolve())))}"
+    # Registered under a private key (it must not replace a module of the same name the user
+    # imported), but executed with __name__ = the file's stem: class paths like
+    # "model.DigitsCNN" end up in artifact tensor names, so they must not depend on the process
+    # (hash()) or on where the checkout lives, or rebuilds would not be byte-identical.
+    name = f"_tpuedge_model_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(path.resolve().parent))  # let the model file import its neighbours
     try:
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        code = spec.loader.get_code(name)
+        module.__name__ = path.stem
+        exec(code, module.__dict__)  # noqa: S102 - what exec_module does, under the stem's name
     except Exception as exc:
         sys.modules.pop(name, None)
         raise _raised(f"Importing {path}", exc) from exc
