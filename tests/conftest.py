@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# The suite runs XLA on the host CPU (TPU work is deviceless compiles through libtpu); without
+# this, an installed libtpu probes for a TPU in every process that starts jax. Set before any
+# test module imports jax; child processes inherit it.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest
 
