@@ -180,16 +180,23 @@ class Program:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write a `.pt2` (torch.export format) with tpuedge's metadata inside; atomic."""
+        """Write a `.pt2` (torch.export format) with tpuedge's metadata inside; atomic.
+
+        Serialized in memory first: torch names the archive's root folder after the file it
+        writes to, so saving straight to a temp file would make every save's bytes differ.
+        """
+        import io
+
         import torch
 
-        from tpuedge.shared_ir.atomic import atomic_write_path
+        from tpuedge.shared_ir.atomic import write_bytes_atomic
 
         path = Path(path)
-        with atomic_write_path(path) as tmp:
-            torch.export.save(
-                self.exported_program, tmp, extra_files={_META_FILE: json.dumps(self.metadata(), sort_keys=True)}
-            )
+        buffer = io.BytesIO()
+        torch.export.save(
+            self.exported_program, buffer, extra_files={_META_FILE: json.dumps(self.metadata(), sort_keys=True)}
+        )
+        write_bytes_atomic(path, buffer.getvalue())
         return path
 
     @classmethod

@@ -175,3 +175,29 @@ def test_export_restores_training_flags():
     module.bn1.eval()
     tpuedge.export(module, inputs)
     assert module.training and not module.bn1.training and module.conv1.training
+
+
+def test_saved_pt2_is_byte_identical_whatever_the_file_name(programs, tmp_path):
+    _, _, program = programs["mlp"]
+    first = program.save(tmp_path / "a.pt2").read_bytes()
+    assert program.save(tmp_path / "b.pt2").read_bytes() == first
+    assert program.save(tmp_path / "a.pt2").read_bytes() == first
+
+
+def test_load_rejects_a_file_whose_contents_no_longer_match_its_fingerprint(programs, tmp_path):
+    import json
+    import zipfile
+
+    _, _, program = programs["mlp"]
+    good = program.save(tmp_path / "good.pt2")
+    tampered = tmp_path / "tampered.pt2"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(tampered, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.endswith("extra/tpuedge.json"):
+                meta = json.loads(data)
+                meta["fingerprint"] = "0" * 64
+                data = json.dumps(meta).encode()
+            dst.writestr(item, data)
+    with pytest.raises(UserError, match="modified after it was saved"):
+        tpuedge.Program.load(tampered)
