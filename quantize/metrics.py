@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["AccuracySummary", "compare_outputs", "centered_cosine"]
+__all__ = ["AccuracySummary", "compare_outputs", "centered_cosine", "cosine"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,10 @@ class AccuracySummary:
         )
 
 
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two arrays (flattened, float64); 1.0 for two all-zero arrays."""
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     if na == 0.0 and nb == 0.0:
         return 1.0
@@ -57,9 +60,9 @@ def centered_cosine(reference: np.ndarray, candidate: np.ndarray) -> float:
     reference = np.asarray(reference, np.float64)
     candidate = np.asarray(candidate, np.float64)
     if reference.shape[0] < 2:
-        return _cos(reference.ravel(), candidate.ravel())
+        return cosine(reference.ravel(), candidate.ravel())
     mean = reference.mean(axis=0, keepdims=True)
-    return _cos((reference - mean).ravel(), (candidate - mean).ravel())
+    return cosine((reference - mean).ravel(), (candidate - mean).ravel())
 
 
 def compare_outputs(
@@ -85,8 +88,8 @@ def compare_outputs(
     return AccuracySummary(
         max_abs_error=float(np.abs(flat_r - flat_c).max()) if flat_r.size else 0.0,
         output_range=float(flat_r.max() - flat_r.min()) if flat_r.size else 0.0,
-        cosine=_cos(flat_r, flat_c),
-        centered_cosine=_cos(centered_r, centered_c),
+        cosine=cosine(flat_r, flat_c),
+        centered_cosine=cosine(centered_r, centered_c),
         top1_agreement=(agree / rows) if rows else None,
         samples=len(reference),
     )

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from tpuedge.quantize.metrics import cosine
+
 __all__ = [
     "SNR_CAP_DB",
     "SNR_FLOOR_DB",
@@ -76,17 +78,6 @@ class OutputMetrics:
         return d
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a = a.astype(np.float64).ravel()
-    b = b.astype(np.float64).ravel()
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    if na == 0.0 and nb == 0.0:
-        return 1.0
-    if na == 0.0 or nb == 0.0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
-
-
 def compare_output(name: str, reference: np.ndarray, got: np.ndarray) -> OutputMetrics:
     """Metrics of `got` against `reference` (same shape; first axis = samples)."""
     reference = np.asarray(reference)
@@ -104,7 +95,7 @@ def compare_output(name: str, reference: np.ndarray, got: np.ndarray) -> OutputM
         shape=tuple(int(d) for d in ref.shape),
         max_abs_err=float(err.max()) if err.size else 0.0,
         mean_abs_err=float(err.mean()) if err.size else 0.0,
-        cosine=_cosine(ref, out),
+        cosine=cosine(ref, out),
         snr_db=snr_db(np.sum(ref * ref), np.sum((ref - out) ** 2)),
         top1_agreement=top1,
     )
