@@ -10,7 +10,15 @@ Everything heavy (torch, jax, litert) is imported on first use, so `tpuedge --he
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+# Run from a checkout (scripts, notebooks, `python bench/...` at the repo root): the four
+# top-level folders are tpuedge's subpackages there, as `package-dir` maps them when installed.
+# An installed copy has them inside this folder and no pyproject.toml beside it.
+_checkout = Path(__file__).resolve().parent.parent
+if (_checkout / "pyproject.toml").is_file() and (_checkout / "shared_ir" / "__init__.py").is_file():
+    __path__.append(str(_checkout))  # type: ignore[name-defined]  # noqa: F821
 
 from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, UserError
 
