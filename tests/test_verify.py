@@ -114,6 +114,18 @@ def test_per_channel_snr_sees_channels_crushed_under_a_loud_one():
     assert snr_db(1.0, 0.01) == pytest.approx(20.0)
 
 
+def test_layer_values_of_another_shape_are_counted_not_dropped():
+    from tpuedge.verify.per_layer import accumulate_layers
+
+    rng = np.random.default_rng(1)
+    reference = {"conv": rng.normal(size=(1, 4, 3, 3)), "flat": rng.normal(size=(1, 36))}
+    got = {"conv": reference["conv"] + 0.01, "flat": reference["flat"].reshape(1, 4, 9), "extra": np.ones(3)}
+    accumulators, mismatches = {}, {}
+    accumulate_layers(reference, got, accumulators, mismatches)
+    assert set(accumulators) == {"conv"}
+    assert mismatches == {"flat": "flat: runtime (1, 4, 9) vs IR (1, 36)"}
+
+
 # ---- data errors (exit 2 material) -----------------------------------------------------------
 def test_data_errors_name_the_input_and_the_expected_shape(digits_program, digits_model):
     from tpuedge.verify.data import load_data
@@ -145,8 +157,33 @@ def test_good_int8_build_passes_with_real_numbers(android_int8, digits_program, 
     assert 0.0 < out.mean_abs_err < out.max_abs_err < 10.0
     assert result.accuracy.float_accuracy >= 95.0
     assert abs(result.accuracy.drop) <= 1.5
-    # the runtime numbers are LiteRT's own: recompute one row through the artifact
-    assert np.allclose(android_int8.run(x_test[:1])[0], android_int8.run(x_test[:1])[0])
+    # the numbers are LiteRT's against torch's: recompute them here with the LiteRT interpreter
+    # on the .tflite file and the trained torch module, outside verify's code path
+    import torch
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(android_int8.directory / "model.tflite"), num_threads=1)
+    interpreter.allocate_tensors()
+    (inp,), (outp,) = interpreter.get_input_details(), interpreter.get_output_details()
+    (in_scale, in_zero), (out_scale, out_zero) = inp["quantization"], outp["quantization"]
+    litert = []
+    for x in x_test:
+        x = x[None].transpose(0, 2, 3, 1).reshape(inp["shape"]) if tuple(inp["shape"]) == (1, 8, 8, 1) else x[None]
+        if inp["dtype"] != np.float32:
+            x = np.clip(np.round(x / in_scale) + in_zero, -128, 127)
+        interpreter.set_tensor(inp["index"], x.astype(inp["dtype"]))
+        interpreter.invoke()
+        y = interpreter.get_tensor(outp["index"]).astype(np.float64)
+        litert.append((y - out_zero) * out_scale if outp["dtype"] != np.float32 else y)
+    litert = np.concatenate(litert)
+    with torch.no_grad():
+        torch_logits = digits_model[0](torch.from_numpy(x_test)).numpy().astype(np.float64)
+    error = np.abs(litert - torch_logits)
+    assert (out.max_abs_err, out.mean_abs_err) == pytest.approx((error.max(), error.mean()), rel=1e-4)
+    expected_cosine = np.sum(litert * torch_logits) / np.sqrt(np.sum(litert**2) * np.sum(torch_logits**2))
+    assert out.cosine == pytest.approx(expected_cosine, abs=1e-6)
+    assert out.top1_agreement == np.mean(litert.argmax(1) == torch_logits.argmax(1))
+    assert result.accuracy.runtime_accuracy == pytest.approx(100 * np.mean(litert.argmax(1) == y_test))
 
 
 def test_cli_exit_0_then_exit_1_with_the_failing_check_named(
@@ -198,6 +235,34 @@ def test_cli_exit_2_for_bad_input(android_int8, digits_pt2, outlier_program, eva
 
     code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", tmp_path / "missing.npz"], capsys)
     assert code == 2 and "does not exist" in err
+
+
+def test_verify_without_thresholds_still_checks_the_default_cosine(outlier_android, outlier_program, digits_model):
+    from tpuedge.verify import DEFAULT_MIN_COSINE
+
+    _, _, _, x_test, _ = digits_model
+    result = tpuedge.verify(outlier_android, outlier_program, x_test[:64])  # no threshold given
+    assert DEFAULT_MIN_COSINE == 0.99
+    assert [(c.name, c.limit) for c in result.checks] == [("cosine", 0.99)]
+    assert result.outputs[0].cosine < 0.99 and not result.passed  # the broken build does not pass
+    off = tpuedge.verify(outlier_android, outlier_program, x_test[:64], min_cosine=-1.0)
+    assert off.checks == [] and not off.passed  # nothing checked is not a pass
+
+
+def test_cli_states_the_default_threshold_and_fails_when_nothing_is_checked(
+    outlier_android, outlier_program, eval_small_npz, tmp_path, capsys
+):
+    from click.testing import CliRunner
+
+    from tpuedge.verify.command import verify_command
+
+    help_text = " ".join(CliRunner().invoke(verify_command, ["--help"]).output.split())
+    assert "--min-cosine FLOAT" in help_text and "[default: 0.99]" in help_text
+    pt2 = outlier_program.save(tmp_path / "outlier.pt2")
+    code, out, _ = _cli([outlier_android.directory, "--model", pt2, "--data", eval_small_npz], capsys)
+    assert code == 1 and "FAIL cosine of output" in out and "required 0.99" in out
+    code, out, _ = _cli([outlier_android.directory, "--model", pt2, "--data", eval_small_npz, "--min-cosine", "-1"], capsys)
+    assert code == 1 and "verify checked nothing" in out
 
 
 # ---- per-layer: the planted defect -----------------------------------------------------------
