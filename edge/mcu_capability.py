@@ -20,8 +20,9 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     from tpuedge.shared_ir.passes import PassManager
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite
+    from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
 
-    return PassManager([ExplicitPad(), GeluRewrite(gelu_form)])
+    return PassManager([RemoveIdentityOps(), ExplicitPad(), GeluRewrite(gelu_form)])
 
 
 def unsupported_builtins(names) -> list[str]:

@@ -114,6 +114,18 @@ def test_per_channel_snr_sees_channels_crushed_under_a_loud_one():
     assert snr_db(1.0, 0.01) == pytest.approx(20.0)
 
 
+def test_layer_values_of_another_shape_are_counted_not_dropped():
+    from tpuedge.verify.per_layer import accumulate_layers
+
+    rng = np.random.default_rng(1)
+    reference = {"conv": rng.normal(size=(1, 4, 3, 3)), "flat": rng.normal(size=(1, 36))}
+    got = {"conv": reference["conv"] + 0.01, "flat": reference["flat"].reshape(1, 4, 9), "extra": np.ones(3)}
+    accumulators, mismatches = {}, {}
+    accumulate_layers(reference, got, accumulators, mismatches)
+    assert set(accumulators) == {"conv"}
+    assert mismatches == {"flat": "flat: runtime (1, 4, 9) vs IR (1, 36)"}
+
+
 # ---- data errors (exit 2 material) -----------------------------------------------------------
 def test_data_errors_name_the_input_and_the_expected_shape(digits_program, digits_model):
     from tpuedge.verify.data import load_data
@@ -198,6 +210,34 @@ def test_cli_exit_2_for_bad_input(android_int8, digits_pt2, outlier_program, eva
 
     code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", tmp_path / "missing.npz"], capsys)
     assert code == 2 and "does not exist" in err
+
+
+def test_verify_without_thresholds_still_checks_the_default_cosine(outlier_android, outlier_program, digits_model):
+    from tpuedge.verify import DEFAULT_MIN_COSINE
+
+    _, _, _, x_test, _ = digits_model
+    result = tpuedge.verify(outlier_android, outlier_program, x_test[:64])  # no threshold given
+    assert DEFAULT_MIN_COSINE == 0.99
+    assert [(c.name, c.limit) for c in result.checks] == [("cosine", 0.99)]
+    assert result.outputs[0].cosine < 0.99 and not result.passed  # the broken build does not pass
+    off = tpuedge.verify(outlier_android, outlier_program, x_test[:64], min_cosine=-1.0)
+    assert off.checks == [] and not off.passed  # nothing checked is not a pass
+
+
+def test_cli_states_the_default_threshold_and_fails_when_nothing_is_checked(
+    outlier_android, outlier_program, eval_small_npz, tmp_path, capsys
+):
+    from click.testing import CliRunner
+
+    from tpuedge.verify.command import verify_command
+
+    help_text = " ".join(CliRunner().invoke(verify_command, ["--help"]).output.split())
+    assert "--min-cosine FLOAT" in help_text and "[default: 0.99]" in help_text
+    pt2 = outlier_program.save(tmp_path / "outlier.pt2")
+    code, out, _ = _cli([outlier_android.directory, "--model", pt2, "--data", eval_small_npz], capsys)
+    assert code == 1 and "FAIL cosine of output" in out and "required 0.99" in out
+    code, out, _ = _cli([outlier_android.directory, "--model", pt2, "--data", eval_small_npz, "--min-cosine", "-1"], capsys)
+    assert code == 1 and "verify checked nothing" in out
 
 
 # ---- per-layer: the planted defect -----------------------------------------------------------
