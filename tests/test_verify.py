@@ -157,8 +157,33 @@ def test_good_int8_build_passes_with_real_numbers(android_int8, digits_program, 
     assert 0.0 < out.mean_abs_err < out.max_abs_err < 10.0
     assert result.accuracy.float_accuracy >= 95.0
     assert abs(result.accuracy.drop) <= 1.5
-    # the runtime numbers are LiteRT's own: recompute one row through the artifact
-    assert np.allclose(android_int8.run(x_test[:1])[0], android_int8.run(x_test[:1])[0])
+    # the numbers are LiteRT's against torch's: recompute them here with the LiteRT interpreter
+    # on the .tflite file and the trained torch module, outside verify's code path
+    import torch
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(android_int8.directory / "model.tflite"), num_threads=1)
+    interpreter.allocate_tensors()
+    (inp,), (outp,) = interpreter.get_input_details(), interpreter.get_output_details()
+    (in_scale, in_zero), (out_scale, out_zero) = inp["quantization"], outp["quantization"]
+    litert = []
+    for x in x_test:
+        x = x[None].transpose(0, 2, 3, 1).reshape(inp["shape"]) if tuple(inp["shape"]) == (1, 8, 8, 1) else x[None]
+        if inp["dtype"] != np.float32:
+            x = np.clip(np.round(x / in_scale) + in_zero, -128, 127)
+        interpreter.set_tensor(inp["index"], x.astype(inp["dtype"]))
+        interpreter.invoke()
+        y = interpreter.get_tensor(outp["index"]).astype(np.float64)
+        litert.append((y - out_zero) * out_scale if outp["dtype"] != np.float32 else y)
+    litert = np.concatenate(litert)
+    with torch.no_grad():
+        torch_logits = digits_model[0](torch.from_numpy(x_test)).numpy().astype(np.float64)
+    error = np.abs(litert - torch_logits)
+    assert (out.max_abs_err, out.mean_abs_err) == pytest.approx((error.max(), error.mean()), rel=1e-4)
+    expected_cosine = np.sum(litert * torch_logits) / np.sqrt(np.sum(litert**2) * np.sum(torch_logits**2))
+    assert out.cosine == pytest.approx(expected_cosine, abs=1e-6)
+    assert out.top1_agreement == np.mean(litert.argmax(1) == torch_logits.argmax(1))
+    assert result.accuracy.runtime_accuracy == pytest.approx(100 * np.mean(litert.argmax(1) == y_test))
 
 
 def test_cli_exit_0_then_exit_1_with_the_failing_check_named(
