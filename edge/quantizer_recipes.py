@@ -5,6 +5,7 @@ names, e.g. ".../torch.nn.modules.normalization.LayerNorm_ln1;3").
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import OrderedDict
 
@@ -146,15 +147,22 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         from ai_edge_quantizer.utils import qsv_utils
 
         from tpuedge.edge.litert_lowering import SIGNATURE_KEY
+        from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_array_tree, encode_array_tree
 
-        manager = recipe_manager.RecipeManager()
-        manager.load_quantization_recipe(recipe)
-        calib = _quantizer_step(
-            self.log, "loading the float model for calibration",
-            calibrator.Calibrator, self._float, num_threads=1, qsv_update_func=qsv_utils.min_max_update,
+        def statistics() -> dict:
+            manager = recipe_manager.RecipeManager()
+            manager.load_quantization_recipe(recipe)
+            calib = _quantizer_step(
+                self.log, "loading the float model for calibration",
+                calibrator.Calibrator, self._float, num_threads=1, qsv_update_func=qsv_utils.min_max_update,
+            )
+            _quantizer_step(self.log, f"calibrating on {len(samples)} sample(s)", calib.calibrate, {SIGNATURE_KEY: samples}, manager)
+            return calib.get_model_qsvs()
+
+        parts = {"float": hashlib.sha256(self._float).hexdigest(), "recipe": recipe, "samples": data_digest(samples)}
+        self._calibration = cached_stage(  # per-tensor ranges, shared by every recipe of this float model
+            "calibration", parts, statistics, encode=encode_array_tree, decode=decode_array_tree
         )
-        _quantizer_step(self.log, f"calibrating on {len(samples)} sample(s)", calib.calibrate, {SIGNATURE_KEY: samples}, manager)
-        self._calibration = calib.get_model_qsvs()
 
     def __call__(self, recipe: list[dict]) -> bytes:
         self._quantizer.load_quantization_recipe(recipe)

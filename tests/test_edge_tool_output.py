@@ -59,6 +59,7 @@ _QUANTIZE = textwrap.dedent(
 def _child(float_tflite, width: int, verbose: bool):
     env = {k: v for k, v in os.environ.items() if k != "TPUEDGE_VERBOSE"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tpuedge.__path__[0]).rsplit("/", 1)[0], env.get("PYTHONPATH")) if p)
+    env["TPUEDGE_NO_CACHE"] = "1"  # a cached calibration would skip the quantizer's interpreter
     if verbose:
         env["TPUEDGE_VERBOSE"] = "1"
     proc = subprocess.run(
