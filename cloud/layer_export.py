@@ -1,0 +1,48 @@
+"""The forward's intermediate values as a second exported function: what per-layer verify reads.
+
+`model.layers.jaxexport` holds `layers(params, buffers, *inputs) -> {node name: value}` over
+the same weights and calling convention as `model.jaxexport`; the names are the captured
+Program's node names (the IR layers `tpuedge verify --per-layer` compares). Running it with
+the folder's `model.safetensors` gives the values of what ships, so a weights file changed
+after the build shows up layer by layer, where re-lowering the Program would not see it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LAYERS_FILE", "layers_function", "serialize_layers"]
+
+LAYERS_FILE = "model.layers.jaxexport"
+
+
+def layers_function(export) -> Any:
+    """(params, buffers, *inputs) -> {captured node name: value} for every tensor-valued node.
+
+    Values of the helper nodes a decomposition adds ("sdpa/bmm") and tuple-valued nodes are
+    left out: only what an IR layer holds is exported."""
+    import jax
+
+    jax_program = export.jax_program
+
+    def layers(params, buffers, *inputs):
+        record = jax_program.intermediates(params, buffers, *inputs)
+        return {name: value for name, value in record.items() if "/" not in name and isinstance(value, jax.Array)}
+
+    layers.__name__ = export.function.__name__.replace("_forward", "_layers")
+    return layers
+
+
+def serialize_layers(export, platforms: tuple[str, ...]) -> tuple[bytes, Any, list[str]]:
+    """(serialized blob, the Exported object, the node names it returns in the order of its results)."""
+    import jax
+
+    from tpuedge.cloud.stablehlo_export import relocatable_locations
+
+    with relocatable_locations():
+        exported = jax.export.export(jax.jit(layers_function(export)), platforms=list(platforms))(
+            *export.abstract_arguments()
+        )
+    positions = exported.out_tree.unflatten(list(range(exported.out_tree.num_leaves)))  # {name: result index}
+    names = sorted(positions, key=positions.__getitem__)
+    return bytes(exported.serialize()), exported, names
