@@ -272,24 +272,24 @@ def _verify(lowered, export, exported) -> dict:
 
 def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
     """Export, verify, compile for TPU (when libtpu is here) and write the folder atomically."""
-    from tpuedge.cloud import stablehlo_export
-    from tpuedge.cloud.layer_export import serialize_layers
+    from tpuedge.cloud import cached_stages
+    from tpuedge.cloud.layer_export import layers_blob
     from tpuedge.shared_ir.atomic import atomic_output_dir
 
     program = lowered.program
     export = lowered.forward_export
     text = lowered.as_text()
-    blob, exported = stablehlo_export.serialize_export(export)
-    layers_blob, _, layer_names = serialize_layers(export, tuple(exported.platforms))
+    blob, exported = cached_stages.export_blob(program, export)
+    layers, layer_names = layers_blob(program, export)
     verification = _verify(lowered, export, exported)
-    report, status = _tpu_report(lowered, export)
+    report, status = cached_stages.tpu_report(lowered, lambda: _tpu_report(lowered, export))
     weights = {**{n: np.asarray(a) for n, a in export.params.items()}, **{n: np.asarray(a) for n, a in export.buffers.items()}}
 
     out_dir = Path(out_dir)
     with atomic_output_dir(out_dir) as staging:
         (staging / STABLEHLO_FILE).write_text(text)
         (staging / EXPORT_FILE).write_bytes(blob)
-        (staging / LAYERS_FILE).write_bytes(layers_blob)
+        (staging / LAYERS_FILE).write_bytes(layers)
         write_safetensors(staging / WEIGHTS_FILE, weights, {"format": "pt", "producer": "tpuedge cloud-tpu"})
         files = {name: file_entry(staging / name) for name in (STABLEHLO_FILE, EXPORT_FILE, LAYERS_FILE, WEIGHTS_FILE)}
         manifest = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LAYERS_FILE", "layers_function", "serialize_layers"]
+__all__ = ["LAYERS_FILE", "layers_function", "serialize_layers", "layers_blob"]
 
 LAYERS_FILE = "model.layers.jaxexport"
 
@@ -43,6 +43,30 @@ def serialize_layers(export, platforms: tuple[str, ...]) -> tuple[bytes, Any, li
         exported = jax.export.export(jax.jit(layers_function(export)), platforms=list(platforms))(
             *export.abstract_arguments()
         )
+    return bytes(exported.serialize()), exported, result_names(exported)
+
+
+def result_names(exported) -> list[str]:
+    """The node names of the exported layers function's results, in result order."""
     positions = exported.out_tree.unflatten(list(range(exported.out_tree.num_leaves)))  # {name: result index}
-    names = sorted(positions, key=positions.__getitem__)
-    return bytes(exported.serialize()), exported, names
+    return sorted(positions, key=positions.__getitem__)
+
+
+def layers_blob(program, export) -> tuple[bytes, list[str]]:
+    """(serialized layers blob, its node names) for `export`, the forward of `program`, through
+    the build cache like the forward's blob (same key parts, its own stage)."""
+    from tpuedge.cloud.stablehlo_export import PORTABLE_PLATFORMS
+    from tpuedge.shared_ir.cache_keys import cached_stage
+
+    made: dict[str, Any] = {}
+
+    def build() -> bytes:
+        blob, exported, made["names"] = serialize_layers(export, PORTABLE_PLATFORMS)
+        return blob
+
+    blob = cached_stage("jax_layers_export", {"ir": program.fingerprint, "platforms": list(PORTABLE_PLATFORMS)}, build)
+    if "names" in made:
+        return blob, made["names"]
+    import jax
+
+    return blob, result_names(jax.export.deserialize(bytearray(blob)))

@@ -175,13 +175,27 @@ from tpuedge.verify.command import verify_command  # noqa: E402  (click only; he
 
 cli.add_command(verify_command)
 
+from tpuedge.cache_command import cache_command  # noqa: E402  (click only)
+
+cli.add_command(cache_command)
+
 
 def _report_problem(exc: UserError) -> None:
     click.echo(f"error: {exc}", err=True)
 
 
+# Libraries whose import-time and deprecation chatter says nothing about the user's model.
+# Filtered by the module a warning is attributed to, so the user's own code keeps its warnings.
+THIRD_PARTY_MODULES = (
+    "torch", "torchao", "torchvision", "litert_torch", "litert_converter", "ai_edge_litert",
+    "ai_edge_quantizer", "tflite_micro", "jax", "jaxlib", "optax", "flax", "flatbuffers",
+    "google", "transformers", "numpy", "absl", "ml_dtypes", "safetensors",
+)
+_THIRD_PARTY_RE = r"(" + "|".join(THIRD_PARTY_MODULES) + r")(\.|$)"
+
+
 def _quiet_third_party() -> None:
-    """Keep the console for tpuedge's own report.
+    """Keep the console for tpuedge's own report and the user's own warnings.
 
     Every CLI command runs its runtimes on the host CPU (TPU compiles are deviceless), so jax
     need not probe for a TPU: without this, an installed libtpu prints a screen of warnings the
@@ -199,11 +213,13 @@ def _quiet_third_party() -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")  # ai-edge-quantizer's per-tensor progress bars
     for name in ("torchao", "torch.utils._pytree", "torch.export", "torch._export"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    # Deprecation chatter from torch/litert internals, not about the user's model.
-    for category in (FutureWarning, DeprecationWarning):
-        warnings.filterwarnings("ignore", category=category)
-    warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*")
-    warnings.filterwarnings("ignore", message=".*were assigned during export.*")
+    # The user's model file is their script: its deprecations show, as Python shows __main__'s.
+    warnings.filterwarnings("default", category=DeprecationWarning)
+    # Deprecation chatter from torch/litert/jax internals (inserted later, so it wins).
+    for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=_THIRD_PARTY_RE)
+    warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*", module=_THIRD_PARTY_RE)
+    warnings.filterwarnings("ignore", message=".*assigned during export.*", module=_THIRD_PARTY_RE)
 
 
 def main(argv: list[str] | None = None) -> Any:
