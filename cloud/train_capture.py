@@ -12,7 +12,7 @@ from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["ModelWithLoss", "loss_program", "split_batch"]
+__all__ = ["ModelWithLoss", "loss_program", "split_batch", "training_mode_module"]
 
 
 # ---- the captured module ---------------------------------------------------------------------
@@ -80,3 +80,52 @@ def loss_program(model, loss_fn, example_batch: Sequence[Any], n_inputs: int | N
     wrapper = ModelWithLoss(model, loss_fn, n, return_outputs=not training)
     name = type(model).__name__.lower() + ("_train" if training else "_eval")
     return tpuedge.export(wrapper, flat, training=training, name=name)
+
+
+# ---- a captured Program back in training mode --------------------------------------------------
+# Ops of torch.export's training IR that take the module's train/eval flag as an argument:
+# op name -> (position of the flag, its keyword name).
+_MODE_FLAGS = {
+    "aten::batch_norm": (5, "training"),
+    "aten::instance_norm": (5, "use_input_stats"),
+    "aten::dropout": (2, "train"),
+    "aten::feature_dropout": (2, "train"),
+    "aten::alpha_dropout": (2, "train"),
+    "aten::feature_alpha_dropout": (2, "train"),
+    "aten::rrelu": (3, "training"),
+}
+
+
+def training_mode_module(program) -> tuple[Any, dict[str, int]]:
+    """(torch module, {op: count switched}) running `program`'s graph in training mode.
+
+    A Program captured in eval mode (what `tpuedge export`/`build` capture) carries the mode of
+    BatchNorm, dropout, instance norm and RReLU as an argument of each op; the module returned
+    has those arguments set to train (batch statistics and running-stat updates, active
+    dropout), so capturing it with `loss_program` gives the training-mode step. Python code that
+    branched on `self.training` was already resolved when the Program was captured (capture
+    the model with `tpuedge.export(model, inputs, training=True)` to keep that branch)."""
+    import torch.fx
+
+    unlifted = program.exported_program.module(check_guards=False)
+    module = torch.fx.GraphModule(unlifted, unlifted.graph)  # a plain module (ep.module() refuses .train())
+    switched: dict[str, int] = {}
+    for node in module.graph.nodes:
+        name = getattr(getattr(node.target, "_schema", None), "name", None)
+        if node.op != "call_function" or name not in _MODE_FLAGS:
+            continue
+        position, keyword = _MODE_FLAGS[name]
+        if name == "aten::instance_norm" and node.args[3] is None:
+            continue  # no running stats: it always normalizes by the batch
+        if len(node.args) > position:
+            if node.args[position] is True:
+                continue
+            node.args = node.args[:position] + (True,) + node.args[position + 1 :]
+        elif node.kwargs.get(keyword, False) is not True:
+            node.kwargs = {**node.kwargs, keyword: True}
+        else:
+            continue
+        key = name.removeprefix("aten::")
+        switched[key] = switched.get(key, 0) + 1
+    module.recompile()
+    return module, switched

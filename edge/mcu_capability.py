@@ -18,11 +18,13 @@ __all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins"]
 def mcu_passes(gelu_form: str = "sigmoid"):
     """The IR passes every mcu build runs, in order."""
     from tpuedge.shared_ir.passes import PassManager
+    from tpuedge.shared_ir.passes.casts import CanonicalCasts
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
 
-    return PassManager([RemoveIdentityOps(), ExplicitPad(), GeluRewrite(gelu_form)])
+    return PassManager([CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), GeluRewrite(gelu_form)])
 
 
 def unsupported_builtins(names) -> list[str]:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 # The suite runs XLA on the host CPU (TPU work is deviceless compiles through libtpu); without
 # this, an installed libtpu probes for a TPU in every process that starts jax. Set before any
 # test module imports jax; child processes inherit it.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Builds in the suite share a build cache of their own, never the user's ~/.cache/tpuedge.
+os.environ.setdefault("TPUEDGE_CACHE_DIR", tempfile.mkdtemp(prefix="tpuedge-test-cache-"))
 
 import pytest
 

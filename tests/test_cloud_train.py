@@ -399,3 +399,73 @@ def test_scheduler_errors_are_user_errors():
         step(x, y)
     with pytest.raises(UserError, match="total_steps"):
         step(x, y)
+
+
+# ---- `tpuedge build --target cloud-tpu --train-step` compiles the training-mode step ------------
+class ConvBnDropout(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.drop = nn.Dropout(0.5)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x))).mean(dim=(2, 3))
+        return self.fc(self.drop(x))
+
+
+def _eval_capture_as_train_step():
+    """What the build does with an eval-mode Program: switch it to training mode, add the loss."""
+    import optax
+
+    from tpuedge.cloud.train import TrainStep, loss_program
+    from tpuedge.cloud.train_capture import training_mode_module
+
+    torch.manual_seed(0)
+    model = ConvBnDropout().eval()
+    x, y = torch.randn(8, 3, 8, 8), torch.randint(0, 5, (8,))
+    program = tpuedge.export(model, (x,), name="convbn")  # eval mode, as `tpuedge build` captures
+    module, switched = training_mode_module(program)
+    step = TrainStep.from_program(loss_program(module, F.cross_entropy, ((x,), (y,))), optax.sgd(0.0), n_inputs=1)
+    return model, x, y, step, switched
+
+
+def test_training_mode_module_runs_batchnorm_and_dropout_as_torch_train_mode():
+    model, x, y, step, switched = _eval_capture_as_train_step()
+    assert not model.training and switched == {"batch_norm": 1, "dropout": 1}
+    assert {"model.bn.running_mean", "model.bn.running_var"} <= set(step.jax_program.mutated_buffers)
+    losses = [float(step(x, y)) for _ in range(3)]  # lr 0: only dropout's mask changes the loss
+    assert len(set(losses)) == 3
+    # running statistics: what torch train-mode BatchNorm leaves after the same 3 batches
+    once = copy.deepcopy(model).train()
+    with torch.no_grad():
+        for _ in range(3):
+            once(x)
+    mean = step.state["buffers"]["model.bn.running_mean"]
+    np.testing.assert_allclose(np.asarray(mean), once.bn.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(step.state["buffers"]["model.bn.running_var"]), once.bn.running_var.numpy(), rtol=1e-5)
+    text = step.lower().as_text()
+    assert "threefry" in text  # dropout's random bits are in the compiled step
+
+
+@pytest.mark.skipif(
+    __import__("tpuedge.cloud.tpu_compile", fromlist=["x"]).libtpu_unavailable_reason() is not None,
+    reason="libtpu is not installed (pip install 'tpuedge[tpu]')",
+)
+def test_build_train_step_compiles_the_training_mode_capture_for_tpu(tmp_path):
+    from jax.sharding import Mesh
+
+    from tpuedge.cloud import tpu_compile
+    from tpuedge.cloud.topologies import parse_topology
+
+    torch.manual_seed(0)
+    program = tpuedge.export(ConvBnDropout().eval(), (torch.randn(8, 3, 8, 8),), name="convbn")
+    artifact = tpuedge.build(program, "cloud-tpu", tmp_path / "convbn", train_step=True, loss="cross_entropy")
+    train = artifact.tpu_compile["programs"]["train_step"]
+    assert train["mode"] == "train" and train["ops_switched_to_train_mode"] == {"batch_norm": 1, "dropout": 1}
+    # the same step through the real XLA:TPU compiler: its HLO draws dropout's bits and writes BN stats
+    *_, step, _ = _eval_capture_as_train_step()
+    devices = tpu_compile.topology_devices(parse_topology("v5e:2x2"))
+    hlo = step.lower(Mesh(np.array(devices), ("data",))).compile().as_text()
+    assert "threefry" in hlo

@@ -175,6 +175,10 @@ from tpuedge.verify.command import verify_command  # noqa: E402  (click only; he
 
 cli.add_command(verify_command)
 
+from tpuedge.cache_command import cache_command  # noqa: E402  (click only)
+
+cli.add_command(cache_command)
+
 
 def _report_problem(exc: UserError) -> None:
     click.echo(f"error: {exc}", err=True)
