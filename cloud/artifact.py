@@ -239,15 +239,15 @@ def _verify(lowered, export, exported) -> dict:
 
 def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
     """Export, verify, compile for TPU (when libtpu is here) and write the folder atomically."""
-    from tpuedge.cloud import stablehlo_export
+    from tpuedge.cloud import cached_stages
     from tpuedge.shared_ir.atomic import atomic_output_dir
 
     program = lowered.program
     export = lowered.forward_export
     text = lowered.as_text()
-    blob, exported = stablehlo_export.serialize_export(export)
+    blob, exported = cached_stages.export_blob(program, export)
     verification = _verify(lowered, export, exported)
-    report, status = _tpu_report(lowered, export)
+    report, status = cached_stages.tpu_report(lowered, lambda: _tpu_report(lowered, export))
     weights = {**{n: np.asarray(a) for n, a in export.params.items()}, **{n: np.asarray(a) for n, a in export.buffers.items()}}
 
     out_dir = Path(out_dir)
