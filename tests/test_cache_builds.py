@@ -107,3 +107,17 @@ def test_two_processes_fill_one_cache_at_once(tmp_path, cache_dir, calibration_f
     line = _cache_line(_build(tmp_path / "out2", "--target", "android", "--quantize", "int8", "--calibration", str(calibration_file)))
     assert "miss" not in line and "hit float_tflite" in line
     assert _folder(tmp_path / "out0") == _folder(tmp_path / "out2")
+
+
+def test_cloud_rebuild_reuses_the_export_blob_and_the_tpu_compile(tmp_path, cache_dir):
+    from tpuedge.cloud.tpu_compile import libtpu_unavailable_reason
+
+    args = ("--target", "cloud-tpu", "--topology", "v5e:2x2")
+    cold = _cache_line(_build(tmp_path / "cold", *args))
+    warm = _cache_line(_build(tmp_path / "warm", *args))
+    stages = "jax_export" if libtpu_unavailable_reason() else "jax_export, tpu_compile"
+    assert cold.startswith(f"cache: miss {stages}") and warm.startswith(f"cache: hit {stages}"), (cold, warm)
+    # tpu_compile.json records the compile's wall time: a hit gives the bytes of the build that made it
+    assert _folder(tmp_path / "cold") == _folder(tmp_path / "warm")
+    other = _cache_line(_build(tmp_path / "v6e", "--target", "cloud-tpu", "--topology", "v6e:2x2"))
+    assert "hit jax_export" in other and ("miss tpu_compile" in other or libtpu_unavailable_reason())
