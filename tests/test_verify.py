@@ -78,6 +78,11 @@ def outlier_android(outlier_program, calibration, tmp_path_factory):
     )
 
 
+@pytest.fixture(scope="module")
+def cloud_digits(digits_program, tmp_path_factory):
+    return tpuedge.build(digits_program, "cloud-tpu", tmp_path_factory.mktemp("c") / "cloud")
+
+
 def _cli(argv, capsys):
     from tpuedge.cli import main
 
@@ -304,11 +309,11 @@ def test_per_layer_on_a_good_build_has_no_outlier(android_int8, digits_program, 
 
 # ---- across runtimes -------------------------------------------------------------------------
 def test_cli_per_layer_across_android_mcu_and_cloud(
-    android_int8, digits_program, digits_pt2, eval_small_npz, calibration, tmp_path_factory, capsys
+    cloud_digits, android_int8, digits_program, digits_pt2, eval_small_npz, calibration, tmp_path_factory, capsys
 ):
     root = tmp_path_factory.mktemp("runtimes")
     mcu = tpuedge.build(digits_program, "mcu", root / "mcu", calibration=calibration, eval="none")
-    cloud = tpuedge.build(digits_program, "cloud-tpu", root / "cloud")
+    cloud = cloud_digits
     report = root / "report"
     code, out, _ = _cli(
         [android_int8.directory, mcu.directory, cloud.directory, "--model", digits_pt2, "--data", eval_small_npz,
@@ -330,3 +335,37 @@ def test_cli_per_layer_across_android_mcu_and_cloud(
     md = (report / "report.md").read_text()
     assert md.count("### ") == 3 and "![SNR per layer](snr_per_layer.png)" in md
     assert (report / "snr_per_layer.png").stat().st_size > 10_000
+
+
+def test_cloud_per_layer_runs_the_artifact_so_changed_weights_show_where_they_act(
+    cloud_digits, digits_program, digits_model, tmp_path
+):
+    """Per-layer verify of cloud-tpu reads the artifact's exported layers with its safetensors
+    weights: conv2's filters changed in the file (as a weights swap after the build would) shows
+    up at conv2 and after it, and nowhere before."""
+    import shutil
+
+    from tpuedge.cloud.artifact import WEIGHTS_FILE, read_safetensors, write_safetensors
+    from tpuedge.shared_ir.artifact import file_entry
+
+    changed = tmp_path / "cloud"
+    shutil.copytree(cloud_digits.directory, changed)
+    weights = {name: np.array(value) for name, value in read_safetensors(changed / WEIGHTS_FILE).items()}
+    weights["conv2.weight"] *= 1.5  # every conv2 output 1.5x: SNR 20*log10(1/0.5) = 6 dB
+    write_safetensors(changed / WEIGHTS_FILE, weights)
+    manifest = json.loads((changed / "manifest.json").read_text())
+    manifest["files"][WEIGHTS_FILE] = file_entry(changed / WEIGHTS_FILE)  # a deliberate, recorded swap
+    (changed / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+    x = digits_model[3][:16]
+    result = tpuedge.verify(changed, digits_program, x, per_layer=True, layer_samples=8)
+    layers = {l.node: l for l in result.layers.layers}
+    assert layers["conv2d"].snr_db > 90.0 and layers["relu"].snr_db > 90.0  # before conv2: untouched
+    assert layers["conv2d_1"].snr_db == pytest.approx(6.0, abs=0.2)  # conv2 onwards: changed (bias kept)
+    assert layers["linear"].snr_db < 30.0
+    assert result.layers.ranked()[0].node == "conv2d_1"
+    assert all(l.tensor.startswith("model.layers.jaxexport:") for l in result.layers.layers if not l.is_input)
+    # the unchanged build compares exactly, on every layer the IR has
+    clean = tpuedge.verify(cloud_digits, digits_program, x, per_layer=True, layer_samples=8)
+    assert min(l.snr_db for l in clean.layers.layers) > 90.0
+    assert sum(not l.is_input for l in clean.layers.layers) == clean.layers.ir_layers

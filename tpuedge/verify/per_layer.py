@@ -3,7 +3,8 @@
 - LiteRT (android): the flatbuffer runs in the LiteRT interpreter with all tensors preserved
   and the builtin kernels (a delegate would hide the intermediates inside its partition).
 - TFLite-Micro (mcu): the real TFLM interpreter with `kPreserveAllTensors`.
-- cloud-tpu: the JAX interpreter's intermediates of the same IR, on CPU.
+- cloud-tpu: the artifact's model.layers.jaxexport (every IR layer's value) with its
+  model.safetensors, on XLA:CPU.
 
 Runtime tensors are mapped to IR nodes (`tflite_graph.match_tensors`), dequantized and put
 back into IR layout. Each layer's SNR is the per-channel SNR (see `metrics`); its drop is how
@@ -212,7 +213,7 @@ def _source_for(artifact, program, layers: dict[str, IRLayer]) -> _LayerSource:
     if target == "cloud-tpu":
         from tpuedge.verify.cloud_layers import CloudLayerSource
 
-        return CloudLayerSource(program, layers)
+        return CloudLayerSource(artifact, layers)
     raise UserError(
         f"Per-layer numerics are not available for target {target!r}; they cover android, mcu and cloud-tpu artifacts."
     )
