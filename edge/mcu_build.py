@@ -303,24 +303,26 @@ class _Runtimes:
         return self._io[which]
 
     def quantized(self, sample: Sequence[np.ndarray]) -> list[np.ndarray]:
+        from tpuedge.quantize import affine
+
         out = []
         for x, d in zip(sample, self._details("inputs")):
             x = np.asarray(x).reshape(d["shape"])
             if d["scale"] is None or d["dtype"] not in ("int8", "int16"):
                 out.append(x.astype(d["dtype"]))
                 continue
-            info = np.iinfo(d["dtype"])
-            q = np.round(x.astype(np.float64) / d["scale"]) + d["zero_point"]
-            out.append(np.clip(q, info.min, info.max).astype(d["dtype"]))
+            out.append(affine.quantize(x, d["scale"], d["zero_point"], d["dtype"], ties="away"))  # as TFLM rounds
         return out
 
     def dequantized(self, outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        from tpuedge.quantize import affine
+
         res = []
         for y, d in zip(outputs, self._details("outputs")):
             if d["scale"] is None or d["dtype"] not in ("int8", "int16"):
                 res.append(np.asarray(y, np.float32))
             else:
-                res.append(((y.astype(np.float32) - d["zero_point"]) * d["scale"]).astype(np.float32))
+                res.append(affine.dequantize(y, d["scale"], d["zero_point"]))
         return res
 
 
