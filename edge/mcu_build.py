@@ -218,15 +218,14 @@ class McuLowered:
 
     def _check_integer_only(self, tflite: bytes) -> None:
         """Full int8 means no float compute: float tensors may only be model I/O (float32 I/O)."""
-        from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
+        from tpuedge.edge import tflite_file
 
-        model = schema.Model.GetRootAsModel(tflite, 0)
-        sg = model.Subgraphs(0)
-        io = {sg.Inputs(i) for i in range(sg.InputsLength())} | {sg.Outputs(i) for i in range(sg.OutputsLength())}
+        sg = tflite_file.read_model(tflite).subgraphs[0]
+        io = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
         floats = [
-            sg.Tensors(i).Name().decode()
-            for i in range(sg.TensorsLength())
-            if i not in io and sg.Tensors(i).Type() in (schema.TensorType.FLOAT32, schema.TensorType.FLOAT16)
+            tflite_file.text(t.name)
+            for i, t in enumerate(sg.tensors)
+            if i not in io and tflite_file.dtype_name(t.type) in ("float32", "float16")
         ]
         if floats:
             raise InternalError(
