@@ -23,6 +23,26 @@ sys.path.insert(0, str(EXAMPLES / "digits"))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 
+def libtpu_missing_reason() -> str | None:
+    """Why a deviceless TPU compile can't run here (None: it can): the build's own check."""
+    from tpuedge.cloud.tpu_compile import libtpu_unavailable_reason
+
+    return libtpu_unavailable_reason()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_libtpu: compiles for a TPU without one; skipped, with the reason, when libtpu is missing")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked needs_libtpu skip with the reason instead of failing where libtpu is missing
+    (a base install without the `tpu` extra, or TPUEDGE_LIBTPU=off)."""
+    marked = [item for item in items if item.get_closest_marker("needs_libtpu")]
+    reason = libtpu_missing_reason() if marked else None
+    for item in marked if reason else ():
+        item.add_marker(pytest.mark.skip(reason=f"needs libtpu: {reason}"))
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT

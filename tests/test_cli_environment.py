@@ -136,3 +136,35 @@ def test_torchs_own_log_shows_with_tpuedge_verbose(bad_pt2_files):
     assert code == "2"
     assert "Ran into the following error when deserializing" in printed
     assert printed.splitlines()[-1].startswith("error: ")
+
+
+ENV_MODEL = textwrap.dedent(
+    """
+    import os
+    import torch
+
+    def build():
+        print("JAX_PLATFORMS seen by the model:", repr(os.environ.get("JAX_PLATFORMS")))
+        return torch.nn.Linear(3, 2), (torch.zeros(1, 3),)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "command, user_value, seen",
+    [
+        ("export", None, "'cpu'"),  # host-only command: CPU unless the user says otherwise
+        ("export", "", "''"),  # an explicit value, even empty (jax picks), is the user's
+        ("verify", None, "None"),  # runs artifacts: the user's environment decides the device
+    ],
+)
+def test_jax_platforms_is_the_users_except_cpu_for_host_only_commands(tmp_path, command, user_value, seen):
+    (tmp_path / "envmodel.py").write_text(ENV_MODEL)
+    args = {
+        "export": ["export", "envmodel.py:build", "-o", "m.pt2"],
+        # the model is loaded first; the missing folder then fails (exit 2): only the environment matters here
+        "verify": ["verify", "no-such-build", "--model", "envmodel.py:build", "--data", "none.npz"],
+    }[command]
+    extra = {} if user_value is None else {"JAX_PLATFORMS": user_value}
+    proc = _run(args, tmp_path, extra, drop=("JAX_PLATFORMS",))
+    assert f"JAX_PLATFORMS seen by the model: {seen}" in proc.stdout, proc.stdout + proc.stderr

@@ -194,20 +194,36 @@ THIRD_PARTY_MODULES = (
 _THIRD_PARTY_RE = r"(" + "|".join(THIRD_PARTY_MODULES) + r")(\.|$)"
 
 
+# Commands that need no accelerator: they capture, lower, convert, compile (TPU compiles are
+# deviceless) and check the result on the host CPU. `verify` is not one: it runs artifacts,
+# and a cloud-tpu artifact may run on the user's accelerator.
+HOST_ONLY_COMMANDS = frozenset({"build", "check", "export", "inspect", "ops"})
+
+
+def _host_cpu_for_host_only_commands(argv: list[str]) -> None:
+    """JAX_PLATFORMS=cpu for host-only commands, unless the user set JAX_PLATFORMS (any value).
+
+    Without it, jax probes for a TPU when an installed libtpu is present: a screen of start-up
+    warnings the first time litert-torch touches jax, and libtpu's lock file taken, which makes
+    deviceless TPU compiles in other processes fail.
+    """
+    import os
+
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in HOST_ONLY_COMMANDS:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
 def _quiet_third_party() -> None:
     """Keep the console for tpuedge's own report and the user's own warnings.
 
-    Every CLI command runs its runtimes on the host CPU (TPU compiles are deviceless), so jax
-    need not probe for a TPU: without this, an installed libtpu prints a screen of warnings the
-    first time litert-torch touches jax. torchao logs a warning per optional CUDA kernel it
-    can't load on a CPU-only machine. A user's own JAX_PLATFORMS wins; TPUEDGE_VERBOSE=1 shows
-    everything else.
+    torchao logs a warning per optional CUDA kernel it can't load on a CPU-only machine; the
+    libraries' deprecations are about their internals. TPUEDGE_VERBOSE=1 shows everything.
     """
     import logging
     import os
     import warnings
 
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if os.environ.get("TPUEDGE_VERBOSE"):
         return
     os.environ.setdefault("TQDM_DISABLE", "1")  # ai-edge-quantizer's per-tensor progress bars
@@ -223,6 +239,7 @@ def _quiet_third_party() -> None:
 
 
 def main(argv: list[str] | None = None) -> Any:
+    _host_cpu_for_host_only_commands(sys.argv[1:] if argv is None else list(argv))
     _quiet_third_party()
     try:
         rv = cli.main(args=argv, prog_name="tpuedge", standalone_mode=False)
