@@ -245,7 +245,7 @@ class McuLowered:
 
     def _verify(self, runtime: "_Runtimes") -> dict:
         """TFLM vs LiteRT (LSB) and vs the float Program, on calibration and evaluation samples."""
-        from tpuedge.quantize.metrics import compare_outputs
+        from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
         report: dict = {}
         sets = [("calibration", self.calibration[:200], None)]
@@ -270,11 +270,10 @@ class McuLowered:
                 "tflm_vs_litert_within_1_lsb": lsb <= _AGREEMENT_LSB,
                 "tflm_vs_float": compare_outputs(floats, tflm_float).to_json(),
             }
-            if labels is not None and np.issubdtype(labels.dtype, np.integer) and floats[0][0].shape[-1] > 1:
-                float_pred = np.array([f[0].reshape(-1).argmax() for f in floats])
-                tflm_pred = np.array([t[0].reshape(-1).argmax() for t in tflm_float])
-                entry["float_accuracy"] = _r((float_pred == labels).mean())
-                entry["tflm_accuracy"] = _r((tflm_pred == labels).mean())
+            float_acc = None if labels is None else task_accuracy(stack_samples([f[0] for f in floats]), labels)
+            if float_acc is not None:  # the one definition verify uses (quantize.metrics)
+                entry["float_accuracy"] = _r(float_acc)
+                entry["tflm_accuracy"] = _r(task_accuracy(stack_samples([t[0] for t in tflm_float]), labels))
                 entry["source"] = self.evaluation.source if self.evaluation else None
             report[label] = entry
         return report
