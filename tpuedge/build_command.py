@@ -94,7 +94,7 @@ def make_build_command() -> click.Command:
             artifact = program.lower(target, **options).compile(Path(out))
         console = _console()
         console.print(artifact.report() if hasattr(artifact, "report") else repr(artifact))
-        console.print(cache.describe())  # not in the manifest: a hit gives the same bytes as a cold build
+        console.print(cache.describe(), soft_wrap=True)  # not in the manifest: a hit gives the same bytes as a cold build
         console.print(f"wrote {out}")
 
     return click.Command(
