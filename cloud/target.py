@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpuedge.cloud.topologies import DEFAULT_TOPOLOGY, TopologyChoice, parse_topology, valid_topologies_text
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.targets import BuildOption, Capability, Target, register_target
+from tpuedge.shared_ir.targets import BuildOption, Capability, Target
 
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
@@ -101,7 +101,7 @@ class CloudTpuTarget(Target):
                 DEFAULT_TOPOLOGY,
             ),
             BuildOption("batch", "rebind the batch dimension (dim 0 of every input) to N", int, None),
-            BuildOption("train_step", "also compile an AdamW training step, sharded over the topology (see --sharding)", bool, False),
+            BuildOption("train_step", "also compile an AdamW training step in training mode (BatchNorm batch statistics, dropout on), sharded over the topology (see --sharding)", bool, False),
             BuildOption("loss", "loss of the --train-step compile (auto: cross-entropy for [batch, classes] logits, else MSE)", _LOSSES, "auto"),
             BuildOption("sharding", "--train-step parallelism: data (params replicated) or fsdp (params and AdamW state sharded)", _SHARDINGS, "data"),
         ]
@@ -138,5 +138,3 @@ class CloudTpuTarget(Target):
             raise UserError(f"{path} holds a {manifest.get('target')!r} build, not cloud-tpu; open it with tpuedge.load.")
         return CloudArtifact(path, manifest)
 
-
-register_target(CloudTpuTarget())

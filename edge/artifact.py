@@ -32,9 +32,13 @@ class LiteRTArtifact(Artifact):
 
     @cached_property
     def tflite(self) -> bytes:
+        from tpuedge.edge.tflite_file import read_model
+
         if not self.model_path.is_file():
             raise UserError(f"{self.model_path} is missing; rebuild with `tpuedge build ... --target android`.")
-        return self.model_path.read_bytes()
+        data = self.model_path.read_bytes()
+        read_model(data, self.model_path)  # a damaged file is a UserError here, not a crash in a runtime
+        return data
 
     @cached_property
     def runner(self):
@@ -46,7 +50,7 @@ class LiteRTArtifact(Artifact):
     def summary(self):
         from tpuedge.edge.tflite_inspect import summarize_tflite
 
-        return summarize_tflite(self.tflite)
+        return summarize_tflite(self.tflite, self.model_path)
 
     def run(self, *inputs: Any) -> list[np.ndarray]:
         """Float in, float out, in the LiteRT interpreter."""
@@ -64,7 +68,7 @@ class LiteRTArtifact(Artifact):
 def _manifest_from_tflite(path: Path, data: bytes) -> dict:
     from tpuedge.edge.tflite_inspect import summarize_tflite
 
-    summary = summarize_tflite(data)
+    summary = summarize_tflite(data, path)
 
     def spec(t):
         dtype = "float32" if t.quantized else t.dtype
@@ -98,7 +102,10 @@ def _kb(n: int) -> str:
 
 
 def format_report(manifest: dict, summary, model_path: Path) -> str:
-    lines = [f"{manifest.get('model_name', model_path.stem)} -> {model_path}  (target {manifest.get('target', 'android')})"]
+    if manifest.get("ir_fingerprint"):
+        lines = [f"{manifest.get('model_name', model_path.stem)} -> {model_path}  (target {manifest['target']})"]
+    else:  # a bare file: nothing says which target or IR it came from
+        lines = [f"{model_path}: a .tflite without a tpuedge manifest (target and IR unknown); run in the LiteRT interpreter"]
     if manifest.get("ir_fingerprint"):
         lines.append(f"  IR fingerprint {manifest['ir_fingerprint'][:16]}")
     recipe = manifest.get("recipe") or {}

@@ -1,10 +1,11 @@
 """The `mcu` capability: what TFLite-Micro can run, from data, before any conversion.
 
 A captured ATen op is supported when every TFLite builtin litert-torch lowers it to has a
-TFLM kernel (edge/data/tflm_ops.json, checked against the real interpreter). GELU has no
-kernel, so the mcu pipeline rewrites it on the IR first (`mcu_passes`); the check applies the
-same passes the build applies, so `tpuedge check --target mcu` and `tpuedge build --target
-mcu` never disagree.
+TFLM kernel (edge/data/tflm_ops.json, checked against the real interpreter). Before that the
+mcu pipeline rewrites the IR (`mcu_passes`): no-op casts, eval-mode dropout and input-independent
+ops vanish, reflect/replicate padding becomes slices + concatenation, GELU (no kernel) an
+approximation. The check applies the same passes the build applies, so `tpuedge check --target
+mcu` and `tpuedge build --target mcu` never disagree.
 """
 
 from __future__ import annotations
@@ -18,10 +19,16 @@ __all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins"]
 def mcu_passes(gelu_form: str = "sigmoid"):
     """The IR passes every mcu build runs, in order."""
     from tpuedge.shared_ir.passes import PassManager
+    from tpuedge.shared_ir.passes.casts import CanonicalCasts
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite
+    from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
+    from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
 
-    return PassManager([ExplicitPad(), GeluRewrite(gelu_form)])
+    return PassManager(
+        [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form)]
+    )
 
 
 def unsupported_builtins(names) -> list[str]:
@@ -30,6 +37,15 @@ def unsupported_builtins(names) -> list[str]:
 
     ops = tflm_ops()
     return sorted(n for n in set(names) if n not in ops)
+
+
+def _overload_keys(key: str) -> list[str]:
+    """'aten.pow' -> ['aten.pow.Scalar', 'aten.pow.Tensor_Scalar', ...] ('.default' for plain ops)."""
+    import torch
+
+    namespace, _, name = key.partition(".")
+    packet = getattr(getattr(torch.ops, namespace), name, None)
+    return [f"{key}.{overload}" for overload in packet.overloads()] if packet is not None else [f"{key}.default"]
 
 
 def mcu_capability() -> Capability:
@@ -47,8 +63,9 @@ def mcu_capability() -> Capability:
             continue
         why = "; ".join(f"{b}: {missing.get(b, 'no TFLite-Micro kernel')}" for b in lacking)
         notes[key] = f"lowers to {', '.join(lacking)}, which TFLite-Micro lacks"
-        # the check looks suggestions up by the node's full key ("aten.reflection_pad2d.default")
-        suggestions[key] = suggestions[key + ".default"] = f"it lowers to {why}"
+        # the check looks suggestions up by the node's full key ("aten.pow.Tensor_Scalar")
+        for full_key in (key, *_overload_keys(key)):
+            suggestions[full_key] = f"it lowers to {why}"
     notes["aten.gelu"] = "no GELU kernel: the mcu build rewrites it to x*sigmoid(1.702x) on the IR (--gelu tanh: tanh form)"
     return Capability(
         target="mcu",

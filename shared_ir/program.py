@@ -151,9 +151,10 @@ class Program:
     # ---- targets ---------------------------------------------------------------------
     def check(self, target: str) -> list[Problem]:
         """Every problem `target` has with this program, all at once (empty list: clean)."""
+        from tpuedge.shared_ir.cache_keys import cached_clean_check
         from tpuedge.shared_ir.check import check_program
 
-        return check_program(self, target)
+        return cached_clean_check(self, target, lambda: check_program(self, target))
 
     def rewrites(self, target: str) -> list[str]:
         """What `target`'s own IR rewrites will change in this program (announced, not problems)."""
@@ -206,9 +207,13 @@ class Program:
         path = Path(path)
         if not path.is_file():
             raise UserError(f"No saved program at {path}; create one with `tpuedge export MODEL -o {path}`.")
+        from tpuedge.shared_ir.held_logs import held_log_records
+
         extra = {_META_FILE: ""}
         try:
-            ep = torch.export.load(path, extra_files=extra)
+            # torch logs its own traceback before raising; the paragraph below says it all
+            with held_log_records("torch.export"):
+                ep = torch.export.load(path, extra_files=extra)
         except Exception as exc:
             raise UserError(
                 f"{path} is not a readable torch.export .pt2 file ({type(exc).__name__}: "

@@ -34,13 +34,13 @@ def test_transformer_with_gelu_builds_and_runs_in_tflm(tmp_path):
     assert m["verification"]["calibration"]["tflm_vs_litert_max_lsb"] <= 2  # measured 2 LSB on this block
 
 
-MODEL_WITH_REFLECT_PAD = '''
-import torch, torch.nn as nn, torch.nn.functional as F
+MODEL_WITH_POW = '''
+import torch, torch.nn as nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__(); self.conv = nn.Conv2d(1, 4, 3)
     def forward(self, x):
-        return self.conv(F.pad(x, (1, 1, 1, 1), mode="reflect"))
+        return self.conv(x).pow(3)
 def build():
     return Net().eval(), (torch.zeros(1, 1, 8, 8),)
 '''
@@ -49,12 +49,12 @@ def build():
 def test_unsupported_op_exits_2_before_any_file(tmp_path, capsys):
     from tpuedge.cli import main
 
-    model = tmp_path / "reflect.py"
-    model.write_text(MODEL_WITH_REFLECT_PAD)
+    model = tmp_path / "cube.py"
+    model.write_text(MODEL_WITH_POW)
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
         main(["build", f"{model}:build", "--target", "mcu", "--calibration", str(tmp_path / "none.npz"), "--out", str(out)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "aten.reflection_pad2d" in err and "SELECT" in err and "reflect.py" in err
+    assert "aten.pow" in err and "POW" in err and "cube.py" in err
     assert not out.exists()
