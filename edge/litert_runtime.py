@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tpuedge.edge.tflite_inspect import TensorInfo
+from tpuedge.edge.tool_output import held_tool_output, tail
 from tpuedge.quantize import affine
 from tpuedge.shared_ir.errors import UserError
 
@@ -53,10 +54,18 @@ class LiteRTRunner:
 
         self._bytes = bytes(tflite_bytes)  # the interpreter reads from this buffer: keep it alive
         try:
-            self._interp = Interpreter(model_content=self._bytes, num_threads=num_threads)
-            self._interp.allocate_tensors()
+            # LiteRT logs "Created TensorFlow Lite XNNPACK delegate" (once per process) when it
+            # allocates: held like every tool's output, shown with TPUEDGE_VERBOSE=1 or on failure
+            with held_tool_output("LiteRT"):
+                self._interp = Interpreter(model_content=self._bytes, num_threads=num_threads)
+                self._interp.allocate_tensors()
         except (RuntimeError, ValueError) as exc:
-            raise UserError(f"LiteRT could not load this model ({exc}); rebuild it with `tpuedge build`.") from exc
+            printed = tail(getattr(exc, "tool_output", ""), 5)
+            raise UserError(
+                f"LiteRT could not load this model ({exc}"
+                + (f"; it printed: {' | '.join(printed.splitlines())}" if printed else "")
+                + "); rebuild it with `tpuedge build`."
+            ) from exc
         sig = self._interp._get_full_signature_list() or {}
         in_names, out_names = {}, {}
         for spec in sig.values():
