@@ -12,7 +12,9 @@ from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["ModelWithLoss", "loss_program", "split_batch", "training_mode_module"]
+__all__ = ["PRECISIONS", "ModelWithLoss", "loss_program", "split_batch", "training_mode_module"]
+
+PRECISIONS = ("f32", "bf16")
 
 
 # ---- the captured module ---------------------------------------------------------------------
@@ -23,7 +25,7 @@ def _model_with_loss_class():
         """forward(*inputs, *targets) -> loss_fn(model(*inputs), *targets) (or, with
         `return_outputs`, (loss, outputs) for evaluation)."""
 
-        def __init__(self, model, loss_fn, n_inputs: int, return_outputs: bool = False):
+        def __init__(self, model, loss_fn, n_inputs: int, return_outputs: bool = False, precision: str = "f32"):
             super().__init__()
             self.model = model
             if isinstance(loss_fn, torch.nn.Module):
@@ -32,11 +34,14 @@ def _model_with_loss_class():
                 self._loss = loss_fn
             self.n_inputs = n_inputs
             self.return_outputs = return_outputs
+            self.precision = precision
 
         def forward(self, *batch):
-            outputs = self.model(*batch[: self.n_inputs])
-            loss_fn = self.loss_fn if "loss_fn" in self._modules else self._loss
-            loss = loss_fn(outputs, *batch[self.n_inputs :])
+            # bf16: torch's own CPU autocast policy is captured into the graph as explicit casts
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+                outputs = self.model(*batch[: self.n_inputs])
+                loss_fn = self.loss_fn if "loss_fn" in self._modules else self._loss
+                loss = loss_fn(outputs, *batch[self.n_inputs :])
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 raise UserError(
                     "loss_fn must return one scalar tensor (e.g. F.cross_entropy(out, y)); "
@@ -49,9 +54,12 @@ def _model_with_loss_class():
     return ModelWithLoss
 
 
-def ModelWithLoss(model, loss_fn, n_inputs: int = 1, return_outputs: bool = False):  # noqa: N802 (a class factory)
-    """The module train_step captures: `forward(*batch) -> loss_fn(model(*inputs), *targets)`."""
-    return _model_with_loss_class()(model, loss_fn, n_inputs, return_outputs)
+def ModelWithLoss(model, loss_fn, n_inputs: int = 1, return_outputs: bool = False, precision: str = "f32"):  # noqa: N802
+    """The module train_step captures: `forward(*batch) -> loss_fn(model(*inputs), *targets)`
+    (a class factory, to keep torch out of this module's import)."""
+    if precision not in PRECISIONS:
+        raise UserError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)} (bf16: bf16 compute, f32 weights and optimizer state).")
+    return _model_with_loss_class()(model, loss_fn, n_inputs, return_outputs, precision)
 
 
 def split_batch(batch: Sequence[Any], n_inputs: int | None) -> tuple[tuple, int]:
@@ -71,15 +79,20 @@ def split_batch(batch: Sequence[Any], n_inputs: int | None) -> tuple[tuple, int]
     return batch, n
 
 
-def loss_program(model, loss_fn, example_batch: Sequence[Any], n_inputs: int | None = None, *, training: bool = True):
+def loss_program(
+    model, loss_fn, example_batch: Sequence[Any], n_inputs: int | None = None, *, training: bool = True, precision: str = "f32"
+):
     """Capture model+loss into the shared IR: a Program whose one output is the scalar loss
-    (`training=False` gives the eval program, outputs (loss, model outputs...))."""
-    import tpuedge
+    (`training=False` gives the eval program, outputs (loss, model outputs...)). `precision="bf16"`
+    captures under `torch.autocast("cpu", torch.bfloat16)`: the graph casts weights and
+    activations to bf16 where torch's autocast does (matmuls, convolutions) and keeps its f32 ops
+    (softmax, losses, norms) f32, while parameters stay f32 placeholders."""
+    from tpuedge.shared_ir.capture import export
 
     flat, n = split_batch(example_batch, n_inputs)
-    wrapper = ModelWithLoss(model, loss_fn, n, return_outputs=not training)
+    wrapper = ModelWithLoss(model, loss_fn, n, return_outputs=not training, precision=precision)
     name = type(model).__name__.lower() + ("_train" if training else "_eval")
-    return tpuedge.export(wrapper, flat, training=training, name=name)
+    return export(wrapper, flat, training=training, name=name)
 
 
 # ---- a captured Program back in training mode --------------------------------------------------

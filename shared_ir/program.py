@@ -151,9 +151,10 @@ class Program:
     # ---- targets ---------------------------------------------------------------------
     def check(self, target: str) -> list[Problem]:
         """Every problem `target` has with this program, all at once (empty list: clean)."""
+        from tpuedge.shared_ir.cache_keys import cached_clean_check
         from tpuedge.shared_ir.check import check_program
 
-        return check_program(self, target)
+        return cached_clean_check(self, target, lambda: check_program(self, target))
 
     def rewrites(self, target: str) -> list[str]:
         """What `target`'s own IR rewrites will change in this program (announced, not problems)."""
