@@ -13,6 +13,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from tpuedge.edge.tool_output import held_tool_output
+
 __all__ = ["litert_session"]
 
 
@@ -24,6 +26,9 @@ def litert_session() -> Iterator[None]:
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")  # our CLI reports progress itself
     jax.config.update("jax_enable_x64", True)
     try:
-        yield
+        # litert-converter's C++ start-up lines (absl, oneDNN) and litert-torch's warnings:
+        # shown with TPUEDGE_VERBOSE=1 or when the conversion fails
+        with held_tool_output("litert-torch"):
+            yield
     finally:
         jax.config.update("jax_enable_x64", before)

@@ -71,7 +71,10 @@ def make_build_command() -> click.Command:
     params += [_click_option(opt, owners) for opt, owners in _options_by_name(targets).values()]
 
     def run(model, target, out, no_cache, **given):
-        from tpuedge.cli import _config, _console, _model_arg, _target_arg
+        from tpuedge.command_inputs import console as _console
+        from tpuedge.command_inputs import model_arg as _model_arg
+        from tpuedge.command_inputs import project_config as _config
+        from tpuedge.command_inputs import target_arg as _target_arg
         from tpuedge.model_spec import load_program, spec_name
         from tpuedge.shared_ir.cache_keys import build_session
 
