@@ -141,7 +141,7 @@ def _source_digest() -> str:
 
 @functools.cache
 def environment_versions() -> dict[str, str]:
-    from tpuedge.shared_ir.artifact import tool_versions
+    from tpuedge.shared_ir.tool_versions import tool_versions
 
     return {**tool_versions(*CACHE_TOOLS), "tpuedge-source": _source_digest()}
 

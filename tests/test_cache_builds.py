@@ -72,7 +72,8 @@ def test_android_int8_rebuild_hits_every_stage_with_identical_bytes(tmp_path, ca
 
 
 def test_mcu_build_reuses_the_android_float_model(tmp_path, cache_dir, calibration_file):
-    _build(tmp_path / "android", "--target", "android", "--quantize", "none")
+    # same layout as the mcu default (NHWC image inputs), so the same float model
+    _build(tmp_path / "android", "--target", "android", "--quantize", "none", "--channels-last")
     mcu = _outcomes(_build(tmp_path / "mcu", "--target", "mcu", "--calibration", str(calibration_file), "--eval", "none"))
     assert mcu["hit"] == ["float_tflite"] and mcu["miss"][:2] == ["check", "calibration"]
     os.environ["TPUEDGE_CACHE_DIR"] = str(tmp_path / "other-cache")  # restored by monkeypatch
