@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpuedge.cloud.topologies import DEFAULT_TOPOLOGY, TopologyChoice, parse_topology, valid_topologies_text
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.targets import BuildOption, Capability, Target, register_target
+from tpuedge.shared_ir.targets import BuildOption, Capability, Target
 
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
@@ -138,5 +138,3 @@ class CloudTpuTarget(Target):
             raise UserError(f"{path} holds a {manifest.get('target')!r} build, not cloud-tpu; open it with tpuedge.load.")
         return CloudArtifact(path, manifest)
 
-
-register_target(CloudTpuTarget())

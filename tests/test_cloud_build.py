@@ -13,7 +13,7 @@ from tpuedge.shared_ir.errors import UserError
 from cli_runner import run_cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-PORTABLE = ("model.stablehlo.mlir", "model.jaxexport", "model.safetensors", "manifest.json")
+PORTABLE = ("model.stablehlo.mlir", "model.jaxexport", "model.layers.jaxexport", "model.safetensors", "manifest.json")
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """`verify(artifact, model, data)`: an artifact in its real runtime against the float IR.
 
 The artifact must come from the same IR as the model (manifest `ir_fingerprint` vs
-`Program.fingerprint`); both run on the same samples; every output gets max/mean abs error,
-cosine, SNR and (classifier-shaped) top-1 agreement; with labels, both task accuracies and
+`Program.fingerprint`); both run on the same samples; every output gets the numbers of
+`quantize.metrics.compare_output` (the function build reports use too): max/mean abs error,
+cosine, centered cosine, SNR and (classifier-shaped) top-1 agreement; with labels, both task accuracies and
 the drop. Thresholds become `Check`s; `VerifyResult.passed` is True when all of them hold,
 and there is always at least one: the cosine of every output against `DEFAULT_MIN_COSINE`
 unless the caller sets its own (-1 turns it off).
@@ -19,7 +20,7 @@ import numpy as np
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.verify import DEFAULT_MIN_COSINE
 from tpuedge.verify.data import VerifyData, load_data
-from tpuedge.verify.metrics import OutputMetrics, compare_output, is_classifier_shaped
+from tpuedge.quantize.metrics import OutputMetrics, compare_output, task_accuracy
 from tpuedge.verify.per_layer import DEFAULT_LAYER_SAMPLES, LayerReport, layer_report, runtime_label
 from tpuedge.verify.runner import check_interface, reference_runner, run_rows, single_torch_thread
 
@@ -174,11 +175,9 @@ def _classifier_outputs(program, outputs: list[OutputMetrics]) -> list[OutputMet
 
 def _task_accuracy(program, reference, got, data: VerifyData, labels_name: str) -> TaskAccuracy:
     for index, spec in enumerate(program.outputs):
-        ref = reference[index]
-        if is_classifier_shaped(ref.shape) and len(ref) == data.count:
-            float_acc = float(np.mean(np.argmax(ref, axis=-1) == data.labels)) * 100
-            rt_acc = float(np.mean(np.argmax(got[index], axis=-1) == data.labels)) * 100
-            return TaskAccuracy(spec.name, labels_name, float_acc, rt_acc)
+        float_acc = task_accuracy(reference[index], data.labels)
+        if float_acc is not None:
+            return TaskAccuracy(spec.name, labels_name, 100 * float_acc, 100 * task_accuracy(got[index], data.labels))
     raise UserError(
         f"Labels were given but no output of {program.name} is a (samples, classes) score array "
         f"({', '.join(s.describe() for s in program.outputs)}); drop --labels/--max-drop for this model."
