@@ -355,7 +355,8 @@ def test_cloud_per_layer_runs_the_artifact_so_changed_weights_show_where_they_ac
     up at conv2 and after it, and nowhere before."""
     import shutil
 
-    from tpuedge.cloud.artifact import WEIGHTS_FILE, read_safetensors, write_safetensors
+    from tpuedge.cloud.artifact import WEIGHTS_FILE
+    from tpuedge.cloud.safetensors_file import read_safetensors, write_safetensors
     from tpuedge.shared_ir.artifact import file_entry
 
     changed = tmp_path / "cloud"
