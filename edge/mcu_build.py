@@ -92,6 +92,7 @@ class McuLowered:
         symbol: str | None = None,
         gelu: str = "sigmoid",
         per_channel: bool = True,
+        channels_last: bool = True,
     ):
         from tpuedge.edge.boards import resolve_board
         from tpuedge.edge.c_array import symbols_for
@@ -106,6 +107,7 @@ class McuLowered:
         self.symbols = symbols_for(program.name, symbol)
         self.config = QuantConfig(
             scheme="int8", io_dtype=io_dtype or "int8", strict_int8=True, per_channel=per_channel,
+            channels_last=True if channels_last is None else bool(channels_last),
             min_calibration_samples=_MIN_CALIBRATION,
         )
         problems = program.check("mcu")
@@ -135,6 +137,7 @@ class McuLowered:
     def as_text(self) -> str:
         lines = [f"mcu lowering of {self.program.name} (IR {self.program.fingerprint[:12]})"]
         lines += [f"  pass {r.name}: {r.description}" for r in self.pass_results]
+        lines.append(f"  layout: {'NHWC image inputs' if self.config.channels_last else 'as exported (NCHW)'}")
         lines.append(f"  quantization: {self.config.to_json()}")
         lines.append(f"  calibration: {len(self.calibration)} samples from {self.calibration_source}")
         if self.evaluation:
@@ -164,7 +167,7 @@ class McuLowered:
         self._check_tflm_ops(ops)
         self._check_integer_only(tflite)
 
-        runtime = _Runtimes(tflite)
+        runtime = _Runtimes(tflite, self.config.channels_last)
         arena = measure_arena(tflite, runtime.quantized(self.calibration[0]))
         runtime.open_tflm(arena.recommended_bytes)
         verification = self._verify(runtime)
@@ -174,7 +177,8 @@ class McuLowered:
             "target": "mcu",
             "model_name": name,
             "ir_fingerprint": self.program.fingerprint,
-            "inputs": [s.to_json() for s in self.program.inputs],
+            "inputs": [_layout_spec(s, self.config.channels_last) for s in self.program.inputs],
+            "layout": "NHWC" if self.config.channels_last else "as exported",
             "outputs": [s.to_json() for s in self.program.outputs],
             "quantization": {
                 "config": self.config.to_json(),
@@ -282,10 +286,11 @@ class McuLowered:
 class _Runtimes:
     """The same model bytes in TFLM and LiteRT, with the model's own I/O (de)quantization."""
 
-    def __init__(self, tflite: bytes):
+    def __init__(self, tflite: bytes, channels_last: bool):
         from tpuedge.edge.litert_runtime import LiteRTRunner
 
         self.tflite = tflite
+        self.channels_last = channels_last
         self.litert = LiteRTRunner(tflite)
         self.tflm = None
 
@@ -302,25 +307,39 @@ class _Runtimes:
         return self._io[which]
 
     def quantized(self, sample: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """A Program-layout (NCHW) sample as the model's input tensors (NHWC when channels-last)."""
+        from tpuedge.edge.convert import tflite_layout_inputs
+        from tpuedge.quantize import affine
+
         out = []
-        for x, d in zip(sample, self._details("inputs")):
+        for x, d in zip(tflite_layout_inputs([np.asarray(a) for a in sample], self.channels_last), self._details("inputs")):
             x = np.asarray(x).reshape(d["shape"])
             if d["scale"] is None or d["dtype"] not in ("int8", "int16"):
                 out.append(x.astype(d["dtype"]))
                 continue
-            info = np.iinfo(d["dtype"])
-            q = np.round(x.astype(np.float64) / d["scale"]) + d["zero_point"]
-            out.append(np.clip(q, info.min, info.max).astype(d["dtype"]))
+            out.append(affine.quantize(x, d["scale"], d["zero_point"], d["dtype"], ties="away"))  # as TFLM rounds
         return out
 
     def dequantized(self, outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        from tpuedge.quantize import affine
+
         res = []
         for y, d in zip(outputs, self._details("outputs")):
             if d["scale"] is None or d["dtype"] not in ("int8", "int16"):
                 res.append(np.asarray(y, np.float32))
             else:
-                res.append(((y.astype(np.float32) - d["zero_point"]) * d["scale"]).astype(np.float32))
+                res.append(affine.dequantize(y, d["scale"], d["zero_point"]))
         return res
+
+
+def _layout_spec(spec, channels_last: bool) -> dict:
+    """The artifact's input as it takes it: rank-4 float inputs NHWC when channels-last."""
+    from tpuedge.edge.channels_last import nhwc_shape
+
+    entry = spec.to_json()
+    if channels_last and len(spec.shape) == 4 and spec.dtype.startswith("float"):
+        entry["shape"] = list(nhwc_shape(entry["shape"]))
+    return entry
 
 
 # ---- the artifact ---------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.tensors import TensorSpec
+from tpuedge.shared_ir.tool_versions import tool_versions  # re-exported: backends' manifests use it
 
 __all__ = [
     "Artifact",
@@ -30,16 +30,6 @@ __all__ = [
 ]
 
 MANIFEST = "manifest.json"
-
-
-def tool_versions(*distributions: str) -> dict[str, str]:
-    versions = {}
-    for dist in ("tpuedge", "torch", *distributions):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = "not installed"
-    return versions
 
 
 def file_entry(path: Path) -> dict:

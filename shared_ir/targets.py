@@ -135,9 +135,8 @@ def _checkout_entry_points() -> list[metadata.EntryPoint]:
     install (no tpuedge metadata on the path to read entry points from)."""
     import tomllib
 
-    import tpuedge
-
-    pyproject = Path(tpuedge.__file__).resolve().parent.parent / "pyproject.toml"
+    # in a checkout this file is <root>/shared_ir/targets.py; installed, no pyproject.toml is there
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
     if not pyproject.is_file():
         return []
     project = tomllib.loads(pyproject.read_text()).get("project", {})

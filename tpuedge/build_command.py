@@ -71,7 +71,10 @@ def make_build_command() -> click.Command:
     params += [_click_option(opt, owners) for opt, owners in _options_by_name(targets).values()]
 
     def run(model, target, out, no_cache, **given):
-        from tpuedge.cli import _config, _console, _model_arg, _target_arg
+        from tpuedge.command_inputs import console as _console
+        from tpuedge.command_inputs import model_arg as _model_arg
+        from tpuedge.command_inputs import project_config as _config
+        from tpuedge.command_inputs import target_arg as _target_arg
         from tpuedge.model_spec import load_program, spec_name
         from tpuedge.shared_ir.cache_keys import build_session
 
@@ -91,7 +94,7 @@ def make_build_command() -> click.Command:
             artifact = program.lower(target, **options).compile(Path(out))
         console = _console()
         console.print(artifact.report() if hasattr(artifact, "report") else repr(artifact))
-        console.print(cache.describe())  # not in the manifest: a hit gives the same bytes as a cold build
+        console.print(cache.describe(), soft_wrap=True)  # not in the manifest: a hit gives the same bytes as a cold build
         console.print(f"wrote {out}")
 
     return click.Command(

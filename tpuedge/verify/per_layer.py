@@ -167,9 +167,11 @@ class _TfliteSource:
 
     def _encode(self, tensor, value: np.ndarray) -> np.ndarray:
         if tensor.scale.size and tensor.dtype in ("int8", "uint8", "int16"):
-            info = np.iinfo(tensor.dtype)
-            q = np.round(value / tensor.scale[0]) + tensor.zero_point[0]
-            return np.clip(q, info.min, info.max).astype(tensor.dtype)
+            from tpuedge.quantize import affine
+
+            # each runtime rounds ties its own way: TFLite-Micro away from zero, LiteRT to even
+            ties = "away" if self._micro else "even"
+            return affine.quantize(value, tensor.scale, tensor.zero_point, tensor.dtype, tensor.quantized_dimension, ties)
         return value.astype(tensor.dtype)
 
     def _invoke(self, inputs: list[np.ndarray], tensors: list[int]) -> dict[int, np.ndarray]:

@@ -27,7 +27,7 @@ _DYNAMIC_BATCH_CALL = 64  # rows per call when the batch axis is dynamic
 @contextlib.contextmanager
 def single_torch_thread() -> Iterator[None]:
     """Torch eager on one thread for the duration: on small per-sample calls several threads
-    were measured 5-100x slower on a 2-core machine, and the numbers don't depend on it."""
+    are 5-100x slower (docs/stack-facts.md), and the numbers don't depend on it."""
     import torch
 
     threads = torch.get_num_threads()

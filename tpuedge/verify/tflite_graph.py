@@ -101,15 +101,12 @@ def read_graph(model_bytes: bytes) -> TfliteGraph:
 
 def dequantize(tensor: TfliteTensor, raw: np.ndarray) -> np.ndarray:
     """Real values of a runtime tensor (float tensors pass through)."""
+    from tpuedge.quantize import affine
+
     raw = np.asarray(raw)
     if tensor.scale.size == 0 or np.issubdtype(raw.dtype, np.floating):
         return raw.astype(np.float64)
-    scale, zero = tensor.scale, tensor.zero_point
-    if scale.size > 1:  # per-axis
-        shape = [1] * raw.ndim
-        shape[tensor.quantized_dimension] = scale.size
-        scale, zero = scale.reshape(shape), zero.reshape(shape)
-    return (raw.astype(np.float64) - zero) * scale
+    return affine.dequantize(raw, tensor.scale, tensor.zero_point, tensor.quantized_dimension).astype(np.float64)
 
 
 def _short_scope(scope: str) -> str:
