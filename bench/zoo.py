@@ -39,7 +39,15 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))  # the checkout's tpuedge wins over an installed copy
 
-TARGETS = ("android:none", "android:dynamic-int8", "android:int8", "mcu", "cloud-tpu")
+def _targets() -> tuple[str, ...]:
+    """android's schemes as tpuedge offers them (fp16 aside), `auto` included once it exists."""
+    from tpuedge.quantize.config import SCHEMES
+
+    schemes = [s for s in ("none", "dynamic-int8", "int8", "auto") if s in SCHEMES]
+    return (*(f"android:{s}" for s in schemes), "mcu", "cloud-tpu")
+
+
+TARGETS = _targets()
 MCU_BOARD = "esp32s3"
 PEER_MAX_PARAMS = 6_000_000  # bigger models get peer builds only with --peers all
 CALIBRATION, EVALUATION = 16, 32
@@ -79,7 +87,7 @@ def run_child(spec: dict) -> None:
             program = tpuedge.export(module, example, name=spec["model"])
             options: dict = {}
             if target == "android":
-                options = {"quantize": scheme, "calibration": calibration if scheme == "int8" else None}
+                options = {"quantize": scheme, "calibration": calibration if scheme in ("int8", "auto") else None}
             elif target == "mcu":
                 options = {"calibration": calibration, "board": MCU_BOARD, "eval": "none"}
             tpuedge.build(program, target, out, **options)
@@ -105,7 +113,7 @@ def peer_convert(module, example, scheme: str, calibration) -> bytes:
     float_bytes = bytes(litert_torch.convert(module.eval(), example).model_content())
     if scheme == "none":
         return float_bytes
-    if scheme == "dynamic-int8":
+    if scheme == "dynamic-int8":  # (for "auto" the peer has no search: its static int8 below)
         q = quantizer.Quantizer(bytearray(float_bytes), recipe.dynamic_wi8_afp32())
         return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
     from ai_edge_litert.interpreter import Interpreter
@@ -181,11 +189,11 @@ def score(entry, ref: dict, got: list[list[np.ndarray]]) -> dict:
     return row
 
 
-def run_artifact(out: Path, samples) -> list[list[np.ndarray]]:
+def run_built(out: Path, samples) -> list[list[np.ndarray]]:
     import tpuedge
+    from zoo_models import run_artifact
 
-    artifact = tpuedge.load(out)
-    return [[np.asarray(o) for o in artifact.run(*s)] for s in samples]
+    return run_artifact(tpuedge.load(out), samples)
 
 
 def run_tflite(data: bytes, samples) -> list[list[np.ndarray]]:
@@ -267,7 +275,7 @@ def _evaluate(entry, target: str, ref: dict, out: Path, row: dict) -> None:
     samples = ref["samples"]
     if target == "mcu":  # TFLite-Micro's reference kernels are slow on a host: fewer samples
         samples = samples[: max(8, len(samples) // 4)]
-    got = run_artifact(out, samples)
+    got = run_built(out, samples)
     row.update(score(entry, ref, got))
     if target == "cloud-tpu":
         row["cloud_parity"] = float(f"{cloud_parity(ref, got):.3g}")
@@ -305,7 +313,7 @@ def main() -> None:
                         help=f"peer builds: for models up to {PEER_MAX_PARAMS:,} parameters (default), all, none")
     parser.add_argument("--calibration", type=int, default=CALIBRATION, help="calibration samples (seed 1)")
     parser.add_argument("--eval", type=int, default=EVALUATION, help="evaluation samples (seed 2)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per build child")
+    parser.add_argument("--timeout", type=float, default=420, help="seconds per build child")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="folder for zoo.json, zoo.md, zoo.png")
     opts = parser.parse_args()
     if opts.child:
@@ -330,16 +338,19 @@ def main() -> None:
     started = time.time()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="zoo.") as tmp:
-        for name in names:
+        for done, name in enumerate(names, 1):
             try:
                 rows += bench_model(ZOO[name], targets, opts, Path(tmp))
             except Exception as exc:  # noqa: BLE001 - a model that will not even load is a row too
                 rows.append({"model": name, "target": "*", "status": "failed", "error": _first_line(exc)})
                 print(f"{name:<28} {'*':<22} failed       {rows[-1]['error']}", flush=True)
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "minutes": round((time.time() - started) / 60, 1),
-            "load_average": os.getloadavg(), "cpus": os.cpu_count(), "calibration": opts.calibration,
-            "eval": opts.eval, "mcu_board": MCU_BOARD, "peers": opts.peers}
-    for path in write_reports(rows, meta, opts.out):
+            # Reports after every model: a run stopped early still leaves its finished rows.
+            meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+                    "minutes": round((time.time() - started) / 60, 1), "load_average": os.getloadavg(),
+                    "cpus": os.cpu_count(), "calibration": opts.calibration, "eval": opts.eval, "mcu_board": MCU_BOARD,
+                    "peers": opts.peers, "models_done": done, "models_requested": len(names)}
+            paths = write_reports(rows, meta, opts.out, quiet=done < len(names))
+    for path in paths:
         print(f"wrote {path}")
 
 

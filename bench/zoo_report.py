@@ -11,7 +11,7 @@ __all__ = ["format_table", "summary_lines", "failure_lines", "write_reports", "W
 
 WEIGHT_MARK = {"pretrained": "P", "trained-here": "T", "random": "R"}
 # Bytes per parameter the target stores weights at: size ÷ (params × this) is 1.0 at no overhead.
-_WIDTH = {"android:none": 4, "cloud-tpu": 4, "android:dynamic-int8": 1, "android:int8": 1, "mcu": 1}
+_WIDTH = {"android:none": 4, "cloud-tpu": 4, "android:dynamic-int8": 1, "android:int8": 1, "android:auto": 1, "mcu": 1}
 
 
 def _ratio(a, b) -> float | None:
@@ -147,18 +147,19 @@ def _plot(rows: list[dict], path: Path) -> Path | None:
     return path
 
 
-def write_reports(rows: list[dict], meta: dict, out_dir: Path) -> list[Path]:
+def write_reports(rows: list[dict], meta: dict, out_dir: Path, quiet: bool = False) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = format_table(rows)
-    print("\n" + table + "\n")
-    print("\n".join(summary_lines(rows)))
+    if not quiet:
+        print("\n" + format_table(rows) + "\n")
+        print("\n".join(summary_lines(rows)))
     json_path = out_dir / "zoo.json"
     json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
     plot = _plot(rows, out_dir / "zoo.png")
     md = [
         f"# Zoo benchmark, {meta['date']}",
         "",
-        f"{len({r['model'] for r in rows})} models, {meta['minutes']} min on {meta['cpus']} cores; load average at the end "
+        f"{len({r['model'] for r in rows})} models ({meta['models_done']} of {meta['models_requested']} requested done), "
+        f"{meta['minutes']} min on {meta['cpus']} cores; load average at the end "
         f"{', '.join(f'{x:.1f}' for x in meta['load_average'])}. The machine is shared: wall times and their ratios "
         "are noisy, compare within a row (each side ran in its own child process right after the other).",
         "",

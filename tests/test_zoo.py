@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import zoo_models  # noqa: E402
-from zoo_models import ZOO, param_count  # noqa: E402
+from zoo_models import ZOO, param_count, run_artifact  # noqa: E402
 
 import tpuedge  # noqa: E402
 from tpuedge.quantize.metrics import compare_outputs  # noqa: E402
@@ -42,7 +42,7 @@ def _prepare(name: str, count: int = 32):
 
 
 def _run(artifact, samples):
-    return [[np.asarray(o) for o in artifact.run(*s)] for s in samples]
+    return run_artifact(artifact, samples)  # NCHW samples, transposed where the artifact is NHWC
 
 
 def test_registry_is_a_zoo_with_real_weights():
