@@ -101,7 +101,7 @@ def make_build_command() -> click.Command:
         out = out or config.get("out", target) or Path("build") / spec_name(spec) / target
         if options.get("batch") and not spec.endswith(".pt2"):
             # a factory's module can be re-traced at the batch asked for (a .pt2 only rebinds if its graph allows)
-            from tpuedge.cloud.stablehlo_export import export_factory_at_batch
+            from tpuedge.cloud.batch_rebind import export_factory_at_batch
 
             program = export_factory_at_batch(spec, options["batch"])
         else:
