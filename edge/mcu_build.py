@@ -19,10 +19,13 @@ from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, User
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["McuLowered", "McuArtifact", "load_evaluation", "FILES"]
+__all__ = ["McuLowered", "McuArtifact", "load_evaluation", "strict_int8_tflite", "FILES"]
 
 FILES = ("model.tflite", "model_data.cc", "model_data.h", "op_resolver.h", "manifest.json")
 _MIN_CALIBRATION = 16
+_BUILTIN_FIX = (
+    "replace the PyTorch op that lowers to it (see `tpuedge ops --target mcu`), or build for android, which runs float ops"
+)
 _AGREEMENT_LSB = 1  # TFLM and LiteRT run the same int8 kernels' math: expected within 1 LSB
 
 
@@ -73,6 +76,19 @@ def load_evaluation(spec: str, program: "Program") -> Evaluation:
     if labels is not None and len(labels) != len(samples):
         raise UserError(f"{spec} returned {len(samples)} input samples but {len(labels)} labels; give one label per sample.")
     return Evaluation(spec, samples, labels)
+
+
+def strict_int8_tflite(rewritten: "Program", config, calibration) -> tuple[Any, bytes, list[int]]:
+    """(converted, tflite with every buffer inline, indices of the buffers moved inline)."""
+    from tpuedge.edge.convert import program_to_tflite
+    from tpuedge.edge.tflm_model import external_buffers, inline_buffers
+
+    converted = program_to_tflite(rewritten, config, calibration)
+    moved = external_buffers(converted.tflite)
+    tflite = inline_buffers(converted.tflite)
+    if external_buffers(tflite):
+        raise InternalError(f"{rewritten.name}: buffers {external_buffers(tflite)} are still outside the flatbuffer after inlining")
+    return converted, tflite, moved
 
 
 # ---- lowering -------------------------------------------------------------------------------
@@ -147,19 +163,14 @@ class McuLowered:
         from tpuedge.edge.arena import measure_arena
         from tpuedge.edge.boards import budget_check
         from tpuedge.edge.c_array import model_data_cc, model_data_h
-        from tpuedge.edge.convert import program_to_tflite
         from tpuedge.edge.op_resolver import op_resolver_h
-        from tpuedge.edge.tflm_model import external_buffers, inline_buffers, io_quantization, ops_used
+        from tpuedge.edge.tflm_model import io_quantization, ops_used
         from tpuedge.shared_ir.artifact import file_entry, tool_versions, write_manifest
         from tpuedge.shared_ir.atomic import atomic_output_dir
 
         name = self.program.name
         out_dir = Path(out_dir) if out_dir is not None else Path("build") / name / "mcu"
-        converted = program_to_tflite(self.rewritten, self.config, self.calibration)
-        moved = external_buffers(converted.tflite)
-        tflite = inline_buffers(converted.tflite)
-        if external_buffers(tflite):
-            raise InternalError(f"{name}: buffers {external_buffers(tflite)} are still outside the flatbuffer after inlining")
+        converted, tflite, moved = strict_int8_tflite(self.rewritten, self.config, self.calibration)
         ops = ops_used(tflite)
         self._check_tflm_ops(ops)
         self._check_integer_only(tflite)
@@ -201,19 +212,15 @@ class McuLowered:
         return McuArtifact(out_dir, manifest)
 
     def _check_tflm_ops(self, ops) -> None:
+        """The converted model's builtins against the same rule `check --target mcu` applies."""
         from tpuedge.edge.mcu_capability import unsupported_builtins
-        from tpuedge.edge.tflm_ops import tflm_missing
 
         lacking = unsupported_builtins(o.name for o in ops)
         if lacking:
-            missing = tflm_missing()
             counts = {o.name: o.count for o in ops}
             raise ProblemsError(
-                f"{self.program.name} converted to TFLite ops that TFLite-Micro has no kernel for; nothing was written:",
-                [
-                    Problem("op", n, "TFLite-Micro has no kernel for this op", missing.get(n, ""), counts[n])
-                    for n in lacking
-                ],
+                f"{self.program.name} converted to TFLite ops a strict-int8 TFLite-Micro model can't run; nothing was written:",
+                [Problem("op", n, why, _BUILTIN_FIX, counts[n]) for n, why in lacking.items()],
             )
 
     def _check_integer_only(self, tflite: bytes) -> None:
@@ -223,15 +230,25 @@ class McuLowered:
         model = schema.Model.GetRootAsModel(tflite, 0)
         sg = model.Subgraphs(0)
         io = {sg.Inputs(i) for i in range(sg.InputsLength())} | {sg.Outputs(i) for i in range(sg.OutputsLength())}
-        floats = [
-            sg.Tensors(i).Name().decode()
-            for i in range(sg.TensorsLength())
-            if i not in io and sg.Tensors(i).Type() in (schema.TensorType.FLOAT32, schema.TensorType.FLOAT16)
-        ]
-        if floats:
-            raise InternalError(
-                f"strict int8 conversion left {len(floats)} float tensor(s) (e.g. {floats[:3]}); TFLite-Micro needs a "
-                "fully integer graph"
+        floating = (schema.TensorType.FLOAT32, schema.TensorType.FLOAT16)
+        builtin_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+        float_ops: dict[str, int] = {}
+        for o in range(sg.OperatorsLength()):
+            op = sg.Operators(o)
+            if any(op.Outputs(j) not in io and sg.Tensors(op.Outputs(j)).Type() in floating for j in range(op.OutputsLength())):
+                code = model.OperatorCodes(op.OpcodeIndex())
+                name = builtin_names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "?")
+                float_ops[name] = float_ops.get(name, 0) + 1
+        if len(float_ops) > 1:  # a DEQUANTIZE only feeds a float op, which is reported itself
+            float_ops.pop("DEQUANTIZE", None)
+        if float_ops:
+            raise ProblemsError(
+                f"{self.program.name}: the strict int8 conversion left ops in float, and TFLite-Micro runs only integer "
+                "graphs; nothing was written:",
+                [
+                    Problem("op", n, "ai-edge-quantizer has no int8 recipe for it, so it stayed float", _BUILTIN_FIX, c)
+                    for n, c in sorted(float_ops.items())
+                ],
             )
 
     def _rewrite_cost(self, result) -> dict:

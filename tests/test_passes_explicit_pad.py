@@ -26,4 +26,5 @@ def test_pad_modes_become_explicit_ops_with_the_same_values():
     assert "aten.pad.default" not in hist and program.op_histogram.get("aten.pad.default") == 2
     x = np.random.default_rng(0).standard_normal((1, 2, 5, 5)).astype(np.float32)
     np.testing.assert_array_equal(program.run(x)[0], rewritten.run(x)[0])
-    assert [p.subject for p in program.check("mcu")] == ["aten.reflection_pad2d.default"]
+    # reflect padding 2d lowers to MIRROR_PAD, which runs in int8 on TFLite-Micro (tests/test_mcu_op_truth.py)
+    assert program.check("mcu") == []

@@ -11,61 +11,8 @@ import numpy as np
 import pytest
 
 from tpuedge.edge.tflm_ops import aten_to_tflm, tflm_data, tflm_missing, tflm_ops
+from tflm_single_op import _schema, single_op_model
 from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
-
-
-def _schema():
-    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
-
-    return schema
-
-
-def single_op_model(
-    op: str, n_inputs: int = 1, shape=(1, 4), version: int = 1, out_type: str = "INT8", then: str | None = None,
-    out_quant: tuple[float, int] = (0.05, 0),
-) -> bytes:
-    """A model with one `op` over int8 tensors (scale 0.05, zero point 0) and no options.
-
-    `then`: a second op on the same tensors; TFLM resolves every op before it initializes any
-    kernel, so with then="GELU" the load stops at GELU if and only if `op` resolved.
-    """
-    import flatbuffers
-
-    s = _schema()
-
-    def opcode(name):
-        code = s.OperatorCodeT()
-        value = getattr(s.BuiltinOperator, name)
-        code.builtinCode, code.deprecatedBuiltinCode, code.version = value, min(value, 127), version
-        return code
-
-    def tensor(name, ttype="INT8", quant=(0.05, 0)):
-        t = s.TensorT()
-        t.shape, t.type, t.buffer, t.name = list(shape), getattr(s.TensorType, ttype), 0, name
-        q = s.QuantizationParametersT()
-        q.scale, q.zeroPoint = [quant[0]], [quant[1]]
-        t.quantization = q if ttype == "INT8" else None
-        return t
-
-    graph = s.SubGraphT()
-    graph.tensors = [tensor(f"in{i}") for i in range(n_inputs)] + [tensor("out", out_type, out_quant)]
-    graph.inputs, graph.outputs = list(range(n_inputs)), [n_inputs]
-    names = [op] + ([then] if then else [])
-    graph.operators = []
-    for index in range(len(names)):
-        operator = s.OperatorT()
-        operator.opcodeIndex, operator.inputs, operator.outputs = index, list(range(n_inputs)), [n_inputs]
-        if names[index] == "VAR_HANDLE":  # the Python wrapper reads its shared name before loading
-            operator.builtinOptionsType = s.BuiltinOptions.VarHandleOptions
-            operator.builtinOptions = s.VarHandleOptionsT()
-            operator.builtinOptions.sharedName = "v"
-        graph.operators.append(operator)
-    model = s.ModelT()
-    model.version, model.operatorCodes, model.subgraphs = 3, [opcode(n) for n in names], [graph]
-    model.buffers = [s.BufferT()]
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
 
 
 def _load_error(data: bytes) -> str:
@@ -137,3 +84,14 @@ def test_resolver_names_and_aten_map_are_consistent():
     for key, lowered in aten_to_tflm().items():
         assert key.startswith("aten."), key
         assert set(lowered) <= set(tflm_ops()) | set(tflm_missing()), key
+
+
+def test_quantizer_int8_list_is_ai_edge_quantizers_own():
+    """The data's quantizer_int8 is the static int8 op list of the installed ai-edge-quantizer."""
+    import json
+
+    from ai_edge_quantizer import default_policy
+
+    policy = json.loads(default_policy.DEFAULT_JSON_POLICY)["ops_per_config"]["static_wi8_ai8"]
+    builtins = {k for k in vars(_schema().BuiltinOperator) if not k.startswith("_")}
+    assert sorted(tflm_data()["quantizer_int8"]) == sorted({op for op in policy if op in builtins})

@@ -1,0 +1,165 @@
+"""`check --target mcu` says exactly what the mcu build does, for every ATen op in the data.
+
+One probe per entry of edge/data/tflm_ops.json's "aten" map (tests/fixtures/mcu_op_probes.py).
+All probes go into ONE model (one branch each, one output each), which runs through the real
+mcu conversion once (IR passes, litert-torch, strict int8 ai-edge-quantizer). Each branch is
+then cut out of the converted flatbuffer and run alone in the real TFLite-Micro interpreter.
+A branch builds when its ops are all integer (the build refuses float ops) and TFLM runs it;
+`check` must accept exactly the probes whose branch builds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tpuedge
+from mcu_op_probes import INPUT_SHAPES, PROBES
+from tpuedge.edge.arena import classify_tflm_error
+from tpuedge.edge.tflm_ops import aten_to_tflm
+from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
+from tpuedge.shared_ir.op_registry import op_key
+
+KINDS = ("img", "seq", "vec", "idx")
+
+
+class _AllProbes(torch.nn.Module):
+    def __init__(self, names):
+        super().__init__()
+        self.names = names
+
+    def forward(self, img, seq, vec, idx):
+        inputs = {"img": img, "seq": seq, "vec": vec, "idx": idx}
+        return tuple(PROBES[n][1](inputs[PROBES[n][0]]) for n in self.names)
+
+
+def _sample(rng):
+    return [rng.standard_normal(INPUT_SHAPES[k]).astype(np.float32) for k in KINDS[:3]] + [
+        rng.integers(0, 10, (1, 6)).astype(np.int64)
+    ]
+
+
+def _branch_op_keys(exported_program) -> list[set[str]]:
+    """For each graph output, the op keys of every node it depends on."""
+    graph = exported_program.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    keys = []
+    for arg in output.args[0]:
+        seen, stack, ops = set(), [arg], set()
+        while stack:
+            node = stack.pop()
+            if node in seen or not isinstance(node, torch.fx.Node):
+                continue
+            seen.add(node)
+            if node.op == "call_function":
+                ops.add(op_key(node.target))
+            stack.extend(node.all_input_nodes)
+        keys.append(ops)
+    return keys
+
+
+def _builtin_names():
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
+
+    return schema, {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+
+
+def _branches(tflite: bytes) -> list[tuple[list[str], list[str], bytes]]:
+    """Per output: (its builtins, those left computing in float, a model of just that branch)."""
+    import flatbuffers
+
+    schema, names = _builtin_names()
+    floating = (schema.TensorType.FLOAT32, schema.TensorType.FLOAT16)
+    model = schema.ModelT.InitFromPackedBuf(bytearray(tflite), 0)
+    graph = model.subgraphs[0]
+    producer = {t: i for i, op in enumerate(graph.operators) for t in op.outputs}
+
+    def name(op):
+        code = model.operatorCodes[op.opcodeIndex]
+        return names[max(code.builtinCode, code.deprecatedBuiltinCode)]
+
+    all_ops, all_outputs = list(graph.operators), list(graph.outputs)
+    out = []
+    for tensor in all_outputs:
+        needed, stack = set(), [tensor]
+        while stack:
+            t = stack.pop()
+            if t in producer and producer[t] not in needed:
+                needed.add(producer[t])
+                stack.extend(i for i in all_ops[producer[t]].inputs if i >= 0)
+        ops = [all_ops[i] for i in sorted(needed)]
+        floats = [
+            name(op) for op in ops
+            if any(o != tensor and graph.tensors[o].type in floating for o in op.outputs) and name(op) != "DEQUANTIZE"
+        ]
+        graph.operators, graph.outputs = ops, [tensor]  # packed as this branch alone
+        builder = flatbuffers.Builder(len(tflite) + 1024)
+        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+        out.append(([name(op) for op in ops], floats, bytes(builder.Output())))
+    return out
+
+
+def _runs_in_tflm(branch: bytes) -> tuple[bool, str]:
+    try:
+        runner = TflmRunner(branch, 1 << 20)
+        rng = np.random.default_rng(0)
+        runner.run_raw([rng.integers(-100, 100, d["shape"]).astype(d["dtype"]) if d["dtype"] != np.int32
+                        else rng.integers(0, 10, d["shape"]).astype(np.int32) for d in runner.input_details])
+        return True, ""
+    except TflmError as exc:
+        failure = classify_tflm_error(exc)
+        assert failure.kind in ("missing-kernel", "kernel"), exc  # 1 MiB is plenty: no other failure is expected
+        return False, f"{failure.op}: {failure.detail}"
+
+
+@pytest.fixture(scope="module")
+def probe_results():
+    from tpuedge.edge.mcu_build import strict_int8_tflite
+    from tpuedge.edge.mcu_capability import mcu_capability, mcu_passes
+    from tpuedge.quantize.config import QuantConfig
+    from tpuedge.shared_ir.program import Program
+
+    names = sorted(PROBES)
+    rng = np.random.default_rng(0)
+    program = tpuedge.export(_AllProbes(names), tuple(torch.from_numpy(x) for x in _sample(rng)), name="probes")
+    problems = {p.subject for p in program.check("mcu")}
+    checked_graph = mcu_capability().decompose(program.exported_program)
+    keys = _branch_op_keys(checked_graph)
+    captured = _branch_op_keys(program.exported_program)
+    ep, _ = mcu_passes().run(program.exported_program)
+    config = QuantConfig(scheme="int8", io_dtype="int8", strict_int8=True, per_channel=True, min_calibration_samples=16)
+    _, tflite, _ = strict_int8_tflite(Program(ep, name="probes"), config, [_sample(rng) for _ in range(16)])
+    branches = _branches(tflite)
+    assert len(branches) == len(names) == len(keys) == len(captured)
+    results = {}
+    for name, branch_keys, captured_keys, (builtins, floats, model) in zip(names, keys, captured, branches):
+        runs, why = _runs_in_tflm(model) if not floats else (False, f"left in float: {floats}")
+        results[name] = {
+            "keys": branch_keys,
+            "captured": {k.rsplit(".", 1)[0] for k in captured_keys},
+            "check_ok": not (branch_keys & problems),
+            "build_ok": runs,
+            "why": why,
+            "builtins": builtins,
+        }
+    return results
+
+
+def test_every_aten_op_in_the_data_has_a_probe_that_captures_it(probe_results):
+    assert set(aten_to_tflm()) <= set(PROBES)
+    for key in aten_to_tflm():
+        assert key in probe_results[key]["captured"] | {k.rsplit(".", 1)[0] for k in probe_results[key]["keys"]}, key
+
+
+@pytest.mark.slow  # one litert-torch conversion of ~90 branches: about 80 s on 2 busy cores
+def test_check_verdict_equals_the_real_build_for_every_op(probe_results):
+    disagree = {
+        name: (r["check_ok"], r["build_ok"], r["why"], r["builtins"])
+        for name, r in probe_results.items()
+        if r["check_ok"] != r["build_ok"]
+    }
+    assert disagree == {}, "\n".join(f"{n}: check {c}, build {b} ({why}; {ops})" for n, (c, b, why, ops) in disagree.items())
+    # Both verdicts occur: the probes exercise the rule, they don't all pass or all fail.
+    verdicts = {r["build_ok"] for r in probe_results.values()}
+    assert verdicts == {True, False}
