@@ -3,6 +3,8 @@
     model.stablehlo.mlir   StableHLO text of the forward (single device, weights as arguments)
     model.jaxexport        jax.export blob for platforms cpu and tpu: forward(params, buffers, *inputs)
     model.safetensors      the weights those arguments take (torch state-dict names)
+    model.layers.jaxexport layers(params, buffers, *inputs) -> {IR node: value}: the intermediates
+                           per-layer verify compares (see layer_export.py)
     manifest.json          fingerprint, shapes, dtypes, calling convention, versions (deterministic)
     tpu_compile.json       the deviceless XLA:TPU compile report (only with libtpu); it holds
                            compile wall times, so it is the one file that differs between rebuilds
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tpuedge.cloud.layer_export import LAYERS_FILE
 from tpuedge.cloud.stablehlo_export import argument_names, max_abs_error
 from tpuedge.shared_ir.artifact import Artifact, file_entry, tool_versions, write_manifest
 from tpuedge.shared_ir.errors import InternalError, UserError
@@ -37,6 +40,7 @@ __all__ = [
     "EXPORT_FILE",
     "WEIGHTS_FILE",
     "TPU_REPORT_FILE",
+    "LAYERS_FILE",
 ]
 
 STABLEHLO_FILE = "model.stablehlo.mlir"
@@ -143,20 +147,49 @@ class CloudArtifact(Artifact):
         path = self.directory / TPU_REPORT_FILE
         return json.loads(path.read_text()) if path.is_file() else None
 
-    def run(self, *inputs: Any) -> list[np.ndarray]:
-        """Float in, float out: the exported forward on XLA:CPU with the folder's weights."""
+    def _arguments(self, inputs: tuple) -> list:
         import jax
 
         arrays = validate_inputs(self.inputs, inputs, f"cloud-tpu artifact {self.directory}")
         cpu = jax.devices("cpu")[0]
         avals = self.exported.in_avals[-len(arrays) :] if arrays else ()
-        args = [jax.device_put(np.asarray(a, dtype=aval.dtype), cpu) for a, aval in zip(arrays, avals)]
+        return [jax.device_put(np.asarray(a, dtype=aval.dtype), cpu) for a, aval in zip(arrays, avals)]
+
+    def run(self, *inputs: Any) -> list[np.ndarray]:
+        """Float in, float out: the exported forward on XLA:CPU with the folder's weights."""
+        import jax
+
+        args = self._arguments(inputs)
         params, buffers = self.weights
-        with jax.default_device(cpu):
+        with jax.default_device(jax.devices("cpu")[0]):
             outputs = self._call(params, buffers, *args)
         return [
             to_numpy(np.asarray(o)).astype(spec.dtype, copy=False) for o, spec in zip(outputs, self.outputs)
         ]
+
+    @cached_property
+    def _layers_call(self):
+        import jax
+
+        path = self.directory / LAYERS_FILE
+        if not path.is_file():
+            raise UserError(
+                f"{self.directory} has no {LAYERS_FILE} (built by an older tpuedge), so its layers can't be read "
+                "from the artifact; rebuild it with `tpuedge build --target cloud-tpu` for --per-layer."
+            )
+        self.exported  # jax initialised quietly first
+        return jax.jit(jax.export.deserialize(bytearray(path.read_bytes())).call)
+
+    def layer_values(self, *inputs: Any) -> dict[str, np.ndarray]:
+        """{IR node name: value} of every layer, from model.layers.jaxexport on XLA:CPU with the
+        folder's weights (model.safetensors): the intermediates of what ships."""
+        import jax
+
+        args = self._arguments(inputs)
+        params, buffers = self.weights
+        with jax.default_device(jax.devices("cpu")[0]):
+            values = self._layers_call(params, buffers, *args)
+        return {name: to_numpy(np.asarray(v)) for name, v in values.items()}
 
     def report(self) -> str:
         m = self.manifest
@@ -239,23 +272,26 @@ def _verify(lowered, export, exported) -> dict:
 
 def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
     """Export, verify, compile for TPU (when libtpu is here) and write the folder atomically."""
-    from tpuedge.cloud import stablehlo_export
+    from tpuedge.cloud import cached_stages
+    from tpuedge.cloud.layer_export import layers_blob
     from tpuedge.shared_ir.atomic import atomic_output_dir
 
     program = lowered.program
     export = lowered.forward_export
     text = lowered.as_text()
-    blob, exported = stablehlo_export.serialize_export(export)
+    blob, exported = cached_stages.export_blob(program, export)
+    layers, layer_names = layers_blob(program, export)
     verification = _verify(lowered, export, exported)
-    report, status = _tpu_report(lowered, export)
+    report, status = cached_stages.tpu_report(lowered, lambda: _tpu_report(lowered, export))
     weights = {**{n: np.asarray(a) for n, a in export.params.items()}, **{n: np.asarray(a) for n, a in export.buffers.items()}}
 
     out_dir = Path(out_dir)
     with atomic_output_dir(out_dir) as staging:
         (staging / STABLEHLO_FILE).write_text(text)
         (staging / EXPORT_FILE).write_bytes(blob)
+        (staging / LAYERS_FILE).write_bytes(layers)
         write_safetensors(staging / WEIGHTS_FILE, weights, {"format": "pt", "producer": "tpuedge cloud-tpu"})
-        files = {name: file_entry(staging / name) for name in (STABLEHLO_FILE, EXPORT_FILE, WEIGHTS_FILE)}
+        files = {name: file_entry(staging / name) for name in (STABLEHLO_FILE, EXPORT_FILE, LAYERS_FILE, WEIGHTS_FILE)}
         manifest = {
             "target": "cloud-tpu",
             "ir_fingerprint": program.fingerprint,
@@ -280,6 +316,11 @@ def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
                 "params": sorted(export.params),
                 "buffers": sorted(export.buffers),
                 "parameter_count": int(sum(np.asarray(a).size for a in export.params.values())),
+            },
+            "layers": {
+                "file": LAYERS_FILE,
+                "calling_convention": "exported.call(params, buffers, *inputs) -> {node: value}, as model.jaxexport",
+                "nodes": layer_names,
             },
             "verification": verification,
             "tpu_compile": status,

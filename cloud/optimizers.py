@@ -9,8 +9,9 @@ frozen. An optax transform passed instead is used as is.
 
 Differences that remain: torch skips a parameter whose `.grad` is None (unused in the loss);
 here its gradient is zero, so weight decay and moment decay still apply to it. The learning
-rate is part of the optimizer state (`state["lr"]` per group), so it can be changed between
-steps without recompiling (`TrainStep.set_learning_rate`).
+rate is part of the optimizer state (`state["lr"]` per group: the rate the next step uses), so
+it can be changed between steps without recompiling (`TrainStep.set_learning_rate`), or driven
+by a torch lr scheduler mapped to a schedule of the step count (see schedules.py).
 """
 
 from __future__ import annotations
@@ -43,14 +44,32 @@ def _zeros(params):
     return jax.tree.map(jnp.zeros_like, params)
 
 
-def torch_sgd(lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False):
-    """torch.optim.SGD: g += wd*p; buf = g (first step) else m*buf + (1-d)*g; nesterov g + m*buf."""
+def _lr_and_momentum(state, schedule, momentum):
+    """(learning rate, momentum or beta1) for the step `state.count` is about to take."""
+    if schedule is None:
+        return state.lr, momentum
+    m = momentum if schedule.momentum is None else schedule.momentum(state.count)
+    return schedule.lr(state.count), m
+
+
+def _next_lr(state, schedule):
+    """The lr kept in the state after a step: the next step's (what torch's param group holds)."""
+    return state.lr if schedule is None else jnp.asarray(schedule.lr(state.count + 1), jnp.float32)
+
+
+def _initial_lr(lr, schedule):
+    return jnp.asarray(lr if schedule is None else schedule.lr(jnp.zeros((), jnp.int32)), jnp.float32)
+
+
+def torch_sgd(lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False, schedule=None):
+    """torch.optim.SGD: g += wd*p; buf = g (first step) else m*buf + (1-d)*g; nesterov g + m*buf.
+    `schedule`: a `schedules.GroupSchedule` driving lr (and momentum) by step count."""
     if nesterov and (momentum <= 0 or dampening != 0):
         raise UserError("SGD with nesterov=True needs momentum > 0 and dampening = 0 (as in torch).")
 
     def init(params):
         return TorchRuleState(
-            jnp.zeros((), jnp.int32), jnp.asarray(lr, jnp.float32), _zeros(params) if momentum else None, None, None
+            jnp.zeros((), jnp.int32), _initial_lr(lr, schedule), _zeros(params) if momentum else None, None, None
         )
 
     def update(grads, state, params):
@@ -58,25 +77,29 @@ def torch_sgd(lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
             grads = jax.tree.map(jnp.negative, grads)
         if weight_decay:
             grads = jax.tree.map(lambda g, p: g + weight_decay * p, grads, params)
+        lr_now, m = _lr_and_momentum(state, schedule, momentum)
         mu = state.mu
         if momentum:
             first = state.count == 0
-            mu = jax.tree.map(lambda b, g: jnp.where(first, g, momentum * b + (1 - dampening) * g), state.mu, grads)
-            grads = jax.tree.map(lambda g, b: g + momentum * b, grads, mu) if nesterov else mu
-        updates = jax.tree.map(lambda g: -state.lr * g, grads)
-        return updates, TorchRuleState(state.count + 1, state.lr, mu, None, None)
+            mu = jax.tree.map(lambda b, g: jnp.where(first, g, m * b + (1 - dampening) * g), state.mu, grads)
+            grads = jax.tree.map(lambda g, b: g + m * b, grads, mu) if nesterov else mu
+        updates = jax.tree.map(lambda g: -lr_now * g, grads)
+        return updates, TorchRuleState(state.count + 1, _next_lr(state, schedule), mu, None, None)
 
     return optax.GradientTransformation(init, update)
 
 
-def torch_adam(lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False, decoupled=False):
-    """torch.optim.Adam (L2 in the gradient) or AdamW (`decoupled=True`: p *= 1 - lr*wd first)."""
-    b1, b2 = betas
+def torch_adam(
+    lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False, decoupled=False, schedule=None
+):
+    """torch.optim.Adam (L2 in the gradient) or AdamW (`decoupled=True`: p *= 1 - lr*wd first).
+    `schedule`: a `schedules.GroupSchedule` driving lr (and beta1) by step count."""
+    beta1, b2 = betas
 
     def init(params):
         return TorchRuleState(
             jnp.zeros((), jnp.int32),
-            jnp.asarray(lr, jnp.float32),
+            _initial_lr(lr, schedule),
             _zeros(params),
             _zeros(params),
             _zeros(params) if amsgrad else None,
@@ -87,34 +110,36 @@ def torch_adam(lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False
             grads = jax.tree.map(jnp.negative, grads)
         if weight_decay and not decoupled:
             grads = jax.tree.map(lambda g, p: g + weight_decay * p, grads, params)
+        lr_now, b1 = _lr_and_momentum(state, schedule, beta1)
         count = state.count + 1
         mu = jax.tree.map(lambda m, g: m + (1 - b1) * (g - m), state.mu, grads)  # torch's lerp_
         nu = jax.tree.map(lambda v, g: v * b2 + (1 - b2) * (g * g), state.nu, grads)
         t = count.astype(jnp.float32)
-        step_size = state.lr / (1 - jnp.float32(b1) ** t)
+        step_size = lr_now / (1 - jnp.asarray(b1, jnp.float32) ** t)
         bc2_sqrt = jnp.sqrt(1 - jnp.float32(b2) ** t)
         nu_max = jax.tree.map(jnp.maximum, state.nu_max, nu) if amsgrad else None
         second = nu_max if amsgrad else nu
 
         def new_param(p, m, v):
             if weight_decay and decoupled:
-                p = p * (1 - state.lr * weight_decay)
+                p = p * (1 - lr_now * weight_decay)
             return p - step_size * (m / (jnp.sqrt(v) / bc2_sqrt + eps))
 
         updates = jax.tree.map(lambda p, m, v: new_param(p, m, v) - p, params, mu, second)
-        return updates, TorchRuleState(count, state.lr, mu, nu, nu_max)
+        return updates, TorchRuleState(count, _next_lr(state, schedule), mu, nu, nu_max)
 
     return optax.GradientTransformation(init, update)
 
 
-def _group_transform(optimizer: Any, group: Mapping[str, Any]):
+def _group_transform(optimizer: Any, group: Mapping[str, Any], schedule=None):
     import torch
 
     kind = type(optimizer)
     lr = float(group["lr"].item() if hasattr(group["lr"], "item") else group["lr"])
     if isinstance(optimizer, torch.optim.SGD):
         return torch_sgd(
-            lr,
+            schedule=schedule,
+            lr=lr,
             momentum=group.get("momentum", 0.0),
             dampening=group.get("dampening", 0.0),
             weight_decay=group.get("weight_decay", 0.0),
@@ -125,6 +150,7 @@ def _group_transform(optimizer: Any, group: Mapping[str, Any]):
         decoupled = isinstance(optimizer, torch.optim.AdamW) or bool(group.get("decoupled_weight_decay", False))
         return torch_adam(
             lr,
+            schedule=schedule,
             betas=tuple(float(b) for b in group["betas"]),
             eps=group["eps"],
             weight_decay=group["weight_decay"],
@@ -138,8 +164,11 @@ def _group_transform(optimizer: Any, group: Mapping[str, Any]):
     )
 
 
-def to_optax(optimizer: Any, names_by_param: Mapping[int, str], param_names: Sequence[str]):
-    """(optax transform, trainable names). `names_by_param`: id(torch parameter) -> IR name.
+def to_optax(
+    optimizer: Any, names_by_param: Mapping[int, str], param_names: Sequence[str], schedules: Sequence[Any] = ()
+):
+    """(optax transform, trainable names). `names_by_param`: id(torch parameter) -> IR name;
+    `schedules`: one `schedules.GroupSchedule` per param group (empty: constant lr).
 
     An optax transform passed as `optimizer` trains every parameter.
     """
@@ -155,7 +184,7 @@ def to_optax(optimizer: Any, names_by_param: Mapping[int, str], param_names: Seq
     unknown = 0
     for i, group in enumerate(optimizer.param_groups):
         label = f"group{i}"
-        transforms[label] = _group_transform(optimizer, group)
+        transforms[label] = _group_transform(optimizer, group, schedules[i] if schedules else None)
         for p in group["params"]:
             name = names_by_param.get(id(p))
             if name is None:

@@ -101,7 +101,7 @@ class CloudTpuTarget(Target):
                 DEFAULT_TOPOLOGY,
             ),
             BuildOption("batch", "rebind the batch dimension (dim 0 of every input) to N", int, None),
-            BuildOption("train_step", "also compile an AdamW training step, sharded over the topology (see --sharding)", bool, False),
+            BuildOption("train_step", "also compile an AdamW training step in training mode (BatchNorm batch statistics, dropout on), sharded over the topology (see --sharding)", bool, False),
             BuildOption("loss", "loss of the --train-step compile (auto: cross-entropy for [batch, classes] logits, else MSE)", _LOSSES, "auto"),
             BuildOption("sharding", "--train-step parallelism: data (params replicated) or fsdp (params and AdamW state sharded)", _SHARDINGS, "data"),
         ]

@@ -322,27 +322,28 @@ def compile_train_step(
     (optax.adamw(1e-3)); batch split over the mesh, parameters and optimizer state replicated
     ("data") or sharded ("fsdp"); XLA inserts the collectives.
 
-    The forward is the Program as captured: a model exported in eval mode keeps eval-mode
-    BatchNorm/dropout in this step. For train-mode capture compile your own step:
+    The forward runs in training mode (`train_capture.training_mode_module`: BatchNorm batch
+    statistics and running-stat updates, active dropout), whatever mode the Program was
+    captured in. To compile your own loss and optimizer:
     `tpu_compile.compile_step_for_topology(tpuedge.cloud.train_step(model, ...), "v5e:2x2")`."""
     import optax
     import torch
-    import torch.fx
 
     from tpuedge.cloud.train import TrainStep, loss_program
+    from tpuedge.cloud.train_capture import training_mode_module
 
     if sharding not in TRAIN_SHARDINGS:
         raise UserError(f"Unknown train-step sharding {sharding!r}; choose one of: {', '.join(TRAIN_SHARDINGS)}.")
     loss_name, loss_fn, targets = _loss_and_targets(program, loss)
-    unlifted = program.exported_program.module(check_guards=False)
-    module = torch.fx.GraphModule(unlifted, unlifted.graph)  # a plain module (ep.module() refuses .train())
+    module, switched = training_mode_module(program)
     inputs = [torch.from_numpy(a) for a in program.example_inputs(seed=0)[0]]
     with _quiet_torch_export():
         captured = loss_program(module, loss_fn, (tuple(inputs), tuple(targets)))
     step = TrainStep.from_program(captured, optax.adamw(1e-3), n_inputs=len(inputs))
     mesh, info = _mesh_for_batch(target, batch, sharding)
     report = compile_on_topology(target, lambda: step.lower(mesh))
-    return {**info, "loss": loss_name, "optimizer": "optax.adamw(1e-3)", "sharding": sharding, **report}
+    mode = {"mode": "train", "ops_switched_to_train_mode": dict(sorted(switched.items()))}
+    return {**info, "loss": loss_name, "optimizer": "optax.adamw(1e-3)", "sharding": sharding, **mode, **report}
 
 
 def compile_step_for_topology(step, topology: str = "v5e:2x2", sharding: str = "data") -> dict[str, Any]:

@@ -38,6 +38,8 @@ import numpy as np
 from tpuedge.cloud.interpreter import JaxProgram, host_to_jax, to_jax
 from tpuedge.cloud.mesh import batch_sharding, parse_mesh, replicated, state_shardings
 from tpuedge.cloud.optimizers import to_optax
+from tpuedge.cloud.schedules import torch_schedules
+from tpuedge.cloud.train_capture import ModelWithLoss, loss_program, split_batch
 from tpuedge.shared_ir.errors import UserError
 
 __all__ = [
@@ -52,74 +54,6 @@ __all__ = [
 ]
 
 MODEL_PREFIX = "model."
-
-
-# ---- the captured module ---------------------------------------------------------------------
-def _model_with_loss_class():
-    import torch
-
-    class ModelWithLoss(torch.nn.Module):
-        """forward(*inputs, *targets) -> loss_fn(model(*inputs), *targets) (or, with
-        `return_outputs`, (loss, outputs) for evaluation)."""
-
-        def __init__(self, model, loss_fn, n_inputs: int, return_outputs: bool = False):
-            super().__init__()
-            self.model = model
-            if isinstance(loss_fn, torch.nn.Module):
-                self.loss_fn = loss_fn
-            else:
-                self._loss = loss_fn
-            self.n_inputs = n_inputs
-            self.return_outputs = return_outputs
-
-        def forward(self, *batch):
-            outputs = self.model(*batch[: self.n_inputs])
-            loss_fn = self.loss_fn if "loss_fn" in self._modules else self._loss
-            loss = loss_fn(outputs, *batch[self.n_inputs :])
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                raise UserError(
-                    "loss_fn must return one scalar tensor (e.g. F.cross_entropy(out, y)); "
-                    f"it returned {type(loss).__name__}"
-                    + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else "")
-                    + ". Reduce it with .mean() or .sum()."
-                )
-            return (loss, outputs) if self.return_outputs else loss
-
-    return ModelWithLoss
-
-
-def ModelWithLoss(model, loss_fn, n_inputs: int = 1, return_outputs: bool = False):  # noqa: N802 (a class factory)
-    """The module train_step captures: `forward(*batch) -> loss_fn(model(*inputs), *targets)`."""
-    return _model_with_loss_class()(model, loss_fn, n_inputs, return_outputs)
-
-
-def split_batch(batch: Sequence[Any], n_inputs: int | None) -> tuple[tuple, int]:
-    """(flat batch, n_inputs) from `(x..., y...)` + n_inputs, or `((x...), (y...))`."""
-    batch = tuple(batch)
-    if len(batch) == 2 and all(isinstance(b, (tuple, list)) for b in batch):
-        inputs, targets = batch
-        if n_inputs is not None and n_inputs != len(inputs):
-            raise UserError(f"n_inputs={n_inputs} but the batch's inputs tuple has {len(inputs)} tensors.")
-        return tuple(inputs) + tuple(targets), len(inputs)
-    n = 1 if n_inputs is None else n_inputs
-    if not 0 < n <= len(batch):
-        raise UserError(
-            f"n_inputs={n} does not fit a batch of {len(batch)} tensors; pass (inputs..., targets...) "
-            "with n_inputs = the number of model inputs, or ((inputs...), (targets...))."
-        )
-    return batch, n
-
-
-def loss_program(model, loss_fn, example_batch: Sequence[Any], n_inputs: int | None = None, *, training: bool = True):
-    """Capture model+loss into the shared IR: a Program whose one output is the scalar loss
-    (`training=False` gives the eval program, outputs (loss, model outputs...))."""
-    import tpuedge
-
-    flat, n = split_batch(example_batch, n_inputs)
-    wrapper = ModelWithLoss(model, loss_fn, n, return_outputs=not training)
-    name = type(model).__name__.lower() + ("_train" if training else "_eval")
-    return tpuedge.export(wrapper, flat, training=training, name=name)
-
 
 # ---- pure functions ----------------------------------------------------------------------------
 def init_train_state(jax_program: JaxProgram, tx, trainable: Sequence[str], seed: int = 0) -> dict[str, Any]:
@@ -189,6 +123,8 @@ class TrainStep:
         mesh: Any = None,
         seed: int = 0,
         eval_program_factory: Callable[[], Any] | None = None,
+        scheduled: bool = False,
+        max_steps: int | None = None,
     ):
         self.jax_program = jax_program
         self.tx = tx
@@ -196,6 +132,9 @@ class TrainStep:
         self.n_inputs = n_inputs
         self.mesh = parse_mesh(mesh)
         self._eval_program_factory = eval_program_factory
+        self._scheduled = scheduled
+        self._max_steps = max_steps  # a bounded scheduler's (OneCycleLR) step count
+        self._host_steps = 0
         self._eval_jitted = None
         self._fn = train_step_fn(jax_program, tx, self.trainable)
         state = init_train_state(jax_program, tx, self.trainable, seed)
@@ -241,16 +180,37 @@ class TrainStep:
 
     def __call__(self, *batch: Any) -> jax.Array:
         """One training step on `batch`; returns the loss (a 0-d jax array; float() it to read)."""
+        if self._max_steps is not None and self._host_steps >= self._max_steps:
+            raise UserError(
+                f"The scheduler covers {self._max_steps} steps (OneCycleLR's total_steps) and they are done; build "
+                "it with a larger total_steps (or epochs * steps_per_epoch) for a longer run."
+            )
         arrays = self._device_batch(batch)
         self.state, loss = self._jitted(self.state, *arrays)
+        self._host_steps += 1
         return loss
 
     @property
     def step_count(self) -> int:
         return int(self.state["step"])
 
+    @property
+    def learning_rates(self) -> list[float]:
+        """The learning rate the next step uses, per torch param group (torch's `group["lr"]`)."""
+        found = []
+        for path, leaf in jax.tree_util.tree_flatten_with_path(self.state["opt_state"])[0]:
+            if path and getattr(path[-1], "name", None) == "lr":
+                group = next((str(k.key) for k in path if isinstance(getattr(k, "key", None), str)), "group0")
+                found.append((int(group.removeprefix("group") or 0), float(leaf)))
+        return [lr for _, lr in sorted(found)]
+
     def set_learning_rate(self, lr: float) -> None:
         """Change the learning rate of every torch-mapped param group (no recompile)."""
+        if self._scheduled:
+            raise UserError(
+                "This step's learning rate follows the scheduler given to train_step; build the step without "
+                "scheduler= to set the learning rate by hand."
+            )
         lr_value = jnp.asarray(lr, jnp.float32)
 
         def replace(path, leaf):
@@ -318,6 +278,7 @@ class TrainStep:
             "rng": jnp.asarray(state["rng"], jnp.uint32),
         }
         self.state = jax.device_put(restored, self._state_shardings) if self.mesh else restored
+        self._host_steps = int(state["step"])
 
     # ---- compiling elsewhere ------------------------------------------------------------------
     def abstract_args(self, mesh: Any = None, batch_size: int | None = None) -> tuple[Any, list[Any]]:
@@ -368,6 +329,8 @@ def train_step(
     *,
     n_inputs: int | None = None,
     seed: int = 0,
+    scheduler: Any = None,
+    precision: str = "f32",
 ) -> TrainStep:
     """Build a jitted training step for `model` (see the module docstring).
 
@@ -378,14 +341,22 @@ def train_step(
     example_batch: `(inputs..., targets...)` with `n_inputs` inputs (default 1), or
         `((inputs...), (targets...))`; its shapes are the step's shapes.
     mesh: None, "data:8", "fsdp:8", "data:2,fsdp:4" or a jax Mesh (see `tpuedge.cloud.mesh`).
+    scheduler: a torch.optim.lr_scheduler scheduler of `optimizer` (StepLR, MultiStepLR,
+        ConstantLR, LinearLR, ExponentialLR, CosineAnnealingLR, OneCycleLR, SequentialLR), stepped
+        once per train step on device (see `tpuedge.cloud.schedules`).
+    precision: "f32", or "bf16": bf16 compute (the step is captured under torch's CPU autocast,
+        so matmuls and convolutions run in bf16 and autocast's f32 ops stay f32) with f32 master
+        weights, gradients and optimizer state. Matches torch autocast training within 1e-2.
     """
     flat, n = split_batch(example_batch, n_inputs)
-    program = loss_program(model, loss_fn, flat, n)
+    program = loss_program(model, loss_fn, flat, n, precision=precision)
     jp = to_jax(program)
     if len(jp.outputs) != 1:
         raise UserError("loss_fn must return one scalar tensor; reduce it with .mean() or .sum().")
     names_by_param = {id(p): MODEL_PREFIX + name for name, p in model.named_parameters()}
-    tx, trainable = to_optax(optimizer, names_by_param, list(jp.params))
+    schedules = torch_schedules(scheduler, optimizer)
+    tx, trainable = to_optax(optimizer, names_by_param, list(jp.params), schedules)
+    limits = [s.max_steps for s in schedules if s.max_steps is not None]
     return TrainStep(
         jp,
         tx,
@@ -393,5 +364,7 @@ def train_step(
         n_inputs=n,
         mesh=mesh,
         seed=seed,
-        eval_program_factory=lambda: loss_program(model, loss_fn, flat, n, training=False),
+        eval_program_factory=lambda: loss_program(model, loss_fn, flat, n, training=False, precision=precision),
+        scheduled=bool(schedules),
+        max_steps=min(limits) if limits else None,
     )

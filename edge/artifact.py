@@ -32,9 +32,13 @@ class LiteRTArtifact(Artifact):
 
     @cached_property
     def tflite(self) -> bytes:
+        from tpuedge.edge.tflite_file import read_model
+
         if not self.model_path.is_file():
             raise UserError(f"{self.model_path} is missing; rebuild with `tpuedge build ... --target android`.")
-        return self.model_path.read_bytes()
+        data = self.model_path.read_bytes()
+        read_model(data, self.model_path)  # a damaged file is a UserError here, not a crash in a runtime
+        return data
 
     @cached_property
     def runner(self):
@@ -46,7 +50,7 @@ class LiteRTArtifact(Artifact):
     def summary(self):
         from tpuedge.edge.tflite_inspect import summarize_tflite
 
-        return summarize_tflite(self.tflite)
+        return summarize_tflite(self.tflite, self.model_path)
 
     def run(self, *inputs: Any) -> list[np.ndarray]:
         """Float in, float out, in the LiteRT interpreter."""
@@ -64,7 +68,7 @@ class LiteRTArtifact(Artifact):
 def _manifest_from_tflite(path: Path, data: bytes) -> dict:
     from tpuedge.edge.tflite_inspect import summarize_tflite
 
-    summary = summarize_tflite(data)
+    summary = summarize_tflite(data, path)
 
     def spec(t):
         dtype = "float32" if t.quantized else t.dtype

@@ -18,9 +18,11 @@ static int8 with a per-op precision search measured against the float IR).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -65,6 +67,7 @@ def clear_float_cache() -> None:
 def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True) -> bytes:
     """The float32 .tflite of `program` (cached per IR fingerprint: the same IR gives the same bytes)."""
     from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+    from tpuedge.shared_ir.cache_keys import cached_stage
 
     key = (program.fingerprint, bool(channels_last))
     with _LOCK:
@@ -77,7 +80,10 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
             "the android target needs static shapes: export without dynamic_shapes."
         )
     try:
-        data = lower_to_float_flatbuffer(program, channels_last=channels_last)
+        data = cached_stage(  # on disk: one float model for the android and mcu builds of an IR
+            "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last)},
+            lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
+        ) if cache else lower_to_float_flatbuffer(program, channels_last=channels_last)
     except UserError:
         raise
     except Exception as exc:  # litert-torch raises plain exceptions for unsupported graphs
@@ -140,14 +146,16 @@ def program_to_tflite(
     # imported here: a float build never pays for the quantizer
     from tpuedge.edge.litert_runtime import LiteRTRunner
     from tpuedge.edge.quantizer_recipes import find_sensitive_groups, quantizer_recipe, run_quantizer
-    from tpuedge.quantize.metrics import compare_outputs
+    from tpuedge.quantize.metrics import AccuracySummary, compare_outputs
+    from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
 
     quantize = run_quantizer(base)
     if config.scheme in ("fp16", "dynamic-int8"):
         entries = quantizer_recipe(config)
         recipe["quantizer_recipe"] = entries
         recipe["quantizer"] = "ai-edge-quantizer"
-        return ConvertedModel(quantize(entries), recipe, base, config)
+        quantized = cached_stage("quantized", {"float": hashlib.sha256(base).hexdigest(), "recipe": entries}, lambda: quantize(entries))
+        return ConvertedModel(quantized, recipe, base, config)
 
     if not calibration:
         raise UserError(
@@ -161,18 +169,28 @@ def program_to_tflite(
     quantize.calibrate(all_int8, cal_samples)
 
     eval_samples = calibration[:SEARCH_SAMPLES]
-    reference = [program.run(*s) for s in eval_samples]
+    reference = functools.cache(lambda: [program.run(*s) for s in eval_samples])  # not run when every candidate is cached
     eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
     built: dict[str, bytes] = {}
     measured: dict = {}  # recipe key -> AccuracySummary; the search re-asks for recipes it has measured
 
+    candidate_parts = {"ir": program.fingerprint, "float": hashlib.sha256(base).hexdigest(),
+                       "calibration": data_digest(calibration), "channels_last": config.channels_last}
+
     def measure(assignment: dict[str, str]):
         key = _key(assignment)
         if key not in measured:
-            data = quantize(quantizer_recipe(config, assignment, scopes))
-            runner = LiteRTRunner(data)
-            measured[key] = compare_outputs(reference, [runner.run(x) for x in eval_inputs])
-            built[key] = data
+            entries = quantizer_recipe(config, assignment, scopes)
+
+            def build_and_score() -> tuple[bytes, dict]:
+                data = quantize(entries)
+                runner = LiteRTRunner(data)
+                return data, asdict(compare_outputs(reference(), [runner.run(x) for x in eval_inputs]))
+
+            parts = {**candidate_parts, "recipe": entries}
+            built[key], score = cached_stage("quant_candidate", parts, build_and_score,
+                                             encode=encode_blob_and_json, decode=decode_blob_and_json)
+            measured[key] = AccuracySummary(**score)
         return measured[key]
 
     def evaluate(assignment: dict[str, str]) -> float:

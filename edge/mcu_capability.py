@@ -3,10 +3,11 @@
 A captured ATen op is supported when every TFLite builtin litert-torch lowers it to can run in a
 strict-int8 TFLM model: TFLM has an int8 kernel for it AND ai-edge-quantizer quantizes it to
 int8 (`mcu_int8_problem`, from edge/data/tflm_ops.json, checked against the real interpreter,
-quantizer and converter). The build checks the converted model's builtins with the same rule. GELU has no
-kernel, so the mcu pipeline rewrites it on the IR first (`mcu_passes`); the check applies the
-same passes the build applies, so `tpuedge check --target mcu` and `tpuedge build --target
-mcu` never disagree.
+quantizer and converter). The build checks the converted model's builtins with the same rule.
+Before that the mcu pipeline rewrites the IR (`mcu_passes`): no-op casts, eval-mode dropout and
+input-independent ops vanish, reflect/replicate padding becomes slices + concatenation, GELU (no
+kernel) an approximation. The check applies the same passes the build applies, so `tpuedge
+check --target mcu` and `tpuedge build --target mcu` never disagree.
 """
 
 from __future__ import annotations
@@ -20,10 +21,16 @@ __all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins"]
 def mcu_passes(gelu_form: str = "sigmoid"):
     """The IR passes every mcu build runs, in order."""
     from tpuedge.shared_ir.passes import PassManager
+    from tpuedge.shared_ir.passes.casts import CanonicalCasts
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite
+    from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
+    from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
 
-    return PassManager([ExplicitPad(), GeluRewrite(gelu_form)])
+    return PassManager(
+        [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form)]
+    )
 
 
 def unsupported_builtins(names) -> dict[str, str]:
@@ -32,6 +39,15 @@ def unsupported_builtins(names) -> dict[str, str]:
 
     problems = {n: mcu_int8_problem(n) for n in sorted(set(names))}
     return {n: why for n, why in problems.items() if why}
+
+
+def _overload_keys(key: str) -> list[str]:
+    """'aten.pow' -> ['aten.pow.Scalar', 'aten.pow.Tensor_Scalar', ...] ('.default' for plain ops)."""
+    import torch
+
+    namespace, _, name = key.partition(".")
+    packet = getattr(getattr(torch.ops, namespace), name, None)
+    return [f"{key}.{overload}" for overload in packet.overloads()] if packet is not None else [f"{key}.default"]
 
 
 def mcu_capability() -> Capability:
@@ -48,8 +64,9 @@ def mcu_capability() -> Capability:
             continue
         why = "; ".join(f"{b}: {reason}" for b, reason in lacking.items())
         notes[key] = f"lowers to {', '.join(lacking)}, which a strict-int8 TFLite-Micro model can't run"
-        # the check looks suggestions up by the node's full key ("aten.reflection_pad2d.default")
-        suggestions[key] = suggestions[key + ".default"] = f"it lowers to {why}"
+        # the check looks suggestions up by the node's full key ("aten.pow.Tensor_Scalar")
+        for full_key in (key, *_overload_keys(key)):
+            suggestions[full_key] = f"it lowers to {why}"
     notes["aten.gelu"] = "no GELU kernel: the mcu build rewrites it to x*sigmoid(1.702x) on the IR (--gelu tanh: tanh form)"
     return Capability(
         target="mcu",

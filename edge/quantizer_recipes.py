@@ -5,15 +5,16 @@ names, e.g. ".../torch.nn.modules.normalization.LayerNorm_ln1;3").
 
 from __future__ import annotations
 
-import contextlib
-import io
+import hashlib
 import re
 from collections import OrderedDict
 
+from tpuedge.edge.tool_output import held_tool_output, tail
 from tpuedge.quantize.config import QuantConfig
 from tpuedge.quantize.recipes import SensitiveGroup
+from tpuedge.shared_ir.errors import InternalError
 
-__all__ = ["find_sensitive_groups", "quantizer_recipe", "run_quantizer", "GroupScopes"]
+__all__ = ["find_sensitive_groups", "quantizer_recipe", "run_quantizer", "GroupScopes", "QuantizerError"]
 
 # group key -> the ops' scopes (as ai-edge-quantizer computes them) and their op names
 GroupScopes = dict[str, list[tuple[str, str]]]
@@ -99,6 +100,32 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
     return rm.get_quantization_recipe()
 
 
+class QuantizerError(InternalError):
+    """ai-edge-quantizer failed on a float model our converter wrote; `log` is what it printed."""
+
+    def __init__(self, step: str, error: BaseException, log: str):
+        shown = tail(log)
+        super().__init__(
+            f"ai-edge-quantizer failed while {step} ({type(error).__name__}: {error})"
+            + (f". It printed:\n{shown}" if shown else "; it printed nothing.")
+        )
+        self.log = log
+
+
+def _quantizer_step(log: list[str], step: str, fn, *args, **kwargs):
+    """Run one ai-edge-quantizer call with its stderr held (progress bars, the interpreter's
+    native log lines): shown with TPUEDGE_VERBOSE=1, appended to `log`, and carried by the
+    error, with what the earlier steps printed, if it fails."""
+    try:
+        with held_tool_output("ai-edge-quantizer") as printed:
+            result = fn(*args, **kwargs)
+    except Exception as exc:
+        log.append(getattr(exc, "tool_output", ""))
+        raise QuantizerError(step, exc, "".join(log)) from exc
+    log.append(printed[0])
+    return result
+
+
 class run_quantizer:  # noqa: N801 - a small stateful helper, used like a function
     """Quantize one float model with several recipes, calibrating once."""
 
@@ -108,6 +135,7 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         self._float = bytes(float_tflite)
         self._quantizer = quantizer.Quantizer(bytearray(float_tflite))
         self._calibration = None
+        self.log: list[str] = []  # what ai-edge-quantizer printed, step by step
 
     def calibrate(self, recipe: list[dict], samples: list[dict]) -> None:
         """Activation ranges over ALL samples (global min/max).
@@ -119,18 +147,29 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         from ai_edge_quantizer.utils import qsv_utils
 
         from tpuedge.edge.litert_lowering import SIGNATURE_KEY
+        from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_array_tree, encode_array_tree
 
-        manager = recipe_manager.RecipeManager()
-        manager.load_quantization_recipe(recipe)
-        calib = calibrator.Calibrator(self._float, num_threads=1, qsv_update_func=qsv_utils.min_max_update)
-        with contextlib.redirect_stderr(io.StringIO()):  # its progress bar; we report ourselves
-            calib.calibrate({SIGNATURE_KEY: samples}, manager)
-        self._calibration = calib.get_model_qsvs()
+        def statistics() -> dict:
+            manager = recipe_manager.RecipeManager()
+            manager.load_quantization_recipe(recipe)
+            calib = _quantizer_step(
+                self.log, "loading the float model for calibration",
+                calibrator.Calibrator, self._float, num_threads=1, qsv_update_func=qsv_utils.min_max_update,
+            )
+            _quantizer_step(self.log, f"calibrating on {len(samples)} sample(s)", calib.calibrate, {SIGNATURE_KEY: samples}, manager)
+            return calib.get_model_qsvs()
+
+        parts = {"float": hashlib.sha256(self._float).hexdigest(), "recipe": recipe, "samples": data_digest(samples)}
+        self._calibration = cached_stage(  # per-tensor ranges, shared by every recipe of this float model
+            "calibration", parts, statistics, encode=encode_array_tree, decode=decode_array_tree
+        )
 
     def __call__(self, recipe: list[dict]) -> bytes:
         self._quantizer.load_quantization_recipe(recipe)
         # enable_progress_bar does not reach its transformation step, which draws a bar on
-        # stderr for models over 100 tensors
-        with contextlib.redirect_stderr(io.StringIO()):
-            result = self._quantizer.quantize(self._calibration, enable_progress_bar=False, enable_progress_report=False)
+        # stderr for models over 100 tensors: held like the rest of its output
+        result = _quantizer_step(
+            self.log, "quantizing with the recipe", self._quantizer.quantize, self._calibration,
+            enable_progress_bar=False, enable_progress_report=False,
+        )
         return bytes(result.quantized_model)

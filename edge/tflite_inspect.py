@@ -1,18 +1,21 @@
 """Read a .tflite flatbuffer: I/O tensors with quantization, op histogram, size breakdown.
 
-Parses the file itself (LiteRT's flatbuffer schema), so it describes exactly what was written,
-including buffers stored outside the flatbuffer (offset/size), which some runtimes (e.g.
-TFLite-Micro) cannot read.
+Reads the file itself (through `tflite_file`, the one .tflite reader), so it describes exactly
+what was written, including buffers stored outside the flatbuffer (offset/size), which some
+runtimes (e.g. TFLite-Micro) cannot read.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
-import numpy as np
+from tpuedge.edge import tflite_file
 
 __all__ = ["TensorInfo", "TFLiteSummary", "summarize_tflite"]
+
+_FLOAT = ("float32", "float16")
 
 
 @dataclass(frozen=True)
@@ -61,77 +64,58 @@ class TFLiteSummary:
         return d
 
 
-def _names(enum_cls) -> dict[int, str]:
-    return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value or "")
-
-
-def summarize_tflite(data: bytes) -> TFLiteSummary:
-    from ai_edge_litert import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(bytearray(data), 0))
-    type_names = {code: name.lower() for code, name in _names(schema.TensorType).items()}
-    type_names.update({0: "float32", 1: "float16", 2: "int32", 4: "int64", 10: "float64"})
-    op_names = _names(schema.BuiltinOperator)
+def summarize_tflite(data: bytes, source: str | Path | None = None) -> TFLiteSummary:
+    """What `data` holds; a malformed file is a UserError naming `source` (see tflite_file)."""
+    model = tflite_file.read_model(data, source)
+    op_names = tflite_file.operator_names(model)
     subgraph = model.subgraphs[0]
+    tensors = subgraph.tensors or []
 
     def info(index: int, name: str | None = None) -> TensorInfo:
-        t = subgraph.tensors[index]
-        q = t.quantization
-        scale = tuple(float(s) for s in (q.scale if q is not None and q.scale is not None else []))
-        zp = tuple(int(z) for z in (q.zeroPoint if q is not None and q.zeroPoint is not None else []))
+        t = tensors[index]
+        scale, zero, _ = tflite_file.tensor_quantization(t)
         shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
-        return TensorInfo(name or _text(t.name), shape, type_names.get(t.type, str(t.type)), scale, zp[: len(scale)])
+        return TensorInfo(
+            name or tflite_file.text(t.name), shape, tflite_file.dtype_name(t.type),
+            tuple(float(s) for s in scale), tuple(int(z) for z in zero),
+        )
 
     names_in: dict[int, str] = {}
     names_out: dict[int, str] = {}
     for sig in model.signatureDefs or []:
         for tm in sig.inputs or []:
-            names_in[tm.tensorIndex] = _text(tm.name)
+            names_in[tm.tensorIndex] = tflite_file.text(tm.name)
         for tm in sig.outputs or []:
-            names_out[tm.tensorIndex] = _text(tm.name)
-    inputs = [info(int(i), names_in.get(int(i))) for i in subgraph.inputs]
-    outputs = [info(int(i), names_out.get(int(i))) for i in subgraph.outputs]
+            names_out[tm.tensorIndex] = tflite_file.text(tm.name)
+    inputs = [info(int(i), names_in.get(int(i))) for i in (subgraph.inputs if subgraph.inputs is not None else [])]
+    outputs = [info(int(i), names_out.get(int(i))) for i in (subgraph.outputs if subgraph.outputs is not None else [])]
 
     ops: Counter[str] = Counter()
     float_ops: Counter[str] = Counter()
     for op in subgraph.operators or []:
-        code = model.operatorCodes[op.opcodeIndex]
-        builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
-        name = op_names.get(builtin, str(builtin))
-        name = f"CUSTOM:{_text(code.customCode)}" if name == "CUSTOM" else name
+        name = op_names[op.opcodeIndex]
         ops[name] += 1
         outs = [int(i) for i in (op.outputs if op.outputs is not None else []) if i >= 0]
-        if name not in ("QUANTIZE", "DEQUANTIZE") and outs and subgraph.tensors[outs[0]].type in (0, 1):
+        if name not in ("QUANTIZE", "DEQUANTIZE") and outs and tflite_file.dtype_name(tensors[outs[0]].type) in _FLOAT:
             float_ops[name] += 1
 
-    weight_bytes, external = 0, 0
-    buffer_size: dict[int, int] = {}
-    for i, buf in enumerate(model.buffers or []):
-        if buf.offset and buf.offset > 1:
-            size = int(buf.size)
-            external += 1
-        else:
-            size = 0 if buf.data is None else int(np.asarray(buf.data).nbytes)
-        buffer_size[i] = size
-        weight_bytes += size
+    buffers = model.buffers or []
+    buffer_size = {i: tflite_file.buffer_nbytes(buf) for i, buf in enumerate(buffers)}
     activations: Counter[str] = Counter()
     weights: Counter[str] = Counter()
-    for t in subgraph.tensors:
-        dtype = type_names.get(t.type, str(t.type))
+    for t in tensors:
+        dtype = tflite_file.dtype_name(t.type)
         size = buffer_size.get(t.buffer, 0)
         if size:
             weights[dtype] += size
         else:
             activations[dtype] += 1
+    weight_bytes = sum(buffer_size.values())
     return TFLiteSummary(
         file_bytes=len(data),
         weight_bytes=weight_bytes,
         graph_bytes=len(data) - weight_bytes,  # external buffers live in the same file, after the flatbuffer
-        external_buffers=external,
+        external_buffers=sum(1 for buf in buffers if tflite_file.is_external(buf)),
         inputs=inputs,
         outputs=outputs,
         op_histogram=dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),

@@ -18,7 +18,16 @@ import numpy as np
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.tensors import TensorSpec
 
-__all__ = ["Artifact", "MANIFEST", "write_manifest", "read_manifest", "tool_versions", "file_entry", "load"]
+__all__ = [
+    "Artifact",
+    "MANIFEST",
+    "write_manifest",
+    "read_manifest",
+    "check_integrity",
+    "tool_versions",
+    "file_entry",
+    "load",
+]
 
 MANIFEST = "manifest.json"
 
@@ -49,9 +58,56 @@ def read_manifest(directory: Path) -> dict:
     if not path.is_file():
         raise UserError(f"{directory} has no {MANIFEST}; point at a folder written by `tpuedge build`.")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{path} is not valid JSON ({exc}); rebuild the artifact with `tpuedge build`.") from exc
+    if not isinstance(manifest, dict):
+        raise UserError(f"{path} holds a JSON {type(manifest).__name__}, not a manifest object; rebuild the artifact with `tpuedge build`.")
+    return manifest
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_integrity(directory: Path, manifest: dict) -> None:
+    """The folder is what its build wrote: an IR fingerprint, and every listed file with its sha256.
+
+    A swapped or edited model file would otherwise run (and verify) as the original; a manifest
+    without a fingerprint can't be tied to the program it was built from.
+    """
+    directory = Path(directory)
+    where = directory / MANIFEST
+    fix = "rebuild the folder with `tpuedge build` (nothing in it was used)"
+    if not isinstance(manifest.get("target"), str) or not manifest["target"]:
+        raise UserError(f"{where} names no target; it was not written by `tpuedge build`: {fix}.")
+    fingerprint = manifest.get("ir_fingerprint")
+    if not isinstance(fingerprint, str) or not fingerprint:
+        raise UserError(
+            f"{where} records no IR fingerprint, so the artifact can't be tied to the program it was built from: {fix}."
+        )
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise UserError(f"{where} lists no files with their sha256, so its contents can't be checked: {fix}.")
+    bad = []
+    for name, entry in sorted(files.items()):
+        path = directory / name
+        expected = entry.get("sha256") if isinstance(entry, dict) else None
+        if Path(name).name != name or not isinstance(expected, str):
+            bad.append(f"{name} (malformed entry)")
+        elif not path.is_file():
+            bad.append(f"{name} (missing)")
+        elif _sha256(path) != expected:
+            bad.append(f"{name} (sha256 {_sha256(path)[:12]}..., the build recorded {expected[:12]}...)")
+    if bad:
+        raise UserError(
+            f"{directory} does not hold what its build wrote: {'; '.join(bad)}. A file was replaced or edited "
+            f"after `tpuedge build`; {fix}."
+        )
 
 
 class Artifact:
@@ -92,11 +148,17 @@ def load(path: str | Path) -> Any:
     path = Path(path)
     if path.is_dir():
         manifest = read_manifest(path)
+        check_integrity(path, manifest)
         return get_target(manifest["target"]).load_artifact(path)
     if path.suffix == ".pt2":
         from tpuedge.shared_ir.program import Program
 
         return Program.load(path)
+    if path.is_file() and (path.parent / MANIFEST).is_file():
+        manifest = read_manifest(path.parent)
+        if path.name in (manifest.get("files") or {}):  # a file of a build folder: open that build
+            check_integrity(path.parent, manifest)
+            return get_target(manifest["target"]).load_artifact(path.parent)
     if path.suffix == ".tflite":
         return get_target("android").load_artifact(path)
     if not path.exists():

@@ -1,9 +1,12 @@
 """A per-backend table of ATen ops, with the one lookup order everyone uses.
 
 Keys are op names as torch prints them: "aten.add.Tensor" (an overload) or "aten.add" (a
-packet, which covers all its overloads). Lookup order: exact overload -> ".default" ->
-packet. The interpreter, the checker and the coverage report all call `lookup`, so they can't
-disagree. Registering the same key twice is an error (a silent override hides bugs).
+packet: registering it says every overload of the op is lowered). Lookup order: the exact
+overload -> for a packet asked by name, its ".default" overload -> the packet, when the packet
+itself was registered. A sibling overload never stands in for another ("aten.atan2.out" is not
+"aten.atan2.default": different signature, different semantics). The interpreter, the checker
+and the coverage report all call `lookup`, so they can't disagree. Registering the same key
+twice is an error (a silent override hides bugs).
 """
 
 from __future__ import annotations
@@ -69,14 +72,13 @@ class OpRegistry:
         return wrap
 
     def lookup(self, target: Any) -> Any | None:
-        """Exact overload -> ".default" -> packet; None when the table can't take it."""
+        """Exact overload -> (for a packet name) ".default" -> a registered packet; else None."""
         key = op_key(target)
         if key in self._entries:
             return self._entries[key]
         packet = packet_key(key)
-        default = packet + ".default"
-        if default in self._entries:
-            return self._entries[default]
+        if packet == key:  # "aten.relu" asked by name: its default overload
+            return self._entries.get(key + ".default")
         return self._entries.get(packet)
 
     def supports(self, target: Any) -> bool:

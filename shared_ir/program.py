@@ -206,9 +206,13 @@ class Program:
         path = Path(path)
         if not path.is_file():
             raise UserError(f"No saved program at {path}; create one with `tpuedge export MODEL -o {path}`.")
+        from tpuedge.shared_ir.held_logs import held_log_records
+
         extra = {_META_FILE: ""}
         try:
-            ep = torch.export.load(path, extra_files=extra)
+            # torch logs its own traceback before raising; the paragraph below says it all
+            with held_log_records("torch.export"):
+                ep = torch.export.load(path, extra_files=extra)
         except Exception as exc:
             raise UserError(
                 f"{path} is not a readable torch.export .pt2 file ({type(exc).__name__}: "

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 # The suite runs XLA on the host CPU (TPU work is deviceless compiles through libtpu); without
 # this, an installed libtpu probes for a TPU in every process that starts jax. Set before any
 # test module imports jax; child processes inherit it.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Builds in the suite share a build cache of their own, never the user's ~/.cache/tpuedge.
+os.environ.setdefault("TPUEDGE_CACHE_DIR", tempfile.mkdtemp(prefix="tpuedge-test-cache-"))
 
 import pytest
 
@@ -18,6 +21,26 @@ EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES))
 sys.path.insert(0, str(EXAMPLES / "digits"))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+
+
+def libtpu_missing_reason() -> str | None:
+    """Why a deviceless TPU compile can't run here (None: it can): the build's own check."""
+    from tpuedge.cloud.tpu_compile import libtpu_unavailable_reason
+
+    return libtpu_unavailable_reason()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_libtpu: compiles for a TPU without one; skipped, with the reason, when libtpu is missing")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked needs_libtpu skip with the reason instead of failing where libtpu is missing
+    (a base install without the `tpu` extra, or TPUEDGE_LIBTPU=off)."""
+    marked = [item for item in items if item.get_closest_marker("needs_libtpu")]
+    reason = libtpu_missing_reason() if marked else None
+    for item in marked if reason else ():
+        item.add_marker(pytest.mark.skip(reason=f"needs libtpu: {reason}"))
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -147,7 +148,9 @@ def test_packages_install_under_the_tpuedge_namespace(tmp_path):
         "import importlib.util, tpuedge.shared_ir, tpuedge.cloud, tpuedge.edge, tpuedge.quantize\n"
         "print([importlib.util.find_spec(n) is None for n in ('edge', 'cloud', 'shared_ir', 'quantize')])\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
+    # The installed layout, not a checkout someone put on PYTHONPATH (where the folders are top-level).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path, env=env)
     assert out.stdout.strip() == "[True, True, True, True]"
 
 

@@ -13,7 +13,7 @@ from tpuedge.shared_ir.errors import UserError
 from cli_runner import run_cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-PORTABLE = ("model.stablehlo.mlir", "model.jaxexport", "model.safetensors", "manifest.json")
+PORTABLE = ("model.stablehlo.mlir", "model.jaxexport", "model.layers.jaxexport", "model.safetensors", "manifest.json")
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,7 @@ def test_stablehlo_text_is_the_forward_with_weights_as_arguments(mlp_program, ml
     assert 'dense<"0x' not in text  # no weight tensor embedded as a constant
 
 
+@pytest.mark.needs_libtpu
 def test_rebuild_is_byte_identical_and_holds_no_machine_paths(mlp_program, mlp_build, tmp_path, repo_root):
     _, first = mlp_build
     second = tmp_path / "again"
@@ -115,6 +116,7 @@ def test_without_libtpu_the_portable_artifacts_are_still_written(mlp_program, tm
     assert np.max(np.abs(artifact.run(*x)[0] - mlp_program.run(*x)[0])) < 1e-5
 
 
+@pytest.mark.needs_libtpu
 def test_batch_rebinds_a_saved_program_when_its_graph_allows(mlp_program, tmp_path):
     artifact = tpuedge.build(mlp_program, "cloud-tpu", tmp_path / "b8", batch=8)
     assert artifact.inputs[0].shape == (8, 32) and artifact.outputs[0].shape == (8, 10)
@@ -146,6 +148,7 @@ def test_bad_topology_exits_2_listing_the_valid_ones(tmp_path):
     assert "Unknown TPU topology 'v9:2x2'" in err and "v5e:2x2" in err and "v4:2x2x1" in err and "v6e:2x2" in err
 
 
+@pytest.mark.needs_libtpu
 def test_cli_factory_with_batch_and_train_step(tmp_path):
     """The transformer bakes its batch into a view: from its factory, --batch re-captures the module."""
     out = tmp_path / "transformer"

@@ -81,3 +81,27 @@ def test_a_kernel_failure_is_reported_as_the_op_not_as_arena_size():
         measure_arena(single_op_model("NEG"), [np.array([[-40, -3, 5, 60]], np.int8)])
     text = str(err.value)
     assert "NEG" in text and "kernel" in text and "too large" not in text and "arena" not in text
+MODEL_WITH_POW = '''
+import torch, torch.nn as nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__(); self.conv = nn.Conv2d(1, 4, 3)
+    def forward(self, x):
+        return self.conv(x).pow(3)
+def build():
+    return Net().eval(), (torch.zeros(1, 1, 8, 8),)
+'''
+
+
+def test_unsupported_op_exits_2_before_any_file(tmp_path, capsys):
+    from tpuedge.cli import main
+
+    model = tmp_path / "cube.py"
+    model.write_text(MODEL_WITH_POW)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["build", f"{model}:build", "--target", "mcu", "--calibration", str(tmp_path / "none.npz"), "--out", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "aten.pow" in err and "POW" in err and "cube.py" in err
+    assert not out.exists()

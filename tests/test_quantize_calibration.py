@@ -154,3 +154,66 @@ def test_precision_search_uses_measurements():
     assert set(strict.assignment.values()) == {"int8"} and strict.final_cosine == pytest.approx(0.93)
     met = choose_precisions(groups, evaluate, target_cosine=0.9)
     assert set(met.assignment.values()) == {"int8"} and met.evaluations == 1
+
+
+MLP = f"{__import__('pathlib').Path(__file__).resolve().parents[1] / 'examples' / 'models.py'}:build_mlp"
+
+
+def _bad_calibration_file(tmp_path, case):
+    import zipfile
+
+    good = tmp_path / "good.npz"
+    np.savez(good, x=np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32))
+    data = good.read_bytes()
+    path = tmp_path / ("bad.npy" if case.endswith("_npy") else "bad.npz")
+    if case == "corrupt_zip":  # the archive's directory is intact, the member's bytes are not
+        damaged = bytearray(data)
+        damaged[100:140] = b"\xff" * 40
+        path.write_bytes(bytes(damaged))
+    elif case == "truncated_zip":
+        path.write_bytes(data[: len(data) // 2])
+    elif case == "garbage_member":
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("x.npy", b"not an array at all " * 4)
+    elif case in ("text", "text_npy"):
+        path.write_text("x,y\n1.0,2.0\n3.0,4.0\n")
+    elif case == "empty":
+        path.write_bytes(b"")
+    elif case == "npy_named_npz":
+        np.save(tmp_path / "a.npy", np.zeros((32, 32), np.float32))
+        path.write_bytes((tmp_path / "a.npy").read_bytes())
+    elif case == "wrong_key":
+        np.savez(path, images=np.zeros((32, 32), np.float32))
+    return path
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("corrupt_zip", "is not a readable .npz archive: the archive is corrupt or truncated: member 'x'"),
+    ("truncated_zip", "is not a readable .npz archive: the archive is corrupt or truncated"),
+    ("garbage_member", "its member 'x' is not a .npy array (it is a text file"),
+    ("text", "is not a readable .npz archive: it is a text file (it starts with 'x,y')"),
+    ("text_npy", "is not a readable .npy array: it is a text file (it starts with 'x,y')"),
+    ("empty", "is not a readable .npz archive: it is empty (0 bytes)"),
+    ("npy_named_npz", "it is a single .npy array, not an .npz archive (rename it to .npy)"),
+    ("wrong_key", "has arrays ['images'] but the model's inputs are ['x'] (missing: ['x']) (unknown: ['images'])"),
+])
+def test_bad_calibration_files_are_one_paragraph_exit_2_and_write_nothing(tmp_path, case, needle):
+    from cli_runner import run_cli
+
+    path = _bad_calibration_file(tmp_path, case)
+    out = tmp_path / "out"
+    code, _, err = run_cli("build", MLP, "--target", "android", "--quantize", "int8", "--calibration", str(path), "--out", str(out))
+    assert code == 2, err
+    assert needle in err, err
+    assert "Traceback" not in err and "pickle" not in err and err.count("\n") == 1
+    assert str(path) in err
+    assert not out.exists()
+
+
+def test_one_unnamed_array_feeds_a_single_input_model(tmp_path, single_program):
+    data = np.random.default_rng(3).standard_normal((10, 2, 4)).astype(np.float32)
+    np.savez(tmp_path / "unnamed.npz", data)  # stored as arr_0
+    assert len(load_calibration(str(tmp_path / "unnamed.npz"), single_program)) == 10
+    np.savez(tmp_path / "named.npz", features=data)
+    with pytest.raises(UserError, match=r"unknown: \['features'\].*or save one unnamed array"):
+        load_calibration(str(tmp_path / "named.npz"), single_program)

@@ -78,6 +78,11 @@ def outlier_android(outlier_program, calibration, tmp_path_factory):
     )
 
 
+@pytest.fixture(scope="module")
+def cloud_digits(digits_program, tmp_path_factory):
+    return tpuedge.build(digits_program, "cloud-tpu", tmp_path_factory.mktemp("c") / "cloud")
+
+
 def _cli(argv, capsys):
     from tpuedge.cli import main
 
@@ -114,6 +119,18 @@ def test_per_channel_snr_sees_channels_crushed_under_a_loud_one():
     assert snr_db(1.0, 0.01) == pytest.approx(20.0)
 
 
+def test_layer_values_of_another_shape_are_counted_not_dropped():
+    from tpuedge.verify.per_layer import accumulate_layers
+
+    rng = np.random.default_rng(1)
+    reference = {"conv": rng.normal(size=(1, 4, 3, 3)), "flat": rng.normal(size=(1, 36))}
+    got = {"conv": reference["conv"] + 0.01, "flat": reference["flat"].reshape(1, 4, 9), "extra": np.ones(3)}
+    accumulators, mismatches = {}, {}
+    accumulate_layers(reference, got, accumulators, mismatches)
+    assert set(accumulators) == {"conv"}
+    assert mismatches == {"flat": "flat: runtime (1, 4, 9) vs IR (1, 36)"}
+
+
 # ---- data errors (exit 2 material) -----------------------------------------------------------
 def test_data_errors_name_the_input_and_the_expected_shape(digits_program, digits_model):
     from tpuedge.verify.data import load_data
@@ -145,8 +162,33 @@ def test_good_int8_build_passes_with_real_numbers(android_int8, digits_program, 
     assert 0.0 < out.mean_abs_err < out.max_abs_err < 10.0
     assert result.accuracy.float_accuracy >= 95.0
     assert abs(result.accuracy.drop) <= 1.5
-    # the runtime numbers are LiteRT's own: recompute one row through the artifact
-    assert np.allclose(android_int8.run(x_test[:1])[0], android_int8.run(x_test[:1])[0])
+    # the numbers are LiteRT's against torch's: recompute them here with the LiteRT interpreter
+    # on the .tflite file and the trained torch module, outside verify's code path
+    import torch
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(android_int8.directory / "model.tflite"), num_threads=1)
+    interpreter.allocate_tensors()
+    (inp,), (outp,) = interpreter.get_input_details(), interpreter.get_output_details()
+    (in_scale, in_zero), (out_scale, out_zero) = inp["quantization"], outp["quantization"]
+    litert = []
+    for x in x_test:
+        x = x[None].transpose(0, 2, 3, 1).reshape(inp["shape"]) if tuple(inp["shape"]) == (1, 8, 8, 1) else x[None]
+        if inp["dtype"] != np.float32:
+            x = np.clip(np.round(x / in_scale) + in_zero, -128, 127)
+        interpreter.set_tensor(inp["index"], x.astype(inp["dtype"]))
+        interpreter.invoke()
+        y = interpreter.get_tensor(outp["index"]).astype(np.float64)
+        litert.append((y - out_zero) * out_scale if outp["dtype"] != np.float32 else y)
+    litert = np.concatenate(litert)
+    with torch.no_grad():
+        torch_logits = digits_model[0](torch.from_numpy(x_test)).numpy().astype(np.float64)
+    error = np.abs(litert - torch_logits)
+    assert (out.max_abs_err, out.mean_abs_err) == pytest.approx((error.max(), error.mean()), rel=1e-4)
+    expected_cosine = np.sum(litert * torch_logits) / np.sqrt(np.sum(litert**2) * np.sum(torch_logits**2))
+    assert out.cosine == pytest.approx(expected_cosine, abs=1e-6)
+    assert out.top1_agreement == np.mean(litert.argmax(1) == torch_logits.argmax(1))
+    assert result.accuracy.runtime_accuracy == pytest.approx(100 * np.mean(litert.argmax(1) == y_test))
 
 
 def test_cli_exit_0_then_exit_1_with_the_failing_check_named(
@@ -200,6 +242,34 @@ def test_cli_exit_2_for_bad_input(android_int8, digits_pt2, outlier_program, eva
     assert code == 2 and "does not exist" in err
 
 
+def test_verify_without_thresholds_still_checks_the_default_cosine(outlier_android, outlier_program, digits_model):
+    from tpuedge.verify import DEFAULT_MIN_COSINE
+
+    _, _, _, x_test, _ = digits_model
+    result = tpuedge.verify(outlier_android, outlier_program, x_test[:64])  # no threshold given
+    assert DEFAULT_MIN_COSINE == 0.99
+    assert [(c.name, c.limit) for c in result.checks] == [("cosine", 0.99)]
+    assert result.outputs[0].cosine < 0.99 and not result.passed  # the broken build does not pass
+    off = tpuedge.verify(outlier_android, outlier_program, x_test[:64], min_cosine=-1.0)
+    assert off.checks == [] and not off.passed  # nothing checked is not a pass
+
+
+def test_cli_states_the_default_threshold_and_fails_when_nothing_is_checked(
+    outlier_android, outlier_program, eval_small_npz, tmp_path, capsys
+):
+    from click.testing import CliRunner
+
+    from tpuedge.verify.command import verify_command
+
+    help_text = " ".join(CliRunner().invoke(verify_command, ["--help"]).output.split())
+    assert "--min-cosine FLOAT" in help_text and "[default: 0.99]" in help_text
+    pt2 = outlier_program.save(tmp_path / "outlier.pt2")
+    code, out, _ = _cli([outlier_android.directory, "--model", pt2, "--data", eval_small_npz], capsys)
+    assert code == 1 and "FAIL cosine of output" in out and "required 0.99" in out
+    code, out, _ = _cli([outlier_android.directory, "--model", pt2, "--data", eval_small_npz, "--min-cosine", "-1"], capsys)
+    assert code == 1 and "verify checked nothing" in out
+
+
 # ---- per-layer: the planted defect -----------------------------------------------------------
 def test_per_layer_ranks_the_planted_outlier_layer_first(outlier_android, outlier_program, digits_model, tmp_path):
     _, _, _, x_test, y_test = digits_model
@@ -239,11 +309,11 @@ def test_per_layer_on_a_good_build_has_no_outlier(android_int8, digits_program, 
 
 # ---- across runtimes -------------------------------------------------------------------------
 def test_cli_per_layer_across_android_mcu_and_cloud(
-    android_int8, digits_program, digits_pt2, eval_small_npz, calibration, tmp_path_factory, capsys
+    cloud_digits, android_int8, digits_program, digits_pt2, eval_small_npz, calibration, tmp_path_factory, capsys
 ):
     root = tmp_path_factory.mktemp("runtimes")
     mcu = tpuedge.build(digits_program, "mcu", root / "mcu", calibration=calibration, eval="none")
-    cloud = tpuedge.build(digits_program, "cloud-tpu", root / "cloud")
+    cloud = cloud_digits
     report = root / "report"
     code, out, _ = _cli(
         [android_int8.directory, mcu.directory, cloud.directory, "--model", digits_pt2, "--data", eval_small_npz,
@@ -265,3 +335,37 @@ def test_cli_per_layer_across_android_mcu_and_cloud(
     md = (report / "report.md").read_text()
     assert md.count("### ") == 3 and "![SNR per layer](snr_per_layer.png)" in md
     assert (report / "snr_per_layer.png").stat().st_size > 10_000
+
+
+def test_cloud_per_layer_runs_the_artifact_so_changed_weights_show_where_they_act(
+    cloud_digits, digits_program, digits_model, tmp_path
+):
+    """Per-layer verify of cloud-tpu reads the artifact's exported layers with its safetensors
+    weights: conv2's filters changed in the file (as a weights swap after the build would) shows
+    up at conv2 and after it, and nowhere before."""
+    import shutil
+
+    from tpuedge.cloud.artifact import WEIGHTS_FILE, read_safetensors, write_safetensors
+    from tpuedge.shared_ir.artifact import file_entry
+
+    changed = tmp_path / "cloud"
+    shutil.copytree(cloud_digits.directory, changed)
+    weights = {name: np.array(value) for name, value in read_safetensors(changed / WEIGHTS_FILE).items()}
+    weights["conv2.weight"] *= 1.5  # every conv2 output 1.5x: SNR 20*log10(1/0.5) = 6 dB
+    write_safetensors(changed / WEIGHTS_FILE, weights)
+    manifest = json.loads((changed / "manifest.json").read_text())
+    manifest["files"][WEIGHTS_FILE] = file_entry(changed / WEIGHTS_FILE)  # a deliberate, recorded swap
+    (changed / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+    x = digits_model[3][:16]
+    result = tpuedge.verify(changed, digits_program, x, per_layer=True, layer_samples=8)
+    layers = {l.node: l for l in result.layers.layers}
+    assert layers["conv2d"].snr_db > 90.0 and layers["relu"].snr_db > 90.0  # before conv2: untouched
+    assert layers["conv2d_1"].snr_db == pytest.approx(6.0, abs=0.2)  # conv2 onwards: changed (bias kept)
+    assert layers["linear"].snr_db < 30.0
+    assert result.layers.ranked()[0].node == "conv2d_1"
+    assert all(l.tensor.startswith("model.layers.jaxexport:") for l in result.layers.layers if not l.is_input)
+    # the unchanged build compares exactly, on every layer the IR has
+    clean = tpuedge.verify(cloud_digits, digits_program, x, per_layer=True, layer_samples=8)
+    assert min(l.snr_db for l in clean.layers.layers) > 90.0
+    assert sum(not l.is_input for l in clean.layers.layers) == clean.layers.ir_layers

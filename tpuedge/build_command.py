@@ -66,12 +66,14 @@ def make_build_command() -> click.Command:
         click.Argument(["model"], required=False),
         click.Option(["--target", "-t"], type=click.Choice(list(targets)) if targets else str, help="Target to build for."),
         click.Option(["--out", "-o"], type=click.Path(file_okay=False, path_type=Path), help="Output folder (default build/<model>/<target>)."),
+        click.Option(["--no-cache", "no_cache"], is_flag=True, help="Build every stage cold: neither read nor write the build cache (any target)."),
     ]
     params += [_click_option(opt, owners) for opt, owners in _options_by_name(targets).values()]
 
-    def run(model, target, out, **given):
+    def run(model, target, out, no_cache, **given):
         from tpuedge.cli import _config, _console, _model_arg, _target_arg
         from tpuedge.model_spec import load_program, spec_name
+        from tpuedge.shared_ir.cache_keys import build_session
 
         config = _config()
         target = _target_arg(target, list(targets))
@@ -85,9 +87,11 @@ def make_build_command() -> click.Command:
             program = export_factory_at_batch(spec, options["batch"])
         else:
             program = load_program(spec)
-        artifact = program.lower(target, **options).compile(Path(out))
+        with build_session(enabled=not no_cache, limit=config.get("cache_size")) as cache:
+            artifact = program.lower(target, **options).compile(Path(out))
         console = _console()
         console.print(artifact.report() if hasattr(artifact, "report") else repr(artifact))
+        console.print(cache.describe())  # not in the manifest: a hit gives the same bytes as a cold build
         console.print(f"wrote {out}")
 
     return click.Command(

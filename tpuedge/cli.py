@@ -175,38 +175,71 @@ from tpuedge.verify.command import verify_command  # noqa: E402  (click only; he
 
 cli.add_command(verify_command)
 
+from tpuedge.cache_command import cache_command  # noqa: E402  (click only)
+
+cli.add_command(cache_command)
+
 
 def _report_problem(exc: UserError) -> None:
     click.echo(f"error: {exc}", err=True)
 
 
-def _quiet_third_party() -> None:
-    """Keep the console for tpuedge's own report.
+# Libraries whose import-time and deprecation chatter says nothing about the user's model.
+# Filtered by the module a warning is attributed to, so the user's own code keeps its warnings.
+THIRD_PARTY_MODULES = (
+    "torch", "torchao", "torchvision", "litert_torch", "litert_converter", "ai_edge_litert",
+    "ai_edge_quantizer", "tflite_micro", "jax", "jaxlib", "optax", "flax", "flatbuffers",
+    "google", "transformers", "numpy", "absl", "ml_dtypes", "safetensors",
+)
+_THIRD_PARTY_RE = r"(" + "|".join(THIRD_PARTY_MODULES) + r")(\.|$)"
 
-    Every CLI command runs its runtimes on the host CPU (TPU compiles are deviceless), so jax
-    need not probe for a TPU: without this, an installed libtpu prints a screen of warnings the
-    first time litert-torch touches jax. torchao logs a warning per optional CUDA kernel it
-    can't load on a CPU-only machine. A user's own JAX_PLATFORMS wins; TPUEDGE_VERBOSE=1 shows
-    everything else.
+
+# Commands that need no accelerator: they capture, lower, convert, compile (TPU compiles are
+# deviceless) and check the result on the host CPU. `verify` is not one: it runs artifacts,
+# and a cloud-tpu artifact may run on the user's accelerator.
+HOST_ONLY_COMMANDS = frozenset({"build", "check", "export", "inspect", "ops"})
+
+
+def _host_cpu_for_host_only_commands(argv: list[str]) -> None:
+    """JAX_PLATFORMS=cpu for host-only commands, unless the user set JAX_PLATFORMS (any value).
+
+    Without it, jax probes for a TPU when an installed libtpu is present: a screen of start-up
+    warnings the first time litert-torch touches jax, and libtpu's lock file taken, which makes
+    deviceless TPU compiles in other processes fail.
+    """
+    import os
+
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in HOST_ONLY_COMMANDS:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _quiet_third_party() -> None:
+    """Keep the console for tpuedge's own report and the user's own warnings.
+
+    torchao logs a warning per optional CUDA kernel it can't load on a CPU-only machine; the
+    libraries' deprecations are about their internals. TPUEDGE_VERBOSE=1 shows everything.
     """
     import logging
     import os
     import warnings
 
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if os.environ.get("TPUEDGE_VERBOSE"):
         return
     os.environ.setdefault("TQDM_DISABLE", "1")  # ai-edge-quantizer's per-tensor progress bars
     for name in ("torchao", "torch.utils._pytree", "torch.export", "torch._export"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    # Deprecation chatter from torch/litert internals, not about the user's model.
-    for category in (FutureWarning, DeprecationWarning):
-        warnings.filterwarnings("ignore", category=category)
-    warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*")
-    warnings.filterwarnings("ignore", message=".*were assigned during export.*")
+    # The user's model file is their script: its deprecations show, as Python shows __main__'s.
+    warnings.filterwarnings("default", category=DeprecationWarning)
+    # Deprecation chatter from torch/litert/jax internals (inserted later, so it wins).
+    for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=_THIRD_PARTY_RE)
+    warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*", module=_THIRD_PARTY_RE)
+    warnings.filterwarnings("ignore", message=".*assigned during export.*", module=_THIRD_PARTY_RE)
 
 
 def main(argv: list[str] | None = None) -> Any:
+    _host_cpu_for_host_only_commands(sys.argv[1:] if argv is None else list(argv))
     _quiet_third_party()
     try:
         rv = cli.main(args=argv, prog_name="tpuedge", standalone_mode=False)

@@ -112,11 +112,18 @@ def _batch_stats(x):
     return mean, var, math.prod(x.shape[a] for a in axes)
 
 
+def _opmath(x):
+    """bf16/f16 input computed in f32 and rounded once, as torch's batch-norm kernels do
+    (statistics of a bf16 batch taken in bf16 are off by ~1e-2)."""
+    return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
+
+
 def _bn_train(x, weight, bias, eps):
-    mean, var, count = _batch_stats(x)
+    xf = _opmath(x)
+    mean, var, count = _batch_stats(xf)
     rstd = lax.rsqrt(var + eps)
-    y = (x - mean.reshape(_bn_shape(x))) * rstd.reshape(_bn_shape(x))
-    return _affine(y, x, weight, bias), mean, var, rstd, count
+    y = (xf - mean.reshape(_bn_shape(xf))) * rstd.reshape(_bn_shape(xf))
+    return _affine(y, xf, weight, bias).astype(x.dtype), mean, var, rstd, count
 
 
 def _running(running_mean, running_var, mean, var, count, momentum):
@@ -127,9 +134,10 @@ def _running(running_mean, running_var, mean, var, count, momentum):
 
 
 def _bn_eval(x, weight, bias, running_mean, running_var, eps):
+    xf = _opmath(x)
     rstd = lax.rsqrt(running_var + eps)
-    y = (x - running_mean.reshape(_bn_shape(x))) * rstd.reshape(_bn_shape(x))
-    return _affine(y, x, weight, bias)
+    y = (xf - running_mean.reshape(_bn_shape(xf))) * rstd.reshape(_bn_shape(xf))
+    return _affine(y, xf, weight, bias).astype(x.dtype)
 
 
 @lowering("aten._native_batch_norm_legit_functional.default")

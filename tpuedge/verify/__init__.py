@@ -15,7 +15,12 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["verify", "VerifyResult", "LayerReport", "write_report_dir"]
+__all__ = ["verify", "VerifyResult", "LayerReport", "write_report_dir", "DEFAULT_MIN_COSINE"]
+
+# The threshold every verify applies unless told otherwise: each output's cosine similarity
+# with the float IR (all samples flattened together) must reach it. Here, not in compare.py, so
+# the CLI can state it in --help without importing numpy.
+DEFAULT_MIN_COSINE = 0.99
 
 _LAZY = {
     "verify": ("tpuedge.verify.compare", "verify"),

@@ -1,8 +1,9 @@
-"""Per-layer values of the cloud backend: the JAX interpreter's intermediates of the same IR.
+"""Per-layer values of a cloud-tpu artifact: its own model.layers.jaxexport with its own weights.
 
-`to_jax(program).intermediates(params, buffers, *inputs)` keys each value by the captured
-program's node name, so no name mapping is needed; the weights are the Program's (the
-artifact was checked to carry the same IR fingerprint).
+The build exports a second function beside the forward, `layers(params, buffers, *inputs)`,
+returning every IR layer's value keyed by the captured program's node name (see
+cloud/layer_export.py). Running it on XLA:CPU with the folder's model.safetensors shows what
+the shipped artifact computes layer by layer: weights changed after the build show up here.
 """
 
 from __future__ import annotations
@@ -15,25 +16,27 @@ __all__ = ["CloudLayerSource"]
 
 
 class CloudLayerSource:
-    def __init__(self, program, layers: dict[str, IRLayer]):
-        from tpuedge.cloud.interpreter import to_jax
+    def __init__(self, artifact, layers: dict[str, IRLayer]):
+        from tpuedge.cloud.layer_export import LAYERS_FILE
+        from tpuedge.shared_ir.errors import UserError
 
-        self._jax = to_jax(program)
+        if not artifact.manifest.get("layers"):
+            raise UserError(
+                f"{artifact.directory} records no exported layers (built by an older tpuedge), so its per-layer values "
+                "can't be read from the artifact; rebuild it with `tpuedge build --target cloud-tpu`."
+            )
+        self._artifact = artifact
         self._layers = layers
+        self._file = LAYERS_FILE
+        exported = set((artifact.manifest.get("layers") or {}).get("nodes") or ())
+        self._names = [name for name in layers if name in exported and not layers[name].is_input]
 
     def prepare(self, reference: dict[str, np.ndarray], inputs: list[np.ndarray]) -> None:
-        """Nothing to settle: the interpreter keys values by the IR's node names."""
+        """Nothing to settle: the exported function keys values by the IR's node names."""
 
     def names(self) -> dict[str, str]:
-        return {name: f"jax:{name}" for name in self._layers}
+        return {name: f"{self._file}:{name}" for name in self._names}
 
     def values(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
-        record = self._jax.intermediates(self._jax.params, self._jax.buffers, *inputs)
-        out = {}
-        for name, layer in self._layers.items():
-            if layer.is_input:
-                continue
-            value = record.get(name)
-            if value is not None and hasattr(value, "shape"):
-                out[name] = np.asarray(value, dtype=np.float64)
-        return out
+        record = self._artifact.layer_values(*inputs)
+        return {name: np.asarray(record[name], dtype=np.float64) for name in self._names if name in record}

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from tpuedge.verify import DEFAULT_MIN_COSINE
+
 __all__ = ["verify_command"]
 
 
@@ -19,7 +21,10 @@ __all__ = ["verify_command"]
 @click.option("--model", "-m", "model", help="MODEL the artifacts were built from (file.py:factory, pkg.mod:factory or .pt2).")
 @click.option("--data", "-d", "data", required=True, type=click.Path(path_type=Path), help=".npz with one array per model input (first axis = samples); .npy for one input.")
 @click.option("--labels", help="Key of the labels array in the .npz: report task accuracy of both and the drop.")
-@click.option("--min-cosine", type=float, help="Fail (exit 1) when any output's cosine similarity is below this.")
+@click.option(
+    "--min-cosine", type=float, default=DEFAULT_MIN_COSINE, show_default=True,
+    help="Fail (exit 1) when any output's cosine similarity with the float IR (all samples together) is below this; -1 turns the check off.",
+)
 @click.option("--min-top1", type=float, help="Fail when top-1 agreement with the float IR is below this fraction (e.g. 0.99).")
 @click.option("--max-drop", type=float, help="Fail when task accuracy drops by more than this many percentage points (needs --labels).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the results as JSON here (for CI).")
@@ -32,7 +37,7 @@ def verify_command(
     model: str | None,
     data: Path,
     labels: str | None,
-    min_cosine: float | None,
+    min_cosine: float,
     min_top1: float | None,
     max_drop: float | None,
     json_path: Path | None,
@@ -44,7 +49,8 @@ def verify_command(
     """Run ARTIFACT_DIR (one or more builds) in its real runtime and the float MODEL on the same data; compare.
 
     Per output: max/mean abs error, cosine, SNR, top-1 agreement; with --labels, task accuracy
-    of both. Exit 0 when every threshold holds, 1 when one fails, 2 for bad input.
+    of both. Default threshold: cosine >= 0.99 on every output (--min-cosine). Exit 0 when every
+    threshold holds, 1 when one fails or nothing was checked, 2 for bad input.
     """
     import json
 
@@ -101,5 +107,12 @@ def verify_command(
         for r, c in failures:
             console.print(f"[red]FAILED[/red] {r.artifact}: {c.describe()}")
         return 1
-    console.print(f"[green]verify passed[/green]: {checks} check(s) on {len(results)} artifact(s)" if checks else "verify: no thresholds given; measured only")
+    unchecked = [r for r in results if not r.checks]
+    if unchecked:  # every threshold turned off: measured, but nothing says it is right
+        console.print(
+            f"[red]verify checked nothing[/red] on {', '.join(r.artifact for r in unchecked)}: every threshold is off "
+            "(--min-cosine -1 and no --min-top1/--max-drop); give one to pass or fail."
+        )
+        return 1
+    console.print(f"[green]verify passed[/green]: {checks} check(s) on {len(results)} artifact(s)")
     return 0

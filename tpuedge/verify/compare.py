@@ -3,7 +3,9 @@
 The artifact must come from the same IR as the model (manifest `ir_fingerprint` vs
 `Program.fingerprint`); both run on the same samples; every output gets max/mean abs error,
 cosine, SNR and (classifier-shaped) top-1 agreement; with labels, both task accuracies and
-the drop. Thresholds become `Check`s; `VerifyResult.passed` is True when all of them hold.
+the drop. Thresholds become `Check`s; `VerifyResult.passed` is True when all of them hold,
+and there is always at least one: the cosine of every output against `DEFAULT_MIN_COSINE`
+unless the caller sets its own (-1 turns it off).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
+from tpuedge.verify import DEFAULT_MIN_COSINE
 from tpuedge.verify.data import VerifyData, load_data
 from tpuedge.verify.metrics import OutputMetrics, compare_output, is_classifier_shaped
 from tpuedge.verify.per_layer import DEFAULT_LAYER_SAMPLES, LayerReport, layer_report, runtime_label
@@ -83,7 +86,8 @@ class VerifyResult:
 
     @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
+        """Every check holds, and something was checked (no checks is not a pass)."""
+        return bool(self.checks) and all(c.passed for c in self.checks)
 
     @property
     def failures(self) -> list[Check]:
@@ -187,7 +191,7 @@ def verify(
     data: Any,
     *,
     labels: Any = None,
-    min_cosine: float | None = None,
+    min_cosine: float | None = DEFAULT_MIN_COSINE,
     min_top1: float | None = None,
     max_drop: float | None = None,
     per_layer: bool = False,
@@ -198,11 +202,15 @@ def verify(
 
     data: .npz path, dict of arrays keyed by input name, one array, or a list of input tuples.
     labels: key of the labels array in the npz/dict, or the labels themselves.
-    min_cosine / min_top1 (fraction, e.g. 0.99): apply to every (classifier) output.
+    min_cosine: every output's cosine with the float IR must reach it; DEFAULT_MIN_COSINE (0.99)
+        unless given (None also means the default; -1 measures without a cosine check).
+    min_top1 (fraction, e.g. 0.99): applies to every classifier-shaped output.
     max_drop: the largest accuracy loss allowed, in percentage points (needs labels).
     Raises UserError for input that doesn't fit (exit 2 in the CLI); thresholds that fail
     are reported in the result (`passed`, `failures`), not raised.
     """
+    if min_cosine is None:
+        min_cosine = DEFAULT_MIN_COSINE
     if min_top1 is not None and not 0.0 <= min_top1 <= 1.0:
         raise UserError(f"--min-top1 is a fraction of samples, e.g. 0.99 for 99%; got {min_top1}.")
     if min_cosine is not None and not -1.0 <= min_cosine <= 1.0:
@@ -232,7 +240,7 @@ def verify(
         accuracy = _task_accuracy(program, reference, got, dataset, labels if isinstance(labels, str) else "labels")
 
     checks: list[Check] = []
-    if min_cosine is not None:
+    if min_cosine > -1.0:
         checks += [Check("cosine", o.name, o.cosine, min_cosine, "min", o.cosine >= min_cosine) for o in outputs]
     if min_top1 is not None:
         classifiers = _classifier_outputs(program, outputs)

@@ -3,7 +3,8 @@
 - LiteRT (android): the flatbuffer runs in the LiteRT interpreter with all tensors preserved
   and the builtin kernels (a delegate would hide the intermediates inside its partition).
 - TFLite-Micro (mcu): the real TFLM interpreter with `kPreserveAllTensors`.
-- cloud-tpu: the JAX interpreter's intermediates of the same IR, on CPU.
+- cloud-tpu: the artifact's model.layers.jaxexport (every IR layer's value) with its
+  model.safetensors, on XLA:CPU.
 
 Runtime tensors are mapped to IR nodes (`tflite_graph.match_tensors`), dequantized and put
 back into IR layout. Each layer's SNR is the per-channel SNR (see `metrics`); its drop is how
@@ -31,7 +32,7 @@ from tpuedge.verify.runner import (
     single_torch_thread,
 )
 
-__all__ = ["LayerStat", "LayerReport", "layer_report", "runtime_label", "DEFAULT_LAYER_SAMPLES"]
+__all__ = ["LayerStat", "LayerReport", "layer_report", "accumulate_layers", "runtime_label", "DEFAULT_LAYER_SAMPLES"]
 
 DEFAULT_LAYER_SAMPLES = 64
 
@@ -78,6 +79,8 @@ class LayerReport:
     samples: int
     ir_layers: int  # tensor-valued IR nodes
     layers: tuple[LayerStat, ...]  # compared layers in graph order (model inputs included)
+    # IR nodes the runtime gave a tensor for whose shape is not the IR's: not compared, but counted
+    shape_mismatches: tuple[str, ...] = ()  # "node: runtime (1, 64) vs IR (1, 4, 16)"
 
     def ranked(self) -> list[LayerStat]:
         """Compared layers (not the model inputs), largest SNR drop first."""
@@ -93,6 +96,7 @@ class LayerReport:
             "ir_layers": self.ir_layers,
             "layers": [l.to_json() for l in self.layers],
             "ranked": [l.node for l in self.ranked()],
+            "shape_mismatches": list(self.shape_mismatches),
         }
 
 
@@ -209,7 +213,7 @@ def _source_for(artifact, program, layers: dict[str, IRLayer]) -> _LayerSource:
     if target == "cloud-tpu":
         from tpuedge.verify.cloud_layers import CloudLayerSource
 
-        return CloudLayerSource(program, layers)
+        return CloudLayerSource(artifact, layers)
     raise UserError(
         f"Per-layer numerics are not available for target {target!r}; they cover android, mcu and cloud-tpu artifacts."
     )
@@ -265,6 +269,23 @@ def _label(node: str, chain: list[str], layers: dict[str, IRLayer]) -> str:
     return f"{node} ({' → '.join(parts)})"
 
 
+def accumulate_layers(
+    reference: dict[str, np.ndarray],
+    got: dict[str, np.ndarray],
+    accumulators: dict[str, ErrorAccumulator],
+    mismatches: dict[str, str],
+) -> None:
+    """Add one call's runtime values to the per-node sums; a value whose shape is not the IR's
+    is recorded in `mismatches` (node -> what differed), never silently dropped."""
+    for node, value in got.items():
+        if node not in reference:
+            continue
+        if value.shape != reference[node].shape:
+            mismatches.setdefault(node, f"{node}: runtime {tuple(value.shape)} vs IR {tuple(reference[node].shape)}")
+            continue
+        accumulators.setdefault(node, ErrorAccumulator()).update(reference[node], value)
+
+
 def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_LAYER_SAMPLES) -> LayerReport:
     """Compare every layer `artifact`'s runtime exposes with the IR, on the first `samples` samples."""
     recorder = IntermediateRecorder(program)
@@ -273,14 +294,13 @@ def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_
     subset = data.head(samples)
     batch = call_batch(program.inputs, subset.count, subset.whole_calls)
     accumulators: dict[str, ErrorAccumulator] = {}
+    mismatches: dict[str, str] = {}
     for number, (args, _) in enumerate(call_chunks(subset.rows, batch, whole_calls=subset.whole_calls)):
         with single_torch_thread():
             reference = recorder(*args)
         if number == 0:
             source.prepare(reference, args)
-        for node, value in source.values(args).items():
-            if node in reference and value.shape == reference[node].shape:
-                accumulators.setdefault(node, ErrorAccumulator()).update(reference[node], value)
+        accumulate_layers(reference, source.values(args), accumulators, mismatches)
     snrs = {node: acc.channel_snr_db for node, acc in accumulators.items()}
     covered = _covered_nodes(program, set(accumulators), layers)
     inputs = _input_snrs(program, snrs, layers)
@@ -314,4 +334,5 @@ def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_
         samples=subset.count,
         ir_layers=sum(1 for l in layers.values() if not l.is_input),
         layers=tuple(stats),
+        shape_mismatches=tuple(mismatches[n] for n in sorted(mismatches, key=lambda n: layers[n].order)),
     )

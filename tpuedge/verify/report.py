@@ -63,7 +63,9 @@ def layers_table(report: "LayerReport", top: int = 10):
     ranked = report.ranked()[:top]
     table = Table(
         title=f"worst layers in {report.runtime} (by SNR drop; {report.samples} samples, "
-        f"{len(report.layers)} of {report.ir_layers} IR layers compared)",
+        f"{sum(not l.is_input for l in report.layers)} of {report.ir_layers} IR layers compared"
+        + (f", {len(report.shape_mismatches)} skipped: shape differs" if report.shape_mismatches else "")
+        + ")",
         title_justify="left",
     )
     for column in ("#", "layer", "SNR dB", "in dB", "drop dB", "cosine", "max abs err", "source"):
@@ -111,6 +113,15 @@ def _markdown_layers(report: "LayerReport") -> list[str]:
         "found in the runtime. SNR is the mean per-channel SNR against the IR's own value; *drop* is how far a "
         "layer falls below the layers it reads from.",
         "",
+    ]
+    if report.shape_mismatches:
+        lines += [
+            f"{len(report.shape_mismatches)} layer(s) not compared because the runtime's tensor has another shape:",
+            "",
+            *(f"- {m}" for m in report.shape_mismatches),
+            "",
+        ]
+    lines += [
         "| rank | layer | op | runtime tensor | SNR dB | input SNR dB | drop dB | whole-tensor SNR dB | cosine | max abs err | source |",
         "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]

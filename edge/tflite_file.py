@@ -1,0 +1,172 @@
+"""The one reader (and writer) of .tflite flatbuffers, on the schema binding ai-edge-litert ships.
+
+Every part of tpuedge that looks inside a .tflite goes through `read_model`: it checks the bytes
+before decoding them, so a truncated, random or empty file is a `UserError` naming the file and
+what is wrong, never a `struct.error` from deep inside the flatbuffers runtime. Python's
+flatbuffers package has no Verifier, so the check is structural: the "TFL3" file identifier,
+every offset and vector inside the file (a full decode of the object tree), every tensor,
+buffer and opcode index in range, and buffers stored after the flatbuffer (`buffer.offset/size`,
+which ai-edge-quantizer writes for large models) inside the file.
+
+`DTYPE_NAMES` is the one TensorType -> numpy-name table; `operator_names` gives each opcode its
+builtin name ("CONV_2D") or "CUSTOM:<name>".
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# ai-edge-litert is a direct dependency, and its binding is the one the converter stack
+# (litert-torch, ai-edge-quantizer) reads and writes with. About 0.1 s to import.
+from ai_edge_litert import schema_py_generated as schema
+
+from tpuedge.shared_ir.errors import UserError
+
+__all__ = [
+    "FILE_IDENTIFIER", "DTYPE_NAMES", "read_model", "write_model", "operator_names", "dtype_name",
+    "is_external", "buffer_nbytes", "is_constant", "tensor_quantization", "text",
+]
+
+FILE_IDENTIFIER = b"TFL3"
+
+
+def _enum_names(enum_cls) -> dict[int, str]:
+    return {v: k for k, v in vars(enum_cls).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+# TensorType code -> numpy-style name ("float32", "int8", "bfloat16", "int4", ...).
+DTYPE_NAMES: dict[int, str] = {code: name.lower() for code, name in _enum_names(schema.TensorType).items()}
+_BUILTIN_NAMES = _enum_names(schema.BuiltinOperator)
+
+
+def dtype_name(code: int) -> str:
+    return DTYPE_NAMES.get(int(code), f"type{int(code)}")
+
+
+def text(value: Any) -> str:
+    """A flatbuffer string (bytes) as str; None as ""."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, (bytes, bytearray)) else str(value or "")
+
+
+def _fail(source: str, problem: str) -> UserError:
+    return UserError(
+        f"{source} is not a valid .tflite model: {problem}. The file may be truncated or not a "
+        "LiteRT flatbuffer at all; rebuild it (`tpuedge build ... --target android|mcu`) or copy it again."
+    )
+
+
+# What the flatbuffers runtime raises when an offset or length points outside the bytes.
+_DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, RecursionError)
+
+
+def read_model(data: bytes, source: str | Path | None = None):
+    """The checked object tree (`schema.ModelT`) of a .tflite; `UserError` when it is malformed.
+
+    `source` names the file in the message (default: "the .tflite bytes").
+    """
+    where = str(source) if source is not None else "the .tflite bytes"
+    data = bytes(data)
+    if len(data) == 0:
+        raise _fail(where, "it is empty (0 bytes)")
+    if len(data) < 8:
+        raise _fail(where, f"it is only {len(data)} bytes long")
+    if data[4:8] != FILE_IDENTIFIER:
+        raise _fail(where, f"it lacks the TFLite file identifier {FILE_IDENTIFIER.decode()!r} at bytes 4-8 (found {data[4:8]!r})")
+    (root,) = struct.unpack_from("<I", data, 0)
+    if root + 4 > len(data):
+        raise _fail(where, f"its root table offset {root} lies past the end of its {len(data)} bytes")
+    try:
+        model = schema.ModelT.InitFromPackedBuf(data, 0)
+    except _DECODE_ERRORS:
+        raise _fail(where, f"an offset or length inside it points outside its {len(data)} bytes") from None
+    _check_indices(model, len(data), where)
+    return model
+
+
+def _check_indices(model, size: int, where: str) -> None:
+    subgraphs, buffers, codes = model.subgraphs or [], model.buffers or [], model.operatorCodes or []
+    if not subgraphs:
+        raise _fail(where, "it has no subgraph")
+    for i, buf in enumerate(buffers):
+        if is_external(buf) and int(buf.offset) + int(buf.size) > size:
+            raise _fail(where, f"buffer {i} is stored at bytes {buf.offset}..{buf.offset + buf.size}, past the file's end ({size})")
+    for g, sg in enumerate(subgraphs):
+        tensors = sg.tensors or []
+        n = len(tensors)
+
+        def check(kind: str, indices, allow_missing: bool = False) -> None:
+            for t in [] if indices is None else indices:
+                if not (-1 if allow_missing else 0) <= int(t) < n:
+                    raise _fail(where, f"subgraph {g} refers to tensor {int(t)} ({kind}) but has {n} tensors")
+
+        check("a subgraph input", sg.inputs)
+        check("a subgraph output", sg.outputs)
+        for t, tensor in enumerate(tensors):
+            if not 0 <= int(tensor.buffer) < max(len(buffers), 1):
+                raise _fail(where, f"tensor {t} of subgraph {g} uses buffer {tensor.buffer} but there are {len(buffers)}")
+        for o, op in enumerate(sg.operators or []):
+            if not 0 <= int(op.opcodeIndex) < len(codes):
+                raise _fail(where, f"operator {o} of subgraph {g} uses opcode {op.opcodeIndex} but there are {len(codes)}")
+            check(f"an input of operator {o}", op.inputs, allow_missing=True)
+            check(f"an output of operator {o}", op.outputs, allow_missing=True)
+    for sig in model.signatureDefs or []:
+        g = int(sig.subgraphIndex)
+        if not 0 <= g < len(subgraphs):
+            raise _fail(where, f"signature {text(sig.signatureKey)!r} names subgraph {g} but there are {len(subgraphs)}")
+        n = len(subgraphs[g].tensors or [])
+        for tm in (sig.inputs or []) + (sig.outputs or []):
+            if not 0 <= int(tm.tensorIndex) < n:
+                raise _fail(where, f"signature {text(sig.signatureKey)!r} names tensor {tm.tensorIndex} but there are {n}")
+
+
+def write_model(model) -> bytes:
+    """Serialize a `ModelT` (with the "TFL3" identifier)."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def operator_names(model) -> list[str]:
+    """Name of each operator code, by opcode index: "CONV_2D", ... or "CUSTOM:<custom code>"."""
+    names = []
+    for code in model.operatorCodes or []:
+        number = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
+        if number == schema.BuiltinOperator.CUSTOM:
+            names.append(f"CUSTOM:{text(code.customCode) or '?'}")
+        else:
+            names.append(_BUILTIN_NAMES.get(number, f"BUILTIN_{number}"))
+    return names
+
+
+def is_external(buffer) -> bool:
+    """Stored after the flatbuffer (offset/size); offset 1 is the converter's 'empty' marker."""
+    return bool(buffer.offset) and int(buffer.offset) > 1
+
+
+def buffer_nbytes(buffer) -> int:
+    """Bytes of constant data in a buffer, inline or stored after the flatbuffer."""
+    if is_external(buffer):
+        return int(buffer.size)
+    return 0 if buffer.data is None else int(np.asarray(buffer.data).nbytes)
+
+
+def is_constant(model, tensor) -> bool:
+    """A tensor whose value is stored in the file (a weight), not computed at run time."""
+    buffers = model.buffers or []
+    return 0 < int(tensor.buffer) < len(buffers) and buffer_nbytes(buffers[int(tensor.buffer)]) > 0
+
+
+def tensor_quantization(tensor) -> tuple[np.ndarray, np.ndarray, int]:
+    """(scale float64[], zero_point int64[], quantized_dimension); empty arrays for float tensors."""
+    q = tensor.quantization
+    if q is None or q.scale is None or len(q.scale) == 0:
+        return np.zeros(0, np.float64), np.zeros(0, np.int64), 0
+    scale = np.asarray(q.scale, np.float64).reshape(-1)
+    zero = np.zeros(scale.size, np.int64) if q.zeroPoint is None or len(q.zeroPoint) == 0 else np.asarray(q.zeroPoint, np.int64).reshape(-1)
+    return scale, zero[: scale.size], int(q.quantizedDimension or 0)

@@ -1,0 +1,64 @@
+"""Route what the edge toolchain prints (converter, quantizer, interpreters) like tpuedge's own logs.
+
+litert-converter, ai-edge-quantizer and the LiteRT interpreter write start-up and progress lines
+to stderr, some from Python (progress bars, warnings) and some from C++ straight to fd 2
+("All log messages before absl::InitializeLog()", oneDNN notices, "Created TensorFlow Lite
+XNNPACK delegate"). `held_tool_output` holds both back, so the console carries only tpuedge's
+report, and never throws them away:
+  - TPUEDGE_VERBOSE=1 prints them as soon as the block ends;
+  - when the block raises, they are attached to the exception (`exc.tool_output`, and a note
+    that Python prints under the traceback), so a failure shows what the tool said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from collections.abc import Iterator
+
+from tpuedge.shared_ir.native_stderr import held_native_stderr
+
+__all__ = ["held_tool_output", "verbose", "tail"]
+
+
+def verbose() -> bool:
+    return os.environ.get("TPUEDGE_VERBOSE", "") not in ("", "0")
+
+
+def tail(text: str, lines: int = 20) -> str:
+    """The last `lines` non-empty lines of a tool's output (what matters when it failed)."""
+    kept = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+@contextlib.contextmanager
+def held_tool_output(tool: str) -> Iterator[list[str]]:
+    """Hold `tool`'s stderr (Python and native) inside the block; the yielded list gets the text."""
+    captured: list[str] = []
+    python_err = io.StringIO()
+    error: BaseException | None = None
+    outer = sys.stderr
+    with held_native_stderr() as native:
+        with contextlib.redirect_stderr(python_err):
+            try:
+                yield captured
+            except BaseException as exc:  # re-raised below, with the output attached
+                error = exc
+            finally:
+                # handlers that kept the real stream (absl, logging) buffer in Python: flush them
+                # into the held fd before it is restored
+                for stream in {id(s): s for s in (outer, sys.__stderr__) if s is not None}.values():
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+    text = python_err.getvalue() + native[0]
+    captured.append(text)
+    if verbose() and text:
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    if error is not None:
+        if text.strip() and not isinstance(error, (KeyboardInterrupt, SystemExit)):
+            error.tool_output = text  # type: ignore[attr-defined]
+            if hasattr(error, "add_note"):
+                error.add_note(f"{tool} printed:\n{tail(text)}")
+        raise error

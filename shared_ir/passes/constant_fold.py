@@ -1,0 +1,116 @@
+"""Fold subgraphs that depend on no input into constants.
+
+Exported models often compute constants at run time: HF transformers build position ids with
+`gather` over a buffer and mask patterns with `arange`/`new_ones`/`ge`, all independent of the
+model's inputs. A target with no kernel for those ops should not refuse the model for them.
+This pass evaluates every deterministic ATen op whose operands are all constants (buffers that
+are never mutated, lifted constants, or ops with no tensor operand like `arange`) and replaces
+the frontier of that constant subgraph with lifted constants (CONSTANT_TENSOR inputs).
+
+Parameters are never folded (they stay weights, for quantization), and a fold that would
+materialize a large tensor from small ones (an `expand` to a big shape) is not made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuedge.shared_ir.passes import PassResult, copy_program
+from tpuedge.shared_ir.passes.graph_edit import finish, replace_node
+
+__all__ = ["FoldConstants", "MAX_FOLDED_ELEMENTS"]
+
+# a folded constant may hold up to this many elements, or as many as its largest constant operand
+MAX_FOLDED_ELEMENTS = 1 << 16
+
+
+def _constant_placeholders(ep) -> dict[str, Any]:
+    from torch.export.graph_signature import InputKind
+
+    mutated = set(ep.graph_signature.buffers_to_mutate.values())
+    values = {}
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == InputKind.BUFFER and spec.target not in mutated:
+            values[spec.arg.name] = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            values[spec.arg.name] = ep.constants[spec.target]
+    return values
+
+
+def _foldable_op(node) -> bool:
+    import torch
+
+    target = node.target
+    return (
+        isinstance(target, torch._ops.OpOverload)
+        and target.namespace == "aten"
+        and torch.Tag.nondeterministic_seeded not in target.tags
+        and not target._schema.is_mutable
+        and isinstance(node.meta.get("val"), torch.Tensor)
+    )
+
+
+def _evaluate(ep) -> dict[str, Any]:
+    """node name -> value, for every node computable from constants alone."""
+    import torch
+    from torch.fx.node import map_arg
+
+    values = _constant_placeholders(ep)
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or not _foldable_op(node):
+            continue
+        operands = [n.name for n in node.all_input_nodes]
+        if not all(name in values for name in operands):
+            continue
+        largest = max((values[n].numel() for n in operands), default=0)
+        if node.meta["val"].numel() > max(MAX_FOLDED_ELEMENTS, largest):
+            continue
+        args, kwargs = map_arg((node.args, node.kwargs), lambda n: values[n.name])
+        with torch.no_grad():
+            values[node.name] = node.target(*args, **kwargs).detach().clone().contiguous()
+    return values
+
+
+class FoldConstants:
+    name = "fold-constants"
+
+    def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
+        values = _evaluate(exported_program)
+        folded = [n for n in exported_program.graph.nodes if n.op == "call_function" and n.name in values]
+        if not folded:
+            return exported_program, PassResult(self.name, 0, "no input-independent ops in the program")
+        ep = copy_program(exported_program)
+        graph = ep.graph_module.graph
+        frontier = [
+            n for n in graph.nodes
+            if n.op == "call_function" and n.name in values and any(u.name not in values or u.op == "output" for u in n.users)
+        ]
+        for node in frontier:
+            self._lift(ep, node, values[node.name])
+        finish(ep)
+        ops = sorted({str(n.target).removeprefix("aten.") for n in folded})
+        return ep, PassResult(
+            self.name,
+            len(folded),
+            f"folded {len(folded)} input-independent op(s) into {len(frontier)} constant(s): {', '.join(ops)}",
+            {"folded_ops": ops, "constants": len(frontier)},
+        )
+
+    @staticmethod
+    def _lift(ep, node, value) -> None:
+        from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+
+        graph = ep.graph_module.graph
+        specs = list(ep.graph_signature.input_specs)
+        first_user = next(i for i, s in enumerate(specs + [None]) if s is None or s.kind == InputKind.USER_INPUT)
+        anchor = next((n for n in graph.nodes if n.op != "placeholder"), None)
+        if first_user < len(specs):
+            anchor = next(n for n in graph.nodes if n.op == "placeholder" and n.name == specs[first_user].arg.name)
+        target = f"_folded_{node.name}"
+        with graph.inserting_before(anchor):
+            placeholder = graph.placeholder(f"c{target}")
+        placeholder.meta.update(node.meta)
+        ep.constants[target] = value
+        specs.insert(first_user, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(placeholder.name), target))
+        ep.graph_signature.input_specs[:] = specs  # the signature keeps its own list: edit in place
+        replace_node(ep, node, placeholder)

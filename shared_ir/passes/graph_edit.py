@@ -1,0 +1,39 @@
+"""Small graph edits the passes share: replace a node everywhere, keep the signature in step.
+
+torch.export's graph signature names every output by its node; a pass that replaces an
+output node must rename that output spec too, or the program no longer validates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["replace_node", "finish", "call_functions", "SOURCE_META"]
+
+# what a node built by a pass inherits from the node it replaces (source line, module path)
+SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
+
+
+def call_functions(exported_program: Any, targets) -> list[Any]:
+    """The call_function nodes of `exported_program` whose target is in `targets`."""
+    targets = set(targets)
+    return [n for n in exported_program.graph.nodes if n.op == "call_function" and n.target in targets]
+
+
+def replace_node(ep: Any, node: Any, replacement: Any) -> None:
+    """Every use of `node` (graph output included) becomes `replacement`; `node` is erased."""
+    from torch.export.graph_signature import TensorArgument
+
+    for spec in ep.graph_signature.output_specs:
+        if isinstance(spec.arg, TensorArgument) and spec.arg.name == node.name:
+            spec.arg = TensorArgument(name=replacement.name)
+    node.replace_all_uses_with(replacement)
+    node.graph.erase_node(node)
+
+
+def finish(ep: Any) -> Any:
+    """Lint and recompile after edits; returns `ep`."""
+    ep.graph_module.graph.eliminate_dead_code()
+    ep.graph_module.graph.lint()
+    ep.graph_module.recompile()
+    return ep

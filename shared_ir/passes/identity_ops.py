@@ -1,0 +1,61 @@
+"""Remove ops that compute the identity in an exported inference graph.
+
+    dropout / feature_dropout / alpha_dropout / feature_alpha_dropout with train=False
+    clone, alias, detach, lift_fresh_copy
+
+An eval-mode model keeps its `nn.Dropout` layers as `aten.dropout(x, p, False)`; those and
+copies are the identity for a converter that owns its buffers, so they vanish from the IR
+instead of being refused by a target that has no kernel named after them. A dropout captured
+with train=True (F.dropout(x, training=True) in forward) is random, not the identity: it
+stays, and the target's check reports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuedge.shared_ir.passes import PassResult, copy_program
+from tpuedge.shared_ir.passes.graph_edit import call_functions, finish, replace_node
+
+__all__ = ["RemoveIdentityOps"]
+
+_DROPOUTS = ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
+_COPIES = ("clone", "alias", "detach", "lift_fresh_copy")
+
+
+def _targets():
+    import torch
+
+    aten = torch.ops.aten
+    dropouts = {getattr(aten, name).default for name in _DROPOUTS}
+    copies = {getattr(aten, name).default for name in _COPIES}
+    return dropouts, copies
+
+
+def _is_identity(node, dropouts) -> bool:
+    if node.target not in dropouts:
+        return True  # a copy
+    train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
+    return train is False
+
+
+class RemoveIdentityOps:
+    name = "remove-identity-ops"
+
+    def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
+        dropouts, copies = _targets()
+        found = [n for n in call_functions(exported_program, dropouts | copies) if _is_identity(n, dropouts)]
+        if not found:
+            return exported_program, PassResult(self.name, 0, "no identity ops in the program")
+        ep = copy_program(exported_program)
+        names = {n.name for n in found}
+        removed: dict[str, int] = {}
+        for node in [n for n in ep.graph.nodes if n.name in names]:
+            key = node.target.__name__.split(".")[0]
+            removed[key] = removed.get(key, 0) + 1
+            replace_node(ep, node, node.args[0])
+        finish(ep)
+        what = ", ".join(f"{k} x{v}" for k, v in sorted(removed.items()))
+        return ep, PassResult(
+            self.name, len(found), f"removed {len(found)} identity op(s) (eval-mode dropout, copies): {what}", {"removed": removed}
+        )

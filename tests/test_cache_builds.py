@@ -1,0 +1,123 @@
+"""The build cache in real builds: hits give the same bytes as cold builds, android and mcu share
+the float model, damaged entries are rebuilt, and two processes can fill one cache at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_runner import run_cli
+from tpuedge.edge.convert import clear_float_cache
+from tpuedge.shared_ir.cache import BuildCache
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = f"{ROOT}/examples/models.py:build_cnn"
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("TPUEDGE_CACHE_DIR", str(folder))
+    monkeypatch.delenv("TPUEDGE_NO_CACHE", raising=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def calibration_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cal") / "cal.npz"
+    np.savez(path, x=np.random.default_rng(0).standard_normal((16, 1, 3, 32, 32)).astype(np.float32))
+    return path
+
+
+def _build(out: Path, *args: str) -> str:
+    clear_float_cache()  # each build as a fresh process would see it: nothing converted in memory
+    code, stdout, stderr = run_cli("build", MODEL, "--out", str(out), *args)
+    assert code == 0, stderr
+    return stdout
+
+
+def _folder(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+def _cache_line(stdout: str) -> str:
+    return next(line for line in stdout.splitlines() if line.startswith("cache:"))
+
+
+def test_android_int8_rebuild_hits_every_stage_with_identical_bytes(tmp_path, cache_dir, calibration_file):
+    args = ("--target", "android", "--quantize", "int8", "--calibration", str(calibration_file))
+    cold = _cache_line(_build(tmp_path / "cold", *args))
+    assert "miss float_tflite" in cold and "calibration" in cold and "quant_candidate" in cold and "hit" not in cold
+    warm = _cache_line(_build(tmp_path / "warm", *args))
+    assert warm.startswith("cache: hit float_tflite, calibration, quant_candidate") and "miss" not in warm
+    uncached = _cache_line(_build(tmp_path / "off", *args, "--no-cache"))
+    assert uncached == "cache: off (--no-cache)"
+    assert _folder(tmp_path / "cold") == _folder(tmp_path / "warm") == _folder(tmp_path / "off")
+    code, out, _ = run_cli("cache", "info")
+    assert code == 0 and str(cache_dir) in out and "float_tflite: 1 entry" in out and "quant_candidate" in out
+    code, out, _ = run_cli("cache", "clear")
+    assert code == 0 and "removed" in out and BuildCache(cache_dir).info().entries == 0
+
+
+def test_mcu_build_reuses_the_android_float_model(tmp_path, cache_dir, calibration_file):
+    _build(tmp_path / "android", "--target", "android", "--quantize", "none")
+    mcu = _cache_line(_build(tmp_path / "mcu", "--target", "mcu", "--calibration", str(calibration_file), "--eval", "none"))
+    assert "hit float_tflite" in mcu and "miss calibration" in mcu
+    os.environ["TPUEDGE_CACHE_DIR"] = str(tmp_path / "other-cache")  # restored by monkeypatch
+    _build(tmp_path / "mcu-cold", "--target", "mcu", "--calibration", str(calibration_file), "--eval", "none")
+    assert _folder(tmp_path / "mcu") == _folder(tmp_path / "mcu-cold")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_entry_is_rebuilt_not_served(tmp_path, cache_dir, damage):
+    args = ("--target", "android", "--quantize", "none")
+    _build(tmp_path / "cold", *args)
+    (entry,) = list(cache_dir.rglob("*.entry"))
+    raw = entry.read_bytes()
+    entry.write_bytes(raw[: len(raw) // 2] if damage == "truncate" else raw[:-10] + bytes([raw[-10] ^ 0x40]) + raw[-9:])
+    line = _cache_line(_build(tmp_path / "again", *args))
+    assert line.startswith("cache: rebuilt float_tflite"), line
+    assert _folder(tmp_path / "cold") == _folder(tmp_path / "again")
+    assert entry.read_bytes() == raw  # written again, intact
+    assert _cache_line(_build(tmp_path / "third", *args)).startswith("cache: hit float_tflite")
+
+
+def test_two_processes_fill_one_cache_at_once(tmp_path, cache_dir, calibration_file):
+    env = {**os.environ, "TPUEDGE_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "tpuedge.cli", "build", MODEL, "--target", "android", "--quantize", "int8",
+               "--calibration", str(calibration_file)]
+    procs = [
+        subprocess.Popen([*command, "--out", str(tmp_path / f"out{i}")], env=env, cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    results = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [r[1][-2000:] for r in results]
+    assert _folder(tmp_path / "out0") == _folder(tmp_path / "out1")
+    store = BuildCache(cache_dir)
+    entries = list(cache_dir.rglob("*.entry"))
+    assert entries and all(store.lookup(p.stem)[1] == "hit" for p in entries)
+    assert not [p for p in cache_dir.rglob(".*") if p.is_file()]  # no temp file left behind
+    # and a third build is served entirely from what the two wrote
+    line = _cache_line(_build(tmp_path / "out2", "--target", "android", "--quantize", "int8", "--calibration", str(calibration_file)))
+    assert "miss" not in line and "hit float_tflite" in line
+    assert _folder(tmp_path / "out0") == _folder(tmp_path / "out2")
+
+
+def test_cloud_rebuild_reuses_the_export_blob_and_the_tpu_compile(tmp_path, cache_dir):
+    from tpuedge.cloud.tpu_compile import libtpu_unavailable_reason
+
+    args = ("--target", "cloud-tpu", "--topology", "v5e:2x2")
+    cold = _cache_line(_build(tmp_path / "cold", *args))
+    warm = _cache_line(_build(tmp_path / "warm", *args))
+    stages = "jax_export" if libtpu_unavailable_reason() else "jax_export, tpu_compile"
+    assert cold.startswith(f"cache: miss {stages}") and warm.startswith(f"cache: hit {stages}"), (cold, warm)
+    # tpu_compile.json records the compile's wall time: a hit gives the bytes of the build that made it
+    assert _folder(tmp_path / "cold") == _folder(tmp_path / "warm")
+    other = _cache_line(_build(tmp_path / "v6e", "--target", "cloud-tpu", "--topology", "v6e:2x2"))
+    assert "hit jax_export" in other and ("miss tpu_compile" in other or libtpu_unavailable_reason())

@@ -1,0 +1,86 @@
+"""What the edge toolchain prints is held, not lost: shown with TPUEDGE_VERBOSE=1 and carried by
+the error when a tool fails. Each case runs in a child process, since the LiteRT interpreter logs
+its XNNPACK line only once per process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import tpuedge
+
+XNNPACK = "Created TensorFlow Lite XNNPACK delegate"
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+@pytest.fixture(scope="module")
+def float_tflite(tmp_path_factory):
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tool_output") / "net"
+    tpuedge.build(tpuedge.export(_Net(), (torch.zeros(1, 4),), name="net"), "android", out, quantize="none")
+    return out / "model.tflite"
+
+
+_QUANTIZE = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from tpuedge.edge import quantizer_recipes
+    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.quantize.config import QuantConfig
+
+    width = int(sys.argv[2])  # 4 fits the model; 5 makes the quantizer's interpreter fail
+    quantize = run_quantizer(open(sys.argv[1], "rb").read())
+    recipe = quantizer_recipe(QuantConfig(scheme="int8", io_dtype="int8"))
+    samples = [{"x": np.full((1, width), i, np.float32)} for i in range(8)]
+    try:
+        quantize.calibrate(recipe, samples)
+        print(json.dumps({"bytes": len(quantize(recipe))}))
+    except getattr(quantizer_recipes, "QuantizerError", Exception) as exc:
+        print(json.dumps({"error": str(exc), "log": getattr(exc, "log", "")}))
+    """
+)
+
+
+def _child(float_tflite, width: int, verbose: bool):
+    env = {k: v for k, v in os.environ.items() if k != "TPUEDGE_VERBOSE"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tpuedge.__path__[0]).rsplit("/", 1)[0], env.get("PYTHONPATH")) if p)
+    env["TPUEDGE_NO_CACHE"] = "1"  # a cached calibration would skip the quantizer's interpreter
+    if verbose:
+        env["TPUEDGE_VERBOSE"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-c", _QUANTIZE, str(float_tflite), str(width)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_quantizer_output_is_held_and_shown_with_verbose(float_tflite):
+    result, stderr = _child(float_tflite, 4, verbose=False)
+    assert result["bytes"] > 0
+    assert XNNPACK not in stderr, stderr
+    result, stderr = _child(float_tflite, 4, verbose=True)
+    assert result["bytes"] > 0
+    assert XNNPACK in stderr, stderr
+
+
+def test_a_quantizer_failure_carries_what_it_printed(float_tflite):
+    result, stderr = _child(float_tflite, 5, verbose=False)
+    assert "ai-edge-quantizer failed while calibrating on 8 sample(s)" in result["error"]
+    assert "XNNPack delegate failed to reshape" in result["error"]  # the tool's own exception
+    assert XNNPACK in result["log"] and XNNPACK in result["error"]  # and what it printed before failing
+    assert XNNPACK not in stderr

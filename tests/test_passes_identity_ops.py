@@ -1,0 +1,60 @@
+"""The identity-op pass: eval-mode dropout and copies vanish from the IR, numbers unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import tpuedge
+from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
+from tpuedge.shared_ir.program import Program
+
+
+class _Dropouts(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+        self.drop = torch.nn.Dropout(0.3)
+        self.drop2d = torch.nn.Dropout2d(0.2)
+        self.fc = torch.nn.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x):
+        y = self.drop2d(torch.relu(self.conv(x)))
+        y = F.dropout(y.clone(), 0.5, training=False)
+        return self.drop(self.fc(y.flatten(1)))  # a dropout as the graph's output
+
+
+def _program():
+    torch.manual_seed(0)
+    return tpuedge.export(_Dropouts().eval(), (torch.zeros(1, 2, 6, 6),), name="dropouts")
+
+
+def test_eval_dropout_and_copies_vanish_with_identical_numbers():
+    program = _program()
+    hist = program.op_histogram
+    assert hist.get("aten.dropout.default") == 2 and hist.get("aten.feature_dropout.default") == 1
+    ep, result = RemoveIdentityOps()(program.exported_program)
+    rewritten = Program(ep, name="dropouts")
+    assert result.changed == 4 and result.details["removed"] == {"clone": 1, "dropout": 2, "feature_dropout": 1}
+    left = {k for k in rewritten.op_histogram if "dropout" in k or "clone" in k}
+    assert left == set()
+    assert rewritten.output_names == program.output_names
+    x = np.random.default_rng(0).standard_normal((4, 1, 2, 6, 6)).astype(np.float32)
+    for sample in x:
+        np.testing.assert_array_equal(program.run(sample)[0], rewritten.run(sample)[0])
+    assert program.op_histogram == hist  # the input program is untouched
+
+
+def test_mcu_check_accepts_an_eval_model_with_dropout():
+    assert _program().check("mcu") == []
+
+
+def test_training_dropout_is_random_and_stays():
+    class Train(torch.nn.Module):
+        def forward(self, x):
+            return F.dropout(x, 0.5, training=True)
+
+    program = tpuedge.export(Train(), (torch.zeros(2, 8),), name="train_dropout")
+    ep, result = RemoveIdentityOps()(program.exported_program)
+    assert result.changed == 0 and ep is program.exported_program

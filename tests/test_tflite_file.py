@@ -1,0 +1,117 @@
+"""The one .tflite reader: damaged files are one paragraph and exit 2 (CLI `inspect`, `tpuedge.load`),
+never a struct.error; valid files read the same through every view built on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tpuedge
+from cli_runner import run_cli
+from tpuedge.edge import tflite_file
+from tpuedge.shared_ir.errors import UserError
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A real android build (float, converter output) to damage."""
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tfl") / "net"
+    program = tpuedge.export(_Net(), (torch.zeros(1, 4),), name="net")
+    tpuedge.build(program, "android", out, quantize="none")
+    return out
+
+
+def _damaged(built, tmp_path):
+    data = (built / "model.tflite").read_bytes()
+    rng = np.random.default_rng(0)
+    files = {
+        "empty": b"",
+        "truncated": data[: len(data) // 2],
+        "random": rng.integers(0, 256, len(data), dtype=np.uint8).tobytes(),
+        "text": b"this is not a model\n" * 20,
+    }
+    paths = {}
+    for kind, content in files.items():
+        paths[kind] = tmp_path / f"{kind}.tflite"
+        paths[kind].write_bytes(content)
+    return paths
+
+
+@pytest.mark.parametrize("kind, problem", [
+    ("empty", "it is empty (0 bytes)"),
+    ("truncated", "points outside its"),
+    ("random", "lacks the TFLite file identifier 'TFL3'"),
+    ("text", "lacks the TFLite file identifier 'TFL3'"),
+])
+def test_inspect_a_damaged_tflite_is_one_paragraph_exit_2(built, tmp_path, kind, problem):
+    path = _damaged(built, tmp_path)[kind]
+    code, out, err = run_cli("inspect", str(path))
+    assert code == 2, err
+    assert "Traceback" not in err and "struct.error" not in err
+    assert str(path) in err and "is not a valid .tflite model" in err and problem in err, err
+    with pytest.raises(UserError, match="is not a valid .tflite model"):
+        tpuedge.load(path)
+
+
+def test_a_damaged_model_in_a_build_folder_is_a_user_error(built, tmp_path):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(built, folder)
+    import hashlib
+
+    data = (folder / "model.tflite").read_bytes()
+    cut = data[: len(data) - 100]
+    (folder / "model.tflite").write_bytes(cut)
+    # the manifest's checksum then matches, as for a build whose writer itself was cut short
+    manifest = (folder / "manifest.json").read_text()
+    old, new = hashlib.sha256(data).hexdigest(), hashlib.sha256(cut).hexdigest()
+    (folder / "manifest.json").write_text(manifest.replace(old, new).replace(f'"bytes": {len(data)}', f'"bytes": {len(cut)}'))
+    code, _, err = run_cli("inspect", str(folder))
+    assert code == 2 and "model.tflite is not a valid .tflite model" in err, err
+    artifact = tpuedge.load(folder)
+    with pytest.raises(UserError, match="not a valid .tflite model"):
+        artifact.run(np.zeros((1, 4), np.float32))
+
+
+def test_every_truncation_and_random_bytes_with_the_identifier_fail_cleanly(built):
+    """Every prefix of a real model, and random bytes behind a real header: UserError or a model."""
+    data = (built / "model.tflite").read_bytes()
+    for n in range(len(data)):
+        with pytest.raises(UserError, match="not a valid .tflite model"):
+            tflite_file.read_model(data[:n], "cut.tflite")
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        noise = bytearray(rng.integers(0, 256, len(data), dtype=np.uint8).tobytes())
+        noise[4:8] = b"TFL3"
+        try:
+            tflite_file.read_model(bytes(noise), "noise.tflite")
+        except UserError:
+            pass
+
+
+def test_a_buffer_stored_past_the_end_is_named(built):
+    model = tflite_file.read_model((built / "model.tflite").read_bytes())
+    index = next(i for i, b in enumerate(model.buffers) if b.data is not None and len(b.data))
+    model.buffers[index].data, model.buffers[index].offset, model.buffers[index].size = None, 10**6, 64
+    with pytest.raises(UserError, match=f"buffer {index} is stored at bytes 1000000..1000064, past the file's end"):
+        tflite_file.read_model(tflite_file.write_model(model), "ext.tflite")
+
+
+def test_one_dtype_table_and_op_names(built):
+    model = tflite_file.read_model((built / "model.tflite").read_bytes())
+    assert tflite_file.operator_names(model) == ["FULLY_CONNECTED"]
+    assert {tflite_file.DTYPE_NAMES[c] for c in (0, 1, 2, 3, 7, 9, 10)} == {
+        "float32", "float16", "int32", "uint8", "int16", "int8", "float64"}
+    assert all(np.dtype(tflite_file.DTYPE_NAMES[c]) for c in (0, 1, 2, 3, 4, 6, 7, 9, 10, 12, 15, 16))
