@@ -102,8 +102,9 @@ def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray]) -> 
     """Whether TFLM allocates the model and runs `sample` (raw, tensor dtypes) in `arena_size` bytes.
 
     False only when the arena was too small. A kernel whose Prepare can't get its scratch
-    memory also reports "failed to prepare", so a kernel failure counts as one only when it
-    happens again with the largest arena: then it raises UserError; anything else InternalError.
+    memory also reports "failed to prepare" (or "Too many buffers"), so a failure counts as a
+    kernel's only when it happens again with the largest arena: then it raises UserError;
+    anything else InternalError.
     """
     error = _run(tflite, arena_size, sample)
     if error is None:
@@ -111,8 +112,8 @@ def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray]) -> 
     failure = classify_tflm_error(error)
     if failure.kind == "allocation":
         return False
-    if failure.kind == "kernel" and arena_size < _CEILING and _run(tflite, _CEILING, sample) is None:
-        return False  # it needed more memory, not another kernel
+    if failure.kind != "missing-kernel" and arena_size < _CEILING and _run(tflite, _CEILING, sample) is None:
+        return False  # it needed more memory (kernel scratch buffers fail in their own words), not another kernel
     if failure.kind in ("missing-kernel", "kernel"):
         raise failure.user_error() from error
     raise InternalError(f"TFLite-Micro failed with a {arena_size}-byte arena for a reason other than its size: {error}") from error

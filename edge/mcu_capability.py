@@ -79,10 +79,10 @@ def mcu_capability() -> Capability:
 
 
 def _check_view(exported_program):
-    """What the check judges: the build's IR passes, then without the activations the converter fuses."""
-    from tpuedge.edge.mcu_fusion import without_fused_activations
+    """What the check judges: the build's IR passes, then what the converter folds and fuses away."""
+    from tpuedge.edge.mcu_fusion import converter_view
 
-    return without_fused_activations(mcu_passes()(exported_program))
+    return converter_view(mcu_passes()(exported_program))
 
 
 def _rewrite_notes(exported_program) -> list[str]:

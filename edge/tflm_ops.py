@@ -56,6 +56,8 @@ def mcu_int8_problem(builtin: str) -> str | None:
     entry = tflm_ops().get(builtin)
     if entry is None:
         return tflm_missing().get(builtin) or f"TFLite-Micro has no {builtin} kernel"
+    if entry.get("non_float"):  # bool/int data: quantization leaves it alone, the kernel is enough
+        return None
     if not entry.get("int8"):
         return f"TFLite-Micro's {builtin} kernel takes no int8 tensors"
     if builtin not in quantizer_int8():
