@@ -10,8 +10,9 @@ Per model (wall time and peak RSS of each child, imports and model capture inclu
 and the ratios the issue sets goals for (over the models' median): cached rebuild / cold
 (goal <= 0.15) and mcu after android / mcu cold (goal <= 0.6).
 
-    python bench/cache.py                      # bundled examples (and small zoo models if bench/zoo.py has them)
+    python bench/cache.py                      # the bundled examples
     python bench/cache.py --models build_cnn   # a subset
+    python bench/cache.py --models --spec tiny=path/to/zoo_model.py:build   # any MODEL spec (e.g. zoo models)
 Writes bench/results/cache.json. The machine is shared and noisy: one run, read ratios as such.
 """
 
@@ -62,17 +63,6 @@ def _calibration_for(spec: str, folder: Path) -> str:
     return str(path)
 
 
-def _zoo_specs() -> dict[str, str]:
-    """Small models of bench/zoo.py as MODEL specs, when it provides them (optional)."""
-    try:
-        sys.path.insert(0, str(ROOT / "bench"))
-        import zoo  # noqa: F401
-    except Exception:
-        return {}
-    specs = getattr(zoo, "small_model_specs", None)
-    return dict(specs()) if callable(specs) else {}
-
-
 def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> dict:
     """One `tpuedge build` in a child process: wall seconds, peak RSS, the cache line it printed."""
     env = {**os.environ, "TPUEDGE_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
@@ -102,12 +92,18 @@ def bench_model(name: str, spec: str, calibration: str, work: Path) -> dict:
     row["mcu_cold"] = run_build(spec, "mcu", work / f"{name}-m0", fresh, *mcu_args)
     row["mcu_after_android"] = run_build(spec, "mcu", work / f"{name}-m1", shared, *mcu_args)
     row["mcu_cached"] = run_build(spec, "mcu", work / f"{name}-m2", shared, *mcu_args)
-    same = all(
-        (work / f"{name}-{a}" / f).read_bytes() == (work / f"{name}-{b}" / f).read_bytes()
-        for a, b, folder in (("a1", "a2", "a1"), ("m0", "m1", "m0"), ("m0", "m2", "m0"))
-        for f in os.listdir(work / f"{name}-{folder}")
-    )
-    row["byte_identical"] = same
+    def same(a: str, b: str) -> bool:
+        files = sorted(os.listdir(work / f"{name}-{a}"))
+        return files == sorted(os.listdir(work / f"{name}-{b}")) and all(
+            (work / f"{name}-{a}" / f).read_bytes() == (work / f"{name}-{b}" / f).read_bytes() for f in files
+        )
+
+    row["identical"] = {
+        "android_cached_vs_cold": same("a1", "a2"),
+        "mcu_after_android_vs_cold": same("m0", "m1"),
+        "mcu_cached_vs_cold": same("m0", "m2"),
+    }
+    row["byte_identical"] = all(row["identical"].values())
     row["ratios"] = {
         "android_cached_rebuild": round(row["android_cached"]["wall_s"] / row["android_cold"]["wall_s"], 3),
         "mcu_cached_rebuild": round(row["mcu_cached"]["wall_s"] / row["mcu_cold"]["wall_s"], 3),
@@ -147,15 +143,17 @@ def summarize(rows: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="*", default=None, help=f"subset of {', '.join(MODELS)} (and zoo names)")
+    parser.add_argument("--models", nargs="*", default=None, help=f"subset of {', '.join(MODELS)}")
+    parser.add_argument("--spec", action="append", default=[], metavar="NAME=MODEL", help="also bench this MODEL spec")
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     rows = []
     with tempfile.TemporaryDirectory(prefix="tpuedge-bench-cache-") as tmp:
         work = Path(tmp)
         specs = {m: f"{ROOT}/examples/models.py:{m}" for m in MODELS if m != "digits"}
-        specs.update(_zoo_specs())
-        wanted = args.models or [*MODELS, *(k for k in specs if k not in MODELS)]
+        extra = dict(item.split("=", 1) for item in args.spec)
+        specs.update(extra)
+        wanted = [*(MODELS if args.models is None else args.models), *extra]
         for name in wanted:
             if name == "digits":
                 spec, cal = _export_digits(work)
