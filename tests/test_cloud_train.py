@@ -560,3 +560,35 @@ def test_cnn_train_step_has_no_reduce_window_max_gradient():
     step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.AdamW(model.parameters()), (x, y))
     hlo = step.lower().compile().as_text()
     assert "reduce-window(" not in hlo
+
+
+def test_batch_norm_closed_form_gradient_matches_torch():
+    """Train-mode BatchNorm's gradient is the closed form (two reductions), not autodiff through
+    both statistics' passes; it must still be torch's for the input, weight and bias."""
+    import jax
+
+    class BN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(6)
+
+        def forward(self, x, w):
+            return (self.bn(x) * w).sum()
+
+    torch.manual_seed(0)
+    model = BN()
+    with torch.no_grad():
+        model.bn.weight.uniform_(0.5, 1.5)
+        model.bn.bias.uniform_(-0.5, 0.5)
+    x, w = torch.randn(4, 6, 5, 5) * 3 + 1, torch.randn(4, 6, 5, 5)
+    jp = tpuedge.cloud.to_jax(tpuedge.export(model, (x, w), training=True))
+
+    def loss(params, xv):
+        return jp(params, jp.buffers, xv, np.asarray(w))[1][0]
+
+    g_params, g_x = jax.grad(loss, argnums=(0, 1))(jp.params, np.asarray(x))
+    xt = x.clone().requires_grad_(True)
+    (model.train()(xt, w)).backward()
+    np.testing.assert_allclose(np.asarray(g_x), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(g_params["bn.weight"]), model.bn.weight.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(g_params["bn.bias"]), model.bn.bias.grad.numpy(), rtol=1e-4, atol=1e-5)
