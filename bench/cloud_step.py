@@ -1,6 +1,6 @@
 """Training-step throughput on this CPU: tpuedge's jitted JAX step vs torch eager and torch.compile.
 
-    /work/venv/bin/python bench/cloud_step.py [--seconds 2] [--models mlp,cnn,transformer]
+    python bench/cloud_step.py [--seconds 2] [--models mlp,cnn,transformer]
 
 For the MLP, the CNN (conv-BN-ReLU, train-mode BatchNorm) and the transformer block of
 examples/models.py, each runner trains a copy of the same initial model with AdamW on the same
@@ -8,7 +8,7 @@ fixed batch and we report steps/s (median of 3 timed windows) and the first step
 the jitted/compiled runners: tracing + compilation).
 
 Threads, stated because it decides the numbers on a 2-vCPU machine: torch runs with
-`torch.set_num_threads(1)` (2 threads is 5-100x slower here, see STACK.md), and XLA:CPU is held
+`torch.set_num_threads(1)` (2 threads is 5-100x slower here, see docs/stack-facts.md), and XLA:CPU is held
 to one thread too (`--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1`, set
 before jax loads), so the comparison is one core against one core. Pass --xla-threads all to
 let XLA use its default thread pool instead.

@@ -165,7 +165,7 @@ def accuracy(name: str, data: bytes, module, args) -> dict:
     import torch
 
     from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.quantize.metrics import compare_outputs
+    from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
     runner = LiteRTRunner(data, num_threads=1)
     test = make_inputs(name, module, args, 2, TEST if name != "digits" else 10_000)
@@ -179,8 +179,8 @@ def accuracy(name: str, data: bytes, module, args) -> dict:
         import model as digits
 
         labels = digits.digits_split()[3]
-        result["test_accuracy"] = round(float(np.mean([np.argmax(g[0]) == y for g, y in zip(got, labels)])), 4)
-        result["float_accuracy"] = round(float(np.mean([np.argmax(r[0]) == y for r, y in zip(ref, labels)])), 4)
+        result["test_accuracy"] = round(task_accuracy(stack_samples([g[0] for g in got]), labels), 4)
+        result["float_accuracy"] = round(task_accuracy(stack_samples([r[0] for r in ref]), labels), 4)
     return result
 
 

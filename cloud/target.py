@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpuedge.cloud.topologies import DEFAULT_TOPOLOGY, TopologyChoice, parse_topology, valid_topologies_text
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.targets import BuildOption, Capability, Target, register_target
+from tpuedge.shared_ir.targets import BuildOption, Capability, Target
 
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
@@ -40,7 +40,7 @@ class CloudLowered:
         loss: str = "auto",
         sharding: str = "data",
     ):
-        from tpuedge.cloud.stablehlo_export import batch_size, rebind_batch
+        from tpuedge.cloud.batch_rebind import batch_size, rebind_batch
 
         self.source_program = program
         self.program = rebind_batch(program, batch)
@@ -72,7 +72,7 @@ class CloudLowered:
         return self._text
 
     def compile(self, out_dir: Any = None):
-        from tpuedge.cloud.artifact import write_cloud_artifact
+        from tpuedge.cloud.artifact_writer import write_cloud_artifact
 
         out = Path(out_dir) if out_dir is not None else Path("build") / self.program.name / "cloud-tpu"
         return write_cloud_artifact(self, out)
@@ -138,5 +138,3 @@ class CloudTpuTarget(Target):
             raise UserError(f"{path} holds a {manifest.get('target')!r} build, not cloud-tpu; open it with tpuedge.load.")
         return CloudArtifact(path, manifest)
 
-
-register_target(CloudTpuTarget())

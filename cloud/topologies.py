@@ -35,7 +35,7 @@ class TpuChip:
     hbm_bandwidth: float  # per chip, bytes/s
     default_topology: str  # what a bare chip name means
     mesh_dims: int  # 2 for the 2-D torus slices (v5e, v6e), 3 for the 3-D ones (v4, v5p)
-    examples: tuple[str, ...]  # topologies verified to compile without a TPU (STACK.md)
+    examples: tuple[str, ...]  # topologies verified to compile without a TPU (docs/stack-facts.md)
     source: str
 
 

@@ -87,12 +87,12 @@ def loss_program(
     captures under `torch.autocast("cpu", torch.bfloat16)`: the graph casts weights and
     activations to bf16 where torch's autocast does (matmuls, convolutions) and keeps its f32 ops
     (softmax, losses, norms) f32, while parameters stay f32 placeholders."""
-    import tpuedge
+    from tpuedge.shared_ir.capture import export
 
     flat, n = split_batch(example_batch, n_inputs)
     wrapper = ModelWithLoss(model, loss_fn, n, return_outputs=not training, precision=precision)
     name = type(model).__name__.lower() + ("_train" if training else "_eval")
-    return tpuedge.export(wrapper, flat, training=training, name=name)
+    return export(wrapper, flat, training=training, name=name)
 
 
 # ---- a captured Program back in training mode --------------------------------------------------

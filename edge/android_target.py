@@ -30,6 +30,7 @@ class AndroidTarget(Target):
     summary = "quantized LiteRT flatbuffer for phones (LiteRT interpreter)"
     runtime = "LiteRT interpreter (ai_edge_litert)"
     implemented = True
+    opens_files = (".tflite",)  # a bare .tflite runs in LiteRT, whoever made it
 
     def capability(self) -> Capability:
         from tpuedge.edge.capability import android_capability
@@ -57,6 +58,11 @@ class AndroidTarget(Target):
         return AndroidLowered.create(program, **options)
 
     def load_artifact(self, path: Any):
+        from tpuedge.edge.artifact import open_litert_artifact
+
+        return open_litert_artifact(Path(path))
+
+    def load_file(self, path: Any):
         from tpuedge.edge.artifact import open_litert_artifact
 
         return open_litert_artifact(Path(path))

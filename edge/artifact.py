@@ -102,7 +102,10 @@ def _kb(n: int) -> str:
 
 
 def format_report(manifest: dict, summary, model_path: Path) -> str:
-    lines = [f"{manifest.get('model_name', model_path.stem)} -> {model_path}  (target {manifest.get('target', 'android')})"]
+    if manifest.get("ir_fingerprint"):
+        lines = [f"{manifest.get('model_name', model_path.stem)} -> {model_path}  (target {manifest['target']})"]
+    else:  # a bare file: nothing says which target or IR it came from
+        lines = [f"{model_path}: a .tflite without a tpuedge manifest (target and IR unknown); run in the LiteRT interpreter"]
     if manifest.get("ir_fingerprint"):
         lines.append(f"  IR fingerprint {manifest['ir_fingerprint'][:16]}")
     recipe = manifest.get("recipe") or {}

@@ -19,25 +19,24 @@ from collections.abc import Sequence
 import numpy as np
 
 from tpuedge.edge.tflite_inspect import TensorInfo
+from tpuedge.edge.tool_output import held_tool_output, tail
+from tpuedge.quantize import affine
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["LiteRTRunner", "quantize_array", "dequantize_array"]
+__all__ = ["LiteRTRunner"]
 
 
-def quantize_array(x: np.ndarray, info: TensorInfo) -> np.ndarray:
-    dtype = np.dtype(info.dtype)
-    if not info.quantized or np.issubdtype(dtype, np.floating):
-        return np.asarray(x).astype(dtype)
-    scale, zp = info.scale[0], info.zero_point[0]
-    bounds = np.iinfo(dtype)
-    q = np.round(np.asarray(x, np.float64) / scale) + zp
-    return np.clip(q, bounds.min, bounds.max).astype(dtype)
+def _to_model(x: np.ndarray, info: TensorInfo) -> np.ndarray:
+    """Float -> the input tensor's dtype; LiteRT's default kernels round ties to even."""
+    if not info.quantized or np.issubdtype(np.dtype(info.dtype), np.floating):
+        return np.asarray(x).astype(info.dtype)
+    return affine.quantize(x, info.scale, info.zero_point, info.dtype, ties="even")
 
 
-def dequantize_array(q: np.ndarray, info: TensorInfo) -> np.ndarray:
+def _from_model(q: np.ndarray, info: TensorInfo) -> np.ndarray:
     if not info.quantized or np.issubdtype(q.dtype, np.floating):
         return np.asarray(q, np.float32) if np.issubdtype(q.dtype, np.floating) else q
-    return ((q.astype(np.float64) - info.zero_point[0]) * info.scale[0]).astype(np.float32)
+    return affine.dequantize(q, info.scale, info.zero_point)
 
 
 def _info(detail: dict, name: str) -> TensorInfo:
@@ -55,10 +54,18 @@ class LiteRTRunner:
 
         self._bytes = bytes(tflite_bytes)  # the interpreter reads from this buffer: keep it alive
         try:
-            self._interp = Interpreter(model_content=self._bytes, num_threads=num_threads)
-            self._interp.allocate_tensors()
+            # LiteRT logs "Created TensorFlow Lite XNNPACK delegate" (once per process) when it
+            # allocates: held like every tool's output, shown with TPUEDGE_VERBOSE=1 or on failure
+            with held_tool_output("LiteRT"):
+                self._interp = Interpreter(model_content=self._bytes, num_threads=num_threads)
+                self._interp.allocate_tensors()
         except (RuntimeError, ValueError) as exc:
-            raise UserError(f"LiteRT could not load this model ({exc}); rebuild it with `tpuedge build`.") from exc
+            printed = tail(getattr(exc, "tool_output", ""), 5)
+            raise UserError(
+                f"LiteRT could not load this model ({exc}"
+                + (f"; it printed: {' | '.join(printed.splitlines())}" if printed else "")
+                + "); rebuild it with `tpuedge build`."
+            ) from exc
         sig = self._interp._get_full_signature_list() or {}
         in_names, out_names = {}, {}
         for spec in sig.values():
@@ -112,8 +119,8 @@ class LiteRTRunner:
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Float in, float out; quantized I/O uses each tensor's scale and zero point."""
         arrays = self._check(inputs)
-        raw = self.run_raw([quantize_array(x, info) for x, info in zip(arrays, self.inputs)])
-        return [dequantize_array(q, info) for q, info in zip(raw, self.outputs)]
+        raw = self.run_raw([_to_model(x, info) for x, info in zip(arrays, self.inputs)])
+        return [_from_model(q, info) for q, info in zip(raw, self.outputs)]
 
     def run_many(self, samples: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
         return [self.run(sample) for sample in samples]

@@ -1,29 +1,74 @@
-"""Use litert-torch without letting it change JAX's process-wide x64 mode.
+"""Use litert-torch without ever changing JAX's process-wide x64 mode.
 
-Importing litert-torch runs `jax.config.update("jax_enable_x64", True)` (its jax bridge needs
-64-bit types while lowering). Left alone, that flips the cloud backend of the same process
-from int32 to int64 integers, so its artifacts and checks would depend on whether an edge
-build ran first. Every litert-torch import and call in tpuedge goes through `litert_session()`,
-which gives litert-torch x64 for the duration and then puts back the mode the user had.
+litert-torch's jax bridge needs 64-bit types while it lowers, and its import runs
+`jax.config.update("jax_enable_x64", True)`. Flipping that process-wide switch, even for the
+length of one build, is unsafe: a user training on the cloud backend in another thread of the
+same process would see int64 where it had int32 (jax canonicalizes every call's arguments by
+that flag), retrace, and produce different artifacts. So `litert_session()`:
+  - gives litert-torch x64 with `jax.enable_x64(True)`, JAX's thread-local override: only the
+    thread running the edge build sees it;
+  - imports litert-torch once, under a lock, with its import-time `config.update` of x64 made
+    a no-op for the importing thread only (every other update, and every other thread's, goes
+    through), and checks afterwards that the process-wide value is what it was.
+Every litert-torch import and call in tpuedge goes through `litert_session()`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import threading
 from collections.abc import Iterator
 
+from tpuedge.edge.tool_output import held_tool_output
+from tpuedge.shared_ir.errors import InternalError
+
 __all__ = ["litert_session"]
+
+_IMPORT_LOCK = threading.Lock()
+_X64 = "jax_enable_x64"
+
+
+def _import_litert_torch() -> None:
+    """Import litert-torch (and its jax bridge) without its process-wide x64 switch."""
+    if "litert_torch" in sys.modules:
+        return
+    import jax
+
+    with _IMPORT_LOCK:
+        if "litert_torch" in sys.modules:
+            return
+        importer = threading.get_ident()
+        before = bool(jax.enable_x64.get_global())
+        process_update = jax.config.update
+
+        def update(name, value):
+            if name == _X64 and threading.get_ident() == importer:
+                return None  # litert-torch's import-time switch; its calls run under the thread-local one
+            return process_update(name, value)
+
+        jax.config.update = update  # an instance attribute: shadows the method while importing
+        try:
+            import litert_torch  # noqa: F401
+            import litert_torch._convert.core  # noqa: F401  (the jax bridge, imported by the converter)
+        finally:
+            del jax.config.update
+        if bool(jax.enable_x64.get_global()) != before:
+            raise InternalError(
+                f"importing litert-torch changed JAX's process-wide {_X64} from {before}; this tpuedge "
+                "does not know how this litert-torch version switches it"
+            )
 
 
 @contextlib.contextmanager
 def litert_session() -> Iterator[None]:
     import jax
 
-    before = bool(jax.config.jax_enable_x64)
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")  # our CLI reports progress itself
-    jax.config.update("jax_enable_x64", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", before)
+    # litert-converter's C++ start-up lines (absl, oneDNN) and litert-torch's warnings: shown
+    # with TPUEDGE_VERBOSE=1 or when the conversion fails
+    with held_tool_output("litert-torch"):
+        _import_litert_torch()
+        with jax.enable_x64(True):
+            yield

@@ -66,6 +66,7 @@ class McuLowered:
         symbol: str | None = None,
         gelu: str = "sigmoid",
         per_channel: bool = True,
+        channels_last: bool = True,
     ):
         from tpuedge.edge.boards import resolve_board
         from tpuedge.edge.c_array import symbols_for
@@ -81,6 +82,7 @@ class McuLowered:
         self.symbols = symbols_for(program.name, symbol)
         self.config = QuantConfig(
             scheme="int8", io_dtype=io_dtype or "int8", strict_int8=True, per_channel=per_channel,
+            channels_last=True if channels_last is None else bool(channels_last),
             min_calibration_samples=_MIN_CALIBRATION,
         )
         problems = program.check("mcu")
@@ -115,6 +117,7 @@ class McuLowered:
     def as_text(self) -> str:
         lines = [f"mcu lowering of {self.program.name} (IR {self.program.fingerprint[:12]})"]
         lines += [f"  pass {r.name}: {r.description}" for r in self.pass_results]
+        lines.append(f"  layout: {'NHWC image inputs' if self.config.channels_last else 'as exported (NCHW)'}")
         lines.append(f"  quantization: {self.config.to_json()}")
         lines.append(f"  calibration: {len(self.calibration)} samples from {self.calibration_source}")
         if self.held_out:
@@ -143,13 +146,15 @@ class McuLowered:
         self._check_tflm_ops(ops)
         self._check_integer_only(tflite)
 
-        runtime = McuRuntimes(tflite)
+        runtime = McuRuntimes(tflite, self.config.channels_last)
         arena = measure_arena(tflite, runtime.quantized(self.calibration[0]))
         runtime.open_tflm(arena.recommended_bytes)
         verification = self._verify(runtime)
         budget = budget_check(self.board, len(tflite), arena.recommended_bytes)
 
         sections = {
+            "inputs": [_layout_spec(s, self.config.channels_last) for s in self.program.inputs],
+            "layout": "NHWC" if self.config.channels_last else "as exported",
             "quantization": {
                 "config": self.config.to_json(),
                 "recipe": converted.recipe,
@@ -188,20 +193,17 @@ class McuLowered:
 
     def _check_integer_only(self, tflite: bytes) -> None:
         """Full int8 means no float compute: float tensors may only be model I/O (float32 I/O)."""
-        from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
+        from tpuedge.edge import tflite_file
 
-        model = schema.Model.GetRootAsModel(tflite, 0)
-        sg = model.Subgraphs(0)
-        io = {sg.Inputs(i) for i in range(sg.InputsLength())} | {sg.Outputs(i) for i in range(sg.OutputsLength())}
-        floating = (schema.TensorType.FLOAT32, schema.TensorType.FLOAT16)
-        builtin_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+        model = tflite_file.read_model(tflite)
+        sg = model.subgraphs[0]
+        io = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+        names = tflite_file.operator_names(model)
         float_ops: dict[str, int] = {}
-        for o in range(sg.OperatorsLength()):
-            op = sg.Operators(o)
-            if any(op.Outputs(j) not in io and sg.Tensors(op.Outputs(j)).Type() in floating for j in range(op.OutputsLength())):
-                code = model.OperatorCodes(op.OpcodeIndex())
-                name = builtin_names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "?")
-                float_ops[name] = float_ops.get(name, 0) + 1
+        for op in sg.operators:
+            outputs = [int(o) for o in op.outputs]
+            if any(o not in io and tflite_file.dtype_name(sg.tensors[o].type) in ("float32", "float16") for o in outputs):
+                float_ops[names[op.opcodeIndex]] = float_ops.get(names[op.opcodeIndex], 0) + 1
         if len(float_ops) > 1:  # a DEQUANTIZE only feeds a float op, which is reported itself
             float_ops.pop("DEQUANTIZE", None)
         if float_ops:
@@ -227,9 +229,8 @@ class McuLowered:
     def _verify(self, runtime: "McuRuntimes") -> dict:
         """TFLM vs LiteRT (LSB) and vs the float Program: on --eval data, else on the calibration samples
         held out of calibration, else (too few to hold any out) on calibration samples, labelled so."""
-        from tpuedge.quantize.metrics import compare_outputs
-
         from tpuedge.edge import accuracy_samples as acc
+        from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
         report: dict = {}
         if self.evaluation is not None:
@@ -258,11 +259,20 @@ class McuLowered:
                 "tflm_vs_litert_max_lsb": lsb,
                 "tflm_vs_float": compare_outputs(floats, tflm_float).to_json(),
             }
-            if labels is not None and np.issubdtype(labels.dtype, np.integer) and floats[0][0].shape[-1] > 1:
-                float_pred = np.array([f[0].reshape(-1).argmax() for f in floats])
-                tflm_pred = np.array([t[0].reshape(-1).argmax() for t in tflm_float])
-                entry["float_accuracy"] = _r((float_pred == labels).mean())
-                entry["tflm_accuracy"] = _r((tflm_pred == labels).mean())
+            float_acc = None if labels is None else task_accuracy(stack_samples([f[0] for f in floats]), labels)
+            if float_acc is not None:  # the one definition verify uses (quantize.metrics)
+                entry["float_accuracy"] = _r(float_acc)
+                entry["tflm_accuracy"] = _r(task_accuracy(stack_samples([t[0] for t in tflm_float]), labels))
                 entry["source"] = self.evaluation.source if self.evaluation else None
             report[label] = entry
         return report
+
+
+def _layout_spec(spec, channels_last: bool) -> dict:
+    """The artifact's input as it takes it: rank-4 float inputs NHWC when channels-last."""
+    from tpuedge.edge.channels_last import nhwc_shape
+
+    entry = spec.to_json()
+    if channels_last and len(spec.shape) == 4 and spec.dtype.startswith("float"):
+        entry["shape"] = list(nhwc_shape(entry["shape"]))
+    return entry

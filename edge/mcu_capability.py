@@ -24,12 +24,16 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     from tpuedge.shared_ir.passes.casts import CanonicalCasts
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
+    from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
+    from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
+    from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
 
     return PassManager(
-        [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form)]
+        [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
+         DecomposeLSTMCell(), FlattenAsNHWC(), PReluAsMinimum()]
     )
 
 

@@ -12,10 +12,11 @@ __all__ = ["McuRuntimes"]
 class McuRuntimes:
     """The same model bytes in TFLM and LiteRT, with the model's own I/O (de)quantization."""
 
-    def __init__(self, tflite: bytes):
+    def __init__(self, tflite: bytes, channels_last: bool):
         from tpuedge.edge.litert_runtime import LiteRTRunner
 
         self.tflite = tflite
+        self.channels_last = channels_last
         self.litert = LiteRTRunner(tflite)
         self.tflm = None
 
@@ -32,22 +33,26 @@ class McuRuntimes:
         return self._io[which]
 
     def quantized(self, sample: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """A Program-layout (NCHW) sample as the model's input tensors (NHWC when channels-last)."""
+        from tpuedge.edge.convert import tflite_layout_inputs
+        from tpuedge.quantize import affine
+
         out = []
-        for x, d in zip(sample, self._details("inputs")):
+        for x, d in zip(tflite_layout_inputs([np.asarray(a) for a in sample], self.channels_last), self._details("inputs")):
             x = np.asarray(x).reshape(d["shape"])
             if d["scale"] is None or d["dtype"] not in ("int8", "int16"):
                 out.append(x.astype(d["dtype"]))
                 continue
-            info = np.iinfo(d["dtype"])
-            q = np.round(x.astype(np.float64) / d["scale"]) + d["zero_point"]
-            out.append(np.clip(q, info.min, info.max).astype(d["dtype"]))
+            out.append(affine.quantize(x, d["scale"], d["zero_point"], d["dtype"], ties="away"))  # as TFLM rounds
         return out
 
     def dequantized(self, outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        from tpuedge.quantize import affine
+
         res = []
         for y, d in zip(outputs, self._details("outputs")):
             if d["scale"] is None or d["dtype"] not in ("int8", "int16"):
                 res.append(np.asarray(y, np.float32))
             else:
-                res.append(((y.astype(np.float32) - d["zero_point"]) * d["scale"]).astype(np.float32))
+                res.append(affine.dequantize(y, d["scale"], d["zero_point"]))
         return res

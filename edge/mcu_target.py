@@ -50,6 +50,9 @@ class McuTarget(Target):
             BuildOption("flash_kb", "Custom flash budget in KB (with --ram-kb, or overriding --board's).", int),
             BuildOption("ram_kb", "Custom RAM budget in KB (with --flash-kb, or overriding --board's).", int),
             BuildOption("io_dtype", "I/O tensor dtype of the int8 model.", ("float32", "int8"), "int8"),
+            BuildOption(
+                "channels_last", "NHWC image inputs, no TRANSPOSE (the mcu default; --no-channels-last keeps NCHW)", bool, True
+            ),
             BuildOption("symbol", "C array name in model_data.cc (default g_<model>_model_data)."),
             BuildOption("gelu", "How GELU is rewritten for TFLite-Micro (it has no GELU kernel).", ("sigmoid", "tanh"), "sigmoid"),
         ]

@@ -30,20 +30,21 @@ def _module_path(scope: str) -> str:
 
 def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], GroupScopes]:
     """Sensitive groups (LayerNorm, softmax, GELU, attention matmul, recurrent state) in graph order."""
-    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl  # its scopes are what its recipes match
 
-    model = tfl.read_model(bytearray(float_tflite))
+    from tpuedge.edge import tflite_file
+
+    model = tflite_file.read_model(float_tflite)
     subgraph = model.subgraphs[0]
-    constant = {i for i, t in enumerate(subgraph.tensors) if t.buffer and model.buffers[t.buffer].data is not None}
+    op_names = tflite_file.operator_names(model)
+    constant = {i for i, t in enumerate(subgraph.tensors) if tflite_file.is_constant(model, t)}
     groups: "OrderedDict[str, tuple[str, list[tuple[str, str]]]]" = OrderedDict()
 
     def add(key: str, kind: str, scope: str, op: str) -> None:
         groups.setdefault(key, (kind, []))[1].append((scope, op))
 
-    for index, op in enumerate(subgraph.operators):
-        code = model.operatorCodes[op.opcodeIndex]
-        name = tfl.TFL_OP_CODE_TO_NAME.get(max(code.builtinCode, code.deprecatedBuiltinCode), "")
-        name = str(getattr(name, "value", name))
+    for index, op in enumerate(subgraph.operators or []):
+        name = op_names[op.opcodeIndex]
         scope = tfl.get_op_scope(op, subgraph.tensors)
         path = _module_path(scope)
         module = path.rsplit("/", 1)[-1]

@@ -8,13 +8,16 @@ them back so the real reason can go into an error message.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from tpuedge.edge import tflite_file
+from tpuedge.quantize import affine
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.native_stderr import held_native_stderr
 
-__all__ = ["TflmRunner", "TflmError", "quantize_to", "dequantize_from"]
+__all__ = ["TflmRunner", "TflmError"]
 
 
 class TflmError(RuntimeError):
@@ -25,31 +28,31 @@ class TflmError(RuntimeError):
         self.log = log
 
 
-def quantize_to(x: np.ndarray, detail: dict) -> np.ndarray:
-    """Float -> the tensor's integer dtype with its own scale and zero point (saturating)."""
+def _to_model(x: np.ndarray, detail: dict) -> np.ndarray:
+    """Float -> the input tensor's dtype; TFLite-Micro's kernels round ties away from zero."""
     dtype = np.dtype(detail["dtype"])
-    if not np.issubdtype(dtype, np.integer):
-        return np.asarray(x, dtype)
     q = detail["quantization_parameters"]
-    info = np.iinfo(dtype)
-    scaled = np.round(np.asarray(x, np.float64) / float(q["scales"][0])) + int(q["zero_points"][0])
-    return np.clip(scaled, info.min, info.max).astype(dtype)
+    if not np.issubdtype(dtype, np.integer) or not len(q["scales"]):
+        return np.asarray(x, dtype)
+    return affine.quantize(x, q["scales"], q["zero_points"], dtype, ties="away")
 
 
-def dequantize_from(q: np.ndarray, detail: dict) -> np.ndarray:
-    dtype = np.dtype(detail["dtype"])
-    if not np.issubdtype(dtype, np.integer):
-        return np.asarray(q, np.float32)
-    p = detail["quantization_parameters"]
-    return ((q.astype(np.float32) - float(p["zero_points"][0])) * float(p["scales"][0])).astype(np.float32)
+def _from_model(y: np.ndarray, detail: dict) -> np.ndarray:
+    q = detail["quantization_parameters"]
+    if not np.issubdtype(np.dtype(detail["dtype"]), np.integer) or not len(q["scales"]):
+        return np.asarray(y, np.float32)
+    return affine.dequantize(y, q["scales"], q["zero_points"])
 
 
 class TflmRunner:
     """One TFLite-Micro interpreter over `tflite` bytes with a fixed tensor arena."""
 
-    def __init__(self, tflite: bytes, arena_size: int):
+    def __init__(self, tflite: bytes, arena_size: int, *, source: str | Path | None = None):
         from tflite_micro import runtime
 
+        # TFLM's Python loader decodes the flatbuffer with no bounds checks (a truncated file is a
+        # struct.error): check it first, naming `source`
+        tflite_file.read_model(tflite, source)
         self.arena_size = int(arena_size)
         with held_native_stderr() as log:
             try:
@@ -90,5 +93,5 @@ class TflmRunner:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Float in, float out: int8 I/O is (de)quantized with each tensor's scale and zero point."""
-        raw = self.run_raw([quantize_to(x, d) for x, d in zip(inputs, self.input_details)])
-        return [dequantize_from(y, d) for y, d in zip(raw, self.output_details)]
+        raw = self.run_raw([_to_model(x, d) for x, d in zip(inputs, self.input_details)])
+        return [_from_model(y, d) for y, d in zip(raw, self.output_details)]

@@ -1,4 +1,29 @@
-"""Accuracy of a converted model against the float IR: the numbers every build reports."""
+"""The one set of accuracy metrics: build reports, `tpuedge verify` and the benches use these.
+
+A converted model's outputs (`candidate`) against the float IR's (`reference`), first axis =
+samples. Every number a manifest or a verify report prints comes from `compare_output`, so
+the two are comparable on the same samples. Numpy only.
+
+Definitions:
+- max_abs_error / mean_abs_error: of |candidate - reference| over every element.
+- cosine: cosine similarity of the whole output (all samples flattened together).
+- centered_cosine: cosine after subtracting the float mean over samples, per element: the
+  input-dependent part (a model that ignores its input scores ~0 here, while its plain cosine
+  can look fine).
+- snr_db: 10·log10(Σ ref² / Σ (ref − got)²), clipped to [SNR_FLOOR_DB, SNR_CAP_DB] (an exact
+  match would be infinite). `ErrorAccumulator.channel_snr_db` averages the SNR of each channel:
+  one loud channel (a per-tensor int8 scale set by an outlier) hides crushed quiet channels from
+  the whole-tensor SNR but not from the per-channel one.
+- top1_agreement: only for classifier-shaped outputs, (samples, classes) with 2 ≤ classes ≤
+  100 000: the share of samples whose argmax agrees. Other outputs (feature maps, sequences of
+  hidden states, embeddings with a token axis, one score per sample) have none: an argmax over
+  a hidden-state axis measures nothing, and reporting it reads as a failure that isn't one.
+- task_accuracy: share of samples whose argmax over a classifier-shaped output is the label.
+
+Outputs collected one call at a time (`compare_outputs`) are joined by `stack_samples`, with the
+rule the verify runner uses: per-call arrays with a leading batch of 1 are concatenated on it,
+anything else gets a new samples axis.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +32,165 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["AccuracySummary", "compare_outputs", "centered_cosine", "cosine"]
+__all__ = [
+    "SNR_CAP_DB",
+    "SNR_FLOOR_DB",
+    "MAX_CLASSES",
+    "OutputMetrics",
+    "AccuracySummary",
+    "ErrorAccumulator",
+    "compare_output",
+    "compare_outputs",
+    "max_abs_error",
+    "cosine",
+    "centered_cosine",
+    "snr_db",
+    "top1_agreement",
+    "task_accuracy",
+    "is_classifier_shaped",
+    "channel_axis",
+    "stack_samples",
+]
+
+SNR_CAP_DB = 120.0
+SNR_FLOOR_DB = -60.0
+MAX_CLASSES = 100_000
+_TINY = 1e-30
+# Channels whose reference energy is below this fraction of the loudest channel's carry no
+# signal (a dead ReLU channel); their SNR would be noise over nothing, so they are left out.
+_SILENT_CHANNEL = 1e-10
 
 
+# ---- the definitions ---------------------------------------------------------------------------
+def max_abs_error(reference: np.ndarray, candidate: np.ndarray) -> float:
+    """Largest |candidate - reference| (float64); 0.0 for empty arrays."""
+    reference = np.asarray(reference, np.float64)
+    if reference.size == 0:
+        return 0.0
+    return float(np.max(np.abs(reference - np.asarray(candidate, np.float64))))
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two arrays (flattened, float64); 1.0 for two all-zero arrays."""
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def centered_cosine(reference: np.ndarray, candidate: np.ndarray) -> float:
+    """Cosine of (candidate - mean_ref) vs (reference - mean_ref); arrays are [samples, ...]."""
+    reference = np.asarray(reference, np.float64)
+    candidate = np.asarray(candidate, np.float64)
+    if reference.ndim == 0 or reference.shape[0] < 2:
+        return cosine(reference, candidate)
+    mean = reference.mean(axis=0, keepdims=True)
+    return cosine(reference - mean, candidate - mean)
+
+
+def snr_db(signal_energy: float | np.ndarray, noise_energy: float | np.ndarray) -> float | np.ndarray:
+    """10·log10(signal/noise), clipped to [SNR_FLOOR_DB, SNR_CAP_DB]; exact → the cap."""
+    signal = np.asarray(signal_energy, dtype=np.float64)
+    noise = np.asarray(noise_energy, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = 10.0 * np.log10(np.maximum(signal, _TINY) / np.maximum(noise, _TINY))
+    value = np.where(noise <= _TINY, SNR_CAP_DB, value)
+    value = np.clip(value, SNR_FLOOR_DB, SNR_CAP_DB)
+    return float(value) if value.ndim == 0 else value
+
+
+def is_classifier_shaped(shape: Sequence[int]) -> bool:
+    """(samples, classes) with 2 ≤ classes ≤ MAX_CLASSES: argmax over the last axis means something."""
+    return len(shape) == 2 and 2 <= shape[-1] <= MAX_CLASSES
+
+
+def top1_agreement(reference: np.ndarray, candidate: np.ndarray) -> float | None:
+    """Share of samples whose argmax agrees; None unless the output is classifier-shaped."""
+    reference, candidate = np.asarray(reference), np.asarray(candidate)
+    if not is_classifier_shaped(reference.shape) or reference.shape[0] == 0:
+        return None
+    return float(np.mean(np.argmax(reference, axis=-1) == np.argmax(candidate, axis=-1)))
+
+
+def task_accuracy(scores: np.ndarray, labels: np.ndarray) -> float | None:
+    """Share of samples whose argmax is the label (a fraction); None unless `scores` is
+    classifier-shaped with one row per label."""
+    scores, labels = np.asarray(scores), np.asarray(labels).reshape(-1)
+    if not is_classifier_shaped(scores.shape) or len(scores) != len(labels) or not len(labels):
+        return None
+    return float(np.mean(np.argmax(scores, axis=-1) == labels))
+
+
+def channel_axis(shape: tuple[int, ...]) -> int | None:
+    """The channel axis of an IR (PyTorch-layout) tensor: 1 for NCHW / NC, last for (N, L, D)."""
+    if len(shape) < 2:
+        return None
+    return 1 if len(shape) in (2, 4, 5) else len(shape) - 1
+
+
+def stack_samples(per_call: Sequence[np.ndarray]) -> np.ndarray:
+    """One output's values from several calls as one array, first axis = samples."""
+    arrays = [np.asarray(a) for a in per_call]
+    if arrays and all(a.ndim >= 1 and a.shape[0] == 1 for a in arrays):
+        return np.concatenate(arrays, axis=0)
+    return np.stack(arrays)
+
+
+# ---- one output --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OutputMetrics:
+    """How one converted output compares with the float IR's output over all samples."""
+
+    name: str
+    shape: tuple[int, ...]
+    max_abs_error: float
+    mean_abs_error: float
+    cosine: float
+    centered_cosine: float
+    snr_db: float
+    top1_agreement: float | None  # None when the output isn't classifier-shaped
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+
+def compare_output(name: str, reference: np.ndarray, got: np.ndarray) -> OutputMetrics:
+    """Metrics of `got` against `reference` (same shape; first axis = samples)."""
+    reference = np.asarray(reference)
+    got = np.asarray(got)
+    if reference.shape != got.shape:
+        raise ValueError(f"output {name!r}: runtime shape {got.shape} != reference shape {reference.shape}")
+    ref = reference.astype(np.float64)
+    out = got.astype(np.float64)
+    err = np.abs(ref - out)
+    return OutputMetrics(
+        name=name,
+        shape=tuple(int(d) for d in ref.shape),
+        max_abs_error=max_abs_error(ref, out),
+        mean_abs_error=float(err.mean()) if err.size else 0.0,
+        cosine=cosine(ref, out),
+        centered_cosine=centered_cosine(ref, out),
+        snr_db=snr_db(np.sum(ref * ref), np.sum((ref - out) ** 2)),
+        top1_agreement=top1_agreement(ref, out),
+    )
+
+
+# ---- a whole model, as build reports record it -------------------------------------------------
 @dataclass(frozen=True)
 class AccuracySummary:
-    """Quantized/converted outputs vs the float reference, over a set of samples.
+    """Every output of a converted model vs the float reference, reduced to its worst output.
 
-    max_abs_error: largest |converted - float| over all outputs and samples.
-    output_range: max - min of the float outputs (to read max_abs_error relative to it).
-    cosine: cosine similarity of all outputs flattened together.
-    centered_cosine: cosine after subtracting the float mean over samples, per element: the
-        input-dependent part (a model that ignores its input scores ~0 here).
-    top1_agreement: share of rows where argmax over the last axis agrees (None for outputs with
-        a last axis of 1).
-    samples: how many samples were compared.
+    max_abs_error: the largest over all outputs; output_range: max - min of the float outputs
+    (to read max_abs_error against); cosine, centered_cosine, top1_agreement: the lowest over the
+    outputs (top-1 over the classifier-shaped ones, None if there are none), each from
+    `compare_output`, so a one-output model's numbers are exactly what `tpuedge verify` prints
+    for that output on the same samples; samples: how many were compared.
     """
 
     max_abs_error: float
@@ -43,53 +212,87 @@ class AccuracySummary:
         )
 
 
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """Cosine similarity of two arrays (flattened, float64); 1.0 for two all-zero arrays."""
-    a = np.asarray(a, np.float64).ravel()
-    b = np.asarray(b, np.float64).ravel()
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0.0 and nb == 0.0:
-        return 1.0
-    if na == 0.0 or nb == 0.0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
-
-
-def centered_cosine(reference: np.ndarray, candidate: np.ndarray) -> float:
-    """Cosine of (candidate - mean_ref) vs (reference - mean_ref); arrays are [samples, ...]."""
-    reference = np.asarray(reference, np.float64)
-    candidate = np.asarray(candidate, np.float64)
-    if reference.shape[0] < 2:
-        return cosine(reference.ravel(), candidate.ravel())
-    mean = reference.mean(axis=0, keepdims=True)
-    return cosine((reference - mean).ravel(), (candidate - mean).ravel())
-
-
 def compare_outputs(
     reference: Sequence[Sequence[np.ndarray]], candidate: Sequence[Sequence[np.ndarray]]
 ) -> AccuracySummary:
-    """reference[i][j], candidate[i][j]: output j of sample i (float reference, converted model)."""
+    """reference[i][j], candidate[i][j]: output j of call i (float reference, converted model)."""
     if not reference:
         raise ValueError("no samples to compare")
-    n_out = len(reference[0])
-    refs = [np.stack([np.asarray(s[j], np.float64) for s in reference]) for j in range(n_out)]
-    cands = [np.stack([np.asarray(s[j], np.float64).reshape(np.shape(reference[0][j])) for s in candidate]) for j in range(n_out)]
-    flat_r = np.concatenate([r.ravel() for r in refs])
-    flat_c = np.concatenate([c.ravel() for c in cands])
-    centered_r = np.concatenate([(r - r.mean(axis=0, keepdims=True)).ravel() if len(r) > 1 else r.ravel() for r in refs])
-    centered_c = np.concatenate(
-        [(c - r.mean(axis=0, keepdims=True)).ravel() if len(r) > 1 else c.ravel() for r, c in zip(refs, cands)]
-    )
-    agree, rows = 0, 0
-    for r, c in zip(refs, cands):
-        if r.ndim >= 2 and r.shape[-1] > 1:
-            agree += int((r.argmax(-1) == c.argmax(-1)).sum())
-            rows += int(np.prod(r.shape[:-1]))
+    per_output = []
+    refs = []
+    for j in range(len(reference[0])):
+        ref = stack_samples([s[j] for s in reference])
+        got = stack_samples([np.asarray(s[j]).reshape(np.shape(reference[i][j])) for i, s in enumerate(candidate)])
+        refs.append(ref)
+        per_output.append(compare_output(str(j), ref, got))
+    flat = np.concatenate([r.astype(np.float64).ravel() for r in refs])
+    top1 = [o.top1_agreement for o in per_output if o.top1_agreement is not None]
     return AccuracySummary(
-        max_abs_error=float(np.abs(flat_r - flat_c).max()) if flat_r.size else 0.0,
-        output_range=float(flat_r.max() - flat_r.min()) if flat_r.size else 0.0,
-        cosine=cosine(flat_r, flat_c),
-        centered_cosine=cosine(centered_r, centered_c),
-        top1_agreement=(agree / rows) if rows else None,
+        max_abs_error=max(o.max_abs_error for o in per_output),
+        output_range=float(flat.max() - flat.min()) if flat.size else 0.0,
+        cosine=min(o.cosine for o in per_output),
+        centered_cosine=min(o.centered_cosine for o in per_output),
+        top1_agreement=min(top1) if top1 else None,
         samples=len(reference),
     )
+
+
+# ---- per-layer sums ----------------------------------------------------------------------------
+class ErrorAccumulator:
+    """Running sums for one tensor compared over many samples (per-layer numerics), where keeping
+    every intermediate tensor of every sample would cost too much memory."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.signal = 0.0
+        self.noise = 0.0
+        self.dot = 0.0
+        self.got_sq = 0.0
+        self.max_abs = 0.0
+        self.channel_signal: np.ndarray | None = None
+        self.channel_noise: np.ndarray | None = None
+
+    def update(self, reference: np.ndarray, got: np.ndarray) -> None:
+        ref = np.asarray(reference, dtype=np.float64)
+        out = np.asarray(got, dtype=np.float64).reshape(ref.shape)
+        diff = ref - out
+        self.samples += 1
+        self.signal += float(np.sum(ref * ref))
+        self.noise += float(np.sum(diff * diff))
+        self.dot += float(np.sum(ref * out))
+        self.got_sq += float(np.sum(out * out))
+        if diff.size:
+            self.max_abs = max(self.max_abs, float(np.max(np.abs(diff))))
+        axis = channel_axis(ref.shape)
+        if axis is not None:
+            others = tuple(i for i in range(ref.ndim) if i != axis)
+            sig = np.sum(ref * ref, axis=others)
+            noi = np.sum(diff * diff, axis=others)
+            if self.channel_signal is None:
+                self.channel_signal, self.channel_noise = sig, noi
+            else:
+                self.channel_signal = self.channel_signal + sig
+                self.channel_noise = self.channel_noise + noi
+
+    @property
+    def snr_db(self) -> float:
+        return snr_db(self.signal, self.noise)
+
+    @property
+    def channel_snr_db(self) -> float:
+        """Mean over the channels that carry signal of each channel's SNR (dB)."""
+        if self.channel_signal is None or self.channel_signal.size < 2:
+            return self.snr_db
+        loud = self.channel_signal > _SILENT_CHANNEL * float(self.channel_signal.max())
+        if not loud.any():
+            return self.snr_db
+        return float(np.mean(snr_db(self.channel_signal[loud], self.channel_noise[loud])))
+
+    @property
+    def cosine(self) -> float:
+        """Same definition as `cosine` over everything accumulated."""
+        if self.signal == 0.0 and self.got_sq == 0.0:
+            return 1.0
+        if self.signal == 0.0 or self.got_sq == 0.0:
+            return 0.0
+        return float(self.dot / np.sqrt(self.signal * self.got_sq))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.tensors import TensorSpec
+from tpuedge.shared_ir.tool_versions import tool_versions  # re-exported: backends' manifests use it
 
 __all__ = [
     "Artifact",
@@ -30,16 +30,6 @@ __all__ = [
 ]
 
 MANIFEST = "manifest.json"
-
-
-def tool_versions(*distributions: str) -> dict[str, str]:
-    versions = {}
-    for dist in ("tpuedge", "torch", *distributions):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = "not installed"
-    return versions
 
 
 def file_entry(path: Path) -> dict:
@@ -142,25 +132,31 @@ class Artifact:
 
 
 def load(path: str | Path) -> Any:
-    """An artifact folder (by its manifest's target), a `.tflite` file, or a saved `.pt2` Program."""
-    from tpuedge.shared_ir.targets import get_target
+    """A build folder (opened by the target its manifest names, after `check_integrity`), a file
+    of a build folder (that build), a saved `.pt2` Program, or a bare file a target opens
+    (e.g. a `.tflite` without a manifest: its IR and target are unknown, and it says so)."""
+    from tpuedge.shared_ir.targets import all_targets, get_target
 
     path = Path(path)
     if path.is_dir():
         manifest = read_manifest(path)
         check_integrity(path, manifest)
         return get_target(manifest["target"]).load_artifact(path)
+    if not path.exists():
+        raise UserError(f"{path} does not exist; build an artifact first with `tpuedge build`, or check the path.")
     if path.suffix == ".pt2":
         from tpuedge.shared_ir.program import Program
 
         return Program.load(path)
-    if path.is_file() and (path.parent / MANIFEST).is_file():
+    if (path.parent / MANIFEST).is_file():
         manifest = read_manifest(path.parent)
         if path.name in (manifest.get("files") or {}):  # a file of a build folder: open that build
             check_integrity(path.parent, manifest)
             return get_target(manifest["target"]).load_artifact(path.parent)
-    if path.suffix == ".tflite":
-        return get_target("android").load_artifact(path)
-    if not path.exists():
-        raise UserError(f"{path} does not exist; build an artifact first with `tpuedge build`.")
-    raise UserError(f"Don't know how to open {path}: expected a build folder, a .tflite or a .pt2 file.")
+    openers = [t for t in all_targets().values() if path.suffix in t.opens_files]
+    if openers:
+        return openers[0].load_file(path)
+    known = sorted({s for t in all_targets().values() for s in t.opens_files} | {".pt2"})
+    raise UserError(
+        f"Don't know how to open {path}: expected a build folder (with {MANIFEST}), or a {', '.join(known)} file."
+    )

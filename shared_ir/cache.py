@@ -137,6 +137,10 @@ class BuildCache:
             pass
         return payload, "hit"
 
+    def stage_of(self, path: Path) -> str:
+        """The stage an entry file was written for (from its header)."""
+        return _stage_of(Path(path))
+
     def discard(self, key: str) -> None:
         _unlink(self.path_for(key))
 

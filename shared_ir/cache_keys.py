@@ -36,6 +36,7 @@ __all__ = [
     "active_cache",
     "cache_key",
     "cached_stage",
+    "cached_clean_check",
     "data_digest",
     "environment_versions",
     "encode_json",
@@ -78,10 +79,14 @@ class BuildSession:
             return "cache: off (--no-cache)"
         if not self.stages:
             return f"cache: no cached stage ran ({self.cache.directory})"
-        counts: dict[str, list[str]] = {}
+        counts: dict[str, dict[str, int]] = {}  # outcome -> stage -> how many times (in build order)
         for record in self.stages:
-            counts.setdefault(record.outcome, []).append(record.stage)
-        parts = [f"{outcome} {', '.join(stages)}" for outcome, stages in counts.items()]
+            stages = counts.setdefault(record.outcome, {})
+            stages[record.stage] = stages.get(record.stage, 0) + 1
+        parts = [
+            f"{outcome} " + ", ".join(stage if n == 1 else f"{stage} x{n}" for stage, n in stages.items())
+            for outcome, stages in counts.items()
+        ]
         return f"cache: {'; '.join(parts)} ({self.cache.directory})"
 
 
@@ -136,7 +141,7 @@ def _source_digest() -> str:
 
 @functools.cache
 def environment_versions() -> dict[str, str]:
-    from tpuedge.shared_ir.artifact import tool_versions
+    from tpuedge.shared_ir.tool_versions import tool_versions
 
     return {**tool_versions(*CACHE_TOOLS), "tpuedge-source": _source_digest()}
 
@@ -220,6 +225,35 @@ def cached_stage(
         _warn(f"could not write {stage} to the build cache ({exc}); the build itself is unaffected")
     _record(stage, "rebuilt" if state == "damaged" else "miss")
     return value
+
+
+def cached_clean_check(program, target: str, check: Callable[[], list]) -> list:
+    """`check()` (a program's problems for a built-in target), remembered when it found none.
+
+    A clean check of the same IR by the same code and tools stays clean; remembering it spares a
+    rebuild the backend's import and decomposition (seconds for litert-torch). Problems are never
+    cached: they are reported from a fresh check each time.
+    """
+    from tpuedge.shared_ir.targets import get_target
+
+    store = active_cache()
+    if store is None or not type(get_target(target)).__module__.startswith("tpuedge."):
+        return check()  # a third-party target's code is not in the key
+    key = cache_key("check", {"ir": program.fingerprint, "target": target})
+    try:
+        if store.get(key) == b"clean":
+            _record("check", "hit")
+            return []
+    except OSError:
+        pass
+    problems = check()
+    if not problems:
+        try:
+            store.put(key, b"clean", stage="check")
+        except OSError:
+            pass
+        _record("check", "miss")
+    return problems
 
 
 def _warn(message: str) -> None:

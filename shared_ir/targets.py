@@ -1,22 +1,26 @@
-"""Targets: one small class each, registered in one dict.
+"""Targets: one small class each, found through the `tpuedge.targets` entry-point group.
 
 A target declares what it can take (its `Capability`, filled by its backend from that
-backend's own lowering registry) and how to lower a `Program`. The CLI's `--target` choices
-are the keys of `implemented_targets()`. Target classes live in light modules of their
-backends (no torch/jax/litert import at module level), so listing targets stays instant.
+backend's own lowering registry) and how to lower a `Program`. Every target, the built-in ones
+included, is an entry point `name = "package.module:TargetClass"` in the group, so a
+third-party package adds one with no edit here. The CLI's `--target` choices are the keys of
+`implemented_targets()`. Entry points name light modules (no torch/jax/litert import at module
+level), so listing targets stays instant.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tpuedge.shared_ir.errors import InternalError, UserError
 from tpuedge.shared_ir.op_registry import OpRegistry
 
 if TYPE_CHECKING:  # pragma: no cover
+    from importlib import metadata
+
     from tpuedge.shared_ir.program import Program
 
 __all__ = [
@@ -28,7 +32,10 @@ __all__ = [
     "all_targets",
     "implemented_targets",
     "register_target",
+    "ENTRY_POINT_GROUP",
 ]
+
+ENTRY_POINT_GROUP = "tpuedge.targets"
 
 # Dtypes no target takes; the check reports them with a suggestion.
 UNSUPPORTED_DTYPES_DEFAULT = frozenset({"torch.float64", "torch.complex64", "torch.complex128"})
@@ -85,6 +92,9 @@ class Target:
     summary: str = ""
     runtime: str = ""  # the real runtime its artifacts run in
     implemented: bool = False  # only implemented targets are offered by `tpuedge build`
+    # Suffixes of single files this target opens when they come without a build folder
+    # (e.g. ".tflite"): `load_file` opens them; `tpuedge.load` asks targets in name order.
+    opens_files: tuple[str, ...] = ()
 
     def capability(self) -> Capability:
         """The ops this target lowers; may import the heavy backend."""
@@ -100,11 +110,14 @@ class Target:
         )
 
     def load_artifact(self, path: Any) -> Any:
+        """Open a build folder this target wrote (its manifest is already checked)."""
+        raise NotImplementedError
+
+    def load_file(self, path: Any) -> Any:
+        """Open a bare file with one of `opens_files`' suffixes (no manifest: IR unknown)."""
         raise NotImplementedError
 
 
-# Light modules that define the built-in target classes, imported on first use.
-_BUILTIN_TARGET_MODULES = ("tpuedge.cloud.target", "tpuedge.edge.targets")
 _REGISTRY: dict[str, Target] = {}
 _loaded = False
 
@@ -118,13 +131,68 @@ def register_target(target: Target) -> Target:
     return target
 
 
+def _checkout_entry_points() -> list[metadata.EntryPoint]:
+    """The group as this checkout's pyproject.toml declares it, for a checkout run without an
+    install (no tpuedge metadata on the path to read entry points from)."""
+    import tomllib
+    from importlib import metadata
+
+    # in a checkout this file is <root>/shared_ir/targets.py; installed, no pyproject.toml is there
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if not pyproject.is_file():
+        return []
+    project = tomllib.loads(pyproject.read_text()).get("project", {})
+    if project.get("name") != "tpuedge":
+        return []
+    table = project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
+    return [metadata.EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in table.items()]
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    from importlib import metadata  # here, not at import: `tpuedge --help` never reads the group
+
+    found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    # tpuedge's own targets live in its namespace; none found means no tpuedge metadata on the
+    # path (a checkout run without an install). Not `ep.dist.name`: that parses every METADATA.
+    if not any(ep.value.startswith("tpuedge.") for ep in found):
+        found += _checkout_entry_points()
+    return sorted(found, key=lambda ep: ep.name)
+
+
+def _load_entry_point(ep: metadata.EntryPoint) -> Target:
+    provider = getattr(ep.dist, "name", None) or "this checkout"
+    try:
+        obj = ep.load()
+        target = obj() if isinstance(obj, type) else obj
+    except Exception as exc:
+        raise UserError(
+            f"The {ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} (from {provider}) failed to load "
+            f"({type(exc).__name__}: {exc}); fix or uninstall that package."
+        ) from exc
+    if not isinstance(target, Target) or target.name != ep.name:
+        raise UserError(
+            f"The {ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} (from {provider}) must name a Target "
+            f"class whose name is {ep.name!r}; got {type(target).__name__} named {getattr(target, 'name', None)!r}."
+        )
+    return target
+
+
 def _ensure_loaded() -> None:
     global _loaded
     if _loaded:
         return
     _loaded = True
-    for module in _BUILTIN_TARGET_MODULES:
-        importlib.import_module(module)
+    seen: dict[str, str] = {}
+    for ep in _entry_points():
+        if ep.name in seen:
+            if seen[ep.name] == ep.value:  # the same package seen twice on the path
+                continue
+            raise UserError(
+                f"Two packages register target {ep.name!r} in {ENTRY_POINT_GROUP}: {seen[ep.name]} and "
+                f"{ep.value}; uninstall one of them."
+            )
+        seen[ep.name] = ep.value
+        register_target(_load_entry_point(ep))
 
 
 def all_targets() -> dict[str, Target]:

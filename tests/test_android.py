@@ -23,7 +23,7 @@ SCHEMES = ("none", "fp16", "dynamic-int8", "int8")
 def _samples(program, seed: int, count: int):
     """Inputs of one distribution for calibration and test. Images get a per-image brightness and
     contrast per channel (as photos do): a random-init GAP CNN fed plain noise outputs nearly the
-    same vector for every input, and then no accuracy number means anything (see STACK.md)."""
+    same vector for every input, and then no accuracy number means anything (see docs/stack-facts.md)."""
     samples = program.example_inputs(seed=seed, count=count)
     rng = np.random.default_rng(seed + 1000)
     for sample in samples:

@@ -25,7 +25,9 @@ def builds(tmp_path_factory):
     for scheme in ("none", "fp16"):
         code, _, err = run_cli("build", MLP, "--target", "android", "--quantize", scheme, "--out", str(work / scheme))
         assert code == 0, err
-    np.savez(work / "data.npz", x=np.random.default_rng(0).standard_normal((4, 4, 32)).astype(np.float32))
+    rng = np.random.default_rng(0)
+    np.savez(work / "data.npz", x=rng.standard_normal((4, 4, 32)).astype(np.float32))
+    np.savez(work / "cal.npz", x=rng.standard_normal((16, 4, 32)).astype(np.float32))
     return work
 
 
@@ -84,3 +86,25 @@ def test_a_manifest_without_file_hashes_is_refused(builds, tmp_path):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match="lists no files with their sha256"):
         tpuedge.load(folder)
+
+
+def test_a_bare_tflite_says_it_has_no_manifest(builds, tmp_path):
+    bare = tmp_path / "somebody_elses.tflite"
+    shutil.copy(builds / "none" / "model.tflite", bare)
+    code, out, err = run_cli("inspect", str(bare))
+    assert code == 0, err
+    assert "a .tflite without a tpuedge manifest (target and IR unknown)" in out
+    assert "target android" not in out
+
+
+def test_a_tflite_of_an_mcu_build_is_opened_by_mcu(builds, tmp_path):
+    """Files are opened by the target that made them, read from the manifest (not "android" for every .tflite)."""
+    out_dir = tmp_path / "mcu"
+    code, _, err = run_cli(
+        "build", MLP, "--target", "mcu", "--calibration", str(builds / "cal.npz"), "--eval", "none", "--out", str(out_dir)
+    )
+    assert code == 0, err
+    code, out, err = run_cli("inspect", str(out_dir / "model.tflite"))
+    assert code == 0, err
+    assert out.startswith("mcu build of mlp") and "target android" not in out
+    assert type(tpuedge.load(out_dir / "model.tflite")).__name__ == "McuArtifact"

@@ -49,12 +49,19 @@ def _cache_line(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith("cache:"))
 
 
+def _outcomes(stdout: str) -> dict[str, list[str]]:
+    """'cache: hit a, b x3; miss c (folder)' -> {"hit": ["a", "b x3"], "miss": ["c"]}."""
+    line = _cache_line(stdout).removeprefix("cache: ").rsplit(" (", 1)[0]
+    return {part.split(" ", 1)[0]: part.split(" ", 1)[1].split(", ") for part in line.split("; ")}
+
+
 def test_android_int8_rebuild_hits_every_stage_with_identical_bytes(tmp_path, cache_dir, calibration_file):
     args = ("--target", "android", "--quantize", "int8", "--calibration", str(calibration_file))
-    cold = _cache_line(_build(tmp_path / "cold", *args))
-    assert "miss float_tflite" in cold and "calibration" in cold and "quant_candidate" in cold and "hit" not in cold
-    warm = _cache_line(_build(tmp_path / "warm", *args))
-    assert warm.startswith("cache: hit float_tflite, calibration, quant_candidate") and "miss" not in warm
+    cold = _outcomes(_build(tmp_path / "cold", *args))
+    assert list(cold) == ["miss"] and cold["miss"][:3] == ["check", "float_tflite", "calibration"]
+    assert cold["miss"][3].startswith("quant_candidate")  # each recipe the search measured
+    warm = _outcomes(_build(tmp_path / "warm", *args))
+    assert list(warm) == ["hit"] and warm["hit"] == cold["miss"]  # every candidate of the search, too
     uncached = _cache_line(_build(tmp_path / "off", *args, "--no-cache"))
     assert uncached == "cache: off (--no-cache)"
     assert _folder(tmp_path / "cold") == _folder(tmp_path / "warm") == _folder(tmp_path / "off")
@@ -65,9 +72,10 @@ def test_android_int8_rebuild_hits_every_stage_with_identical_bytes(tmp_path, ca
 
 
 def test_mcu_build_reuses_the_android_float_model(tmp_path, cache_dir, calibration_file):
-    _build(tmp_path / "android", "--target", "android", "--quantize", "none")
-    mcu = _cache_line(_build(tmp_path / "mcu", "--target", "mcu", "--calibration", str(calibration_file), "--eval", "none"))
-    assert "hit float_tflite" in mcu and "miss calibration" in mcu
+    # same layout as the mcu default (NHWC image inputs), so the same float model
+    _build(tmp_path / "android", "--target", "android", "--quantize", "none", "--channels-last")
+    mcu = _outcomes(_build(tmp_path / "mcu", "--target", "mcu", "--calibration", str(calibration_file), "--eval", "none"))
+    assert mcu["hit"] == ["float_tflite"] and mcu["miss"][:2] == ["check", "calibration"]
     os.environ["TPUEDGE_CACHE_DIR"] = str(tmp_path / "other-cache")  # restored by monkeypatch
     _build(tmp_path / "mcu-cold", "--target", "mcu", "--calibration", str(calibration_file), "--eval", "none")
     assert _folder(tmp_path / "mcu") == _folder(tmp_path / "mcu-cold")
@@ -77,14 +85,14 @@ def test_mcu_build_reuses_the_android_float_model(tmp_path, cache_dir, calibrati
 def test_a_damaged_entry_is_rebuilt_not_served(tmp_path, cache_dir, damage):
     args = ("--target", "android", "--quantize", "none")
     _build(tmp_path / "cold", *args)
-    (entry,) = list(cache_dir.rglob("*.entry"))
+    store = BuildCache(cache_dir)
+    (entry,) = [p for p in cache_dir.rglob("*.entry") if store.stage_of(p) == "float_tflite"]
     raw = entry.read_bytes()
     entry.write_bytes(raw[: len(raw) // 2] if damage == "truncate" else raw[:-10] + bytes([raw[-10] ^ 0x40]) + raw[-9:])
-    line = _cache_line(_build(tmp_path / "again", *args))
-    assert line.startswith("cache: rebuilt float_tflite"), line
+    assert _outcomes(_build(tmp_path / "again", *args)) == {"hit": ["check"], "rebuilt": ["float_tflite"]}
     assert _folder(tmp_path / "cold") == _folder(tmp_path / "again")
     assert entry.read_bytes() == raw  # written again, intact
-    assert _cache_line(_build(tmp_path / "third", *args)).startswith("cache: hit float_tflite")
+    assert _outcomes(_build(tmp_path / "third", *args)) == {"hit": ["check", "float_tflite"]}
 
 
 def test_two_processes_fill_one_cache_at_once(tmp_path, cache_dir, calibration_file):
@@ -104,8 +112,8 @@ def test_two_processes_fill_one_cache_at_once(tmp_path, cache_dir, calibration_f
     assert entries and all(store.lookup(p.stem)[1] == "hit" for p in entries)
     assert not [p for p in cache_dir.rglob(".*") if p.is_file()]  # no temp file left behind
     # and a third build is served entirely from what the two wrote
-    line = _cache_line(_build(tmp_path / "out2", "--target", "android", "--quantize", "int8", "--calibration", str(calibration_file)))
-    assert "miss" not in line and "hit float_tflite" in line
+    third = _outcomes(_build(tmp_path / "out2", "--target", "android", "--quantize", "int8", "--calibration", str(calibration_file)))
+    assert list(third) == ["hit"] and "float_tflite" in third["hit"]
     assert _folder(tmp_path / "out0") == _folder(tmp_path / "out2")
 
 
@@ -113,11 +121,11 @@ def test_cloud_rebuild_reuses_the_export_blob_and_the_tpu_compile(tmp_path, cach
     from tpuedge.cloud.tpu_compile import libtpu_unavailable_reason
 
     args = ("--target", "cloud-tpu", "--topology", "v5e:2x2")
-    cold = _cache_line(_build(tmp_path / "cold", *args))
-    warm = _cache_line(_build(tmp_path / "warm", *args))
-    stages = "jax_export" if libtpu_unavailable_reason() else "jax_export, tpu_compile"
-    assert cold.startswith(f"cache: miss {stages}") and warm.startswith(f"cache: hit {stages}"), (cold, warm)
+    cold = _outcomes(_build(tmp_path / "cold", *args))
+    warm = _outcomes(_build(tmp_path / "warm", *args))
+    stages = ["jax_export"] if libtpu_unavailable_reason() else ["jax_export", "tpu_compile"]
+    assert cold == {"miss": stages} and warm == {"hit": stages}, (cold, warm)
     # tpu_compile.json records the compile's wall time: a hit gives the bytes of the build that made it
     assert _folder(tmp_path / "cold") == _folder(tmp_path / "warm")
-    other = _cache_line(_build(tmp_path / "v6e", "--target", "cloud-tpu", "--topology", "v6e:2x2"))
-    assert "hit jax_export" in other and ("miss tpu_compile" in other or libtpu_unavailable_reason())
+    other = _outcomes(_build(tmp_path / "v6e", "--target", "cloud-tpu", "--topology", "v6e:2x2"))
+    assert other["hit"] == ["jax_export"] and (other.get("miss") == ["tpu_compile"] or libtpu_unavailable_reason())

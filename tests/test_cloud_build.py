@@ -87,7 +87,7 @@ def test_rebuild_is_byte_identical_and_holds_no_machine_paths(mlp_program, mlp_b
 
 
 def test_weights_file_is_standard_safetensors(mlp_build, tmp_path):
-    from tpuedge.cloud.artifact import read_safetensors, write_safetensors
+    from tpuedge.cloud.safetensors_file import read_safetensors, write_safetensors
 
     _, out = mlp_build
     st = pytest.importorskip("safetensors.numpy")

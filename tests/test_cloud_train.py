@@ -523,3 +523,72 @@ def test_unknown_precision_is_a_user_error():
         tpuedge.cloud.train_step(
             model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1), (torch.randn(4, 32), torch.randint(0, 10, (4,))), precision="fp8"
         )
+
+
+# ---- speed: the max-pool gradient (issue 12 item 8) ----------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, dilation=2), dict(kernel_size=3, stride=2, ceil_mode=True)],
+    ids=["2x2", "3x3-s2-p1", "dilated", "ceil"],
+)
+def test_max_pool_gradient_goes_to_the_first_maximum_as_torch(kwargs):
+    """Ties (a quantized-looking input) are where implementations differ: torch routes each
+    window's gradient to its first maximum."""
+    import jax
+
+    class Pool(nn.Module):
+        def forward(self, x, w):
+            return (F.max_pool2d(x, **kwargs) * w).sum()
+
+    x = torch.randint(0, 3, (2, 3, 9, 9)).float()  # many ties
+    w_shape = F.max_pool2d(x, **kwargs).shape
+    w = torch.randn(w_shape)
+    jp = tpuedge.cloud.to_jax(tpuedge.export(Pool(), (x, w)))
+    grad = jax.grad(lambda xv: jp(jp.params, jp.buffers, xv, np.asarray(w))[1][0])(np.asarray(x))
+    xt = x.clone().requires_grad_(True)
+    (F.max_pool2d(xt, **kwargs) * w).sum().backward()
+    np.testing.assert_allclose(np.asarray(grad), xt.grad.numpy(), atol=1e-6)
+
+
+def test_cnn_train_step_has_no_reduce_window_max_gradient():
+    """jax's reduce_window-max VJP (a variadic reduce-window over four iotas) was a third of
+    SmallCNN's train step on XLA:CPU; the max pool's gradient is now selects and pads."""
+    from models import SmallCNN
+
+    model = SmallCNN()
+    x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
+    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.AdamW(model.parameters()), (x, y))
+    hlo = step.lower().compile().as_text()
+    assert "reduce-window(" not in hlo
+
+
+def test_batch_norm_closed_form_gradient_matches_torch():
+    """Train-mode BatchNorm's gradient is the closed form (two reductions), not autodiff through
+    both statistics' passes; it must still be torch's for the input, weight and bias."""
+    import jax
+
+    class BN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(6)
+
+        def forward(self, x, w):
+            return (self.bn(x) * w).sum()
+
+    torch.manual_seed(0)
+    model = BN()
+    with torch.no_grad():
+        model.bn.weight.uniform_(0.5, 1.5)
+        model.bn.bias.uniform_(-0.5, 0.5)
+    x, w = torch.randn(4, 6, 5, 5) * 3 + 1, torch.randn(4, 6, 5, 5)
+    jp = tpuedge.cloud.to_jax(tpuedge.export(model, (x, w), training=True))
+
+    def loss(params, xv):
+        return jp(params, jp.buffers, xv, np.asarray(w))[1][0]
+
+    g_params, g_x = jax.grad(loss, argnums=(0, 1))(jp.params, np.asarray(x))
+    xt = x.clone().requires_grad_(True)
+    (model.train()(xt, w)).backward()
+    np.testing.assert_allclose(np.asarray(g_x), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(g_params["bn.weight"]), model.bn.weight.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(g_params["bn.bias"]), model.bn.bias.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -84,3 +84,34 @@ def test_a_quantizer_failure_carries_what_it_printed(float_tflite):
     assert "XNNPack delegate failed to reshape" in result["error"]  # the tool's own exception
     assert XNNPACK in result["log"] and XNNPACK in result["error"]  # and what it printed before failing
     assert XNNPACK not in stderr
+
+
+NATIVE_LINES = ("All log messages before absl::InitializeLog()", "oneDNN custom operations", XNNPACK)
+
+
+def _cli_build(tmp_path, verbose: bool) -> subprocess.CompletedProcess:
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TPUEDGE_VERBOSE"}
+    if verbose:
+        env["TPUEDGE_VERBOSE"] = "1"
+    exe = Path(sys.executable).with_name("tpuedge")
+    model = Path(__file__).resolve().parents[1] / "examples" / "models.py"
+    out = tmp_path / ("verbose" if verbose else "quiet")
+    return subprocess.run(
+        [str(exe), "build", f"{model}:build_mlp", "--target", "android", "--out", str(out),
+         "--no-cache"],  # a cached float model would skip the converter and its log
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+
+
+def test_a_default_edge_build_prints_no_native_log_lines_and_verbose_shows_them(tmp_path):
+    quiet = _cli_build(tmp_path, verbose=False)
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert "accuracy vs float IR" in quiet.stdout
+    for line in NATIVE_LINES:
+        assert line not in quiet.stderr, quiet.stderr
+    loud = _cli_build(tmp_path, verbose=True)
+    assert loud.returncode == 0, loud.stderr[-3000:]
+    for line in NATIVE_LINES:
+        assert line in loud.stderr, loud.stderr

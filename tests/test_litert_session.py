@@ -24,3 +24,55 @@ def test_edge_lowering_keeps_the_users_x64_mode(user_mode):
         assert jax.config.jax_enable_x64 is user_mode
     finally:
         jax.config.update("jax_enable_x64", before)
+
+
+_TWO_THREADS = """
+import json, sys, threading, time
+import numpy as np, jax, jax.numpy as jnp
+sys.path.insert(0, sys.argv[1])
+assert "litert_torch" not in sys.modules  # the import's own switch is part of what is checked
+import tpuedge
+from models import build_mlp
+from tpuedge.edge.convert import program_to_tflite
+from tpuedge.quantize import QuantConfig
+
+program = tpuedge.export(*build_mlp())
+step = jax.jit(lambda labels: labels + 1)  # a stand-in for a cloud train step fed int labels
+seen, stop = set(), threading.Event()
+
+def cloud_thread():
+    while not stop.is_set():
+        try:
+            seen.add((bool(jax.config.jax_enable_x64), str(step(np.arange(3)).dtype)))
+        except Exception as exc:  # a clash can also surface as an error inside jax
+            seen.add(("error", repr(exc)[:300]))
+        time.sleep(0.001)
+
+worker = threading.Thread(target=cloud_thread)
+worker.start()
+try:
+    tflite = program_to_tflite(program, QuantConfig(scheme="none"), None).tflite
+finally:
+    stop.set()
+    worker.join()
+print(json.dumps({"seen": sorted([str(a), str(b)] for a, b in seen), "bytes": len(tflite), "x64_after": bool(jax.config.jax_enable_x64)}))
+"""
+
+
+def test_an_edge_build_never_flips_x64_for_a_cloud_thread(repo_root):
+    """An edge build (litert-torch's import included) in one thread; another thread of the same
+    process keeps calling a jitted function the whole time and must see 32-bit mode throughout."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TPUEDGE_NO_CACHE": "1"}  # a cached float model would skip litert-torch
+    proc = subprocess.run(
+        [sys.executable, "-c", _TWO_THREADS, str(repo_root / "examples")], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["bytes"] > 1000
+    assert result["seen"] == [["False", "int32"]], result
+    assert result["x64_after"] is False

@@ -39,11 +39,22 @@ def test_tflm_accuracy_on_the_test_split(digits_mcu, digits_model):
     # Recompute independently through the artifact (TFLM, float in/out) and the torch module.
     import torch
 
-    tflm_pred = np.array([art.run(x[None])[0].argmax() for x in x_test])
+    tflm_pred = np.array([art.run(x[None].transpose(0, 2, 3, 1))[0].argmax() for x in x_test])  # NHWC input
     with torch.no_grad():
         float_pred = net(torch.from_numpy(x_test)).argmax(1).numpy()
     assert abs((tflm_pred == y_test).mean() - ev["tflm_accuracy"]) < 1e-5
     assert (float_pred == y_test).mean() - (tflm_pred == y_test).mean() <= 0.015
+
+
+def test_nhwc_input_by_default_and_no_transpose(digits_mcu):
+    _, art = digits_mcu
+    m = art.manifest
+    assert m["layout"] == "NHWC" and m["inputs"][0]["shape"] == [1, 8, 8, 1]
+    assert m["quantization"]["io"]["inputs"][0]["shape"] == [1, 8, 8, 1]
+    assert "TRANSPOSE" not in {o["op"] for o in m["tflm_ops"]}
+    assert "TRANSPOSE" not in {o.name for o in ops_used((art.directory / "model.tflite").read_bytes())}
+    ev = m["verification"]["evaluation"]
+    assert ev["tflm_accuracy"] >= ev["float_accuracy"] - 1 / ev["samples"]  # measured: 99.17% both
 
 
 def test_full_int8_inline_and_runtimes_agree(digits_mcu):

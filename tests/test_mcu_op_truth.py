@@ -59,29 +59,24 @@ def _branch_op_keys(exported_program) -> list[set[str]]:
     return keys
 
 
-def _builtin_names():
-    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
-
-    return schema, {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-
-
 def _branches(tflite: bytes) -> list[tuple[list[str], list[str], bytes]]:
     """Per output: (its builtins, those left computing in float, a model of just that branch)."""
-    import flatbuffers
+    from tpuedge.edge import tflite_file
 
-    schema, names = _builtin_names()
-    floating = (schema.TensorType.FLOAT32, schema.TensorType.FLOAT16)
-    model = schema.ModelT.InitFromPackedBuf(bytearray(tflite), 0)
+    model = tflite_file.read_model(tflite)
     graph = model.subgraphs[0]
-    producer = {t: i for i, op in enumerate(graph.operators) for t in op.outputs}
+    names = tflite_file.operator_names(model)
+    producer = {int(t): i for i, op in enumerate(graph.operators) for t in op.outputs}
 
     def name(op):
-        code = model.operatorCodes[op.opcodeIndex]
-        return names[max(code.builtinCode, code.deprecatedBuiltinCode)]
+        return names[op.opcodeIndex]
+
+    def is_float(t) -> bool:
+        return tflite_file.dtype_name(graph.tensors[t].type) in ("float32", "float16")
 
     all_ops = list(graph.operators)
     # the signature names each output ("output_<i>", i = position in the torch outputs)
-    signature = {o.name.decode(): o.tensorIndex for o in model.signatureDefs[0].outputs}
+    signature = {tflite_file.text(o.name): o.tensorIndex for o in model.signatureDefs[0].outputs}
     all_outputs = [signature[f"output_{i}"] for i in range(len(signature))]
     out = []
     for tensor in all_outputs:
@@ -90,14 +85,12 @@ def _branches(tflite: bytes) -> list[tuple[list[str], list[str], bytes]]:
             t = stack.pop()
             if t in producer and producer[t] not in needed:
                 needed.add(producer[t])
-                stack.extend(i for i in all_ops[producer[t]].inputs if i >= 0)
+                stack.extend(int(i) for i in all_ops[producer[t]].inputs if i >= 0)
         ops = [all_ops[i] for i in sorted(needed)]
         # as the build: any float tensor that is not model I/O (a DEQUANTIZE feeding a float kernel too)
-        floats = [name(op) for op in ops if any(o != tensor and graph.tensors[o].type in floating for o in op.outputs)]
+        floats = [name(op) for op in ops if any(int(o) != tensor and is_float(int(o)) for o in op.outputs)]
         graph.operators, graph.outputs = ops, [tensor]  # packed as this branch alone
-        builder = flatbuffers.Builder(len(tflite) + 1024)
-        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-        out.append(([name(op) for op in ops], floats, bytes(builder.Output())))
+        out.append(([name(op) for op in ops], floats, tflite_file.write_model(model)))
     return out
 
 
@@ -132,7 +125,9 @@ def probe_results():
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad  # its keys are rewritten again later
 
     captured = [a | b for a, b in zip(captured, _branch_op_keys(ExplicitPad()(program.exported_program)[0]))]
-    config = QuantConfig(scheme="int8", io_dtype="int8", strict_int8=True, per_channel=True, min_calibration_samples=16)
+    config = QuantConfig(  # the mcu build's own settings (NHWC image inputs by default)
+        scheme="int8", io_dtype="int8", strict_int8=True, per_channel=True, channels_last=True, min_calibration_samples=16
+    )
     _, tflite, _ = strict_int8_tflite(Program(ep, name="probes"), config, [_sample(rng) for _ in range(16)])
     branches = _branches(tflite)
     assert len(branches) == len(names) == len(keys) == len(captured)

@@ -74,3 +74,42 @@ def test_the_python_floor_is_one_the_dependencies_and_the_code_run_on():
     for folder in LIBRARY_FOLDERS:
         for path in (REPO / folder).rglob("*.py"):
             ast.parse(path.read_text(), feature_version=floor)
+
+
+LAYOUT = ("pyproject.toml", "setup.py", "README.md", *LIBRARY_FOLDERS)
+
+
+def test_a_wheel_holds_every_module_under_the_tpuedge_namespace(tmp_path):
+    """The package list is discovered: every module of the four folders lands under tpuedge/,
+    a new subpackage included, and nothing installs as a top-level edge/cloud/... package."""
+    import shutil
+    import subprocess
+    import zipfile
+
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in LAYOUT:  # a copy, so the build's scratch folders stay out of the checkout
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(REPO / name, source / name)
+    new_subpackage = source / "shared_ir" / "passes" / "brand_new"
+    new_subpackage.mkdir()
+    (new_subpackage / "__init__.py").write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(source)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("tpuedge-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {n.split("/")[0] for n in names} == {"tpuedge", f"tpuedge-{_project()['version']}.dist-info"}
+    folders = {"tpuedge": "tpuedge", "shared_ir": "tpuedge/shared_ir", "cloud": "tpuedge/cloud", "edge": "tpuedge/edge", "quantize": "tpuedge/quantize"}
+    expected = {
+        f"{folders[folder]}/{path.relative_to(source / folder).as_posix()}"
+        for folder in LIBRARY_FOLDERS
+        for path in (source / folder).rglob("*.py")
+    }
+    assert expected - names == set()
+    assert "tpuedge/shared_ir/passes/brand_new/__init__.py" in names
+    assert "tpuedge/edge/data/tflm_ops.json" in names

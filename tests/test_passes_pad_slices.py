@@ -70,7 +70,7 @@ def test_reflect_padded_cnn_builds_for_mcu_and_matches_float_in_tflm(tmp_path):
     # TFLM vs the float IR on fresh inputs, input-dependent part (outputs centered on their mean)
     test = [rng.standard_normal((1, 1, 8, 8)).astype(np.float32) for _ in range(32)]
     ref = np.stack([program.run(t)[0] for t in test])
-    got = np.stack([art.run(t)[0] for t in test])
+    got = np.stack([art.run(t.transpose(0, 2, 3, 1))[0] for t in test])  # mcu takes NHWC images
     center = ref.mean(0)
     ref, got = (ref - center).ravel(), (got - center).ravel()
     cos = float(ref @ got / np.linalg.norm(ref) / np.linalg.norm(got))

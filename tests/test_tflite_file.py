@@ -115,3 +115,61 @@ def test_one_dtype_table_and_op_names(built):
     assert {tflite_file.DTYPE_NAMES[c] for c in (0, 1, 2, 3, 7, 9, 10)} == {
         "float32", "float16", "int32", "uint8", "int16", "int8", "float64"}
     assert all(np.dtype(tflite_file.DTYPE_NAMES[c]) for c in (0, 1, 2, 3, 4, 6, 7, 9, 10, 12, 15, 16))
+
+
+def _with_buffer_outside(data: bytes) -> tuple[bytes, int, np.ndarray]:
+    """The model with its largest buffer stored after the flatbuffer, as ai-edge-quantizer writes
+    large models (offset/size), to check what reads and rewrites such files."""
+    model = tflite_file.read_model(data)
+    index = max(range(len(model.buffers)), key=lambda i: tflite_file.buffer_nbytes(model.buffers[i]))
+    payload = np.asarray(model.buffers[index].data, np.uint8).copy()
+    buf = model.buffers[index]
+    buf.data, buf.offset, buf.size = None, 1 << 40, payload.size  # a placeholder of the final width
+    head = tflite_file.write_model(model)
+    start = -(-len(head) // 16) * 16
+    buf.offset = start
+    head = tflite_file.write_model(model)
+    return head + bytes(start - len(head)) + payload.tobytes(), index, payload
+
+
+def test_external_buffers_are_read_and_moved_inline(built):
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.tflite_inspect import summarize_tflite
+    from tpuedge.edge.tflm_model import external_buffers, inline_buffers
+
+    data = (built / "model.tflite").read_bytes()
+    outside, index, payload = _with_buffer_outside(data)
+    assert external_buffers(outside) == [index] and external_buffers(data) == []
+    assert summarize_tflite(outside).external_buffers == 1
+    assert summarize_tflite(outside).weight_bytes == summarize_tflite(data).weight_bytes
+    inline = inline_buffers(outside)
+    assert external_buffers(inline) == []
+    assert np.array_equal(np.asarray(tflite_file.read_model(inline).buffers[index].data), payload)
+    x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
+    expected = LiteRTRunner(data).run([x])[0]
+    assert np.array_equal(LiteRTRunner(outside).run([x])[0], expected)  # LiteRT reads the outside buffer
+    assert np.array_equal(LiteRTRunner(inline).run([x])[0], expected)
+
+
+def test_every_view_reads_the_same_tensors(built):
+    from tpuedge.edge.tflite_inspect import summarize_tflite
+    from tpuedge.edge.tflm_model import io_quantization, ops_used
+    from tpuedge.verify.tflite_graph import read_graph
+
+    data = (built / "model.tflite").read_bytes()
+    summary, io, graph = summarize_tflite(data), io_quantization(data), read_graph(data)
+    assert [o.name for o in ops_used(data)] == list(summary.op_histogram) == [op.name for op in graph.ops]
+    assert [t.dtype for t in summary.inputs] == [d["dtype"] for d in io["inputs"]] == [graph.tensors[i].dtype for i in graph.inputs]
+    assert [list(t.shape) for t in summary.outputs] == [d["shape"] for d in io["outputs"]] == [list(graph.tensors[i].shape) for i in graph.outputs]
+
+
+def test_tflite_micro_runner_checks_the_file_first(built):
+    """TFLite-Micro's Python loader decodes without bounds checks: an mcu artifact's damaged
+    model.tflite must be a UserError naming it, not a struct.error from inside tflite_micro."""
+    from tpuedge.edge.tflm_runtime import TflmRunner
+
+    data = (built / "model.tflite").read_bytes()
+    with pytest.raises(UserError, match="model.tflite is not a valid .tflite model"):
+        TflmRunner(data[: len(data) // 2], 16384, source=built / "model.tflite")
+    x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
+    assert TflmRunner(data, 16384).run([x])[0].shape == (1, 3)

@@ -16,7 +16,7 @@ import pytest
 
 import tpuedge
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.verify.metrics import ErrorAccumulator, compare_output, snr_db
+from tpuedge.quantize.metrics import ErrorAccumulator, compare_output, snr_db
 
 OUTLIER_CHANNEL, OUTLIER_SCALE = 5, 1000.0
 
@@ -97,8 +97,8 @@ def test_output_metrics_on_known_numbers():
     ref = np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 0.0]])
     got = ref + np.array([[0.1, -0.1, 0.0], [0.0, 0.0, 3.5]])  # row 2's argmax moves from 0 to 2
     m = compare_output("logits", ref, got)
-    assert m.max_abs_err == pytest.approx(3.5)
-    assert m.mean_abs_err == pytest.approx(3.7 / 6)
+    assert m.max_abs_error == pytest.approx(3.5)
+    assert m.mean_abs_error == pytest.approx(3.7 / 6)
     assert m.snr_db == pytest.approx(10 * np.log10(24.0 / 12.27))
     assert m.top1_agreement == 0.5
     assert compare_output("same", ref, ref).snr_db == 120.0
@@ -159,7 +159,7 @@ def test_good_int8_build_passes_with_real_numbers(android_int8, digits_program, 
     out = result.outputs[0]
     assert result.samples == 360 and out.shape == (360, 10)
     assert out.cosine >= 0.99 and out.snr_db > 15.0 and out.top1_agreement >= 0.97
-    assert 0.0 < out.mean_abs_err < out.max_abs_err < 10.0
+    assert 0.0 < out.mean_abs_error < out.max_abs_error < 10.0
     assert result.accuracy.float_accuracy >= 95.0
     assert abs(result.accuracy.drop) <= 1.5
     # the numbers are LiteRT's against torch's: recompute them here with the LiteRT interpreter
@@ -184,11 +184,23 @@ def test_good_int8_build_passes_with_real_numbers(android_int8, digits_program, 
     with torch.no_grad():
         torch_logits = digits_model[0](torch.from_numpy(x_test)).numpy().astype(np.float64)
     error = np.abs(litert - torch_logits)
-    assert (out.max_abs_err, out.mean_abs_err) == pytest.approx((error.max(), error.mean()), rel=1e-4)
+    assert (out.max_abs_error, out.mean_abs_error) == pytest.approx((error.max(), error.mean()), rel=1e-4)
     expected_cosine = np.sum(litert * torch_logits) / np.sqrt(np.sum(litert**2) * np.sum(torch_logits**2))
     assert out.cosine == pytest.approx(expected_cosine, abs=1e-6)
     assert out.top1_agreement == np.mean(litert.argmax(1) == torch_logits.argmax(1))
     assert result.accuracy.runtime_accuracy == pytest.approx(100 * np.mean(litert.argmax(1) == y_test))
+
+
+def test_build_manifest_and_verify_report_the_same_numbers(android_int8, digits_program, calibration):
+    """One metrics module: verify on the samples the build measured gives the manifest's numbers."""
+    measured = android_int8.manifest["accuracy"]
+    assert measured["inputs"] == "calibration samples" and measured["samples"] == 64
+    images = np.concatenate([sample[0] for sample in calibration[:64]])
+    out = tpuedge.verify(android_int8, digits_program, images).outputs[0]
+    for name in ("cosine", "centered_cosine", "max_abs_error", "top1_agreement"):
+        # 7 digits in the manifest; torch's CPU conv kernels were measured to differ by ~2e-6 between
+        # two buffers holding the same image (alignment), so max_abs_error gets that much room
+        assert measured[name] == pytest.approx(getattr(out, name), abs=2e-6), name
 
 
 def test_cli_exit_0_then_exit_1_with_the_failing_check_named(
@@ -327,7 +339,7 @@ def test_cli_per_layer_across_android_mcu_and_cloud(
     payload = json.loads((root / "v.json").read_text())
     by_target = {r["target"]: r for r in payload["results"]}
     cloud_out = by_target["cloud-tpu"]["outputs"][0]
-    assert cloud_out["max_abs_err"] < 1e-3 and cloud_out["cosine"] > 0.999999
+    assert cloud_out["max_abs_error"] < 1e-3 and cloud_out["cosine"] > 0.999999
     # TFLM and LiteRT run the same int8 math: within a few LSB of each other
     assert abs(by_target["mcu"]["outputs"][0]["cosine"] - by_target["android"]["outputs"][0]["cosine"]) < 0.01
     cloud_layers = by_target["cloud-tpu"]["layers"]["layers"]
@@ -345,7 +357,8 @@ def test_cloud_per_layer_runs_the_artifact_so_changed_weights_show_where_they_ac
     up at conv2 and after it, and nowhere before."""
     import shutil
 
-    from tpuedge.cloud.artifact import WEIGHTS_FILE, read_safetensors, write_safetensors
+    from tpuedge.cloud.artifact import WEIGHTS_FILE
+    from tpuedge.cloud.safetensors_file import read_safetensors, write_safetensors
     from tpuedge.shared_ir.artifact import file_entry
 
     changed = tmp_path / "cloud"

@@ -12,40 +12,12 @@ from typing import Any
 
 import click
 
+from tpuedge.command_inputs import console as _console
+from tpuedge.command_inputs import model_arg as _model_arg
+from tpuedge.command_inputs import target_arg as _target_arg
 from tpuedge.shared_ir.errors import EXIT_USER_ERROR, InternalError, ProblemsError, UserError
 
 __all__ = ["main", "cli"]
-
-
-def _config():
-    from tpuedge.config import find_config
-
-    return find_config()
-
-
-def _model_arg(model: str | None) -> str:
-    model = model or _config().get("model")
-    if not model:
-        raise UserError(
-            "No MODEL given and no `model` in [tool.tpuedge] of a pyproject.toml here or above; "
-            "pass e.g. `examples/digits/model.py:build` or a `.pt2` file."
-        )
-    return model
-
-
-def _target_arg(target: str | None, choices) -> str:
-    target = target or _config().get("target")
-    if not target:
-        raise UserError(f"No --target given and no `target` in [tool.tpuedge]; choose one of: {', '.join(choices)}.")
-    if target not in choices:
-        raise UserError(f"Target {target!r} is not available here; choose one of: {', '.join(choices)}.")
-    return target
-
-
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False)
 
 
 class _Group(click.Group):

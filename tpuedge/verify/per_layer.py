@@ -23,7 +23,7 @@ import numpy as np
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.verify.data import VerifyData
 from tpuedge.verify.ir_values import IntermediateRecorder, IRLayer
-from tpuedge.verify.metrics import SNR_CAP_DB, ErrorAccumulator
+from tpuedge.quantize.metrics import SNR_CAP_DB, ErrorAccumulator
 from tpuedge.verify.runner import (
     call_batch,
     call_chunks,
@@ -59,7 +59,7 @@ class LayerStat:
     snr_db: float  # per-channel SNR
     tensor_snr_db: float  # whole-tensor SNR
     cosine: float
-    max_abs_err: float
+    max_abs_error: float
     input_snr_db: float  # SNR of what this layer reads (nearest compared layers, or its inputs)
     drop_db: float  # input_snr_db - snr_db, ≥ 0
 
@@ -167,9 +167,11 @@ class _TfliteSource:
 
     def _encode(self, tensor, value: np.ndarray) -> np.ndarray:
         if tensor.scale.size and tensor.dtype in ("int8", "uint8", "int16"):
-            info = np.iinfo(tensor.dtype)
-            q = np.round(value / tensor.scale[0]) + tensor.zero_point[0]
-            return np.clip(q, info.min, info.max).astype(tensor.dtype)
+            from tpuedge.quantize import affine
+
+            # each runtime rounds ties its own way: TFLite-Micro away from zero, LiteRT to even
+            ties = "away" if self._micro else "even"
+            return affine.quantize(value, tensor.scale, tensor.zero_point, tensor.dtype, tensor.quantized_dimension, ties)
         return value.astype(tensor.dtype)
 
     def _invoke(self, inputs: list[np.ndarray], tensors: list[int]) -> dict[int, np.ndarray]:
@@ -321,7 +323,7 @@ def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_
                 snr_db=round(snrs[node], 3),
                 tensor_snr_db=round(acc.snr_db, 3),
                 cosine=acc.cosine,
-                max_abs_err=acc.max_abs,
+                max_abs_error=acc.max_abs,
                 input_snr_db=round(inputs[node], 3),
                 drop_db=round(drop, 3),
             )

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tpuedge.verify.compare import VerifyResult
     from tpuedge.verify.per_layer import LayerReport
+    from tpuedge.verify.result import VerifyResult
 
 __all__ = [
     "outputs_table",
@@ -44,7 +44,7 @@ def outputs_table(result: "VerifyResult"):
 
     failing = {(c.name, c.subject) for c in result.failures}
     table = Table(title=f"{result.runtime} vs float IR — {result.samples} samples", title_justify="left")
-    for column in ("output", "shape", "max abs err", "mean abs err", "cosine", "SNR dB", "top-1 agree"):
+    for column in ("output", "shape", "max abs err", "mean abs err", "cosine", "centered cos", "SNR dB", "top-1 agree"):
         table.add_column(column, justify="left" if column in ("output", "shape") else "right")
     for o in result.outputs:
         cos = _num(o.cosine, 6)
@@ -53,7 +53,7 @@ def outputs_table(result: "VerifyResult"):
             cos = f"[red]{cos} ✗[/red]"
         if ("top-1 agreement", o.name) in failing:
             top1 = f"[red]{top1} ✗[/red]"
-        table.add_row(o.name, "x".join(str(d) for d in o.shape), _num(o.max_abs_err), _num(o.mean_abs_err), cos, f"{o.snr_db:.2f}", top1)
+        table.add_row(o.name, "x".join(str(d) for d in o.shape), _num(o.max_abs_error), _num(o.mean_abs_error), cos, _num(o.centered_cosine, 6), f"{o.snr_db:.2f}", top1)
     return table
 
 
@@ -73,7 +73,7 @@ def layers_table(report: "LayerReport", top: int = 10):
     for rank, layer in enumerate(ranked, 1):
         table.add_row(
             str(rank), layer.label, f"{layer.snr_db:.1f}", f"{layer.input_snr_db:.1f}", f"{layer.drop_db:.1f}",
-            _num(layer.cosine, 5), _num(layer.max_abs_err), layer.source,
+            _num(layer.cosine, 5), _num(layer.max_abs_error), layer.source,
         )
     return table
 
@@ -132,7 +132,7 @@ def _markdown_layers(report: "LayerReport") -> list[str]:
         source = l.source.replace("|", "\\|")
         lines.append(
             f"| {rank} | {l.label} | {l.op} | `{tensor}` | {l.snr_db:.1f} | {l.input_snr_db:.1f} | "
-            f"{l.drop_db:.1f} | {l.tensor_snr_db:.1f} | {l.cosine:.5f} | {_num(l.max_abs_err)} | {source} |"
+            f"{l.drop_db:.1f} | {l.tensor_snr_db:.1f} | {l.cosine:.5f} | {_num(l.max_abs_error)} | {source} |"
         )
     return lines
 
@@ -146,12 +146,12 @@ def _markdown(results: Sequence["VerifyResult"]) -> str:
             f"IR fingerprint `{r.fingerprint[:16]}`; {r.samples} samples; "
             f"**{'PASSED' if r.passed else 'FAILED'}**.",
             "",
-            "| output | max abs err | mean abs err | cosine | SNR dB | top-1 agreement |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| output | max abs err | mean abs err | cosine | centered cosine | SNR dB | top-1 agreement |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for o in r.outputs:
             lines.append(
-                f"| {o.name} | {_num(o.max_abs_err)} | {_num(o.mean_abs_err)} | {o.cosine:.6f} | {o.snr_db:.2f} | {_pct(o.top1_agreement)} |"
+                f"| {o.name} | {_num(o.max_abs_error)} | {_num(o.mean_abs_error)} | {o.cosine:.6f} | {o.centered_cosine:.6f} | {o.snr_db:.2f} | {_pct(o.top1_agreement)} |"
             )
         if r.accuracy is not None:
             a = r.accuracy

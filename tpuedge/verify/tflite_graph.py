@@ -1,4 +1,4 @@
-"""A .tflite flatbuffer's main graph, read with the LiteRT schema, and its tensors mapped to IR nodes.
+"""A .tflite flatbuffer's main graph (read by tpuedge.edge.tflite_file) and its tensors mapped to IR nodes.
 
 The converter keeps no fx node names in the flatbuffer, but litert-torch names every tensor
 after the `nn_module_stack` scopes of the IR nodes it was lowered from (fused ops may join
@@ -65,69 +65,48 @@ class TensorMatch:
     perm: tuple[int, ...]
 
 
-_TYPE_NAMES = {
-    0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool",
-    7: "int16", 9: "int8", 10: "float64", 12: "uint64", 15: "uint32", 16: "uint16",
-}
-
-
 def read_graph(model_bytes: bytes) -> TfliteGraph:
     """The first subgraph's tensors and ops (no weight data is read)."""
-    from ai_edge_litert import schema_py_generated as schema
+    from tpuedge.edge import tflite_file
 
-    model = schema.Model.GetRootAs(model_bytes, 0)
-    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    codes = []
-    for i in range(model.OperatorCodesLength()):
-        code = model.OperatorCodes(i)
-        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        name = op_names.get(builtin, f"OP_{builtin}")
-        if name == "CUSTOM" and code.CustomCode():
-            name = code.CustomCode().decode()
-        codes.append(name)
-    graph = model.Subgraphs(0)
+    model = tflite_file.read_model(model_bytes)
+    codes = tflite_file.operator_names(model)
+    graph = model.subgraphs[0]
     tensors = []
-    for i in range(graph.TensorsLength()):
-        t = graph.Tensors(i)
-        q = t.Quantization()
-        scale = q.ScaleAsNumpy() if q is not None and q.ScaleLength() else np.zeros(0, np.float32)
-        zero = q.ZeroPointAsNumpy() if q is not None and q.ZeroPointLength() else np.zeros(0, np.int64)
+    for i, t in enumerate(graph.tensors or []):
+        scale, zero, axis = tflite_file.tensor_quantization(t)
         tensors.append(
             TfliteTensor(
                 index=i,
-                name=(t.Name() or b"").decode(errors="replace"),
-                shape=tuple(int(d) for d in (t.ShapeAsNumpy() if t.ShapeLength() else ())),
-                dtype=_TYPE_NAMES.get(t.Type(), "unknown"),
-                scale=np.asarray(scale, np.float64),
-                zero_point=np.asarray(zero, np.int64),
-                quantized_dimension=q.QuantizedDimension() if q is not None else 0,
+                name=tflite_file.text(t.name),
+                shape=tuple(int(d) for d in (t.shape if t.shape is not None else ())),
+                dtype=tflite_file.dtype_name(t.type),
+                scale=scale,
+                zero_point=zero,
+                quantized_dimension=axis,
             )
         )
     ops = []
-    for i in range(graph.OperatorsLength()):
-        op = graph.Operators(i)
-        ins = tuple(int(x) for x in (op.InputsAsNumpy() if op.InputsLength() else ()))
-        outs = tuple(int(x) for x in (op.OutputsAsNumpy() if op.OutputsLength() else ()))
-        ops.append(TfliteOp(i, codes[op.OpcodeIndex()], ins, outs))
+    for i, op in enumerate(graph.operators or []):
+        ins = tuple(int(x) for x in (op.inputs if op.inputs is not None else ()))
+        outs = tuple(int(x) for x in (op.outputs if op.outputs is not None else ()))
+        ops.append(TfliteOp(i, codes[op.opcodeIndex], ins, outs))
     return TfliteGraph(
         tensors=tensors,
         ops=ops,
-        inputs=tuple(int(x) for x in graph.InputsAsNumpy()),
-        outputs=tuple(int(x) for x in graph.OutputsAsNumpy()),
+        inputs=tuple(int(x) for x in graph.inputs),
+        outputs=tuple(int(x) for x in graph.outputs),
     )
 
 
 def dequantize(tensor: TfliteTensor, raw: np.ndarray) -> np.ndarray:
     """Real values of a runtime tensor (float tensors pass through)."""
+    from tpuedge.quantize import affine
+
     raw = np.asarray(raw)
     if tensor.scale.size == 0 or np.issubdtype(raw.dtype, np.floating):
         return raw.astype(np.float64)
-    scale, zero = tensor.scale, tensor.zero_point
-    if scale.size > 1:  # per-axis
-        shape = [1] * raw.ndim
-        shape[tensor.quantized_dimension] = scale.size
-        scale, zero = scale.reshape(shape), zero.reshape(shape)
-    return (raw.astype(np.float64) - zero) * scale
+    return affine.dequantize(raw, tensor.scale, tensor.zero_point, tensor.quantized_dimension).astype(np.float64)
 
 
 def _short_scope(scope: str) -> str:

@@ -1,0 +1,184 @@
+"""Benchmark: what the build cache saves, one run, every build a fresh `tpuedge build` child process.
+
+Per model (wall time and peak RSS of each child, imports and model capture included):
+  android cold       float android build (--quantize none) into an empty cache
+  android cached     the same build again (every cached stage a hit)
+  mcu cold           mcu build into another empty cache
+  mcu after android  mcu build into the cache the android builds filled (the float model is shared)
+  mcu cached         the mcu build again
+
+and the ratios the issue sets goals for (over the models' median): cached rebuild / cold
+(goal <= 0.15) and mcu after android / mcu cold (goal <= 0.6).
+
+    python bench/cache.py                      # the bundled examples
+    python bench/cache.py --models build_cnn   # a subset
+    python bench/cache.py --models --spec tiny=path/to/zoo_model.py:build   # any MODEL spec (e.g. zoo models)
+Writes bench/results/cache.json. The machine is shared and noisy: one run, read ratios as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("build_mlp", "build_cnn", "build_depthwise", "build_transformer", "digits")
+CALIBRATION = 32
+GOALS = {"cached_rebuild": 0.15, "mcu_after_android": 0.6}
+
+
+def _export_digits(folder: Path) -> tuple[str, str]:
+    """A trained digits model saved as .pt2 (trained once here, not in every timed build) + its data."""
+    sys.path.insert(0, str(ROOT / "examples" / "digits"))
+    import model as digits  # examples/digits/model.py
+    import torch
+
+    import tpuedge
+
+    program = tpuedge.export(digits.train_digits_cnn(), (torch.zeros(1, 1, 8, 8),), name="digits")
+    program.save(folder / "digits.pt2")
+    x = np.stack([s[0] for s in digits.calibration(CALIBRATION)])
+    np.savez(folder / "digits_cal.npz", x=x.astype(np.float32))
+    return str(folder / "digits.pt2"), str(folder / "digits_cal.npz")
+
+
+def _calibration_for(spec: str, folder: Path) -> str:
+    """Random-normal calibration samples in the model's input shapes (the bench times builds, not accuracy)."""
+    import tpuedge.model_spec as model_spec
+
+    program = model_spec.load_program(spec)
+    rng = np.random.default_rng(0)
+    arrays = {s.name: rng.standard_normal((CALIBRATION, *s.shape)).astype(s.dtype) for s in program.inputs}
+    path = folder / f"{program.name}_cal.npz"
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> dict:
+    """One `tpuedge build` in a child process: wall seconds, peak RSS, the cache line it printed."""
+    env = {**os.environ, "TPUEDGE_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    env.pop("TPUEDGE_NO_CACHE", None)
+    command = [sys.executable, "-m", "tpuedge.cli", "build", spec, "--target", target, "--out", str(out), *extra]
+    with tempfile.TemporaryFile("w+") as out_file, tempfile.TemporaryFile("w+") as err_file:
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, env=env, stdout=out_file, stderr=err_file, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (KiB on linux)
+        wall = time.perf_counter() - started
+        returncode = os.waitstatus_to_exitcode(status)
+        proc.returncode = returncode
+        out_file.seek(0), err_file.seek(0)
+        stdout, stderr = out_file.read(), err_file.read()
+    if returncode != 0:
+        raise SystemExit(f"build failed ({' '.join(command)}):\n{stderr[-3000:]}")
+    line = next((l for l in stdout.splitlines() if l.startswith("cache:")), "")
+    return {"wall_s": round(wall, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "cache": line}
+
+
+def bench_model(name: str, spec: str, calibration: str, work: Path) -> dict:
+    fresh, shared = work / f"{name}-cache-mcu-cold", work / f"{name}-cache-shared"
+    mcu_args = ("--calibration", calibration, "--eval", "none")
+    row = {"model": name, "spec": spec}
+    row["android_cold"] = run_build(spec, "android", work / f"{name}-a1", shared, "--quantize", "none")
+    row["android_cached"] = run_build(spec, "android", work / f"{name}-a2", shared, "--quantize", "none")
+    row["mcu_cold"] = run_build(spec, "mcu", work / f"{name}-m0", fresh, *mcu_args)
+    row["mcu_after_android"] = run_build(spec, "mcu", work / f"{name}-m1", shared, *mcu_args)
+    row["mcu_cached"] = run_build(spec, "mcu", work / f"{name}-m2", shared, *mcu_args)
+    def same(a: str, b: str) -> bool:
+        files = sorted(os.listdir(work / f"{name}-{a}"))
+        return files == sorted(os.listdir(work / f"{name}-{b}")) and all(
+            (work / f"{name}-{a}" / f).read_bytes() == (work / f"{name}-{b}" / f).read_bytes() for f in files
+        )
+
+    row["identical"] = {
+        "android_cached_vs_cold": same("a1", "a2"),
+        "mcu_after_android_vs_cold": same("m0", "m1"),
+        "mcu_cached_vs_cold": same("m0", "m2"),
+    }
+    row["byte_identical"] = all(row["identical"].values())
+    row["ratios"] = {
+        "android_cached_rebuild": round(row["android_cached"]["wall_s"] / row["android_cold"]["wall_s"], 3),
+        "mcu_cached_rebuild": round(row["mcu_cached"]["wall_s"] / row["mcu_cold"]["wall_s"], 3),
+        "mcu_after_android": round(row["mcu_after_android"]["wall_s"] / row["mcu_cold"]["wall_s"], 3),
+    }
+    return row
+
+
+def format_table(rows: list[dict]) -> str:
+    head = (
+        f"{'model':<20}{'android cold':>13}{'cached':>8}{'ratio':>7}  {'mcu cold':>9}{'after android':>14}"
+        f"{'ratio':>7}{'cached':>8}{'ratio':>7}  identical"
+    )
+    lines = [head]
+    for r in rows:
+        q = r["ratios"]
+        lines.append(
+            f"{r['model']:<20}{r['android_cold']['wall_s']:>12.2f}s{r['android_cached']['wall_s']:>7.2f}s"
+            f"{q['android_cached_rebuild']:>7.2f}  {r['mcu_cold']['wall_s']:>8.2f}s{r['mcu_after_android']['wall_s']:>13.2f}s"
+            f"{q['mcu_after_android']:>7.2f}{r['mcu_cached']['wall_s']:>7.2f}s{q['mcu_cached_rebuild']:>7.2f}  {r['byte_identical']}"
+        )
+    return "\n".join(lines)
+
+
+def summarize(rows: list[dict]) -> dict:
+    def median(key: str) -> float:
+        return round(statistics.median(r["ratios"][key] for r in rows), 3)
+
+    cached = median("android_cached_rebuild"), median("mcu_cached_rebuild")
+    return {
+        "median_android_cached_rebuild_over_cold": cached[0],
+        "median_mcu_cached_rebuild_over_cold": cached[1],
+        "median_mcu_after_android_over_mcu_cold": median("mcu_after_android"),
+        "goals": GOALS,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="*", default=None, help=f"subset of {', '.join(MODELS)}")
+    parser.add_argument("--spec", action="append", default=[], metavar="NAME=MODEL", help="also bench this MODEL spec")
+    args = parser.parse_args()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tpuedge-bench-cache-") as tmp:
+        work = Path(tmp)
+        specs = {m: f"{ROOT}/examples/models.py:{m}" for m in MODELS if m != "digits"}
+        extra = dict(item.split("=", 1) for item in args.spec)
+        specs.update(extra)
+        wanted = [*(MODELS if args.models is None else args.models), *extra]
+        for name in wanted:
+            if name == "digits":
+                spec, cal = _export_digits(work)
+            elif name in specs:
+                spec = specs[name]
+                cal = _calibration_for(spec, work)
+            else:
+                raise SystemExit(f"unknown model {name!r}; choose from {', '.join([*MODELS, *specs])}")
+            row = bench_model(name, spec, cal, work)
+            rows.append(row)
+            print(format_table([row]).splitlines()[-1], flush=True)
+    summary = summarize(rows)
+    print()
+    print(format_table(rows))
+    print(
+        f"median over {len(rows)} model(s): cached rebuild / cold = {summary['median_android_cached_rebuild_over_cold']} "
+        f"(android), {summary['median_mcu_cached_rebuild_over_cold']} (mcu) [goal <= {GOALS['cached_rebuild']}]; "
+        f"mcu after android / mcu cold = {summary['median_mcu_after_android_over_mcu_cold']} [goal <= {GOALS['mcu_after_android']}]"
+    )
+    results = ROOT / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / "cache.json"
+    path.write_text(json.dumps({"rows": rows, "summary": summary, "python": sys.version.split()[0]}, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

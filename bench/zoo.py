@@ -1,0 +1,394 @@
+"""The zoo benchmark: every zoo model on every target, tpuedge against the peer, in one run.
+
+    python bench/zoo.py --setup                           # once: torchvision + timm, privately
+    python bench/zoo.py                                   # all models, all targets (about an hour on 2 cores)
+    python bench/zoo.py --models mtcnn_onet,kws_dscnn --targets android:int8,mcu
+    python bench/zoo.py --peers all                       # peer builds for the big models too
+    python bench/zoo.py --report a/zoo.json b/zoo.json    # one report from runs made side by side
+
+Targets: android:none, android:dynamic-int8, android:int8, mcu (board esp32s3, the biggest
+built-in one: a budget error there means the model fits no board) and cloud-tpu.
+Each build runs cold (TPUEDGE_NO_CACHE) in a fresh child process (`tpuedge.build` through the
+Python API); its wall time (the whole process: imports, model, export, build) and peak RSS are
+measured. For the android schemes the peer, `litert_torch.convert` (+ ai-edge-quantizer: dynamic_wi8_afp32, or
+static int8 with the same calibration samples and float I/O), runs in a child the same way.
+Then, in this process, both files run in LiteRT (accuracy against the torch float model on
+the model's evaluation samples, latency with 1 thread in alternating blocks), mcu builds run
+in TFLite-Micro, and cloud builds on XLA:CPU (forward parity against torch, relative to the
+output range).
+
+Writes bench/results/zoo.json, zoo.md and zoo.png (git ignores bench/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))  # the checkout's tpuedge wins over an installed copy
+
+def _targets() -> tuple[str, ...]:
+    """android's schemes as tpuedge offers them (fp16 aside), `auto` included once it exists."""
+    from tpuedge.quantize.config import SCHEMES
+
+    schemes = [s for s in ("none", "dynamic-int8", "int8", "auto") if s in SCHEMES]
+    return (*(f"android:{s}" for s in schemes), "mcu", "cloud-tpu")
+
+
+TARGETS = _targets()
+MCU_BOARD = "esp32s3"
+PEER_MAX_PARAMS = 6_000_000  # bigger models get peer builds only with --peers all
+CALIBRATION, EVALUATION = 16, 32
+
+
+# ---- child process: one build -----------------------------------------------------------------
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:240]}"
+
+
+def run_child(spec: dict) -> None:
+    """Build one (model, target, side) and print one JSON line: seconds, rss_mb, bytes or error."""
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    import torch
+
+    torch.set_num_threads(1)  # both sides alike; spinning OpenMP threads wreck timings on a shared machine
+    from zoo_models import ZOO
+
+    entry = ZOO[spec["model"]]
+    module, example = entry.build()
+    calibration = entry.samples(spec["calibration"], 1)[0]
+    target, _, scheme = spec["target"].partition(":")
+    out = Path(spec["out"])
+    result: dict = {}
+    start = time.perf_counter()
+    try:
+        if spec["side"] == "peer":
+            data = peer_convert(module, example, scheme, calibration)
+            out.write_bytes(data)
+            result["bytes"] = len(data)
+        else:
+            import tpuedge
+
+            program = tpuedge.export(module, example, name=spec["model"])
+            options: dict = {}
+            if target == "android":
+                options = {"quantize": scheme, "calibration": calibration if scheme in ("int8", "auto") else None}
+            elif target == "mcu":
+                options = {"calibration": calibration, "board": MCU_BOARD, "eval": "none"}
+            tpuedge.build(program, target, out, **options)
+            result["bytes"] = artifact_bytes(out, target)
+        result["seconds"] = time.perf_counter() - start
+    except Exception as exc:  # noqa: BLE001 - every failure is a row of the table
+        result.update(error=_first_line(exc), kind=type(exc).__name__, seconds=time.perf_counter() - start)
+    result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("ZOO-RESULT " + json.dumps(result), flush=True)
+
+
+def artifact_bytes(out: Path, target: str) -> int:
+    if target == "cloud-tpu":  # the deployable parts: the exported program and its weights
+        return sum((out / f).stat().st_size for f in ("model.jaxexport", "model.safetensors") if (out / f).is_file())
+    return (out / "model.tflite").stat().st_size
+
+
+def peer_convert(module, example, scheme: str, calibration) -> bytes:
+    """litert_torch.convert straight from the module, then ai-edge-quantizer's own recipes."""
+    import litert_torch
+    from ai_edge_quantizer import quantizer, recipe
+
+    float_bytes = bytes(litert_torch.convert(module.eval(), example).model_content())
+    if scheme == "none":
+        return float_bytes
+    if scheme == "dynamic-int8":  # (for "auto" the peer has no search: its static int8 below)
+        q = quantizer.Quantizer(bytearray(float_bytes), recipe.dynamic_wi8_afp32())
+        return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
+    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_quantizer import recipe_manager
+    from ai_edge_quantizer.algorithm_manager import AlgorithmName
+
+    rm = recipe_manager.RecipeManager()
+    rm.add_static_config(".*", "*", activation_num_bits=8, weight_num_bits=8)
+    rm.add_quantization_config(".*", "INPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
+    rm.add_quantization_config(".*", "OUTPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
+    q = quantizer.Quantizer(bytearray(float_bytes), rm.get_quantization_recipe())
+    sig = Interpreter(model_content=float_bytes).get_signature_list()
+    key = next(iter(sig))
+    names = sig[key]["inputs"]
+    feed = [dict(zip(names, [np.asarray(a, np.int32) if a.dtype == np.int64 else a for a in s])) for s in calibration]
+    stats = q.calibrate({key: feed}, num_threads=1)
+    return bytes(q.quantize(stats, enable_progress_bar=False, enable_progress_report=False).quantized_model)
+
+
+def spawn(spec: dict, timeout: float) -> dict:
+    """Run one build child; its result plus the process's wall time."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    # Cold builds: tpuedge's build cache would turn every build after a model's first into hits
+    # (and a second run of the bench into all hits). Cache ratios are another benchmark's job.
+    env = {**os.environ, "TPUEDGE_NO_CACHE": "1"}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout:.0f} s", "kind": "Timeout", "wall_s": timeout}
+    wall = time.perf_counter() - start
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZOO-RESULT ")]
+    if not lines:
+        how = f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        return {"error": f"the build process crashed ({how})", "kind": "Crash", "wall_s": wall,
+                "stderr_tail": proc.stderr[-4000:]}
+    result = json.loads(lines[-1][len("ZOO-RESULT ") :])
+    result["wall_s"] = wall
+    if "error" in result:
+        result["stderr_tail"] = proc.stderr[-4000:]
+    return result
+
+
+# ---- this process: references, evaluation, latency ----------------------------------------------
+
+
+def _as_list(out) -> list[np.ndarray]:
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    return [o.detach().numpy() for o in out]
+
+
+def float_reference(entry, count: int) -> dict:
+    import torch
+
+    from zoo_models import param_count
+
+    module, _ = entry.build()
+    samples, labels = entry.samples(count, 2)
+    with torch.no_grad():
+        outputs = [_as_list(module(*[torch.from_numpy(a) for a in s])) for s in samples]
+    return {"params": param_count(module), "samples": samples, "labels": labels, "outputs": outputs,
+            "accuracy": entry.eval_accuracy(outputs, labels)}
+
+
+def score(entry, ref: dict, got: list[list[np.ndarray]]) -> dict:
+    from tpuedge.quantize.metrics import compare_outputs
+
+    summary = compare_outputs(ref["outputs"][: len(got)], got)
+    row = {"cosine": round(summary.cosine, 5), "centered_cosine": round(summary.centered_cosine, 5),
+           "max_abs_error": float(f"{summary.max_abs_error:.3g}")}
+    if summary.top1_agreement is not None:
+        row["top1_agreement"] = round(summary.top1_agreement, 4)
+    accuracy = entry.eval_accuracy(got, ref["labels"])
+    if accuracy is not None:
+        row["accuracy"] = round(accuracy, 4)
+    return row
+
+
+def run_built(out: Path, samples) -> list[list[np.ndarray]]:
+    import tpuedge
+    from zoo_models import run_artifact
+
+    return run_artifact(tpuedge.load(out), samples)
+
+
+def run_tflite(data: bytes, samples) -> list[list[np.ndarray]]:
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+
+    runner = LiteRTRunner(data, num_threads=1)
+    return [runner.run([np.asarray(a, np.int32) if a.dtype == np.int64 else a for a in s]) for s in samples]
+
+
+def latency_ms(files: dict[str, bytes], sample, budget_s: float = 6.0) -> dict[str, float]:
+    """Median ms per file, 1 thread, runs in alternating blocks so load drift hits all alike."""
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+
+    sample = [np.asarray(a, np.int32) if a.dtype == np.int64 else a for a in sample]
+    runners = {side: LiteRTRunner(data, num_threads=1) for side, data in files.items()}
+    t = time.perf_counter()
+    for runner in runners.values():
+        runner.run(sample)
+    each = max(1e-4, (time.perf_counter() - t) / len(runners))
+    per_block = max(1, min(20, int(budget_s / each / len(runners) / 5)))
+    times: dict[str, list[float]] = {side: [] for side in files}
+    for _ in range(5):
+        for side, runner in runners.items():
+            for _ in range(per_block):
+                t = time.perf_counter()
+                runner.run(sample)
+                times[side].append(time.perf_counter() - t)
+    return {side: round(1000 * float(np.median(v)), 3) for side, v in times.items()}
+
+
+def cloud_parity(ref: dict, got: list[list[np.ndarray]]) -> float:
+    """max |xla - torch| / max |torch| over all outputs and samples."""
+    worst = scale = 0.0
+    for r_s, g_s in zip(ref["outputs"], got):
+        for r, g in zip(r_s, g_s):
+            r64 = np.asarray(r, np.float64)
+            worst = max(worst, float(np.max(np.abs(r64 - np.asarray(g, np.float64).reshape(r64.shape)))))
+            scale = max(scale, float(np.max(np.abs(r64))))
+    return worst / scale if scale else worst
+
+
+def bench_model(entry, targets, opts, work: Path) -> list[dict]:
+    ref = float_reference(entry, opts.eval)
+    with_peer = opts.peers == "all" or (opts.peers == "small" and ref["params"] <= PEER_MAX_PARAMS)
+    rows = []
+    for target in targets:
+        row = {"model": entry.name, "target": target, "family": entry.family, "weights": entry.weights,
+               "source": entry.source, "params": ref["params"], "float_accuracy": ref["accuracy"]}
+        base = {"model": entry.name, "target": target, "calibration": opts.calibration}
+        out = work / f"{entry.name}.{target.replace(':', '.')}"
+        built = spawn({**base, "side": "tpuedge", "out": str(out)}, opts.timeout)
+        row.update(_side("", built))
+        peer = None
+        if with_peer and target.startswith("android:"):
+            peer_out = out.with_suffix(".peer.tflite")
+            peer = spawn({**base, "side": "peer", "out": str(peer_out)}, opts.timeout)
+            row.update(_side("peer_", peer))
+        try:
+            if "error" not in built:
+                _evaluate(entry, target, ref, out, row)
+            if peer is not None and "error" not in peer:
+                data = peer_out.read_bytes()
+                row.update({f"peer_{k}": v for k, v in score(entry, ref, run_tflite(data, ref["samples"])).items()})
+                if "error" not in built:
+                    lat = latency_ms({"tpuedge": (out / "model.tflite").read_bytes(), "peer": data}, ref["samples"][0])
+                    row["latency_ms"], row["peer_latency_ms"] = lat["tpuedge"], lat["peer"]
+            elif "error" not in built and target.startswith("android:"):
+                row["latency_ms"] = latency_ms({"tpuedge": (out / "model.tflite").read_bytes()}, ref["samples"][0])["tpuedge"]
+        except Exception as exc:  # noqa: BLE001 - an evaluation failure is a result too
+            row["eval_error"] = _first_line(exc)
+        row["status"] = _status(built, target)
+        rows.append(row)
+        print(_progress(row), flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+    return rows
+
+
+def _evaluate(entry, target: str, ref: dict, out: Path, row: dict) -> None:
+    samples = ref["samples"]
+    if target == "mcu":  # TFLite-Micro's reference kernels are slow on a host: fewer samples
+        samples = samples[: max(8, len(samples) // 4)]
+    got = run_built(out, samples)
+    row.update(score(entry, ref, got))
+    if target == "cloud-tpu":
+        row["cloud_parity"] = float(f"{cloud_parity(ref, got):.3g}")
+    if target == "mcu":
+        manifest = json.loads((out / "manifest.json").read_text())
+        row["arena_bytes"] = manifest.get("arena", {}).get("measured_bytes")
+        row["eval_samples"] = len(samples)
+
+
+def _side(prefix: str, result: dict) -> dict:
+    keep = ("bytes", "seconds", "wall_s", "rss_mb", "error", "kind", "stderr_tail")
+    return {f"{prefix}{k}": (round(v, 2) if isinstance(v, float) else v) for k, v in result.items() if k in keep}
+
+
+def _status(built: dict, target: str) -> str:
+    if "error" not in built:
+        return "ok"
+    if target == "mcu" and "does not fit" in built["error"]:
+        return "over budget"
+    return "failed"
+
+
+def _progress(row: dict) -> str:
+    what = row.get("error", "") if row["status"] != "ok" else f"{row.get('bytes', 0):,} B, {row.get('wall_s', 0):.1f} s"
+    return f"{row['model']:<28} {row['target']:<22} {row['status']:<12} {what}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--setup", action="store_true", help="install torchvision and timm into the zoo's private folder")
+    parser.add_argument("--report", nargs="+", type=Path, metavar="ZOO.JSON",
+                        help="no builds: merge the rows of earlier runs' zoo.json files (the first file wins for a "
+                             "model and target it has) and write the reports to --out")
+    parser.add_argument("--models", nargs="*", help="model names (comma or space separated; default: all)")
+    parser.add_argument("--targets", nargs="*", help=f"default: {','.join(TARGETS)}")
+    parser.add_argument("--peers", choices=("small", "all", "none"), default="small",
+                        help=f"peer builds: for models up to {PEER_MAX_PARAMS:,} parameters (default), all, none")
+    parser.add_argument("--calibration", type=int, default=CALIBRATION, help="calibration samples (seed 1)")
+    parser.add_argument("--eval", type=int, default=EVALUATION, help="evaluation samples (seed 2)")
+    parser.add_argument("--timeout", type=float, default=420, help="seconds per build child")
+    parser.add_argument("--out", type=Path, default=HERE / "results", help="folder for zoo.json, zoo.md, zoo.png")
+    opts = parser.parse_args()
+    if opts.child:
+        run_child(json.loads(opts.child))
+        return
+
+    from zoo_models import ZOO, setup_vendor
+    from zoo_report import write_reports
+
+    if opts.setup:
+        setup_vendor()
+        return
+    if opts.report:
+        merge_reports(opts.report, opts.out, write_reports)
+        return
+    names = _split_args(opts.models) or list(ZOO)
+    targets = _split_args(opts.targets) or list(TARGETS)
+    unknown = [n for n in names if n not in ZOO] + [t for t in targets if t not in TARGETS]
+    if unknown:
+        parser.error(f"unknown model(s)/target(s): {', '.join(unknown)}; models: {', '.join(ZOO)}; "
+                     f"targets: {', '.join(TARGETS)}")
+    import torch
+
+    torch.set_num_threads(1)  # references only; the build children use the defaults
+    started = time.time()
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="zoo.") as tmp:
+        for done, name in enumerate(names, 1):
+            try:
+                rows += bench_model(ZOO[name], targets, opts, Path(tmp))
+            except Exception as exc:  # noqa: BLE001 - a model that will not even load is a row too
+                rows.append({"model": name, "target": "*", "status": "failed", "error": _first_line(exc)})
+                print(f"{name:<28} {'*':<22} failed       {rows[-1]['error']}", flush=True)
+            # Reports after every model: a run stopped early still leaves its finished rows.
+            meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+                    "minutes": round((time.time() - started) / 60, 1), "load_average": os.getloadavg(),
+                    "cpus": os.cpu_count(), "calibration": opts.calibration, "eval": opts.eval, "mcu_board": MCU_BOARD,
+                    "peers": opts.peers, "models_done": done, "models_requested": len(names)}
+            paths = write_reports(rows, meta, opts.out, quiet=done < len(names))
+    for path in paths:
+        print(f"wrote {path}")
+
+
+def merge_reports(paths: list[Path], out: Path, write_reports) -> None:
+    runs = [json.loads(p.read_text()) for p in paths]
+    rows, seen = [], set()
+    for run in runs:
+        for row in run["rows"]:
+            if (row["model"], row["target"]) not in seen:
+                seen.add((row["model"], row["target"]))
+                rows.append(row)
+    from zoo_models import ZOO
+
+    order = {name: i for i, name in enumerate(ZOO)}
+    rows.sort(key=lambda r: order.get(r["model"], len(order)))
+    meta = dict(runs[0]["meta"])
+    meta.update(models_done=sum(r["meta"]["models_done"] for r in runs),
+                models_requested=sum(r["meta"]["models_requested"] for r in runs),
+                minutes=max(r["meta"]["minutes"] for r in runs),
+                merged_from=[f"{r['meta']['date']} (peers: {r['meta']['peers']})" for r in runs])
+    for path in write_reports(rows, meta, out):
+        print(f"wrote {path}")
+
+
+def _split_args(values: list[str] | None) -> list[str]:
+    return [v for item in values or [] for v in item.split(",") if v]
+
+
+if __name__ == "__main__":
+    main()

