@@ -24,10 +24,7 @@ _FUSING_PRODUCERS = frozenset(
         "batch_norm", "_native_batch_norm_legit_no_training",
     }
 )
-_MATMUL_PRODUCERS = _FUSING_PRODUCERS - {"add", "add_", "sub", "mul"}
-# ReLU and ReLU6 fuse into every producer above; the -1..1 range (RELU_N1_TO_1) only into
-# conv/linear (measured: after a MUL it stays a separate op, which TFLM lacks).
-_FUSED_RANGES = {(0.0, 6.0): _FUSING_PRODUCERS, (-1.0, 1.0): _MATMUL_PRODUCERS}
+_FUSED_RANGES = {(0.0, 6.0), (-1.0, 1.0)}  # ReLU6 and RELU_N1_TO_1
 
 
 def _name(node) -> str:
@@ -44,7 +41,7 @@ def _fusing_producers(node) -> frozenset:
         low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min_val", node.kwargs.get("min", -1.0))
         high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max_val", node.kwargs.get("max", 1.0))
         if isinstance(low, (int, float)) and isinstance(high, (int, float)):
-            return _FUSED_RANGES.get((float(low), float(high)), frozenset())
+            return _FUSING_PRODUCERS if (float(low), float(high)) in _FUSED_RANGES else frozenset()
     return frozenset()
 
 

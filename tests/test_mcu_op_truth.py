@@ -1,7 +1,7 @@
 """`check --target mcu` says exactly what the mcu build does, for every ATen op in the data.
 
 One probe per entry of edge/data/tflm_ops.json's "aten" map (tests/fixtures/mcu_op_probes.py).
-All probes go into ONE model (one branch each, one output each), which runs through the real
+All probes go into ONE model (one branch, input and output each), which runs through the real
 mcu conversion once (IR passes, litert-torch, strict int8 ai-edge-quantizer). Each branch is
 then cut out of the converted flatbuffer and run alone in the real TFLite-Micro interpreter.
 A branch builds when its ops are all integer (the build refuses float ops) and TFLM runs it;
@@ -21,22 +21,23 @@ from tpuedge.edge.tflm_ops import aten_to_tflm
 from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
 from tpuedge.shared_ir.op_registry import op_key
 
-KINDS = ("img", "seq", "vec", "idx")
-
-
 class _AllProbes(torch.nn.Module):
+    """Probe i applied to input i: no two branches share a tensor, so the converter can't merge
+    them (it did: a softmax next to a log_softmax lost its SOFTMAX fusion to a shared max/exp)."""
+
     def __init__(self, names):
         super().__init__()
         self.names = names
 
-    def forward(self, img, seq, vec, idx):
-        inputs = {"img": img, "seq": seq, "vec": vec, "idx": idx}
-        return tuple(PROBES[n][1](inputs[PROBES[n][0]]) for n in self.names)
+    def forward(self, *inputs):
+        return tuple(PROBES[n][1](x) for n, x in zip(self.names, inputs))
 
 
-def _sample(rng):
-    return [rng.standard_normal(INPUT_SHAPES[k]).astype(np.float32) for k in KINDS[:3]] + [
-        rng.integers(0, 10, (1, 6)).astype(np.int64)
+def _sample(rng, names):
+    return [
+        rng.integers(0, 10, (1, 6)).astype(np.int64) if PROBES[n][0] == "idx"
+        else rng.standard_normal(INPUT_SHAPES[PROBES[n][0]]).astype(np.float32)
+        for n in names
     ]
 
 
@@ -116,7 +117,7 @@ def probe_results():
 
     names = sorted(PROBES)
     rng = np.random.default_rng(0)
-    program = tpuedge.export(_AllProbes(names), tuple(torch.from_numpy(x) for x in _sample(rng)), name="probes")
+    program = tpuedge.export(_AllProbes(names), tuple(torch.from_numpy(x) for x in _sample(rng, names)), name="probes")
     problems = {p.subject for p in program.check("mcu")}
     checked_graph = mcu_capability().decompose(program.exported_program)
     keys = _branch_op_keys(checked_graph)
@@ -128,7 +129,7 @@ def probe_results():
     config = QuantConfig(  # the mcu build's own settings (NHWC image inputs by default)
         scheme="int8", io_dtype="int8", strict_int8=True, per_channel=True, channels_last=True, min_calibration_samples=16
     )
-    _, tflite, _ = strict_int8_tflite(Program(ep, name="probes"), config, [_sample(rng) for _ in range(16)])
+    _, tflite, _ = strict_int8_tflite(Program(ep, name="probes"), config, [_sample(rng, names) for _ in range(16)])
     branches = _branches(tflite)
     assert len(branches) == len(names) == len(keys) == len(captured)
     results = {}
