@@ -3,8 +3,10 @@ pairwise distances (pooling is in pooling.py)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -122,8 +124,34 @@ def _bn_train(x, weight, bias, eps):
     xf = _opmath(x)
     mean, var, count = _batch_stats(xf)
     rstd = lax.rsqrt(var + eps)
-    y = (xf - mean.reshape(_bn_shape(xf))) * rstd.reshape(_bn_shape(xf))
+    y = _bn_normalized(xf, eps)
     return _affine(y, xf, weight, bias).astype(x.dtype), mean, var, rstd, count
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _bn_normalized(x, eps):
+    """(x - batch mean) / sqrt(batch var + eps) over all axes but 1, with the closed-form
+    gradient (two reductions) instead of autodiff through both statistics' passes."""
+    mean, var, _ = _batch_stats(x)
+    return (x - mean.reshape(_bn_shape(x))) * lax.rsqrt(var + eps).reshape(_bn_shape(x))
+
+
+def _bn_normalized_fwd(x, eps):
+    mean, var, _ = _batch_stats(x)
+    rstd = lax.rsqrt(var + eps)
+    x_hat = (x - mean.reshape(_bn_shape(x))) * rstd.reshape(_bn_shape(x))
+    return x_hat, (x_hat, rstd)
+
+
+def _bn_normalized_bwd(eps, residuals, g):
+    x_hat, rstd = residuals
+    axes = (0,) + tuple(range(2, x_hat.ndim))
+    g_mean = jnp.mean(g, axis=axes, keepdims=True)
+    gx_mean = jnp.mean(g * x_hat, axis=axes, keepdims=True)
+    return ((g - g_mean - x_hat * gx_mean) * rstd.reshape(_bn_shape(x_hat)),)
+
+
+_bn_normalized.defvjp(_bn_normalized_fwd, _bn_normalized_bwd)
 
 
 def _running(running_mean, running_var, mean, var, count, momentum):
