@@ -1,14 +1,16 @@
 """The zoo benchmark: every zoo model on every target, tpuedge against the peer, in one run.
 
-    python bench/zoo.py                                   # all models, all targets (~30 min on 2 cores)
+    python bench/zoo.py --setup                           # once: torchvision + timm, privately
+    python bench/zoo.py                                   # all models, all targets (about an hour on 2 cores)
     python bench/zoo.py --models mtcnn_onet,kws_dscnn --targets android:int8,mcu
     python bench/zoo.py --peers all                       # peer builds for the big models too
+    python bench/zoo.py --report a/zoo.json b/zoo.json    # one report from runs made side by side
 
 Targets: android:none, android:dynamic-int8, android:int8, mcu (board esp32s3, the biggest
 built-in one: a budget error there means the model fits no board) and cloud-tpu.
-Each build runs in a fresh child process (`tpuedge.build` through the Python API); its wall
-time (the whole process: imports, model, export, build) and peak RSS are measured. For the
-android schemes the peer, `litert_torch.convert` (+ ai-edge-quantizer: dynamic_wi8_afp32, or
+Each build runs cold (TPUEDGE_NO_CACHE) in a fresh child process (`tpuedge.build` through the
+Python API); its wall time (the whole process: imports, model, export, build) and peak RSS are
+measured. For the android schemes the peer, `litert_torch.convert` (+ ai-edge-quantizer: dynamic_wi8_afp32, or
 static int8 with the same calibration samples and float I/O), runs in a child the same way.
 Then, in this process, both files run in LiteRT (accuracy against the torch float model on
 the model's evaluation samples, latency with 1 thread in alternating blocks), mcu builds run
@@ -136,9 +138,12 @@ def peer_convert(module, example, scheme: str, calibration) -> bytes:
 def spawn(spec: dict, timeout: float) -> dict:
     """Run one build child; its result plus the process's wall time."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    # Cold builds: tpuedge's build cache would turn every build after a model's first into hits
+    # (and a second run of the bench into all hits). Cache ratios are another benchmark's job.
+    env = {**os.environ, "TPUEDGE_NO_CACHE": "1"}
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timeout after {timeout:.0f} s", "kind": "Timeout", "wall_s": timeout}
     wall = time.perf_counter() - start
@@ -307,6 +312,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--setup", action="store_true", help="install torchvision and timm into the zoo's private folder")
+    parser.add_argument("--report", nargs="+", type=Path, metavar="ZOO.JSON",
+                        help="no builds: merge the rows of earlier runs' zoo.json files (the first file wins for a "
+                             "model and target it has) and write the reports to --out")
     parser.add_argument("--models", nargs="*", help="model names (comma or space separated; default: all)")
     parser.add_argument("--targets", nargs="*", help=f"default: {','.join(TARGETS)}")
     parser.add_argument("--peers", choices=("small", "all", "none"), default="small",
@@ -325,6 +333,9 @@ def main() -> None:
 
     if opts.setup:
         setup_vendor()
+        return
+    if opts.report:
+        merge_reports(opts.report, opts.out, write_reports)
         return
     names = _split_args(opts.models) or list(ZOO)
     targets = _split_args(opts.targets) or list(TARGETS)
@@ -351,6 +362,27 @@ def main() -> None:
                     "peers": opts.peers, "models_done": done, "models_requested": len(names)}
             paths = write_reports(rows, meta, opts.out, quiet=done < len(names))
     for path in paths:
+        print(f"wrote {path}")
+
+
+def merge_reports(paths: list[Path], out: Path, write_reports) -> None:
+    runs = [json.loads(p.read_text()) for p in paths]
+    rows, seen = [], set()
+    for run in runs:
+        for row in run["rows"]:
+            if (row["model"], row["target"]) not in seen:
+                seen.add((row["model"], row["target"]))
+                rows.append(row)
+    from zoo_models import ZOO
+
+    order = {name: i for i, name in enumerate(ZOO)}
+    rows.sort(key=lambda r: order.get(r["model"], len(order)))
+    meta = dict(runs[0]["meta"])
+    meta.update(models_done=sum(r["meta"]["models_done"] for r in runs),
+                models_requested=sum(r["meta"]["models_requested"] for r in runs),
+                minutes=max(r["meta"]["minutes"] for r in runs),
+                merged_from=[f"{r['meta']['date']} (peers: {r['meta']['peers']})" for r in runs])
+    for path in write_reports(rows, meta, out):
         print(f"wrote {path}")
 
 

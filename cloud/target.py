@@ -40,7 +40,7 @@ class CloudLowered:
         loss: str = "auto",
         sharding: str = "data",
     ):
-        from tpuedge.cloud.stablehlo_export import batch_size, rebind_batch
+        from tpuedge.cloud.batch_rebind import batch_size, rebind_batch
 
         self.source_program = program
         self.program = rebind_batch(program, batch)
@@ -72,7 +72,7 @@ class CloudLowered:
         return self._text
 
     def compile(self, out_dir: Any = None):
-        from tpuedge.cloud.artifact import write_cloud_artifact
+        from tpuedge.cloud.artifact_writer import write_cloud_artifact
 
         out = Path(out_dir) if out_dir is not None else Path("build") / self.program.name / "cloud-tpu"
         return write_cloud_artifact(self, out)

@@ -384,7 +384,7 @@ class McuArtifact:
 
         arrays = validate_inputs(self.inputs, inputs, f"mcu artifact {self.directory}")
         if self._runner is None:
-            self._runner = TflmRunner(self.tflite_path.read_bytes(), self.recommended_arena_bytes)
+            self._runner = TflmRunner(self.tflite_path.read_bytes(), self.recommended_arena_bytes, source=self.tflite_path)
         return self._runner.run(arrays)
 
     def report(self) -> str:

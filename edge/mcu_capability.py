@@ -27,10 +27,11 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
+    from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
 
     return PassManager(
         [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
-         DecomposeLSTMCell(), FlattenAsNHWC()]
+         DecomposeLSTMCell(), FlattenAsNHWC(), PReluAsMinimum()]
     )
 
 

@@ -28,7 +28,7 @@ from tpuedge.shared_ir.errors import UserError
 
 __all__ = [
     "FILE_IDENTIFIER", "DTYPE_NAMES", "read_model", "write_model", "operator_names", "dtype_name",
-    "is_external", "buffer_nbytes", "is_constant", "tensor_quantization", "text",
+    "is_external", "buffer_nbytes", "is_constant", "tensor_quantization", "text", "schema",
 ]
 
 FILE_IDENTIFIER = b"TFL3"

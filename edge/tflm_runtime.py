@@ -8,9 +8,11 @@ them back so the real reason can go into an error message.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from tpuedge.edge import tflite_file
 from tpuedge.quantize import affine
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.native_stderr import held_native_stderr
@@ -45,9 +47,12 @@ def _from_model(y: np.ndarray, detail: dict) -> np.ndarray:
 class TflmRunner:
     """One TFLite-Micro interpreter over `tflite` bytes with a fixed tensor arena."""
 
-    def __init__(self, tflite: bytes, arena_size: int):
+    def __init__(self, tflite: bytes, arena_size: int, *, source: str | Path | None = None):
         from tflite_micro import runtime
 
+        # TFLM's Python loader decodes the flatbuffer with no bounds checks (a truncated file is a
+        # struct.error): check it first, naming `source`
+        tflite_file.read_model(tflite, source)
         self.arena_size = int(arena_size)
         with held_native_stderr() as log:
             try:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tpuedge.quantize.array_files import UNNAMED, read_arrays
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.tensors import TensorSpec, to_numpy
 
@@ -68,17 +69,14 @@ def _split_stacked(spec: TensorSpec, arr: np.ndarray, where: str) -> list[np.nda
     )
 
 
-_UNNAMED = "arr_0"
-
-
 def _arrays_to_samples(arrays: Mapping[str, Any], specs: list[TensorSpec], where: str) -> Samples:
     names = [s.name for s in specs]
     arrays = dict(arrays)
     # A single-input model takes one UNNAMED array (numpy.savez(path, array) stores it as
     # "arr_0"). A named array that is not the input's name is refused rather than guessed:
     # it is often data written for another model, and a silent rename hides that.
-    if len(specs) == 1 and list(arrays) == [_UNNAMED]:
-        arrays = {names[0]: arrays[_UNNAMED]}
+    if len(specs) == 1 and list(arrays) == [UNNAMED]:
+        arrays = {names[0]: arrays[UNNAMED]}
     missing = [n for n in names if n not in arrays]
     extra = [k for k in arrays if k not in names]
     if missing or extra:
@@ -101,73 +99,8 @@ def _arrays_to_samples(arrays: Mapping[str, Any], specs: list[TensorSpec], where
     return [list(sample) for sample in zip(*per_input)]
 
 
-_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive (the second: an empty one)
-_NPY_MAGIC = b"\x93NUMPY"
-
-
-def _looks_like(head: bytes) -> str:
-    """What a file that is not what its suffix says seems to be, from its first bytes."""
-    if not head:
-        return "it is empty (0 bytes)"
-    if head.startswith(_NPY_MAGIC):
-        return "it is a single .npy array, not an .npz archive (rename it to .npy)"
-    if head.startswith(_ZIP_MAGIC):
-        return "it is a zip archive, not a single .npy array (rename it to .npz)"
-    if head.startswith(b"\x80") or head.startswith(b"\x1f\x8b"):
-        return "it looks like a pickle or gzip file, not numpy arrays"
-    sample = head.decode("utf-8", errors="replace")
-    if sum(c.isprintable() or c in "\r\n\t" for c in sample) >= 0.9 * len(sample):
-        first = sample.strip().splitlines()[0][:40] if sample.strip() else ""
-        return f"it is a text file (it starts with {first!r})"
-    return f"it is binary data starting with {head[:8]!r}"
-
-
-def _unreadable(path: Path, problem: str) -> UserError:
-    kind = ".npz archive" if path.suffix == ".npz" else ".npy array"
-    return UserError(
-        f"Calibration file {path} is not a readable {kind}: {problem}. Write it with "
-        f"{'numpy.savez(path, <input name>=array)' if path.suffix == '.npz' else 'numpy.save(path, array)'}; {_FORMATS}."
-    )
-
-
-def _read_arrays(path: Path, specs: list[TensorSpec]) -> dict[str, Any]:
-    with path.open("rb") as f:
-        head = f.read(64)
-    magic = _ZIP_MAGIC if path.suffix == ".npz" else (_NPY_MAGIC,)
-    if not head.startswith(magic):
-        raise _unreadable(path, _looks_like(head))
-    # numpy's reader raises many kinds on damaged bytes (BadZipFile, zlib.error, EOFError,
-    # ValueError, SyntaxError and tokenize.TokenError from its header parser, ...); the calls
-    # below only decode the user's file, so any of them means the file is damaged.
-    damaged = Exception
-    if path.suffix == ".npy":
-        try:
-            return {specs[0].name if specs else "input": np.load(path, allow_pickle=False)}
-        except damaged as exc:  # a damaged header or data; pickles (object arrays) are never loaded
-            raise _unreadable(path, f"it is damaged or holds Python objects ({_first_sentence(exc)})") from None
-    arrays = {}
-    try:
-        data = np.load(path, allow_pickle=False)
-    except damaged as exc:
-        raise _unreadable(path, f"the archive is corrupt or truncated ({_first_sentence(exc)})") from None
-    with data:
-        for key in data.files:
-            try:
-                value = data[key]
-            except damaged as exc:
-                raise _unreadable(path, f"the archive is corrupt or truncated: member {key!r} ({_first_sentence(exc)})") from None
-            if not isinstance(value, np.ndarray):  # numpy hands back a non-.npy member as raw bytes
-                raise _unreadable(path, f"its member {key!r} is not a .npy array ({_looks_like(bytes(value)[:64])})")
-            arrays[key] = value
-    return arrays
-
-
-def _first_sentence(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:120]
-
-
 def _load_file(path: Path, specs: list[TensorSpec]) -> Samples:
-    arrays = _read_arrays(path, specs)
+    arrays = read_arrays(path, "Calibration file")  # an .npy comes back as one unnamed array
     if path.suffix == ".npy" and len(specs) != 1:
         raise UserError(
             f"{path} is one .npy array but the model has {len(specs)} inputs "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -20,6 +19,8 @@ from tpuedge.shared_ir.errors import InternalError, UserError
 from tpuedge.shared_ir.op_registry import OpRegistry
 
 if TYPE_CHECKING:  # pragma: no cover
+    from importlib import metadata
+
     from tpuedge.shared_ir.program import Program
 
 __all__ = [
@@ -134,6 +135,7 @@ def _checkout_entry_points() -> list[metadata.EntryPoint]:
     """The group as this checkout's pyproject.toml declares it, for a checkout run without an
     install (no tpuedge metadata on the path to read entry points from)."""
     import tomllib
+    from importlib import metadata
 
     # in a checkout this file is <root>/shared_ir/targets.py; installed, no pyproject.toml is there
     pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
@@ -147,8 +149,12 @@ def _checkout_entry_points() -> list[metadata.EntryPoint]:
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
+    from importlib import metadata  # here, not at import: `tpuedge --help` never reads the group
+
     found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
-    if not any(getattr(ep.dist, "name", None) == "tpuedge" for ep in found):
+    # tpuedge's own targets live in its namespace; none found means no tpuedge metadata on the
+    # path (a checkout run without an install). Not `ep.dist.name`: that parses every METADATA.
+    if not any(ep.value.startswith("tpuedge.") for ep in found):
         found += _checkout_entry_points()
     return sorted(found, key=lambda ep: ep.name)
 

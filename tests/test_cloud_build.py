@@ -45,7 +45,7 @@ def test_build_writes_the_portable_artifacts_and_runs_them_on_xla_cpu(mlp_progra
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["target"] == "cloud-tpu"
     assert manifest["ir_fingerprint"] == mlp_program.fingerprint
-    assert manifest["jax_export"]["platforms"] == ["cpu", "tpu"]
+    assert manifest["jax_export"]["platforms"] == ["cpu", "cuda", "tpu"]
     assert manifest["weights"]["storage"].startswith("arguments")
     assert manifest["weights"]["parameter_count"] == mlp_program.parameter_count == 6922
     names = [a["name"] for a in manifest["jax_export"]["arguments"]]
@@ -87,7 +87,7 @@ def test_rebuild_is_byte_identical_and_holds_no_machine_paths(mlp_program, mlp_b
 
 
 def test_weights_file_is_standard_safetensors(mlp_build, tmp_path):
-    from tpuedge.cloud.artifact import read_safetensors, write_safetensors
+    from tpuedge.cloud.safetensors_file import read_safetensors, write_safetensors
 
     _, out = mlp_build
     st = pytest.importorskip("safetensors.numpy")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".cfg", ".json", ".cc", ".h", ""}
 SKIP_DIRS = {".git", ".venv", "build", "dist", "__pycache__", "results"}
@@ -27,3 +29,78 @@ def test_nothing_cites_a_file_outside_the_repo():
         if OUTSIDE.search(line)
     ]
     assert not cited, "\n".join(cited)
+
+
+# ---- every shell command on the target pages runs ------------------------------------------
+DOCS = REPO / "docs"
+PAGES = ("android.md", "mcu.md", "cloud-tpu.md", "training.md", "quantization.md", "verify.md")
+# A page that works on another page's outputs says so in its text; its commands run after those.
+NEEDS = {"verify.md": ("mcu.md", "quantization.md")}
+_FENCE = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def bash_blocks(page: str) -> list[str]:
+    return _FENCE.findall((DOCS / page).read_text())
+
+
+class _DocsRun:
+    """One folder where the pages' commands run in order, as a reader at the repo root would
+    (`examples/` linked in); each page runs once, after the pages it needs."""
+
+    def __init__(self, folder: Path):
+        import os
+        import sys
+
+        self.folder = folder
+        (folder / "examples").symlink_to(REPO / "examples")
+        bin_dir = str(Path(sys.executable).parent)
+        self.env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+        self.done: dict[str, list] = {}
+
+    def run(self, page: str) -> list:
+        import subprocess
+
+        if page not in self.done:
+            for needed in NEEDS.get(page, ()):
+                self.run(needed)
+            self.done[page] = [
+                subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=self.folder, env=self.env,
+                               capture_output=True, text=True, timeout=900)
+                for block in bash_blocks(page)
+            ]
+        return self.done[page]
+
+
+@pytest.fixture(scope="module")
+def docs_run(tmp_path_factory):
+    return _DocsRun(tmp_path_factory.mktemp("docs"))
+
+
+def test_every_target_page_exists_and_has_commands():
+    for page in PAGES:
+        assert bash_blocks(page), f"docs/{page} has no ```bash block"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_the_commands_on_the_page_run(docs_run, page):
+    for block, proc in zip(bash_blocks(page), docs_run.run(page)):
+        assert proc.returncode == 0, f"docs/{page}:\n{block}\nexit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_what_the_pages_promise_is_on_disk(docs_run):
+    for page in PAGES:
+        docs_run.run(page)
+    folder = docs_run.folder
+    assert sorted(p.name for p in (folder / "build/digits/mcu").iterdir()) == [
+        "manifest.json", "model.tflite", "model_data.cc", "model_data.h", "op_resolver.h"
+    ]
+    assert {"model.stablehlo.mlir", "model.jaxexport", "model.safetensors", "manifest.json"} <= {
+        p.name for p in (folder / "build/mlp/cloud-tpu").iterdir()
+    }
+    import json
+
+    result = json.loads((folder / "verify.json").read_text())
+    assert result  # verify wrote its JSON for CI

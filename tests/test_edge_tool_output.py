@@ -93,14 +93,14 @@ def _cli_build(tmp_path, verbose: bool) -> subprocess.CompletedProcess:
     from pathlib import Path
 
     env = {k: v for k, v in os.environ.items() if k != "TPUEDGE_VERBOSE"}
-    env["TPUEDGE_NO_CACHE"] = "1"  # a cached float model would skip the converter and its log
     if verbose:
         env["TPUEDGE_VERBOSE"] = "1"
     exe = Path(sys.executable).with_name("tpuedge")
     model = Path(__file__).resolve().parents[1] / "examples" / "models.py"
     out = tmp_path / ("verbose" if verbose else "quiet")
     return subprocess.run(
-        [str(exe), "build", f"{model}:build_mlp", "--target", "android", "--out", str(out)],
+        [str(exe), "build", f"{model}:build_mlp", "--target", "android", "--out", str(out),
+         "--no-cache"],  # a cached float model would skip the converter and its log
         capture_output=True, text=True, env=env, timeout=600,
     )
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ai_edge_litert import schema_py_generated as schema
 
 from tpuedge.edge import tflite_file
+from tpuedge.edge.tflite_file import schema
 from tpuedge.quantize.affine import dequantize, quantize
 
 SCALE, ZERO = 0.1, -3

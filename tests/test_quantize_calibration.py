@@ -217,3 +217,14 @@ def test_one_unnamed_array_feeds_a_single_input_model(tmp_path, single_program):
     np.savez(tmp_path / "named.npz", features=data)
     with pytest.raises(UserError, match=r"unknown: \['features'\].*or save one unnamed array"):
         load_calibration(str(tmp_path / "named.npz"), single_program)
+
+
+@pytest.mark.parametrize("case", ["text", "text_npy", "truncated_zip", "garbage_member"])
+def test_verify_data_files_go_through_the_same_reader(tmp_path, single_program, case):
+    """`tpuedge verify --data` reads .npz/.npy with the same checks as --calibration."""
+    from tpuedge.verify.data import load_data
+
+    path = _bad_calibration_file(tmp_path, case)
+    with pytest.raises(UserError, match=rf"Data file .*{path.name} is not a readable") as info:
+        load_data(str(path), single_program.inputs)
+    assert "pickle" not in str(info.value)

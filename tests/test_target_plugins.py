@@ -122,3 +122,19 @@ def test_shared_ir_names_no_backend_module_and_no_target():
                 if node.value in TARGET_NAMES or re.search(r"tpuedge\.(edge|cloud)\.", node.value):
                     offenders.append(f"{path.name}:{node.lineno} names {node.value!r}")
     assert not offenders, offenders
+
+
+def test_top_level_help_loads_no_target():
+    """`tpuedge --help` lists `build` by its one-line help: the registry (and every target module,
+    a third party's included) is read only when `build` itself is parsed."""
+    code = (
+        "import sys, io, contextlib\n"
+        "from tpuedge.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+        "assert 'build ' in out.getvalue()\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('tpuedge.edge', 'tpuedge.cloud', 'torch', 'jax'))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -161,3 +161,15 @@ def test_every_view_reads_the_same_tensors(built):
     assert [o.name for o in ops_used(data)] == list(summary.op_histogram) == [op.name for op in graph.ops]
     assert [t.dtype for t in summary.inputs] == [d["dtype"] for d in io["inputs"]] == [graph.tensors[i].dtype for i in graph.inputs]
     assert [list(t.shape) for t in summary.outputs] == [d["shape"] for d in io["outputs"]] == [list(graph.tensors[i].shape) for i in graph.outputs]
+
+
+def test_tflite_micro_runner_checks_the_file_first(built):
+    """TFLite-Micro's Python loader decodes without bounds checks: an mcu artifact's damaged
+    model.tflite must be a UserError naming it, not a struct.error from inside tflite_micro."""
+    from tpuedge.edge.tflm_runtime import TflmRunner
+
+    data = (built / "model.tflite").read_bytes()
+    with pytest.raises(UserError, match="model.tflite is not a valid .tflite model"):
+        TflmRunner(data[: len(data) // 2], 16384, source=built / "model.tflite")
+    x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
+    assert TflmRunner(data, 16384).run([x])[0].shape == (1, 3)

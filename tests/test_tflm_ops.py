@@ -15,7 +15,7 @@ from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
 
 
 def _schema():
-    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
+    from tpuedge.edge.tflite_file import schema  # the one binding tpuedge reads and writes with
 
     return schema
 
@@ -29,8 +29,6 @@ def single_op_model(
     `then`: a second op on the same tensors; TFLM resolves every op before it initializes any
     kernel, so with then="GELU" the load stops at GELU if and only if `op` resolved.
     """
-    import flatbuffers
-
     s = _schema()
 
     def opcode(name):
@@ -63,9 +61,9 @@ def single_op_model(
     model = s.ModelT()
     model.version, model.operatorCodes, model.subgraphs = 3, [opcode(n) for n in names], [graph]
     model.buffers = [s.BufferT()]
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    from tpuedge.edge.tflite_file import write_model
+
+    return write_model(model)
 
 
 def _load_error(data: bytes) -> str:

@@ -60,15 +60,31 @@ def resolve_build_options(target_name: str, given: dict, config) -> dict:
     return resolved
 
 
-def make_build_command() -> click.Command:
+def _target_params() -> list[click.Parameter]:
+    """`--target` and every implemented target's options, read from the target registry."""
     targets = implemented_targets()
     params: list[click.Parameter] = [
-        click.Argument(["model"], required=False),
         click.Option(["--target", "-t"], type=click.Choice(list(targets)) if targets else str, help="Target to build for."),
+    ]
+    return params + [_click_option(opt, owners) for opt, owners in _options_by_name(targets).values()]
+
+
+class _BuildCommand(click.Command):
+    """Reads the target registry only when `build` itself is parsed or its help is shown, so
+    `tpuedge --help` (which lists `build` by its one-line help) never loads the targets."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if not any(p.name == "target" for p in self.params):
+            self.params[1:1] = _target_params()
+        return super().get_params(ctx)
+
+
+def make_build_command() -> click.Command:
+    params: list[click.Parameter] = [
+        click.Argument(["model"], required=False),
         click.Option(["--out", "-o"], type=click.Path(file_okay=False, path_type=Path), help="Output folder (default build/<model>/<target>)."),
         click.Option(["--no-cache", "no_cache"], is_flag=True, help="Build every stage cold: neither read nor write the build cache (any target)."),
     ]
-    params += [_click_option(opt, owners) for opt, owners in _options_by_name(targets).values()]
 
     def run(model, target, out, no_cache, **given):
         from tpuedge.command_inputs import console as _console
@@ -79,13 +95,13 @@ def make_build_command() -> click.Command:
         from tpuedge.shared_ir.cache_keys import build_session
 
         config = _config()
-        target = _target_arg(target, list(targets))
+        target = _target_arg(target, list(implemented_targets()))
         spec = _model_arg(model)
         options = resolve_build_options(target, given, config)
         out = out or config.get("out", target) or Path("build") / spec_name(spec) / target
         if options.get("batch") and not spec.endswith(".pt2"):
             # a factory's module can be re-traced at the batch asked for (a .pt2 only rebinds if its graph allows)
-            from tpuedge.cloud.stablehlo_export import export_factory_at_batch
+            from tpuedge.cloud.batch_rebind import export_factory_at_batch
 
             program = export_factory_at_batch(spec, options["batch"])
         else:
@@ -97,7 +113,7 @@ def make_build_command() -> click.Command:
         console.print(cache.describe(), soft_wrap=True)  # not in the manifest: a hit gives the same bytes as a cold build
         console.print(f"wrote {out}")
 
-    return click.Command(
+    return _BuildCommand(
         "build",
         params=params,
         callback=run,

@@ -7,7 +7,7 @@ ops without a lowering have none.
 
 from __future__ import annotations
 
-from tpuedge.cloud.lowerings import creation, elementwise, nn, random, reductions, shape  # noqa: F401 (register)
+from tpuedge.cloud.lowerings import creation, elementwise, nn, pooling, random, reductions, shape  # noqa: F401 (register)
 from tpuedge.cloud.lowerings.registry import LOWERINGS, is_random_op, jax_dtype
 
 __all__ = ["LOWERINGS", "NOT_LOWERED", "is_random_op", "jax_dtype"]

@@ -50,6 +50,7 @@ def assert_runtime_close(
     """
     from tpuedge.verify.compare import verify
     from tpuedge.verify.per_layer import layer_report
+    from tpuedge.verify.report import render_text
 
     result = verify(
         artifact, model, data, labels=labels, min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop,
@@ -67,7 +68,7 @@ def assert_runtime_close(
         )
     lines = [f"{result.runtime} does not compute what the float IR of {result.model!r} computes:"]
     lines += [f"  - {check.describe()}" for check in result.failures]
-    lines += ["", result.table()]
+    lines += ["", render_text(result)]
     if report_dir is not None:
         from tpuedge.verify.report import PLOT_FILE, REPORT_FILE, write_report_dir
 

@@ -24,7 +24,7 @@ DEFAULT_MIN_COSINE = 0.99
 
 _LAZY = {
     "verify": ("tpuedge.verify.compare", "verify"),
-    "VerifyResult": ("tpuedge.verify.compare", "VerifyResult"),
+    "VerifyResult": ("tpuedge.verify.result", "VerifyResult"),
     "LayerReport": ("tpuedge.verify.per_layer", "LayerReport"),
     "write_report_dir": ("tpuedge.verify.report", "write_report_dir"),
 }

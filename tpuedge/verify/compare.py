@@ -11,7 +11,6 @@ unless the caller sets its own (-1 turns it off).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,104 +20,11 @@ from tpuedge.shared_ir.errors import UserError
 from tpuedge.verify import DEFAULT_MIN_COSINE
 from tpuedge.verify.data import VerifyData, load_data
 from tpuedge.quantize.metrics import OutputMetrics, compare_output, task_accuracy
-from tpuedge.verify.per_layer import DEFAULT_LAYER_SAMPLES, LayerReport, layer_report, runtime_label
-from tpuedge.verify.runner import check_interface, reference_runner, run_rows, single_torch_thread
+from tpuedge.verify.per_layer import DEFAULT_LAYER_SAMPLES, layer_report, runtime_label
+from tpuedge.verify.result import Check, TaskAccuracy, VerifyResult
+from tpuedge.verify.runner import check_interface, run_rows, single_torch_thread
 
-__all__ = ["verify", "VerifyResult", "Check", "TaskAccuracy", "open_artifact", "open_program"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """One threshold applied to one measured value."""
-
-    name: str  # "cosine", "top-1 agreement", "accuracy drop"
-    subject: str  # the output it applies to
-    value: float
-    limit: float
-    kind: str  # "min" or "max"
-    passed: bool
-
-    def describe(self) -> str:
-        if self.name == "accuracy drop":
-            value, limit = f"{self.value:.2f} pts", f"{self.limit:.2f} pts"
-        elif self.name == "top-1 agreement":
-            value, limit = f"{100 * self.value:.2f}%", f"{100 * self.limit:.2f}%"
-        else:
-            value, limit = f"{self.value:.6f}", f"{self.limit:g}"
-        relation = ("≥" if self.kind == "min" else "≤") if self.passed else ("<" if self.kind == "min" else ">")
-        need = "" if self.passed else " required"
-        return f"{self.name} of {self.subject}: {value} {relation}{need} {limit}"
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class TaskAccuracy:
-    """Accuracy (%) of the float IR and of the runtime against labels, on one classifier output."""
-
-    output: str
-    labels: str
-    float_accuracy: float
-    runtime_accuracy: float
-
-    @property
-    def drop(self) -> float:
-        """Percentage points lost in the runtime (negative: it did better)."""
-        return self.float_accuracy - self.runtime_accuracy
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "drop_points": self.drop}
-
-
-@dataclass
-class VerifyResult:
-    model: str
-    fingerprint: str
-    artifact: str
-    target: str
-    runtime: str
-    samples: int
-    outputs: list[OutputMetrics]
-    accuracy: TaskAccuracy | None = None
-    checks: list[Check] = field(default_factory=list)
-    layers: LayerReport | None = None
-    fingerprint_checked: bool = True
-
-    @property
-    def passed(self) -> bool:
-        """Every check holds, and something was checked (no checks is not a pass)."""
-        return bool(self.checks) and all(c.passed for c in self.checks)
-
-    @property
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if not c.passed]
-
-    def to_json(self) -> dict:
-        return {
-            "model": self.model,
-            "ir_fingerprint": self.fingerprint,
-            "fingerprint_checked": self.fingerprint_checked,
-            "artifact": self.artifact,
-            "target": self.target,
-            "runtime": self.runtime,
-            "samples": self.samples,
-            "passed": self.passed,
-            "outputs": [o.to_json() for o in self.outputs],
-            "accuracy": None if self.accuracy is None else self.accuracy.to_json(),
-            "checks": [c.to_json() for c in self.checks],
-            "failures": [c.describe() for c in self.failures],
-            "layers": None if self.layers is None else self.layers.to_json(),
-        }
-
-    def table(self, *, layers: int = 10) -> str:
-        """Plain-text report (what a failing test prints)."""
-        from tpuedge.verify.report import render_text
-
-        return render_text(self, top_layers=layers)
-
-    def __str__(self) -> str:
-        return self.table()
+__all__ = ["verify", "open_artifact", "open_program"]
 
 
 def open_artifact(artifact: Any):
@@ -224,7 +130,7 @@ def verify(
 
     with single_torch_thread():
         reference = run_rows(
-            reference_runner(program), program.inputs, dataset.rows, whole_calls=dataset.whole_calls,
+            program.run, program.inputs, dataset.rows, whole_calls=dataset.whole_calls,
             label="float IR", progress=progress,
         )
     got = run_rows(

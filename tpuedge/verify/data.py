@@ -53,16 +53,12 @@ def _read_mapping(data: Any) -> tuple[dict[str, np.ndarray] | None, list[np.ndar
         path = Path(data)
         if not path.is_file():
             raise UserError(f"Data file {path} does not exist; pass a .npz with one array per model input (first axis = samples).")
+        from tpuedge.quantize.array_files import read_arrays  # the one .npz/.npy reader
+
+        arrays = read_arrays(path, "Data file")
         if path.suffix == ".npy":
-            return None, [np.load(path, allow_pickle=False)], str(path)
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                return {k: npz[k] for k in npz.files}, None, str(path)
-        except Exception as exc:  # zipfile/ValueError/OSError: not an npz
-            raise UserError(
-                f"{path} is not a readable .npz file ({type(exc).__name__}: {exc}); write it with "
-                "`numpy.savez(path, <input name>=array, labels=labels)`."
-            ) from exc
+            return None, list(arrays.values()), str(path)
+        return arrays, None, str(path)
     if isinstance(data, Mapping):
         return {str(k): to_numpy(v) for k, v in data.items()}, None, "dict"
     if isinstance(data, np.ndarray) or hasattr(data, "detach"):

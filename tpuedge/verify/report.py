@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tpuedge.verify.compare import VerifyResult
     from tpuedge.verify.per_layer import LayerReport
+    from tpuedge.verify.result import VerifyResult
 
 __all__ = [
     "outputs_table",

@@ -19,7 +19,7 @@ from tpuedge.shared_ir.tensors import TensorSpec
 
 __all__ = [
     "single_torch_thread",
-    "reference_runner", "run_rows", "call_batch", "call_chunks", "layout_permutation", "check_interface", "inverse_permutation"]
+    "run_rows", "call_batch", "call_chunks", "layout_permutation", "check_interface", "inverse_permutation"]
 
 _DYNAMIC_BATCH_CALL = 64  # rows per call when the batch axis is dynamic
 
@@ -36,23 +36,6 @@ def single_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def reference_runner(program) -> Callable[..., list[np.ndarray]]:
-    """The Program's float reference execution (as `Program.run`), with the module built once."""
-    import torch
-
-    from tpuedge.shared_ir.tensors import to_numpy
-
-    module = program.exported_program.module()
-
-    def run(*inputs: np.ndarray) -> list[np.ndarray]:
-        tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
-        with torch.no_grad():
-            out = module(*tensors)
-        return [to_numpy(t) for t in torch.utils._pytree.tree_leaves(out)]
-
-    return run
 
 
 def _fits(expected: Sequence[Any], actual: Sequence[Any]) -> bool:
