@@ -47,7 +47,7 @@ def _export_digits(folder: Path) -> tuple[str, str]:
     program = tpuedge.export(digits.train_digits_cnn(), (torch.zeros(1, 1, 8, 8),), name="digits")
     program.save(folder / "digits.pt2")
     x = np.stack([s[0] for s in digits.calibration(CALIBRATION)])
-    np.savez(folder / "digits_cal.npz", x=x.astype(np.float32))
+    np.savez(folder / "digits_cal.npz", **{program.inputs[0].name: x.astype(np.float32)})
     return str(folder / "digits.pt2"), str(folder / "digits_cal.npz")
 
 
@@ -61,6 +61,10 @@ def _calibration_for(spec: str, folder: Path) -> str:
     path = folder / f"{program.name}_cal.npz"
     np.savez(path, **arrays)
     return str(path)
+
+
+class BuildFailed(Exception):
+    pass
 
 
 def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> dict:
@@ -78,7 +82,7 @@ def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> di
         out_file.seek(0), err_file.seek(0)
         stdout, stderr = out_file.read(), err_file.read()
     if returncode != 0:
-        raise SystemExit(f"build failed ({' '.join(command)}):\n{stderr[-3000:]}")
+        raise BuildFailed(f"build failed ({' '.join(command)}):\n{stderr[-3000:]}")
     line = next((l for l in stdout.splitlines() if l.startswith("cache:")), "")
     return {"wall_s": round(wall, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "cache": line}
 
@@ -162,7 +166,11 @@ def main() -> None:
                 cal = _calibration_for(spec, work)
             else:
                 raise SystemExit(f"unknown model {name!r}; choose from {', '.join([*MODELS, *specs])}")
-            row = bench_model(name, spec, cal, work)
+            try:
+                row = bench_model(name, spec, cal, work)
+            except BuildFailed as exc:  # report it and go on with the other models
+                print(f"{name}: {exc}", file=sys.stderr)
+                continue
             rows.append(row)
             print(format_table([row]).splitlines()[-1], flush=True)
     summary = summarize(rows)

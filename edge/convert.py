@@ -81,7 +81,8 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
         )
     try:
         data = cached_stage(  # on disk: one float model for every LiteRT target's build of an IR
-            "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last)},
+            # NHWC changes only rank-4 float inputs: other models share one float model across layouts
+            "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last) and _has_image_input(program)},
             lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
         ) if cache else lower_to_float_flatbuffer(program, channels_last=channels_last)
     except UserError:
@@ -99,6 +100,10 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
         while len(_FLOAT_CACHE) > _FLOAT_CACHE_SIZE:
             _FLOAT_CACHE.popitem(last=False)
     return data
+
+
+def _has_image_input(program: "Program") -> bool:
+    return any(len(s.shape) == 4 and s.dtype.startswith("float") for s in program.inputs)
 
 
 def tflite_layout_inputs(sample: list[np.ndarray], channels_last: bool) -> list[np.ndarray]:

@@ -71,3 +71,12 @@ def test_int8_prelu_net_stays_within_its_parameter_bytes_and_runs_in_tflm(rnet, 
     err = check["tflm_vs_float"]
     # measured: max abs error 0.0021 on an output range of 0.675, centered cosine 0.90 (random weights)
     assert err["max_abs_error"] <= 0.01 * err["output_range"] and err["centered_cosine"] > 0.85, err
+
+
+def test_android_int8_prelu_net_stores_each_layer_once(rnet, tmp_path):
+    program, cal = rnet
+    art = tpuedge.build(program, "android", tmp_path / "android", quantize="dynamic-int8")
+    weights = art.manifest["sizes"]["weight_bytes"]
+    assert weights <= 1.1 * program.parameter_count, weights  # int8 weights, each Linear stored once
+    accuracy = art.manifest["accuracy"]
+    assert accuracy["max_abs_error"] <= 0.02 * accuracy["output_range"], accuracy
