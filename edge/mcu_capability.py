@@ -52,6 +52,18 @@ def _overload_keys(key: str) -> list[str]:
     return [f"{key}.{overload}" for overload in packet.overloads()] if packet is not None else [f"{key}.default"]
 
 
+# ops the mcu passes rewrite before the check (what `tpuedge ops --target mcu` says about them)
+_PADDING_NOTE = "rewritten on the IR as slices + concatenation (STRIDED_SLICE, CONCATENATION), exact"
+_REWRITTEN_ON_THE_IR = {
+    "aten.reflection_pad1d": _PADDING_NOTE,
+    "aten.reflection_pad2d": _PADDING_NOTE,
+    "aten.replication_pad2d": _PADDING_NOTE,
+    "aten.lstm_cell": "rewritten on the IR: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD",
+    "aten.prelu": "rewritten on the IR as relu(x) + w*(x - relu(x)): RELU, SUB, MUL, ADD (no duplicated layer)",
+    "aten.dropout": "removed on the IR in eval mode (train=False)",
+}
+
+
 def mcu_capability() -> Capability:
     from tpuedge.edge.tflm_ops import aten_to_tflm, tflm_missing
 
@@ -71,6 +83,7 @@ def mcu_capability() -> Capability:
         for full_key in (key, *_overload_keys(key)):
             suggestions[full_key] = f"it lowers to {why}"
     notes["aten.gelu"] = "no GELU kernel: the mcu build rewrites it to x*sigmoid(1.702x) on the IR (--gelu tanh: tanh form)"
+    notes.update(_REWRITTEN_ON_THE_IR)
     return Capability(
         target="mcu",
         ops=registry,
