@@ -1,7 +1,8 @@
 """Benchmark: what the build cache saves, one run, every build a fresh `tpuedge build` child process.
 
 Per model (wall time and peak RSS of each child, imports and model capture included):
-  android cold       float android build (--quantize none) into an empty cache
+  android cold       float android build (--quantize none --channels-last, the layout mcu builds
+                     take, so both can share one float model) into an empty cache
   android cached     the same build again (every cached stage a hit)
   mcu cold           mcu build into another empty cache
   mcu after android  mcu build into the cache the android builds filled (the float model is shared)
@@ -47,7 +48,7 @@ def _export_digits(folder: Path) -> tuple[str, str]:
     program = tpuedge.export(digits.train_digits_cnn(), (torch.zeros(1, 1, 8, 8),), name="digits")
     program.save(folder / "digits.pt2")
     x = np.stack([s[0] for s in digits.calibration(CALIBRATION)])
-    np.savez(folder / "digits_cal.npz", x=x.astype(np.float32))
+    np.savez(folder / "digits_cal.npz", **{program.inputs[0].name: x.astype(np.float32)})
     return str(folder / "digits.pt2"), str(folder / "digits_cal.npz")
 
 
@@ -61,6 +62,10 @@ def _calibration_for(spec: str, folder: Path) -> str:
     path = folder / f"{program.name}_cal.npz"
     np.savez(path, **arrays)
     return str(path)
+
+
+class BuildFailed(Exception):
+    pass
 
 
 def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> dict:
@@ -78,7 +83,7 @@ def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> di
         out_file.seek(0), err_file.seek(0)
         stdout, stderr = out_file.read(), err_file.read()
     if returncode != 0:
-        raise SystemExit(f"build failed ({' '.join(command)}):\n{stderr[-3000:]}")
+        raise BuildFailed(f"build failed ({' '.join(command)}):\n{stderr[-3000:]}")
     line = next((l for l in stdout.splitlines() if l.startswith("cache:")), "")
     return {"wall_s": round(wall, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "cache": line}
 
@@ -87,8 +92,9 @@ def bench_model(name: str, spec: str, calibration: str, work: Path) -> dict:
     fresh, shared = work / f"{name}-cache-mcu-cold", work / f"{name}-cache-shared"
     mcu_args = ("--calibration", calibration, "--eval", "none")
     row = {"model": name, "spec": spec}
-    row["android_cold"] = run_build(spec, "android", work / f"{name}-a1", shared, "--quantize", "none")
-    row["android_cached"] = run_build(spec, "android", work / f"{name}-a2", shared, "--quantize", "none")
+    android_args = ("--quantize", "none", "--channels-last")  # mcu's layout: one float model for both
+    row["android_cold"] = run_build(spec, "android", work / f"{name}-a1", shared, *android_args)
+    row["android_cached"] = run_build(spec, "android", work / f"{name}-a2", shared, *android_args)
     row["mcu_cold"] = run_build(spec, "mcu", work / f"{name}-m0", fresh, *mcu_args)
     row["mcu_after_android"] = run_build(spec, "mcu", work / f"{name}-m1", shared, *mcu_args)
     row["mcu_cached"] = run_build(spec, "mcu", work / f"{name}-m2", shared, *mcu_args)
@@ -162,7 +168,11 @@ def main() -> None:
                 cal = _calibration_for(spec, work)
             else:
                 raise SystemExit(f"unknown model {name!r}; choose from {', '.join([*MODELS, *specs])}")
-            row = bench_model(name, spec, cal, work)
+            try:
+                row = bench_model(name, spec, cal, work)
+            except BuildFailed as exc:  # report it and go on with the other models
+                print(f"{name}: {exc}", file=sys.stderr)
+                continue
             rows.append(row)
             print(format_table([row]).splitlines()[-1], flush=True)
     summary = summarize(rows)

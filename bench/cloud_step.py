@@ -1,6 +1,6 @@
 """Training-step throughput on this CPU: tpuedge's jitted JAX step vs torch eager and torch.compile.
 
-    python bench/cloud_step.py [--seconds 2] [--models mlp,cnn,transformer]
+    python bench/cloud_step.py [--seconds 2] [--models mlp,cnn,transformer] [--device cpu|cuda] [--out FILE]
 
 For the MLP, the CNN (conv-BN-ReLU, train-mode BatchNorm) and the transformer block of
 examples/models.py, each runner trains a copy of the same initial model with AdamW on the same
@@ -13,7 +13,11 @@ to one thread too (`--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thre
 before jax loads), so the comparison is one core against one core. Pass --xla-threads all to
 let XLA use its default thread pool instead.
 
-Prints a table; writes bench/results/cloud_step.json (bench/results/ is git-ignored).
+--device cuda runs both sides on the GPU: JAX on XLA:GPU (JAX_PLATFORMS=cuda unless set) and torch
+eager on CUDA, each timed step waiting for its device (block_until_ready / cuda.synchronize);
+no thread limits then (bench/device_check.sh runs it that way).
+
+Prints a table; writes bench/results/cloud_step[_cuda].json or --out (bench/results/ is git-ignored).
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ def _timed(step, seconds: float, repeats: int = 3) -> tuple[float, int]:
     return statistics.median(rates), total
 
 
-def bench_tpuedge(model, loss_fn, x, y, seconds):
+def bench_tpuedge(model, loss_fn, x, y, seconds, device="cpu"):
     import jax
     import torch
 
@@ -78,6 +82,9 @@ def bench_tpuedge(model, loss_fn, x, y, seconds):
     step = tpuedge.cloud.train_step(model, loss_fn, opt, (x, y))
     build_s = time.perf_counter() - started
     xs, ys = jax.device_put(x.numpy()), jax.device_put(y.numpy().astype("int32") if y.dtype == torch.int64 else y.numpy())
+    platform = next(iter(step.state["params"].values())).devices().pop().platform
+    if (platform == "gpu") != (device == "cuda"):
+        raise SystemExit(f"--device {device} but the JAX train step runs on {platform}; check JAX_PLATFORMS and jax[cuda]")
     started = time.perf_counter()
     first_loss = float(step(xs, ys))  # float() waits for the result
     first_s = time.perf_counter() - started
@@ -86,21 +93,24 @@ def bench_tpuedge(model, loss_fn, x, y, seconds):
         jax.block_until_ready(step(xs, ys))
 
     rate, n = _timed(one, seconds)
-    return {"steps_per_s": rate, "first_step_s": first_s, "capture_and_lower_s": build_s, "first_loss": first_loss, "steps": n}
+    return {"steps_per_s": rate, "first_step_s": first_s, "capture_and_lower_s": build_s, "first_loss": first_loss, "steps": n, "platform": platform}
 
 
-def bench_torch(model, loss_fn, x, y, seconds, compiled: bool):
+def bench_torch(model, loss_fn, x, y, seconds, compiled: bool, device: str = "cpu"):
     import torch
 
-    model = copy.deepcopy(model).train()
+    model = copy.deepcopy(model).train().to(device)
+    x, y = x.to(device), y.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     forward = torch.compile(model) if compiled else model
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def one():
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(forward(x), y)
         loss.backward()
         opt.step()
+        sync()
         return loss
 
     started = time.perf_counter()
@@ -119,15 +129,21 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default="mlp,cnn,transformer")
     parser.add_argument("--xla-threads", choices=("1", "all"), default="1")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides train")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/cloud_step[_cuda].json)")
     args = parser.parse_args(argv)
 
-    if args.xla_threads == "1":
+    cpu = args.device == "cpu"
+    if cpu and args.xla_threads == "1":
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SINGLE_THREAD_XLA).strip()
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("JAX_PLATFORMS", args.device)
     import jax
     import torch
 
-    torch.set_num_threads(1)
+    if cpu:
+        torch.set_num_threads(1)
+    elif not torch.cuda.is_available():
+        raise SystemExit("--device cuda needs a CUDA build of torch and a GPU")
     models = _models()
     rows = []
     for name in args.models.split(","):
@@ -135,11 +151,11 @@ def main(argv=None) -> int:
         row = {
             "model": name,
             "batch": int(x.shape[0]),
-            "tpuedge_jax": bench_tpuedge(model, loss_fn, x, y, args.seconds),
-            "torch_eager": bench_torch(model, loss_fn, x, y, args.seconds, compiled=False),
+            "tpuedge_jax": bench_tpuedge(model, loss_fn, x, y, args.seconds, args.device),
+            "torch_eager": bench_torch(model, loss_fn, x, y, args.seconds, compiled=False, device=args.device),
         }
         if not args.no_compile:
-            row["torch_compile"] = bench_torch(model, loss_fn, x, y, args.seconds, compiled=True)
+            row["torch_compile"] = bench_torch(model, loss_fn, x, y, args.seconds, compiled=True, device=args.device)
         ours, eager = row["tpuedge_jax"], row["torch_eager"]
         row["speedup_vs_eager"] = ours["steps_per_s"] / eager["steps_per_s"]
         if "steps_per_s" in row.get("torch_compile", {}):
@@ -160,22 +176,27 @@ def main(argv=None) -> int:
             f"{r['model']:<12}{r['batch']:>6}{r['tpuedge_jax']['steps_per_s']:>12.0f}/s{r['torch_eager']['steps_per_s']:>12.0f}/s"
             f"{tc_rate:>15}{r['speedup_vs_eager']:>9.2f}x{vs_c:>11}{r['tpuedge_jax']['first_step_s']:>12.2f} s{tc_first:>18}{r['first_loss_rel_diff']:>19.1e}"
         )
-    print(
-        "steps/s: median of 3 windows, AdamW, one fixed batch. torch: torch.set_num_threads(1); "
+    threads = (
+        "torch: torch.set_num_threads(1); "
         f"XLA:CPU threads: {'1 (' + SINGLE_THREAD_XLA + ')' if args.xla_threads == '1' else 'default pool'}. "
-        "1st step = trace + compile + run."
+        if cpu
+        else f"device: {jax.devices()[0].device_kind} (JAX), {torch.cuda.get_device_name()} (torch). "
     )
+    print("steps/s: median of 3 windows, AdamW, one fixed batch. " + threads + "1st step = trace + compile + run.")
     result = {
         "benchmark": "cloud_step",
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "python": platform.python_version()},
         "versions": {"jax": jax.__version__, "torch": torch.__version__},
-        "threads": {"torch": 1, "xla": args.xla_threads},
+        "device": args.device,
+        "device_kind": jax.devices()[0].device_kind,
+        "threads": {"torch": 1, "xla": args.xla_threads} if cpu else "default",
         "seconds_per_window": args.seconds,
         "rows": rows,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "cloud_step.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {RESULTS / 'cloud_step.json'}")
+    out = args.out or RESULTS / ("cloud_step.json" if cpu else "cloud_step_cuda.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The cloud-tpu build folder and the artifact that runs it on XLA:CPU.
 
     model.stablehlo.mlir   StableHLO text of the forward (single device, weights as arguments)
-    model.jaxexport        jax.export blob for platforms cpu and tpu: forward(params, buffers, *inputs)
+    model.jaxexport        jax.export blob for platforms cpu, cuda and tpu: forward(params, buffers, *inputs)
     model.safetensors      the weights those arguments take (torch state-dict names)
     model.layers.jaxexport layers(params, buffers, *inputs) -> {IR node: value}: the intermediates
                            per-layer verify compares (see layer_export.py)
@@ -16,6 +16,7 @@ artifact_writer.py writes the folder; safetensors_file.py reads and writes the w
 from __future__ import annotations
 
 import json
+import os
 from functools import cached_property
 from typing import Any
 
@@ -49,11 +50,11 @@ class CloudArtifact(Artifact):
 
     @cached_property
     def weights(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(params, buffers) as jax arrays on the CPU, named as in the torch state dict."""
+        """(params, buffers) as jax arrays on the run device, named as in the torch state dict."""
         import jax
 
         tensors = read_safetensors(self.directory / WEIGHTS_FILE)
-        cpu = jax.devices("cpu")[0]
+        device = self.device
         groups = self.manifest["weights"]
         missing = sorted((set(groups["params"]) | set(groups["buffers"])) - set(tensors))
         if missing:
@@ -61,9 +62,29 @@ class CloudArtifact(Artifact):
                 f"{self.directory / WEIGHTS_FILE} lacks {', '.join(missing[:5])}: the folder was modified after "
                 "the build; rebuild it with `tpuedge build --target cloud-tpu`."
             )
-        params = {n: jax.device_put(tensors[n], cpu) for n in groups["params"]}
-        buffers = {n: jax.device_put(tensors[n], cpu) for n in groups["buffers"]}
+        params = {n: jax.device_put(tensors[n], device) for n in groups["params"]}
+        buffers = {n: jax.device_put(tensors[n], device) for n in groups["buffers"]}
         return params, buffers
+
+    @cached_property
+    def device(self):
+        """JAX's default device when the blob was exported for its platform (cpu, cuda, tpu),
+        else the CPU (a folder built before cuda was among the platforms, on a GPU machine)."""
+        import jax
+
+        self.exported  # jax initialised quietly first
+        device = jax.devices()[0]
+        platform = "cuda" if device.platform == "gpu" else device.platform
+        if platform in self.exported.platforms:
+            return device
+        try:
+            return jax.devices("cpu")[0]
+        except RuntimeError as exc:
+            raise UserError(
+                f"{self.directory} was exported for {', '.join(self.exported.platforms)}, and JAX runs on "
+                f"{device.platform} only (JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '')!r}); rebuild it with "
+                "`tpuedge build --target cloud-tpu`, or allow the CPU with JAX_PLATFORMS=cuda,cpu."
+            ) from exc
 
     @cached_property
     def _call(self):
@@ -81,17 +102,17 @@ class CloudArtifact(Artifact):
         import jax
 
         arrays = validate_inputs(self.inputs, inputs, f"cloud-tpu artifact {self.directory}")
-        cpu = jax.devices("cpu")[0]
         avals = self.exported.in_avals[-len(arrays) :] if arrays else ()
-        return [jax.device_put(np.asarray(a, dtype=aval.dtype), cpu) for a, aval in zip(arrays, avals)]
+        return [jax.device_put(np.asarray(a, dtype=aval.dtype), self.device) for a, aval in zip(arrays, avals)]
 
     def run(self, *inputs: Any) -> list[np.ndarray]:
-        """Float in, float out: the exported forward on XLA:CPU with the folder's weights."""
+        """Float in, float out: the exported forward with the folder's weights, on JAX's default
+        device (`JAX_PLATFORMS` decides; see `device`)."""
         import jax
 
         args = self._arguments(inputs)
         params, buffers = self.weights
-        with jax.default_device(jax.devices("cpu")[0]):
+        with jax.default_device(self.device):
             outputs = self._call(params, buffers, *args)
         return [
             to_numpy(np.asarray(o)).astype(spec.dtype, copy=False) for o, spec in zip(outputs, self.outputs)
@@ -117,7 +138,7 @@ class CloudArtifact(Artifact):
 
         args = self._arguments(inputs)
         params, buffers = self.weights
-        with jax.default_device(jax.devices("cpu")[0]):
+        with jax.default_device(self.device):
             values = self._layers_call(params, buffers, *args)
         return {name: to_numpy(np.asarray(v)) for name, v in values.items()}
 

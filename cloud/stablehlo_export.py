@@ -37,7 +37,8 @@ __all__ = [
     "relocatable_locations",
 ]
 
-PORTABLE_PLATFORMS = ("cpu", "tpu")
+# cuda too, so tpuedge.load(DIR).run runs on the GPU JAX defaults to (lowering needs no GPU)
+PORTABLE_PLATFORMS = ("cpu", "cuda", "tpu")
 # Strip everything up to the last "/" of the source paths jax writes into MLIR locations.
 _STRIP_DIRECTORIES = r".*/"
 

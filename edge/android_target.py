@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["AndroidTarget", "AndroidLowered"]
 
-# Samples used for the post-build accuracy check (calibration samples, else generated inputs).
+# At most this many samples measure the post-build accuracy (see edge/accuracy_samples.py).
 ACCURACY_SAMPLES = 64
 GENERATED_SAMPLES = 8
 TOOLS = ("litert-torch", "litert-converter", "ai-edge-litert", "ai-edge-quantizer")
@@ -52,6 +52,13 @@ class AndroidTarget(Target):
             BuildOption("io_dtype", "I/O tensor dtype of int8 models", tuple(IO_DTYPES), "float32"),
             BuildOption("channels_last", "NHWC image inputs (no TRANSPOSE in the model)", bool, False),
             BuildOption("per_channel", "per-channel int8 weight scales (else per-tensor)", bool, True),
+            BuildOption(
+                "eval",
+                "evaluation data for the build's accuracy check, `file.py:function` returning (inputs, labels); "
+                "without it: a held-out tail of the calibration data, else random inputs (a smoke check)",
+                str,
+                None,
+            ),
         ]
 
     def lower(self, program: "Program", **options: Any) -> "AndroidLowered":
@@ -71,11 +78,15 @@ class AndroidTarget(Target):
 class AndroidLowered:
     """A program planned for android: config + validated calibration; `compile()` builds it."""
 
-    def __init__(self, program: "Program", config, calibration, calibration_source: str | None):
+    def __init__(
+        self, program: "Program", config, calibration, calibration_source: str | None, held_out=None, evaluation=None
+    ):
         self.program = program
         self.config = config
         self.calibration = calibration
         self.calibration_source = calibration_source
+        self.held_out = list(held_out or [])
+        self.evaluation = evaluation
 
     @classmethod
     def create(
@@ -88,6 +99,7 @@ class AndroidLowered:
         io_dtype: str = "float32",
         channels_last: bool = False,
         per_channel: bool = True,
+        eval: Any = None,  # noqa: A002 - the CLI flag's name
         **unknown: Any,
     ) -> "AndroidLowered":
         from tpuedge.quantize.calibration import load_calibration
@@ -117,8 +129,16 @@ class AndroidLowered:
                 "--calibration data.npz (arrays keyed by input name, first axis = samples), a .npy, a folder of "
                 "those, or module:function returning input tuples."
             )
+        from tpuedge.edge.mcu_evaluation import evaluation_from
+
+        evaluation = evaluation_from(eval, program)
+        held_out = []
+        if samples and config.needs_calibration and evaluation is None:  # ranges not set on the accuracy samples
+            from tpuedge.edge.accuracy_samples import split_calibration
+
+            samples, held_out = split_calibration(samples, config.min_calibration_samples)
         source = calibration if isinstance(calibration, (str, Path)) else (None if calibration is None else "in-memory")
-        return cls(program, config, samples, None if source is None else str(source))
+        return cls(program, config, samples, None if source is None else str(source), held_out, evaluation)
 
     def as_text(self) -> str:
         """The graph litert-torch converts (after its decomposition table), with the plan."""
@@ -139,17 +159,27 @@ class AndroidLowered:
         from tpuedge.edge.litert_runtime import LiteRTRunner
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.quantize.metrics import compare_outputs
-        from tpuedge.shared_ir.artifact import file_entry, tool_versions, write_manifest
         from tpuedge.shared_ir.atomic import atomic_output_dir
+        from tpuedge.shared_ir.manifest import build_manifest, write_build_manifest
 
         program, config = self.program, self.config
         out = Path(out_dir) if out_dir is not None else Path("build") / program.name / "android"
-        converted = program_to_tflite(program, config, self.calibration, report_strict_cost=True)
+        converted = program_to_tflite(program, config, self.calibration, report_strict_cost=True, target="android")
 
-        if self.calibration:
-            samples, kind = self.calibration[:ACCURACY_SAMPLES], "calibration samples"
+        from tpuedge.edge import accuracy_samples as acc
+
+        used = len(self.calibration or []) if config.needs_calibration else 0
+        if self.evaluation is not None:
+            chosen = acc.AccuracySamples(self.evaluation.samples[:ACCURACY_SAMPLES], acc.EVAL, used)
+        elif self.held_out:
+            chosen = acc.AccuracySamples(self.held_out[:ACCURACY_SAMPLES], acc.HELD_OUT, used)
+        elif self.calibration and not config.needs_calibration:  # this scheme set nothing on them
+            chosen = acc.AccuracySamples(self.calibration[:ACCURACY_SAMPLES], acc.UNCALIBRATED, used)
+        elif self.calibration:
+            chosen = acc.AccuracySamples(self.calibration[:ACCURACY_SAMPLES], acc.CALIBRATION, used)
         else:
-            samples, kind = program.example_inputs(seed=0, count=GENERATED_SAMPLES), "generated inputs"
+            chosen = acc.AccuracySamples(program.example_inputs(seed=0, count=GENERATED_SAMPLES), acc.RANDOM, 0)
+        samples = chosen.samples
         runner = LiteRTRunner(converted.tflite)
         reference = [program.run(*s) for s in samples]
         outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
@@ -160,10 +190,7 @@ class AndroidLowered:
             float_io = program_spec.dtype.startswith("float")
             return {"name": program_spec.name, "shape": list(info.shape), "dtype": program_spec.dtype if float_io else info.dtype}
 
-        manifest = {
-            "target": "android",
-            "ir_fingerprint": program.fingerprint,
-            "model_name": program.name,
+        sections = {
             "parameter_count": program.parameter_count,
             "inputs": [spec(s, t) for s, t in zip(program.inputs, runner.inputs)],
             "outputs": [spec(s, t) for s, t in zip(program.outputs, runner.outputs)],
@@ -173,7 +200,11 @@ class AndroidLowered:
                 "outputs": [t.to_json() for t in runner.outputs],
             },
             "recipe": converted.recipe,
-            "calibration": {"source": self.calibration_source, "samples": len(self.calibration or [])},
+            "calibration": {
+                "source": self.calibration_source,
+                "samples": len(self.calibration or []),
+                "held_out_for_accuracy": len(self.held_out),
+            },
             "sizes": {
                 "tflite_bytes": len(converted.tflite),
                 "float_tflite_bytes": len(converted.float_tflite),
@@ -184,11 +215,10 @@ class AndroidLowered:
             },
             "op_histogram": summary.op_histogram,
             "float_ops": summary.float_ops if config.scheme == "int8" else {},
-            "accuracy": {**accuracy.to_json(), "inputs": kind, "runtime": "ai_edge_litert Interpreter, 1 thread"},
-            "tool_versions": tool_versions(*TOOLS),
+            "accuracy": {**accuracy.to_json(), **chosen.to_json(), "runtime": "ai_edge_litert Interpreter, 1 thread"},
         }
         with atomic_output_dir(out) as stage:
             (stage / MODEL_FILE).write_bytes(converted.tflite)
-            manifest["files"] = {MODEL_FILE: file_entry(stage / MODEL_FILE)}
-            write_manifest(stage, manifest)
+            manifest = build_manifest("android", program, stage, files=[MODEL_FILE], tools=TOOLS, **sections)
+            manifest = write_build_manifest(stage, manifest)
         return LiteRTArtifact(out, manifest)

@@ -28,6 +28,15 @@ def _module_path(scope: str) -> str:
     return scope.split(";", 1)[0]
 
 
+def _instance_key(path: str) -> str:
+    """The module instance a scope names, as a short unique path: 'Enc/Block_0/LayerNorm_LayerNorm'.
+
+    Each component is 'package.Class_attribute' (an index for ModuleList items), so the whole path
+    tells instances apart; the last component alone does not (HF names every norm `LayerNorm`).
+    """
+    return "/".join(part.rsplit(".", 1)[-1] for part in path.split("/"))
+
+
 def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], GroupScopes]:
     """Sensitive groups (LayerNorm, softmax, GELU, attention matmul, recurrent state) in graph order."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl  # its scopes are what its recipes match
@@ -50,9 +59,9 @@ def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], Gr
         module = path.rsplit("/", 1)[-1]
         norm, recurrent = _NORM_MODULES.search(module), _RECURRENT_MODULES.search(module)
         if recurrent and "/" in path:
-            add(f"recurrent_state:{recurrent.group(2) or module}", "recurrent_state", scope, name)
+            add(f"recurrent_state:{_instance_key(path)}", "recurrent_state", scope, name)
         elif norm and "/" in path:
-            add(f"layer_norm:{norm.group(2) or module}", "layer_norm", scope, name)
+            add(f"layer_norm:{_instance_key(path)}", "layer_norm", scope, name)
         elif name == "RSQRT":
             add(f"layer_norm:op{index}", "layer_norm", scope, name)
         elif name == "SOFTMAX":

@@ -4,7 +4,8 @@ litert-converter, ai-edge-quantizer and the LiteRT interpreter write start-up an
 to stderr, some from Python (progress bars, warnings) and some from C++ straight to fd 2
 ("All log messages before absl::InitializeLog()", oneDNN notices, "Created TensorFlow Lite
 XNNPACK delegate"). `held_tool_output` holds both back, so the console carries only tpuedge's
-report, and never throws them away:
+report, and never throws them away (Python-level writes of OTHER threads pass through; fd 2 is
+one per process, so native lines any thread writes during the block are held with the tool's):
   - TPUEDGE_VERBOSE=1 prints them as soon as the block ends;
   - when the block raises, they are attached to the exception (`exc.tool_output`, and a note
     that Python prints under the traceback), so a failure shows what the tool said.
@@ -16,11 +17,43 @@ import contextlib
 import io
 import os
 import sys
+import threading
 from collections.abc import Iterator
 
 from tpuedge.shared_ir.native_stderr import held_native_stderr
 
 __all__ = ["held_tool_output", "verbose", "tail"]
+
+
+class _ThisThreadOnly(io.TextIOBase):
+    """sys.stderr while a tool runs: this thread's writes go to `held`, other threads' (a user's
+    training loop beside an edge build) still reach the stream they wrote to before."""
+
+    def __init__(self, held: io.StringIO, passthrough, thread: int):
+        self._held, self._passthrough, self._thread = held, passthrough, thread
+
+    def _target(self):
+        if threading.get_ident() == self._thread:
+            return self._held
+        if self._passthrough is None or self._passthrough.closed:  # a late write after the block
+            return sys.__stderr__
+        return self._passthrough
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def writable(self) -> bool:
+        return True
+
+
+def _console_copy():
+    try:
+        return os.fdopen(os.dup(sys.__stderr__.fileno()), "w", buffering=1, errors="backslashreplace")
+    except (AttributeError, OSError, ValueError):  # no real fd (embedded interpreters, notebooks)
+        return None
 
 
 def verbose() -> bool:
@@ -40,8 +73,15 @@ def held_tool_output(tool: str) -> Iterator[list[str]]:
     python_err = io.StringIO()
     error: BaseException | None = None
     outer = sys.stderr
-    with held_native_stderr() as native:
-        with contextlib.redirect_stderr(python_err):
+    # Other threads writing to the process's own stderr would land in the held fd 2: give them
+    # a copy of the console's fd, taken before the redirect.
+    console = _console_copy() if outer is sys.__stderr__ else None
+    with contextlib.ExitStack() as stack:
+        if console is not None:
+            stack.callback(console.close)
+        with held_native_stderr() as native, contextlib.redirect_stderr(
+            _ThisThreadOnly(python_err, console or outer, threading.get_ident())
+        ):
             try:
                 yield captured
             except BaseException as exc:  # re-raised below, with the output attached

@@ -95,7 +95,8 @@ def choose_precisions(
     All-int8 first; if it meets `target_cosine`, or `strict_int8`, every group stays int8.
     Otherwise every group is measured at int16 and float (the rest int8), and groups are
     upgraded in order of measured gain until the target is met; a group whose upgrade gains
-    less than 1e-4 stays int8.
+    less than 1e-4, or lowers the model cosine given the upgrades before it, stays int8. The
+    plan returned is never below any recipe measured on the way (all-int8 included).
     """
     base = {g.key: "int8" for g in groups}
     c0 = evaluate(dict(base))
@@ -137,11 +138,28 @@ def choose_precisions(
         if gain < _MIN_GAIN:
             reasons[g.key] = f"int8 kept: upgrading it gains < {_MIN_GAIN} ({detail})"
             continue
-        assignment[g.key] = precision
-        current = evaluate(dict(assignment))
+        trial = evaluate({**assignment, g.key: precision})
         count += 1
+        if trial < current:  # gains measured alone need not add up: an upgrade that lowers the model is undone
+            reasons[g.key] = f"int8 kept: with the upgrades before it, it lowered the model cosine to {_fmt(trial)} ({detail})"
+            continue
+        assignment[g.key] = precision
+        current = trial
         label = "int16 activations (16x8)" if precision == "int16" else "float island"
         reasons[g.key] = f"{label}: {detail}; model cosine now {_fmt(current)}"
+    # Never end below a recipe already measured: a single upgrade alone can beat the combination.
+    best_key, best_precision = max(
+        ((k, p) for k in measured for p in ("int16", "float")), key=lambda kp: measured[kp[0]][kp[1]], default=(None, None)
+    )
+    if best_key is not None and measured[best_key][best_precision] > current:
+        assignment = {**base, best_key: best_precision}
+        current = measured[best_key][best_precision]
+        for g in groups:
+            reasons[g.key] = (
+                f"{best_precision} alone scored {_fmt(current)}, above every combination measured"
+                if g.key == best_key
+                else f"int8: the best recipe measured upgrades {best_key} alone ({reasons[g.key]})"
+            )
     decisions = [
         OpDecision(g.key, g.kind, assignment[g.key], reasons[g.key], measured[g.key], g.ops) for g in groups
     ]

@@ -45,7 +45,7 @@ def test_build_writes_the_portable_artifacts_and_runs_them_on_xla_cpu(mlp_progra
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["target"] == "cloud-tpu"
     assert manifest["ir_fingerprint"] == mlp_program.fingerprint
-    assert manifest["jax_export"]["platforms"] == ["cpu", "tpu"]
+    assert manifest["jax_export"]["platforms"] == ["cpu", "cuda", "tpu"]
     assert manifest["weights"]["storage"].startswith("arguments")
     assert manifest["weights"]["parameter_count"] == mlp_program.parameter_count == 6922
     names = [a["name"] for a in manifest["jax_export"]["arguments"]]

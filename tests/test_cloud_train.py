@@ -592,3 +592,55 @@ def test_batch_norm_closed_form_gradient_matches_torch():
     np.testing.assert_allclose(np.asarray(g_x), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(g_params["bn.weight"]), model.bn.weight.grad.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(g_params["bn.bias"]), model.bn.bias.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# ---- the device that is present (issue 12 item 7) -----------------------------------------------
+def _gpu_reason():
+    import jax
+
+    if jax.default_backend() != "gpu":
+        return f"no GPU: JAX's default backend is {jax.default_backend()} (bench/device_check.sh runs these with JAX_PLATFORMS=cuda)"
+    if not torch.cuda.is_available():
+        return "no CUDA torch build to compare with"
+    return None
+
+
+def test_cloud_artifact_is_exported_for_cuda_and_runs_on_jax_default_device(tmp_path):
+    import jax
+
+    from models import build_mlp
+
+    module, inputs = build_mlp()
+    program = tpuedge.export(module, inputs, name="mlp")
+    tpuedge.build(program, "cloud-tpu", tmp_path / "mlp")
+    artifact = tpuedge.load(tmp_path / "mlp")
+    assert "cuda" in artifact.exported.platforms and "tpu" in artifact.exported.platforms
+    assert artifact.device == jax.devices()[0]
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    np.testing.assert_allclose(artifact.run(x)[0], program.run(x)[0], atol=1e-5)
+
+
+@pytest.mark.skipif(_gpu_reason() is not None, reason=str(_gpu_reason()))
+def test_on_gpu_training_and_artifacts_use_the_gpu(tmp_path):
+    from models import MLP, build_mlp
+
+    torch.manual_seed(0)
+    model = MLP()
+    x, y = torch.randn(64, 32), torch.randint(0, 10, (64,))
+    import jax
+
+    ours_model = copy.deepcopy(model)
+    step = tpuedge.cloud.train_step(ours_model, F.cross_entropy, adamw(ours_model.parameters()), (x, y))
+    with jax.default_matmul_precision("highest"):  # XLA:GPU may take TF32 for f32 dots; torch's matmuls don't
+        got = np.array([float(step(x, y)) for _ in range(10)])
+    assert {d.platform for d in step.state["params"]["model.fc1.weight"].devices()} == {"gpu"}
+    ref = copy.deepcopy(model).cuda()
+    want = _torch_curve(ref, F.cross_entropy, adamw(ref.parameters()), (x.cuda(), y.cuda()), 10)
+    assert _rel(want, got).max() < 1e-4, _rel(want, got)
+    module, inputs = build_mlp()
+    program = tpuedge.export(module, inputs, name="mlp")
+    tpuedge.build(program, "cloud-tpu", tmp_path / "mlp")
+    artifact = tpuedge.load(tmp_path / "mlp")
+    assert artifact.device.platform == "gpu"
+    sample = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    np.testing.assert_allclose(artifact.run(sample)[0], program.run(sample)[0], atol=1e-4)

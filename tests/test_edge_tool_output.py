@@ -93,14 +93,14 @@ def _cli_build(tmp_path, verbose: bool) -> subprocess.CompletedProcess:
     from pathlib import Path
 
     env = {k: v for k, v in os.environ.items() if k != "TPUEDGE_VERBOSE"}
-    env["TPUEDGE_NO_CACHE"] = "1"  # a cached float model would skip the converter and its log
     if verbose:
         env["TPUEDGE_VERBOSE"] = "1"
     exe = Path(sys.executable).with_name("tpuedge")
     model = Path(__file__).resolve().parents[1] / "examples" / "models.py"
     out = tmp_path / ("verbose" if verbose else "quiet")
     return subprocess.run(
-        [str(exe), "build", f"{model}:build_mlp", "--target", "android", "--out", str(out)],
+        [str(exe), "build", f"{model}:build_mlp", "--target", "android", "--out", str(out),
+         "--no-cache"],  # a cached float model would skip the converter and its log
         capture_output=True, text=True, env=env, timeout=600,
     )
 
@@ -115,3 +115,35 @@ def test_a_default_edge_build_prints_no_native_log_lines_and_verbose_shows_them(
     assert loud.returncode == 0, loud.stderr[-3000:]
     for line in NATIVE_LINES:
         assert line in loud.stderr, loud.stderr
+
+
+_THREADS = """
+import os, sys, threading
+from tpuedge.edge.tool_output import held_tool_output
+
+started, done = threading.Event(), threading.Event()
+
+def user_thread():
+    started.wait()
+    print("user thread line", file=sys.stderr)
+    done.set()
+
+worker = threading.Thread(target=user_thread)
+worker.start()
+with held_tool_output("tool") as printed:
+    print("tool python line", file=sys.stderr)
+    os.write(2, b"tool native line\\n")
+    started.set()
+    done.wait()
+worker.join()
+print(repr(printed[0]))
+"""
+
+
+def test_only_the_tools_thread_is_held_not_a_users_thread_beside_it():
+    env = {k: v for k, v in os.environ.items() if k != "TPUEDGE_VERBOSE"}
+    proc = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    held = proc.stdout.strip()
+    assert "tool python line" in held and "tool native line" in held and "user thread line" not in held
+    assert "user thread line" in proc.stderr and "tool" not in proc.stderr

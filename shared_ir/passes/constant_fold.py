@@ -18,7 +18,7 @@ from typing import Any
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.graph_edit import finish, replace_node
 
-__all__ = ["FoldConstants", "MAX_FOLDED_ELEMENTS"]
+__all__ = ["FoldConstants", "MAX_FOLDED_ELEMENTS", "lift_constant"]
 
 # a folded constant may hold up to this many elements, or as many as its largest constant operand
 MAX_FOLDED_ELEMENTS = 1 << 16
@@ -86,7 +86,7 @@ class FoldConstants:
             if n.op == "call_function" and n.name in values and any(u.name not in values or u.op == "output" for u in n.users)
         ]
         for node in frontier:
-            self._lift(ep, node, values[node.name])
+            replace_node(ep, node, lift_constant(ep, f"_folded_{node.name}", values[node.name], node))
         finish(ep)
         ops = sorted({str(n.target).removeprefix("aten.") for n in folded})
         return ep, PassResult(
@@ -96,21 +96,23 @@ class FoldConstants:
             {"folded_ops": ops, "constants": len(frontier)},
         )
 
-    @staticmethod
-    def _lift(ep, node, value) -> None:
-        from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
-        graph = ep.graph_module.graph
-        specs = list(ep.graph_signature.input_specs)
-        first_user = next(i for i, s in enumerate(specs + [None]) if s is None or s.kind == InputKind.USER_INPUT)
-        anchor = next((n for n in graph.nodes if n.op != "placeholder"), None)
-        if first_user < len(specs):
-            anchor = next(n for n in graph.nodes if n.op == "placeholder" and n.name == specs[first_user].arg.name)
-        target = f"_folded_{node.name}"
-        with graph.inserting_before(anchor):
-            placeholder = graph.placeholder(f"c{target}")
-        placeholder.meta.update(node.meta)
-        ep.constants[target] = value
-        specs.insert(first_user, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(placeholder.name), target))
-        ep.graph_signature.input_specs[:] = specs  # the signature keeps its own list: edit in place
-        replace_node(ep, node, placeholder)
+def lift_constant(ep, target: str, value, like) -> Any:
+    """A new CONSTANT_TENSOR input of `ep` holding `value` (a placeholder node, meta copied from `like`)."""
+    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+
+    graph = ep.graph_module.graph
+    specs = list(ep.graph_signature.input_specs)
+    first_user = next(i for i, s in enumerate(specs + [None]) if s is None or s.kind == InputKind.USER_INPUT)
+    anchor = next((n for n in graph.nodes if n.op != "placeholder"), None)
+    if first_user < len(specs):
+        anchor = next(n for n in graph.nodes if n.op == "placeholder" and n.name == specs[first_user].arg.name)
+    with graph.inserting_before(anchor):
+        placeholder = graph.placeholder(f"c{target}" if target.startswith("_") else f"c_{target}")
+    placeholder.meta.update(like.meta)
+    val = like.meta.get("val")
+    placeholder.meta["val"] = val.new_empty(value.shape, dtype=value.dtype) if hasattr(val, "new_empty") else value
+    ep.constants[target] = value
+    specs.insert(first_user, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(placeholder.name), target))
+    ep.graph_signature.input_specs[:] = specs  # the signature keeps its own list: edit in place
+    return placeholder

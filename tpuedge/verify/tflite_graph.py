@@ -21,8 +21,12 @@ from tpuedge.verify.runner import inverse_permutation, layout_permutation
 
 __all__ = [
     "TfliteTensor", "TfliteOp", "TfliteGraph", "TensorMatch", "TensorCandidates",
-    "read_graph", "match_tensors", "resolve_matches", "dequantize",
+    "read_graph", "match_tensors", "resolve_matches", "dequantize", "counterpart_nodes",
 ]
+
+# Relative error (|got - ref| / |ref|) above which a runtime tensor is taken to hold another
+# value than the candidate node's, not a noisy copy of it: worse than a tensor of zeros.
+_UNRELATED = 1.0
 
 # Ops that move or re-encode a value without computing a new one.
 _DATA_MOVEMENT_OPS = {"QUANTIZE", "DEQUANTIZE", "TRANSPOSE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST"}
@@ -202,11 +206,15 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
             node = user
         return chain
 
+    in_scope: dict[str, list[str]] = {}
+    for name, scope in scope_of.items():
+        if nodes[name].op == "call_function":
+            in_scope.setdefault(scope, []).append(name)
+
     for op in graph.ops:
         seeds = [name for t in op.inputs if t in found for name, _ in found[t].candidates]
-        if not seeds:
-            continue
-        seed_perm = found[next(t for t in op.inputs if t in found)].candidates[-1][1]
+        placed = next((t for t in op.inputs if t in found), None)
+        seed_perm = found[placed].candidates[-1][1] if placed is not None else None
         for out in op.outputs:
             tensor = graph.tensors[out]
             names: list[str] = []
@@ -221,6 +229,10 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
                         if user.name not in region and user.op == "call_function" and scope_of.get(user.name) in scopes:
                             region.add(user.name)
                             frontier.append(user)
+                if not region:
+                    # nothing placed upstream (an integer input the converter reshaped, an op fed only
+                    # by constants): every IR node of the tensor's scopes is a candidate
+                    region = {name for scope in scopes for name in in_scope.get(scope, ())}
                 for name in sorted(region, key=order.__getitem__):
                     names += [name, *followers(name)]
 
@@ -269,7 +281,10 @@ def resolve_matches(
             err = float(np.linalg.norm(got - ref)) / scale
             if err <= best_err * (1 + 1e-6) + 1e-12:
                 best, best_err = (name, perm), min(err, best_err)
-        if best is not None:
+        # a tensor further from its best candidate than zero is holds none of them: a value the
+        # converter changed on the way (a softmax scale folded into the q/k projections, a
+        # transpose of a key it keeps in another layout); comparing it would report a fake error
+        if best is not None and best_err <= _UNRELATED:
             chosen[best[0]] = TensorMatch(entry.tensor, best[0], best[1])
     return list(chosen.values())
 
@@ -282,3 +297,31 @@ def _position(graph: TfliteGraph, tensor_index: int) -> int:
         if tensor_index in op.outputs:
             return op.index
     return len(graph.ops)
+
+
+def counterpart_nodes(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> set[str]:
+    """IR layers some runtime tensor may hold, by structure alone: a tensor named after the
+    node's module scope with the node's shape (IR or channels-last), or a graph output. What
+    per-layer coverage is measured against (how many of these get compared)."""
+    from torch.export.graph_signature import OutputKind
+
+    ep = program.exported_program
+    by_scope: dict[str, list[TfliteTensor]] = {}
+    for tensor in graph.tensors:
+        for scope in _scopes(tensor.name):
+            by_scope.setdefault(scope, []).append(tensor)
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    found = {
+        arg.name
+        for arg, spec in zip(out_node.args[0], ep.graph_signature.output_specs)
+        if spec.kind == OutputKind.USER_OUTPUT and hasattr(arg, "name") and arg.name in layers
+    }
+    for node in ep.graph.nodes:
+        scope = litert_scope(node)
+        layer = layers.get(node.name)
+        if node.op != "call_function" or layer is None or not scope:
+            continue
+        if any(layout_permutation(layer.shape, t.shape) is not None for t in by_scope.get(_short_scope(scope), ())):
+            found.add(node.name)
+    return found
+
