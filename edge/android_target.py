@@ -38,6 +38,7 @@ class AndroidTarget(Target):
         return android_capability()
 
     def build_options(self) -> list[BuildOption]:
+        from tpuedge.quantize.budget import budget_build_options
         from tpuedge.quantize.config import DEFAULT_SCHEME, IO_DTYPES, SCHEMES
 
         return [
@@ -52,6 +53,12 @@ class AndroidTarget(Target):
             BuildOption("io_dtype", "I/O tensor dtype of int8 models", tuple(IO_DTYPES), "float32"),
             BuildOption("channels_last", "NHWC image inputs (no TRANSPOSE in the model)", bool, False),
             BuildOption("per_channel", "per-channel int8 weight scales (else per-tensor)", bool, True),
+            BuildOption(
+                "eval",
+                "Labelled evaluation data, `file.py:function` returning (inputs, labels): the accuracy and its budget "
+                "are measured on it (default: samples held out from calibration)",
+            ),
+            *budget_build_options(),
         ]
 
     def lower(self, program: "Program", **options: Any) -> "AndroidLowered":
@@ -71,11 +78,15 @@ class AndroidTarget(Target):
 class AndroidLowered:
     """A program planned for android: config + validated calibration; `compile()` builds it."""
 
-    def __init__(self, program: "Program", config, calibration, calibration_source: str | None):
+    def __init__(self, program: "Program", config, calibration, calibration_source: str | None, budget=None, evaluation=None):
+        from tpuedge.quantize.budget import AccuracyBudget
+
         self.program = program
         self.config = config
         self.calibration = calibration
         self.calibration_source = calibration_source
+        self.budget = budget or AccuracyBudget()
+        self.evaluation = evaluation
 
     @classmethod
     def create(
@@ -88,8 +99,15 @@ class AndroidLowered:
         io_dtype: str = "float32",
         channels_last: bool = False,
         per_channel: bool = True,
+        eval: Any = None,  # noqa: A002 - the CLI flag's name
+        min_cosine: float | None = None,
+        min_top1: float | None = None,
+        max_drop: float | None = None,
+        allow_below_budget: bool = False,
         **unknown: Any,
     ) -> "AndroidLowered":
+        from tpuedge.edge.mcu_build import resolve_evaluation
+        from tpuedge.quantize.budget import AccuracyBudget
         from tpuedge.quantize.calibration import load_calibration
         from tpuedge.quantize.config import DEFAULT_SCHEME, QuantConfig
         from tpuedge.shared_ir.errors import ProblemsError, UserError
@@ -117,8 +135,13 @@ class AndroidLowered:
                 "--calibration data.npz (arrays keyed by input name, first axis = samples), a .npy, a folder of "
                 "those, or module:function returning input tuples."
             )
+        evaluation = resolve_evaluation(eval, program)
+        budget = AccuracyBudget.from_options(
+            min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
+            has_labels=evaluation is not None and evaluation.labels is not None,
+        )
         source = calibration if isinstance(calibration, (str, Path)) else (None if calibration is None else "in-memory")
-        return cls(program, config, samples, None if source is None else str(source))
+        return cls(program, config, samples, None if source is None else str(source), budget, evaluation)
 
     def as_text(self) -> str:
         """The graph litert-torch converts (after its decomposition table), with the plan."""
@@ -138,6 +161,7 @@ class AndroidLowered:
         from tpuedge.edge.convert import program_to_tflite, tflite_layout_inputs
         from tpuedge.edge.litert_runtime import LiteRTRunner
         from tpuedge.edge.tflite_inspect import summarize_tflite
+        from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
         from tpuedge.shared_ir.artifact import file_entry, tool_versions, write_manifest
         from tpuedge.shared_ir.atomic import atomic_output_dir
@@ -146,7 +170,10 @@ class AndroidLowered:
         out = Path(out_dir) if out_dir is not None else Path("build") / program.name / "android"
         converted = program_to_tflite(program, config, self.calibration, report_strict_cost=True)
 
-        if self.calibration:
+        labels = None
+        if self.evaluation is not None:
+            samples, kind, labels = self.evaluation.samples, f"eval samples ({self.evaluation.source})", self.evaluation.labels
+        elif self.calibration:
             samples, kind = self.calibration[:ACCURACY_SAMPLES], "calibration samples"
         else:
             samples, kind = program.example_inputs(seed=0, count=GENERATED_SAMPLES), "generated inputs"
@@ -154,6 +181,10 @@ class AndroidLowered:
         reference = [program.run(*s) for s in samples]
         outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
         accuracy = compare_outputs(reference, outputs)
+        budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
+            self.budget, name=program.name, target="android", reference=reference, candidate=outputs, inputs=kind,
+            labels=labels, recipe=converted.recipe, summary=accuracy,
+        )
         summary = summarize_tflite(converted.tflite)
 
         def spec(program_spec, info) -> dict:
@@ -185,6 +216,7 @@ class AndroidLowered:
             "op_histogram": summary.op_histogram,
             "float_ops": summary.float_ops if config.scheme == "int8" else {},
             "accuracy": {**accuracy.to_json(), "inputs": kind, "runtime": "ai_edge_litert Interpreter, 1 thread"},
+            "accuracy_budget": budget,
             "tool_versions": tool_versions(*TOOLS),
         }
         with atomic_output_dir(out) as stage:

@@ -75,6 +75,21 @@ def load_evaluation(spec: str, program: "Program") -> Evaluation:
     return Evaluation(spec, samples, labels)
 
 
+def resolve_evaluation(spec: Any, program: "Program") -> "Evaluation | None":
+    """--eval as given: None/'none', (inputs, labels) from Python, or `file.py:function`."""
+    from tpuedge.quantize.calibration import load_calibration
+
+    if isinstance(spec, tuple) and len(spec) == 2:  # (inputs, labels) from Python
+        samples = load_calibration(spec[0], program, min_samples=1)
+        labels = None if spec[1] is None else np.asarray(spec[1]).reshape(-1)
+        if labels is not None and len(labels) != len(samples):
+            raise UserError(f"--eval gave {len(samples)} input samples but {len(labels)} labels; give one label per sample.")
+        return Evaluation("(inputs, labels) given in Python", samples, labels)
+    if spec is None or str(spec).lower() == "none":
+        return None
+    return load_evaluation(str(spec), program)
+
+
 # ---- lowering -------------------------------------------------------------------------------
 class McuLowered:
     """A Program checked for TFLite-Micro, rewritten by the mcu passes, with its data loaded."""
@@ -93,10 +108,15 @@ class McuLowered:
         gelu: str = "sigmoid",
         per_channel: bool = True,
         channels_last: bool = True,
+        min_cosine: float | None = None,
+        min_top1: float | None = None,
+        max_drop: float | None = None,
+        allow_below_budget: bool = False,
     ):
         from tpuedge.edge.boards import resolve_board
         from tpuedge.edge.c_array import symbols_for
         from tpuedge.edge.mcu_capability import mcu_passes
+        from tpuedge.quantize.budget import AccuracyBudget
         from tpuedge.quantize.calibration import load_calibration
         from tpuedge.quantize.config import QuantConfig
         from tpuedge.shared_ir.program import Program
@@ -127,12 +147,11 @@ class McuLowered:
         self.calibration = load_calibration(calibration, program, min_samples=_MIN_CALIBRATION)
         self.calibration_source = str(calibration) if isinstance(calibration, (str, Path)) else type(calibration).__name__
         eval_spec = eval if eval is not None else _default_eval_spec(calibration)
-        self.evaluation = None
-        if isinstance(eval_spec, tuple) and len(eval_spec) == 2:  # (inputs, labels) from Python
-            samples = load_calibration(eval_spec[0], program, min_samples=1)
-            self.evaluation = Evaluation("(inputs, labels) given in Python", samples, np.asarray(eval_spec[1]).reshape(-1))
-        elif eval_spec is not None and str(eval_spec).lower() != "none":
-            self.evaluation = load_evaluation(str(eval_spec), program)
+        self.evaluation = resolve_evaluation(eval_spec, program)
+        self.budget = AccuracyBudget.from_options(
+            min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
+            has_labels=self.evaluation is not None and self.evaluation.labels is not None,
+        )
 
     def as_text(self) -> str:
         lines = [f"mcu lowering of {self.program.name} (IR {self.program.fingerprint[:12]})"]
@@ -170,7 +189,8 @@ class McuLowered:
         runtime = _Runtimes(tflite, self.config.channels_last)
         arena = measure_arena(tflite, runtime.quantized(self.calibration[0]))
         runtime.open_tflm(arena.recommended_bytes)
-        verification = self._verify(runtime)
+        verification, measured = self._verify(runtime)
+        budget_entry = self._check_budget(measured, converted.recipe)  # BudgetError (exit 1) before anything is written
         budget = budget_check(self.board, len(tflite), arena.recommended_bytes)
 
         manifest = {
@@ -193,6 +213,7 @@ class McuLowered:
             "board_check": budget,
             "c_symbols": {"array": self.symbols.array, "length": self.symbols.length},
             "verification": verification,
+            "accuracy_budget": budget_entry,
             "tool_versions": tool_versions("litert-torch", "ai-edge-litert", "ai-edge-quantizer", "tflite-micro"),
         }
         with atomic_output_dir(out_dir) as staging:
@@ -247,7 +268,18 @@ class McuLowered:
         cost = compare_outputs(before, after)
         return {"accuracy_cost_vs_original_float": cost.to_json(), "accuracy_cost_text": cost.describe()}
 
-    def _verify(self, runtime: "_Runtimes") -> dict:
+    def _check_budget(self, measured: dict, recipe: dict) -> dict:
+        """The budget on the set accuracy is reported on (the last one _verify measured: eval data when given)."""
+        from tpuedge.quantize.budget import enforce_budget
+        from tpuedge.quantize.metrics import compare_outputs
+
+        kind, floats, outputs, labels = measured
+        return enforce_budget(
+            self.budget, name=self.program.name, target="mcu", reference=floats, candidate=outputs, inputs=kind,
+            labels=labels, recipe=recipe, summary=compare_outputs(floats, outputs),
+        )
+
+    def _verify(self, runtime: "_Runtimes") -> tuple[dict, tuple]:
         """TFLM vs LiteRT (LSB) and vs the float Program, on calibration and evaluation samples."""
         from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
@@ -280,7 +312,8 @@ class McuLowered:
                 entry["tflm_accuracy"] = _r(task_accuracy(stack_samples([t[0] for t in tflm_float]), labels))
                 entry["source"] = self.evaluation.source if self.evaluation else None
             report[label] = entry
-        return report
+            measured = (f"{label} samples", floats, tflm_float, labels)
+        return report, measured
 
 
 class _Runtimes:
@@ -426,6 +459,11 @@ class McuArtifact:
                 f"RAM {b['arena_ram_bytes']:,}/{b['ram_budget_bytes']:,} bytes, {b['reserve_for_application']} reserved)"
             )
         lines.append(f"  fits built-in boards: {', '.join(b['fits_builtin_boards']) or 'none'}")
+        from tpuedge.quantize.budget import describe_budget
+
+        budget = describe_budget(m.get("accuracy_budget"))
+        if budget:
+            lines.append(budget)
         return "\n".join(lines)
 
     def __repr__(self) -> str:

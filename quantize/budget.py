@@ -204,10 +204,13 @@ def budget_error(name: str, target: str, result: BudgetResult, recipe: dict, sum
         lines += [_row(c["recipe"], c.get("sample_cosine"), c["centered_cosine"], c.get("top1_agreement")) for c in candidates]
     lines.append(f" the recipe built ({recipe.get('scheme')}), on {result.samples} {result.inputs}:")
     lines.append(_row(f"scheme {recipe.get('scheme')}", summary.sample_cosine, summary.centered_cosine, summary.top1_agreement))
+    other = (
+        "a float-friendlier scheme (--quantize dynamic-int8 or fp16)" if target == "android"
+        else "--target android, where sensitive ops may stay float or int16"
+    )
     lines.append(
-        "Try: more or more representative --calibration data, a float-friendlier scheme (--quantize dynamic-int8 or "
-        "fp16 on android), a lower --min-cosine if this error is acceptable, or --allow-below-budget to write the "
-        "model anyway (marked below budget in its manifest)."
+        f"Try: more or more representative --calibration data, {other}, a lower --min-cosine if this error is "
+        "acceptable, or --allow-below-budget to write the model anyway (marked below budget in its manifest)."
     )
     return BudgetError("\n".join(lines))
 
