@@ -232,7 +232,7 @@ def test_lstm_int8_measures_its_recurrent_state(tmp_path):
     float_model = summarize_tflite(float_tflite(program))  # cached: the one this build quantized
     float_ops = float_model.op_histogram
     in_group = [op.split()[0] for op in state["ops"]]
-    assert state["group"] == "recurrent_state:lstm" and all("LSTM_lstm" in op for op in state["ops"])
+    assert state["group"] == "recurrent_state:LSTMTagger/LSTM_lstm" and all("LSTM_lstm" in op for op in state["ops"])
     for gate_op in ("LOGISTIC", "TANH"):  # every gate non-linearity of the unrolled LSTM is in the group
         assert in_group.count(gate_op) == float_ops[gate_op] > 0
     assert state["precision"] == "int8" and "meets the target" in state["reason"]
