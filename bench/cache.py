@@ -1,7 +1,8 @@
 """Benchmark: what the build cache saves, one run, every build a fresh `tpuedge build` child process.
 
 Per model (wall time and peak RSS of each child, imports and model capture included):
-  android cold       float android build (--quantize none) into an empty cache
+  android cold       float android build (--quantize none --channels-last, the layout mcu builds
+                     take, so both can share one float model) into an empty cache
   android cached     the same build again (every cached stage a hit)
   mcu cold           mcu build into another empty cache
   mcu after android  mcu build into the cache the android builds filled (the float model is shared)
@@ -91,8 +92,9 @@ def bench_model(name: str, spec: str, calibration: str, work: Path) -> dict:
     fresh, shared = work / f"{name}-cache-mcu-cold", work / f"{name}-cache-shared"
     mcu_args = ("--calibration", calibration, "--eval", "none")
     row = {"model": name, "spec": spec}
-    row["android_cold"] = run_build(spec, "android", work / f"{name}-a1", shared, "--quantize", "none")
-    row["android_cached"] = run_build(spec, "android", work / f"{name}-a2", shared, "--quantize", "none")
+    android_args = ("--quantize", "none", "--channels-last")  # mcu's layout: one float model for both
+    row["android_cold"] = run_build(spec, "android", work / f"{name}-a1", shared, *android_args)
+    row["android_cached"] = run_build(spec, "android", work / f"{name}-a2", shared, *android_args)
     row["mcu_cold"] = run_build(spec, "mcu", work / f"{name}-m0", fresh, *mcu_args)
     row["mcu_after_android"] = run_build(spec, "mcu", work / f"{name}-m1", shared, *mcu_args)
     row["mcu_cached"] = run_build(spec, "mcu", work / f"{name}-m2", shared, *mcu_args)

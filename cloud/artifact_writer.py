@@ -15,8 +15,9 @@ from tpuedge.cloud.safetensors_file import write_safetensors
 from tpuedge.cloud.stablehlo_export import argument_names
 from tpuedge.cloud.tpu_report import TPU_REPORT_FILE, tpu_report
 from tpuedge.quantize.metrics import max_abs_error
-from tpuedge.shared_ir.artifact import file_entry, tool_versions, write_manifest
+from tpuedge.shared_ir.artifact import file_entry, tool_versions
 from tpuedge.shared_ir.errors import InternalError
+from tpuedge.shared_ir.manifest import write_build_manifest
 from tpuedge.shared_ir.tensors import TensorSpec
 
 __all__ = ["write_cloud_artifact", "verify_export", "VERIFY_TOLERANCE"]
@@ -131,7 +132,7 @@ def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
         }
         if report is not None:
             (staging / TPU_REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-        write_manifest(staging, manifest)
+        write_build_manifest(staging, manifest)
     from tpuedge.shared_ir.artifact import read_manifest
 
     return CloudArtifact(out_dir, read_manifest(out_dir))

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["AndroidTarget", "AndroidLowered"]
 
-# Samples used for the post-build accuracy check (calibration samples, else generated inputs).
+# At most this many samples measure the post-build accuracy (see edge/accuracy_samples.py).
 ACCURACY_SAMPLES = 64
 GENERATED_SAMPLES = 8
 TOOLS = ("litert-torch", "litert-converter", "ai-edge-litert", "ai-edge-quantizer")
@@ -78,13 +78,15 @@ class AndroidTarget(Target):
 class AndroidLowered:
     """A program planned for android: config + validated calibration; `compile()` builds it."""
 
-    def __init__(self, program: "Program", config, calibration, calibration_source: str | None, budget=None, evaluation=None):
+    def __init__(self, program: "Program", config, calibration, calibration_source: str | None, held_out=None,
+                 budget=None, evaluation=None):
         from tpuedge.quantize.budget import AccuracyBudget
 
         self.program = program
         self.config = config
         self.calibration = calibration
         self.calibration_source = calibration_source
+        self.held_out = list(held_out or [])
         self.budget = budget or AccuracyBudget()
         self.evaluation = evaluation
 
@@ -106,7 +108,7 @@ class AndroidLowered:
         allow_below_budget: bool = False,
         **unknown: Any,
     ) -> "AndroidLowered":
-        from tpuedge.edge.mcu_build import resolve_evaluation
+        from tpuedge.edge.mcu_evaluation import resolve_evaluation
         from tpuedge.quantize.budget import AccuracyBudget
         from tpuedge.quantize.calibration import load_calibration
         from tpuedge.quantize.config import DEFAULT_SCHEME, QuantConfig
@@ -140,8 +142,13 @@ class AndroidLowered:
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
             has_labels=evaluation is not None and evaluation.labels is not None,
         )
+        held_out = []
+        if samples and config.needs_calibration and evaluation is None:  # ranges not set on the samples that measure accuracy
+            from tpuedge.edge.accuracy_samples import split_calibration
+
+            samples, held_out = split_calibration(samples, config.min_calibration_samples)
         source = calibration if isinstance(calibration, (str, Path)) else (None if calibration is None else "in-memory")
-        return cls(program, config, samples, None if source is None else str(source), budget, evaluation)
+        return cls(program, config, samples, None if source is None else str(source), held_out, budget, evaluation)
 
     def as_text(self) -> str:
         """The graph litert-torch converts (after its decomposition table), with the plan."""
@@ -163,26 +170,35 @@ class AndroidLowered:
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
-        from tpuedge.shared_ir.artifact import file_entry, tool_versions, write_manifest
         from tpuedge.shared_ir.atomic import atomic_output_dir
+        from tpuedge.shared_ir.manifest import build_manifest, write_build_manifest
 
         program, config = self.program, self.config
         out = Path(out_dir) if out_dir is not None else Path("build") / program.name / "android"
-        converted = program_to_tflite(program, config, self.calibration, report_strict_cost=True)
+        converted = program_to_tflite(program, config, self.calibration, report_strict_cost=True, target="android")
 
+        from tpuedge.edge import accuracy_samples as acc
+
+        used = len(self.calibration or []) if config.needs_calibration else 0
         labels = None
         if self.evaluation is not None:
-            samples, kind, labels = self.evaluation.samples, f"eval samples ({self.evaluation.source})", self.evaluation.labels
+            chosen = acc.AccuracySamples(self.evaluation.samples, acc.EVAL, used)
+            labels = self.evaluation.labels
+        elif self.held_out:
+            chosen = acc.AccuracySamples(self.held_out[:ACCURACY_SAMPLES], acc.HELD_OUT, used)
+        elif self.calibration and not config.needs_calibration:  # this scheme set nothing on them
+            chosen = acc.AccuracySamples(self.calibration[:ACCURACY_SAMPLES], acc.UNCALIBRATED, used)
         elif self.calibration:
-            samples, kind = self.calibration[:ACCURACY_SAMPLES], "calibration samples"
+            chosen = acc.AccuracySamples(self.calibration[:ACCURACY_SAMPLES], acc.CALIBRATION, used)
         else:
-            samples, kind = program.example_inputs(seed=0, count=GENERATED_SAMPLES), "generated inputs"
+            chosen = acc.AccuracySamples(program.example_inputs(seed=0, count=GENERATED_SAMPLES), acc.RANDOM, 0)
+        samples = chosen.samples
         runner = LiteRTRunner(converted.tflite)
         reference = [program.run(*s) for s in samples]
         outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
         accuracy = compare_outputs(reference, outputs)
         budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
-            self.budget, name=program.name, target="android", reference=reference, candidate=outputs, inputs=kind,
+            self.budget, name=program.name, target="android", reference=reference, candidate=outputs, inputs=chosen.kind,
             labels=labels, recipe=converted.recipe, summary=accuracy,
         )
         summary = summarize_tflite(converted.tflite)
@@ -191,10 +207,7 @@ class AndroidLowered:
             float_io = program_spec.dtype.startswith("float")
             return {"name": program_spec.name, "shape": list(info.shape), "dtype": program_spec.dtype if float_io else info.dtype}
 
-        manifest = {
-            "target": "android",
-            "ir_fingerprint": program.fingerprint,
-            "model_name": program.name,
+        sections = {
             "parameter_count": program.parameter_count,
             "inputs": [spec(s, t) for s, t in zip(program.inputs, runner.inputs)],
             "outputs": [spec(s, t) for s, t in zip(program.outputs, runner.outputs)],
@@ -204,7 +217,11 @@ class AndroidLowered:
                 "outputs": [t.to_json() for t in runner.outputs],
             },
             "recipe": converted.recipe,
-            "calibration": {"source": self.calibration_source, "samples": len(self.calibration or [])},
+            "calibration": {
+                "source": self.calibration_source,
+                "samples": len(self.calibration or []),
+                "held_out_for_accuracy": len(self.held_out),
+            },
             "sizes": {
                 "tflite_bytes": len(converted.tflite),
                 "float_tflite_bytes": len(converted.float_tflite),
@@ -215,12 +232,11 @@ class AndroidLowered:
             },
             "op_histogram": summary.op_histogram,
             "float_ops": summary.float_ops if config.scheme == "int8" else {},
-            "accuracy": {**accuracy.to_json(), "inputs": kind, "runtime": "ai_edge_litert Interpreter, 1 thread"},
+            "accuracy": {**accuracy.to_json(), **chosen.to_json(), "runtime": "ai_edge_litert Interpreter, 1 thread"},
             "accuracy_budget": budget,
-            "tool_versions": tool_versions(*TOOLS),
         }
         with atomic_output_dir(out) as stage:
             (stage / MODEL_FILE).write_bytes(converted.tflite)
-            manifest["files"] = {MODEL_FILE: file_entry(stage / MODEL_FILE)}
-            write_manifest(stage, manifest)
+            manifest = build_manifest("android", program, stage, files=[MODEL_FILE], tools=TOOLS, **sections)
+            manifest = write_build_manifest(stage, manifest)
         return LiteRTArtifact(out, manifest)

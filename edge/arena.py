@@ -3,11 +3,16 @@
 Bisection to `ARENA_STEP` bytes on the host interpreter, then a recommended size with a stated
 margin (host pointers are 64-bit, so host needs are an upper bound for the tensor data, but
 vendor kernels (CMSIS-NN, ESP-NN) may ask for extra scratch buffers).
+
+Only an allocation failure means "arena too small". A missing kernel or a kernel that refuses
+its tensors fails at every size, so it ends the bisection at once as a UserError naming the op
+(`classify_tflm_error`); anything else TFLM says is an InternalError with its log.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,7 +20,7 @@ import numpy as np
 
 from tpuedge.shared_ir.errors import InternalError, UserError
 
-__all__ = ["ArenaSize", "measure_arena", "arena_fits", "ARENA_STEP", "ARENA_MARGIN"]
+__all__ = ["ArenaSize", "TflmFailure", "classify_tflm_error", "measure_arena", "arena_fits", "ARENA_STEP", "ARENA_MARGIN"]
 
 ARENA_STEP = 256
 ARENA_MARGIN = 0.10  # recommended = measured * (1 + margin), rounded up to 1 KiB
@@ -39,15 +44,79 @@ class ArenaSize:
         }
 
 
-def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray]) -> bool:
-    """Whether TFLM allocates the model and runs `sample` (raw, tensor dtypes) in `arena_size` bytes."""
+_MISSING_KERNEL = re.compile(r"Didn't find op for builtin opcode '(\w+)'")
+_KERNEL_FAILED = re.compile(r"Node (\w+) \(number \d+\) failed to (\w+)")
+_ALLOCATION = re.compile(r"Failed to (resize buffer|allocate)|Arena size is too small|missing: \d+")
+
+
+@dataclass(frozen=True)
+class TflmFailure:
+    """What a TFLM error was: "allocation" (arena too small), "missing-kernel", "kernel", "other"."""
+
+    kind: str
+    op: str | None
+    detail: str
+
+    def user_error(self) -> UserError:
+        """A kernel failure as what it is: the op, TFLM's words, and the way out."""
+        what = (
+            f"TFLite-Micro has no kernel for {self.op}"
+            if self.kind == "missing-kernel"
+            else f"TFLite-Micro's {self.op} kernel refused the model's int8 tensors"
+        )
+        return UserError(
+            f"{what} ({self.detail}), so the model can't run on a microcontroller; nothing was written. "
+            f"Replace the PyTorch op that lowers to {self.op} (`tpuedge ops --target mcu` lists what runs in int8 "
+            "on TFLite-Micro), or build for android, which runs it."
+        )
+
+
+def classify_tflm_error(error) -> TflmFailure:
+    """Sort a `TflmError` by its log: allocation failure, missing kernel, failed kernel, other."""
+    text = f"{error}\n{getattr(error, 'log', '')}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    missing = _MISSING_KERNEL.search(text)
+    if missing:
+        return TflmFailure("missing-kernel", missing.group(1), f"Didn't find op for builtin opcode '{missing.group(1)}'")
+    failed = _KERNEL_FAILED.search(text)
+    if failed:
+        why = next((line for line in lines if "!=" in line or "not supported" in line.lower()), failed.group(0))
+        return TflmFailure("kernel", failed.group(1), why.split(": ", 1)[-1] if why.startswith("TFLite-Micro") else why)
+    if _ALLOCATION.search(text):
+        return TflmFailure("allocation", None, lines[0] if lines else "")
+    return TflmFailure("other", None, " | ".join(lines))
+
+
+def _run(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray]):
+    """None when TFLM allocates and runs `sample` in `arena_size` bytes, else the TflmError."""
     from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
 
     try:
         TflmRunner(tflite, arena_size).run_raw(sample)
+        return None
+    except TflmError as exc:
+        return exc
+
+
+def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray]) -> bool:
+    """Whether TFLM allocates the model and runs `sample` (raw, tensor dtypes) in `arena_size` bytes.
+
+    False only when the arena was too small. A kernel whose Prepare can't get its scratch
+    memory also reports "failed to prepare" (or "Too many buffers"), so a failure counts as a
+    kernel's only when it happens again with the largest arena: then it raises UserError;
+    anything else InternalError.
+    """
+    error = _run(tflite, arena_size, sample)
+    if error is None:
         return True
-    except TflmError:
+    failure = classify_tflm_error(error)
+    if failure.kind == "allocation":
         return False
+    if failure.kind != "missing-kernel" and arena_size < _CEILING and _run(tflite, _CEILING, sample) is None:
+        return False  # it needed more memory (kernel scratch buffers fail in their own words), not another kernel
+    if failure.kind in ("missing-kernel", "kernel"):
+        raise failure.user_error() from error
+    raise InternalError(f"TFLite-Micro failed with a {arena_size}-byte arena for a reason other than its size: {error}") from error
 
 
 def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = ARENA_MARGIN) -> ArenaSize:

@@ -1,8 +1,8 @@
 """Program + QuantConfig (+ calibration) -> .tflite bytes and the recipe that made them.
 
-STABLE INTERNAL API (the android target and the mcu target both call it):
+STABLE INTERNAL API (every LiteRT-based target calls it, passing its own name):
 
-    converted = program_to_tflite(program, QuantConfig(scheme="int8"), calibration)
+    converted = program_to_tflite(program, QuantConfig(scheme="int8"), calibration, target="mcu")
     converted.tflite        # bytes of the final model
     converted.recipe        # dict: scheme, config, quantizer recipe, per-op decisions
     converted.float_tflite  # bytes of the float model it was quantized from
@@ -64,7 +64,7 @@ def clear_float_cache() -> None:
         _FLOAT_CACHE.clear()
 
 
-def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True) -> bytes:
+def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True, target: str | None = None) -> bytes:
     """The float32 .tflite of `program` (cached per IR fingerprint: the same IR gives the same bytes)."""
     from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
     from tpuedge.shared_ir.cache_keys import cached_stage
@@ -77,10 +77,10 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
     if program.has_dynamic_shapes:
         raise UserError(
             f"{program.name} has dynamic input dims ({', '.join(s.describe() for s in program.inputs)}); "
-            "the android target needs static shapes: export without dynamic_shapes."
+            f"the {target or 'LiteRT'} target needs static shapes: export without dynamic_shapes."
         )
     try:
-        data = cached_stage(  # on disk: one float model for the android and mcu builds of an IR
+        data = cached_stage(  # on disk: one float model for every LiteRT target's build of an IR
             # NHWC changes only rank-4 float inputs: other models share one float model across layouts
             "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last) and _has_image_input(program)},
             lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
@@ -88,11 +88,12 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
     except UserError:
         raise
     except Exception as exc:  # litert-torch raises plain exceptions for unsupported graphs
-        problems = program.check("android")
+        # the calling target's own check says which ops it can't take (this module names no target)
+        problems = program.check(target) if target else []
         if problems:
             from tpuedge.shared_ir.errors import ProblemsError
 
-            raise ProblemsError(f"{program.name} can't be lowered for android; nothing was written:", problems) from exc
+            raise ProblemsError(f"{program.name} can't be lowered for {target}; nothing was written:", problems) from exc
         raise InternalError(f"litert-torch failed to lower {program.name}: {type(exc).__name__}: {exc}") from exc
     with _LOCK:
         _FLOAT_CACHE[key] = data
@@ -129,14 +130,16 @@ def program_to_tflite(
     calibration: list[list[np.ndarray]] | None = None,
     *,
     report_strict_cost: bool = False,
+    target: str | None = None,
 ) -> ConvertedModel:
     """Lower `program` to LiteRT and quantize it per `config` (see the module docstring).
 
     report_strict_cost (strict int8 only): also run the default per-op search and record, in
     recipe["strict_int8_cost"], what the mixed int8/int16/float recipe scores on the same
-    samples next to the strict one (costs one search; the android build asks for it).
+    samples next to the strict one (costs one search; a target that reports that cost asks for it).
+    target: the calling target's name, for its messages and its check when litert-torch fails.
     """
-    base = float_tflite(program, channels_last=config.channels_last)
+    base = float_tflite(program, channels_last=config.channels_last, target=target)
     recipe: dict = {
         "scheme": config.scheme,
         "config": config.to_json(),

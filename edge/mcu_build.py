@@ -1,5 +1,8 @@
 """The mcu build: `McuLowered` (checked, rewritten, calibrated) -> `compile` -> `McuArtifact`.
 
+Its parts: evaluation data (mcu_evaluation.py), the two runtimes compared (mcu_runtimes.py),
+the artifact and its report (mcu_artifact.py).
+
 Everything is measured in memory first (conversion, TFLM run, arena, accuracy, budget); files
 are written only when all of it passed, through `atomic_output_dir`. No timings in any file,
 so the same inputs give byte-identical folders.
@@ -7,8 +10,6 @@ so the same inputs give byte-identical folders.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,77 +18,35 @@ import numpy as np
 from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tpuedge.edge.mcu_artifact import McuArtifact
+    from tpuedge.edge.mcu_runtimes import McuRuntimes
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["McuLowered", "McuArtifact", "load_evaluation", "FILES"]
+__all__ = ["McuLowered", "strict_int8_tflite", "FILES"]
 
 FILES = ("model.tflite", "model_data.cc", "model_data.h", "op_resolver.h", "manifest.json")
 _MIN_CALIBRATION = 16
-_AGREEMENT_LSB = 1  # TFLM and LiteRT run the same int8 kernels' math: expected within 1 LSB
+_TOOLS = ("litert-torch", "ai-edge-litert", "ai-edge-quantizer", "tflite-micro")
+_BUILTIN_FIX = (
+    "replace the PyTorch op that lowers to it (see `tpuedge ops --target mcu`), or build for android, which runs float ops"
+)
 
 
 def _r(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-# ---- evaluation data ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Evaluation:
-    source: str
-    samples: list[list[np.ndarray]]
-    labels: np.ndarray | None
+def strict_int8_tflite(rewritten: "Program", config, calibration) -> tuple[Any, bytes, list[int]]:
+    """(converted, tflite with every buffer inline, indices of the buffers moved inline)."""
+    from tpuedge.edge.convert import program_to_tflite
+    from tpuedge.edge.tflm_model import external_buffers, inline_buffers
 
-
-def _default_eval_spec(calibration: Any) -> str | None:
-    """`evaluation` beside a `file.py:function` calibration spec, when that module defines one."""
-    if not isinstance(calibration, str) or ":" not in calibration:
-        return None
-    where = calibration.rsplit(":", 1)[0]
-    if not where.endswith(".py") or not Path(where).is_file():
-        return None
-    import re
-
-    if not re.search(r"^def evaluation\(", Path(where).read_text(), re.MULTILINE):
-        return None
-    return f"{where}:evaluation"
-
-
-def load_evaluation(spec: str, program: "Program") -> Evaluation:
-    """`module:function` returning (inputs, labels) -> samples in the Program's input shapes."""
-    from tpuedge.model_spec import load_factory
-    from tpuedge.quantize.calibration import load_calibration
-
-    fn = load_factory(spec)
-    try:
-        result = fn()
-    except Exception as exc:
-        raise UserError(f"The evaluation function {spec} raised {type(exc).__name__}: {exc}; fix it and retry.") from exc
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise UserError(
-            f"The evaluation function {spec} must return (inputs, labels): inputs an array with samples on the first "
-            "axis (or a dict keyed by input name), labels one class index per sample."
-        )
-    inputs, labels = result
-    samples = load_calibration(inputs, program, min_samples=1)
-    labels = None if labels is None else np.asarray(labels).reshape(-1)
-    if labels is not None and len(labels) != len(samples):
-        raise UserError(f"{spec} returned {len(samples)} input samples but {len(labels)} labels; give one label per sample.")
-    return Evaluation(spec, samples, labels)
-
-
-def resolve_evaluation(spec: Any, program: "Program") -> "Evaluation | None":
-    """--eval as given: None/'none', (inputs, labels) from Python, or `file.py:function`."""
-    from tpuedge.quantize.calibration import load_calibration
-
-    if isinstance(spec, tuple) and len(spec) == 2:  # (inputs, labels) from Python
-        samples = load_calibration(spec[0], program, min_samples=1)
-        labels = None if spec[1] is None else np.asarray(spec[1]).reshape(-1)
-        if labels is not None and len(labels) != len(samples):
-            raise UserError(f"--eval gave {len(samples)} input samples but {len(labels)} labels; give one label per sample.")
-        return Evaluation("(inputs, labels) given in Python", samples, labels)
-    if spec is None or str(spec).lower() == "none":
-        return None
-    return load_evaluation(str(spec), program)
+    converted = program_to_tflite(rewritten, config, calibration, target="mcu")
+    moved = external_buffers(converted.tflite)
+    tflite = inline_buffers(converted.tflite)
+    if external_buffers(tflite):
+        raise InternalError(f"{rewritten.name}: buffers {external_buffers(tflite)} are still outside the flatbuffer after inlining")
+    return converted, tflite, moved
 
 
 # ---- lowering -------------------------------------------------------------------------------
@@ -115,6 +74,7 @@ class McuLowered:
     ):
         from tpuedge.edge.boards import resolve_board
         from tpuedge.edge.c_array import symbols_for
+        from tpuedge.edge.mcu_evaluation import resolve_evaluation
         from tpuedge.edge.mcu_capability import mcu_passes
         from tpuedge.quantize.budget import AccuracyBudget
         from tpuedge.quantize.calibration import load_calibration
@@ -146,12 +106,16 @@ class McuLowered:
             )
         self.calibration = load_calibration(calibration, program, min_samples=_MIN_CALIBRATION)
         self.calibration_source = str(calibration) if isinstance(calibration, (str, Path)) else type(calibration).__name__
-        eval_spec = eval if eval is not None else _default_eval_spec(calibration)
-        self.evaluation = resolve_evaluation(eval_spec, program)
+        self.evaluation = resolve_evaluation(eval, program)  # explicit only: nothing guessed from the calibration's module
         self.budget = AccuracyBudget.from_options(
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
             has_labels=self.evaluation is not None and self.evaluation.labels is not None,
         )
+        self.held_out: list = []
+        if self.evaluation is None:  # accuracy on samples the ranges were not set on
+            from tpuedge.edge.accuracy_samples import split_calibration
+
+            self.calibration, self.held_out = split_calibration(self.calibration, _MIN_CALIBRATION)
 
     def as_text(self) -> str:
         lines = [f"mcu lowering of {self.program.name} (IR {self.program.fingerprint[:12]})"]
@@ -159,6 +123,8 @@ class McuLowered:
         lines.append(f"  layout: {'NHWC image inputs' if self.config.channels_last else 'as exported (NCHW)'}")
         lines.append(f"  quantization: {self.config.to_json()}")
         lines.append(f"  calibration: {len(self.calibration)} samples from {self.calibration_source}")
+        if self.held_out:
+            lines.append(f"  accuracy: {len(self.held_out)} samples held out from calibration")
         if self.evaluation:
             lines.append(f"  evaluation: {len(self.evaluation.samples)} samples from {self.evaluation.source}")
         lines.append(f"  board: {self.board.name if self.board else 'none (reports the built-in boards it fits)'}")
@@ -169,37 +135,30 @@ class McuLowered:
         from tpuedge.edge.arena import measure_arena
         from tpuedge.edge.boards import budget_check
         from tpuedge.edge.c_array import model_data_cc, model_data_h
-        from tpuedge.edge.convert import program_to_tflite
+        from tpuedge.edge.mcu_artifact import McuArtifact
+        from tpuedge.edge.mcu_runtimes import McuRuntimes
         from tpuedge.edge.op_resolver import op_resolver_h
-        from tpuedge.edge.tflm_model import external_buffers, inline_buffers, io_quantization, ops_used
-        from tpuedge.shared_ir.artifact import file_entry, tool_versions, write_manifest
+        from tpuedge.edge.tflm_model import io_quantization, ops_used
         from tpuedge.shared_ir.atomic import atomic_output_dir
+        from tpuedge.shared_ir.manifest import build_manifest, write_build_manifest
 
         name = self.program.name
         out_dir = Path(out_dir) if out_dir is not None else Path("build") / name / "mcu"
-        converted = program_to_tflite(self.rewritten, self.config, self.calibration)
-        moved = external_buffers(converted.tflite)
-        tflite = inline_buffers(converted.tflite)
-        if external_buffers(tflite):
-            raise InternalError(f"{name}: buffers {external_buffers(tflite)} are still outside the flatbuffer after inlining")
+        converted, tflite, moved = strict_int8_tflite(self.rewritten, self.config, self.calibration)
         ops = ops_used(tflite)
         self._check_tflm_ops(ops)
         self._check_integer_only(tflite)
 
-        runtime = _Runtimes(tflite, self.config.channels_last)
+        runtime = McuRuntimes(tflite, self.config.channels_last)
         arena = measure_arena(tflite, runtime.quantized(self.calibration[0]))
         runtime.open_tflm(arena.recommended_bytes)
         verification, measured = self._verify(runtime)
         budget_entry = self._check_budget(measured, converted.recipe)  # BudgetError (exit 1) before anything is written
         budget = budget_check(self.board, len(tflite), arena.recommended_bytes)
 
-        manifest = {
-            "target": "mcu",
-            "model_name": name,
-            "ir_fingerprint": self.program.fingerprint,
+        sections = {
             "inputs": [_layout_spec(s, self.config.channels_last) for s in self.program.inputs],
             "layout": "NHWC" if self.config.channels_last else "as exported",
-            "outputs": [s.to_json() for s in self.program.outputs],
             "quantization": {
                 "config": self.config.to_json(),
                 "recipe": converted.recipe,
@@ -214,48 +173,52 @@ class McuLowered:
             "c_symbols": {"array": self.symbols.array, "length": self.symbols.length},
             "verification": verification,
             "accuracy_budget": budget_entry,
-            "tool_versions": tool_versions("litert-torch", "ai-edge-litert", "ai-edge-quantizer", "tflite-micro"),
         }
         with atomic_output_dir(out_dir) as staging:
             (staging / "model.tflite").write_bytes(tflite)
             (staging / "model_data.cc").write_text(model_data_cc(tflite, self.symbols, name))
             (staging / "model_data.h").write_text(model_data_h(self.symbols, name))
             (staging / "op_resolver.h").write_text(op_resolver_h([o.name for o in ops], name))
-            manifest["files"] = {f: file_entry(staging / f) for f in FILES if f != "manifest.json"}
-            write_manifest(staging, manifest)
+            files = [f for f in FILES if f != "manifest.json"]
+            manifest = build_manifest("mcu", self.program, staging, files=files, tools=_TOOLS, **sections)
+            manifest = write_build_manifest(staging, manifest)
         return McuArtifact(out_dir, manifest)
 
     def _check_tflm_ops(self, ops) -> None:
+        """The converted model's builtins against the same rule `check --target mcu` applies."""
         from tpuedge.edge.mcu_capability import unsupported_builtins
-        from tpuedge.edge.tflm_ops import tflm_missing
 
         lacking = unsupported_builtins(o.name for o in ops)
         if lacking:
-            missing = tflm_missing()
             counts = {o.name: o.count for o in ops}
             raise ProblemsError(
-                f"{self.program.name} converted to TFLite ops that TFLite-Micro has no kernel for; nothing was written:",
-                [
-                    Problem("op", n, "TFLite-Micro has no kernel for this op", missing.get(n, ""), counts[n])
-                    for n in lacking
-                ],
+                f"{self.program.name} converted to TFLite ops a strict-int8 TFLite-Micro model can't run; nothing was written:",
+                [Problem("op", n, why, _BUILTIN_FIX, counts[n]) for n, why in lacking.items()],
             )
 
     def _check_integer_only(self, tflite: bytes) -> None:
         """Full int8 means no float compute: float tensors may only be model I/O (float32 I/O)."""
         from tpuedge.edge import tflite_file
 
-        sg = tflite_file.read_model(tflite).subgraphs[0]
+        model = tflite_file.read_model(tflite)
+        sg = model.subgraphs[0]
         io = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
-        floats = [
-            tflite_file.text(t.name)
-            for i, t in enumerate(sg.tensors)
-            if i not in io and tflite_file.dtype_name(t.type) in ("float32", "float16")
-        ]
-        if floats:
-            raise InternalError(
-                f"strict int8 conversion left {len(floats)} float tensor(s) (e.g. {floats[:3]}); TFLite-Micro needs a "
-                "fully integer graph"
+        names = tflite_file.operator_names(model)
+        float_ops: dict[str, int] = {}
+        for op in sg.operators:
+            outputs = [int(o) for o in op.outputs]
+            if any(o not in io and tflite_file.dtype_name(sg.tensors[o].type) in ("float32", "float16") for o in outputs):
+                float_ops[names[op.opcodeIndex]] = float_ops.get(names[op.opcodeIndex], 0) + 1
+        if len(float_ops) > 1:  # a DEQUANTIZE only feeds a float op, which is reported itself
+            float_ops.pop("DEQUANTIZE", None)
+        if float_ops:
+            raise ProblemsError(
+                f"{self.program.name}: the strict int8 conversion left ops in float, and TFLite-Micro runs only integer "
+                "graphs; nothing was written:",
+                [
+                    Problem("op", n, "ai-edge-quantizer has no int8 recipe for it, so it stayed float", _BUILTIN_FIX, c)
+                    for n, c in sorted(float_ops.items())
+                ],
             )
 
     def _rewrite_cost(self, result) -> dict:
@@ -268,8 +231,8 @@ class McuLowered:
         cost = compare_outputs(before, after)
         return {"accuracy_cost_vs_original_float": cost.to_json(), "accuracy_cost_text": cost.describe()}
 
-    def _check_budget(self, measured: dict, recipe: dict) -> dict:
-        """The budget on the set accuracy is reported on (the last one _verify measured: eval data when given)."""
+    def _check_budget(self, measured: tuple, recipe: dict) -> dict:
+        """The budget on the samples accuracy is reported on (eval data, else held out from calibration)."""
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
 
@@ -279,15 +242,21 @@ class McuLowered:
             labels=labels, recipe=recipe, summary=compare_outputs(floats, outputs),
         )
 
-    def _verify(self, runtime: "_Runtimes") -> tuple[dict, tuple]:
-        """TFLM vs LiteRT (LSB) and vs the float Program, on calibration and evaluation samples."""
+    def _verify(self, runtime: "McuRuntimes") -> tuple[dict, tuple]:
+        """TFLM vs LiteRT (LSB) and vs the float Program: on --eval data, else on the calibration samples
+        held out of calibration, else (too few to hold any out) on calibration samples, labelled so.
+        Also returns (kind, float outputs, TFLM outputs, labels) of those samples, for the budget."""
+        from tpuedge.edge import accuracy_samples as acc
         from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
         report: dict = {}
-        sets = [("calibration", self.calibration[:200], None)]
         if self.evaluation is not None:
-            sets.append(("evaluation", self.evaluation.samples, self.evaluation.labels))
-        for label, samples, labels in sets:
+            sets = [("evaluation", self.evaluation.samples, self.evaluation.labels, acc.EVAL)]
+        elif self.held_out:
+            sets = [("held_out", self.held_out, None, acc.HELD_OUT)]
+        else:
+            sets = [("calibration", self.calibration[:200], None, acc.CALIBRATION)]
+        for label, samples, labels, kind in sets:
             tflm_raw, litert_raw, floats = [], [], []
             for s in samples:
                 q = runtime.quantized(s)
@@ -302,8 +271,9 @@ class McuLowered:
             tflm_float = [runtime.dequantized(o) for o in tflm_raw]
             entry = {
                 "samples": len(samples),
+                "inputs": kind,
+                "calibration_samples_used": len(self.calibration),
                 "tflm_vs_litert_max_lsb": lsb,
-                "tflm_vs_litert_within_1_lsb": lsb <= _AGREEMENT_LSB,
                 "tflm_vs_float": compare_outputs(floats, tflm_float).to_json(),
             }
             float_acc = None if labels is None else task_accuracy(stack_samples([f[0] for f in floats]), labels)
@@ -312,57 +282,8 @@ class McuLowered:
                 entry["tflm_accuracy"] = _r(task_accuracy(stack_samples([t[0] for t in tflm_float]), labels))
                 entry["source"] = self.evaluation.source if self.evaluation else None
             report[label] = entry
-            measured = (f"{label} samples", floats, tflm_float, labels)
+            measured = (kind, floats, tflm_float, labels)
         return report, measured
-
-
-class _Runtimes:
-    """The same model bytes in TFLM and LiteRT, with the model's own I/O (de)quantization."""
-
-    def __init__(self, tflite: bytes, channels_last: bool):
-        from tpuedge.edge.litert_runtime import LiteRTRunner
-
-        self.tflite = tflite
-        self.channels_last = channels_last
-        self.litert = LiteRTRunner(tflite)
-        self.tflm = None
-
-    def open_tflm(self, arena_bytes: int) -> None:
-        from tpuedge.edge.tflm_runtime import TflmRunner
-
-        self.tflm = TflmRunner(self.tflite, arena_bytes)
-
-    def _details(self, which: str) -> list[dict]:
-        from tpuedge.edge.tflm_model import io_quantization
-
-        if not hasattr(self, "_io"):
-            self._io = io_quantization(self.tflite)
-        return self._io[which]
-
-    def quantized(self, sample: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """A Program-layout (NCHW) sample as the model's input tensors (NHWC when channels-last)."""
-        from tpuedge.edge.convert import tflite_layout_inputs
-        from tpuedge.quantize import affine
-
-        out = []
-        for x, d in zip(tflite_layout_inputs([np.asarray(a) for a in sample], self.channels_last), self._details("inputs")):
-            x = np.asarray(x).reshape(d["shape"])
-            if d["scale"] is None or d["dtype"] not in ("int8", "int16"):
-                out.append(x.astype(d["dtype"]))
-                continue
-            out.append(affine.quantize(x, d["scale"], d["zero_point"], d["dtype"], ties="away"))  # as TFLM rounds
-        return out
-
-    def dequantized(self, outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        from tpuedge.quantize import affine
-
-        res = []
-        for y, d in zip(outputs, self._details("outputs")):
-            if d["scale"] is None or d["dtype"] not in ("int8", "int16"):
-                res.append(np.asarray(y, np.float32))
-            else:
-                res.append(affine.dequantize(y, d["scale"], d["zero_point"]))
-        return res
 
 
 def _layout_spec(spec, channels_last: bool) -> dict:
@@ -373,98 +294,3 @@ def _layout_spec(spec, channels_last: bool) -> dict:
     if channels_last and len(spec.shape) == 4 and spec.dtype.startswith("float"):
         entry["shape"] = list(nhwc_shape(entry["shape"]))
     return entry
-
-
-# ---- the artifact ---------------------------------------------------------------------------
-class McuArtifact:
-    """A built mcu folder; `run` executes model.tflite in the TFLite-Micro interpreter."""
-
-    def __init__(self, directory: Path, manifest: dict):
-        from tpuedge.shared_ir.artifact import Artifact
-
-        self._base = Artifact(directory, manifest)
-        self.directory = Path(directory)
-        self.manifest = manifest
-        self._runner = None
-
-    @classmethod
-    def open(cls, path: Path) -> "McuArtifact":
-        from tpuedge.shared_ir.artifact import read_manifest
-
-        return cls(path, read_manifest(path))
-
-    target = property(lambda self: self._base.target)
-    fingerprint = property(lambda self: self._base.fingerprint)
-    inputs = property(lambda self: self._base.inputs)
-    outputs = property(lambda self: self._base.outputs)
-
-    @property
-    def tflite_path(self) -> Path:
-        return self.directory / "model.tflite"
-
-    @property
-    def arena_bytes(self) -> int:
-        return int(self.manifest["arena"]["measured_bytes"])
-
-    @property
-    def recommended_arena_bytes(self) -> int:
-        return int(self.manifest["arena"]["recommended_bytes"])
-
-    def run(self, *inputs: Any) -> list[np.ndarray]:
-        """Float in, float out, in TFLite-Micro (int8 I/O quantized with the tensors' parameters)."""
-        from tpuedge.edge.tflm_runtime import TflmRunner
-        from tpuedge.shared_ir.tensors import validate_inputs
-
-        arrays = validate_inputs(self.inputs, inputs, f"mcu artifact {self.directory}")
-        if self._runner is None:
-            self._runner = TflmRunner(self.tflite_path.read_bytes(), self.recommended_arena_bytes, source=self.tflite_path)
-        return self._runner.run(arrays)
-
-    def report(self) -> str:
-        m = self.manifest
-        lines = [f"mcu build of {m['model_name']} (IR {m['ir_fingerprint'][:12]}) -> {self.directory}"]
-        for r in m.get("rewrites", []):
-            lines.append(f"  rewrite: {r['description']}; cost vs original float: {r['accuracy_cost_text']}")
-        ops = ", ".join(f"{o['op']}x{o['count']}" for o in m["tflm_ops"])
-        lines.append(f"  TFLite-Micro ops ({len(m['tflm_ops'])}): {ops}")
-        io = m["quantization"]["io"]
-        lines.append(
-            "  I/O: "
-            + ", ".join(f"{t['name']} {t['dtype']}{t['shape']}" for t in io["inputs"] + io["outputs"])
-            + " (full int8, every buffer inside the flatbuffer)"
-        )
-        arena = m["arena"]
-        lines.append(f"  flash: {m['flash_bytes']:,} bytes (model array)")
-        lines.append(
-            f"  arena: {arena['measured_bytes']:,} bytes measured (TFLM bisection to {arena['bisection_step_bytes']} B), "
-            f"recommended {arena['recommended_bytes']:,} ({arena['margin']})"
-        )
-        for label, v in m["verification"].items():
-            text = (
-                f"  {label} ({v['samples']} samples): TFLM vs LiteRT max {v['tflm_vs_litert_max_lsb']} LSB"
-                f"{'' if v['tflm_vs_litert_within_1_lsb'] else ' (above the 1 LSB expected: the two runtimes round some int8 kernels differently)'}; "
-                f"TFLM vs float: cosine {v['tflm_vs_float']['cosine']:.4f}, top-1 agreement "
-                f"{'n/a' if v['tflm_vs_float']['top1_agreement'] is None else format(100 * v['tflm_vs_float']['top1_agreement'], '.1f') + '%'}"
-            )
-            lines.append(text)
-            if "tflm_accuracy" in v:
-                lines.append(
-                    f"  TFLM accuracy: {100 * v['tflm_accuracy']:.2f}% (float {100 * v['float_accuracy']:.2f}%) "
-                    f"on {v['samples']} samples of {v['source']}"
-                )
-        b = m["board_check"]
-        if b.get("board"):
-            lines.append(
-                f"  board {b['board']['name']}: fits (flash {m['flash_bytes']:,}/{b['flash_budget_bytes']:,}, "
-                f"RAM {b['arena_ram_bytes']:,}/{b['ram_budget_bytes']:,} bytes, {b['reserve_for_application']} reserved)"
-            )
-        lines.append(f"  fits built-in boards: {', '.join(b['fits_builtin_boards']) or 'none'}")
-        from tpuedge.quantize.budget import describe_budget
-
-        budget = describe_budget(m.get("accuracy_budget"))
-        if budget:
-            lines.append(budget)
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return f"McuArtifact({str(self.directory)!r})"

@@ -1,11 +1,13 @@
 """The `mcu` capability: what TFLite-Micro can run, from data, before any conversion.
 
-A captured ATen op is supported when every TFLite builtin litert-torch lowers it to has a
-TFLM kernel (edge/data/tflm_ops.json, checked against the real interpreter). Before that the
-mcu pipeline rewrites the IR (`mcu_passes`): no-op casts, eval-mode dropout and input-independent
-ops vanish, reflect/replicate padding becomes slices + concatenation, GELU (no kernel) an
-approximation. The check applies the same passes the build applies, so `tpuedge check --target
-mcu` and `tpuedge build --target mcu` never disagree.
+A captured ATen op is supported when every TFLite builtin litert-torch lowers it to can run in a
+strict-int8 TFLM model: TFLM has an int8 kernel for it AND ai-edge-quantizer quantizes it to
+int8 (`mcu_int8_problem`, from edge/data/tflm_ops.json, checked against the real interpreter,
+quantizer and converter). The build checks the converted model's builtins with the same rule.
+Before that the mcu pipeline rewrites the IR (`mcu_passes`): no-op casts, eval-mode dropout and
+input-independent ops vanish, reflect/replicate padding becomes slices + concatenation, GELU (no
+kernel) an approximation. The check applies the same passes the build applies, so `tpuedge
+check --target mcu` and `tpuedge build --target mcu` never disagree.
 """
 
 from __future__ import annotations
@@ -35,12 +37,12 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     )
 
 
-def unsupported_builtins(names) -> list[str]:
-    """Those of `names` (TFLite builtins) TFLite-Micro has no kernel for."""
-    from tpuedge.edge.tflm_ops import tflm_ops
+def unsupported_builtins(names) -> dict[str, str]:
+    """Those of `names` (TFLite builtins) a strict-int8 TFLite-Micro model can't run -> why."""
+    from tpuedge.edge.tflm_ops import mcu_int8_problem
 
-    ops = tflm_ops()
-    return sorted(n for n in set(names) if n not in ops)
+    problems = {n: mcu_int8_problem(n) for n in sorted(set(names))}
+    return {n: why for n, why in problems.items() if why}
 
 
 def _overload_keys(key: str) -> list[str]:
@@ -65,20 +67,19 @@ _REWRITTEN_ON_THE_IR = {
 
 
 def mcu_capability() -> Capability:
-    from tpuedge.edge.tflm_ops import aten_to_tflm, tflm_missing
+    from tpuedge.edge.tflm_ops import aten_to_tflm
 
     registry = OpRegistry("mcu")
     notes: dict[str, str] = {}
     suggestions: dict[str, str] = {}
-    missing = tflm_missing()
     for key, builtins in aten_to_tflm().items():
         lacking = unsupported_builtins(builtins)
         if not lacking:
             registry.add(key, tuple(builtins))
             notes[key] = " / ".join(builtins) if builtins else "no op (folded away)"
             continue
-        why = "; ".join(f"{b}: {missing.get(b, 'no TFLite-Micro kernel')}" for b in lacking)
-        notes[key] = f"lowers to {', '.join(lacking)}, which TFLite-Micro lacks"
+        why = "; ".join(f"{b}: {reason}" for b, reason in lacking.items())
+        notes[key] = f"lowers to {', '.join(lacking)}, which a strict-int8 TFLite-Micro model can't run"
         # the check looks suggestions up by the node's full key ("aten.pow.Tensor_Scalar")
         for full_key in (key, *_overload_keys(key)):
             suggestions[full_key] = f"it lowers to {why}"
@@ -87,11 +88,18 @@ def mcu_capability() -> Capability:
     return Capability(
         target="mcu",
         ops=registry,
-        decompose=mcu_passes(),
+        decompose=_check_view,
         notes=notes,
         suggestions=suggestions,
         rewrite_notes=_rewrite_notes,
     )
+
+
+def _check_view(exported_program):
+    """What the check judges: the build's IR passes, then what the converter folds and fuses away."""
+    from tpuedge.edge.mcu_fusion import converter_view
+
+    return converter_view(mcu_passes()(exported_program))
 
 
 def _rewrite_notes(exported_program) -> list[str]:

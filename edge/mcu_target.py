@@ -45,8 +45,8 @@ class McuTarget(Target):
             ),
             BuildOption(
                 "eval",
-                "Labelled evaluation data, `file.py:function` returning (inputs, labels); default: an `evaluation` "
-                "function beside the calibration function, if any; `none` to skip.",
+                "Labelled evaluation data, `file.py:function` returning (inputs, labels), on which TFLM accuracy is "
+                "measured; without it (or with `none`) accuracy is measured on a held-out tail of the calibration data.",
             ),
             BuildOption("board", "Board whose flash/RAM budget the model must fit.", BOARD_NAMES),
             BuildOption("flash_kb", "Custom flash budget in KB (with --ram-kb, or overriding --board's).", int),
@@ -66,6 +66,6 @@ class McuTarget(Target):
         return McuLowered(program, **options)
 
     def load_artifact(self, path: Any):
-        from tpuedge.edge.mcu_build import McuArtifact
+        from tpuedge.edge.mcu_artifact import McuArtifact
 
         return McuArtifact.open(Path(path))

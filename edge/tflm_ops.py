@@ -2,8 +2,11 @@
 
 `tflm_ops()`: builtin name -> {"resolver": "AddConv2D", "int8": bool?}; `tflm_missing()`:
 builtins TFLM has no kernel for -> why/what to try; `aten_to_tflm()`: captured ATen op key ->
-the builtins litert-torch lowers it to. tests/test_tflm_ops.py checks this against the real
-`tflite_micro` interpreter with single-op models.
+the builtins litert-torch lowers it to; `quantizer_int8()`: builtins ai-edge-quantizer's static
+int8 recipe quantizes. `mcu_int8_problem(builtin)` joins them into the one rule both
+`tpuedge check --target mcu` and the mcu build apply (mcu is always strict int8).
+tests/test_tflm_ops.py checks the data against the real `tflite_micro` interpreter, and
+tests/test_mcu_op_truth.py checks every ATen entry against a real mcu conversion.
 """
 
 from __future__ import annotations
@@ -12,9 +15,19 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["tflm_data", "tflm_ops", "tflm_missing", "aten_to_tflm", "DATA_PATH"]
+__all__ = [
+    "tflm_data",
+    "tflm_ops",
+    "tflm_missing",
+    "aten_to_tflm",
+    "quantizer_int8",
+    "mcu_int8_problem",
+    "DATA_PATH",
+]
 
 DATA_PATH = Path(__file__).with_name("data") / "tflm_ops.json"
+# Inserted by the quantizer itself to re-scale int8 tensors, never lowered from an ATen op.
+_QUANTIZER_OWN = frozenset({"QUANTIZE"})
 
 
 @lru_cache(maxsize=1)
@@ -32,3 +45,21 @@ def tflm_missing() -> dict[str, str]:
 
 def aten_to_tflm() -> dict[str, list[str]]:
     return tflm_data()["aten"]
+
+
+def quantizer_int8() -> frozenset[str]:
+    return frozenset(tflm_data()["quantizer_int8"]) | _QUANTIZER_OWN
+
+
+def mcu_int8_problem(builtin: str) -> str | None:
+    """Why `builtin` can't run in a strict-int8 TFLite-Micro model, or None when it can."""
+    entry = tflm_ops().get(builtin)
+    if entry is None:
+        return tflm_missing().get(builtin) or f"TFLite-Micro has no {builtin} kernel"
+    if entry.get("non_float"):  # bool/int data: quantization leaves it alone, the kernel is enough
+        return None
+    if not entry.get("int8"):
+        return f"TFLite-Micro's {builtin} kernel takes no int8 tensors"
+    if builtin not in quantizer_int8():
+        return f"ai-edge-quantizer leaves {builtin} in float (no int8 recipe for it), and TFLite-Micro runs only integer graphs"
+    return None

@@ -76,7 +76,7 @@ class BuildSession:
 
     def describe(self) -> str:
         if self.cache is None:
-            return "cache: off (--no-cache)"
+            return "cache: off (--no-cache or TPUEDGE_NO_CACHE)"
         if not self.stages:
             return f"cache: no cached stage ran ({self.cache.directory})"
         counts: dict[str, dict[str, int]] = {}  # outcome -> stage -> how many times (in build order)
@@ -96,6 +96,7 @@ _SESSION: contextvars.ContextVar[BuildSession | None] = contextvars.ContextVar("
 @contextlib.contextmanager
 def build_session(enabled: bool = True, *, limit: str | int | None = None) -> Iterator[BuildSession]:
     """One build's use of the cache (None inside when disabled); records every stage's outcome."""
+    enabled = enabled and not os.environ.get("TPUEDGE_NO_CACHE")  # the variable turns it off everywhere
     session = BuildSession(BuildCache.default(limit) if enabled else None)
     token = _SESSION.set(session)
     try:

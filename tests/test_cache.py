@@ -162,3 +162,11 @@ def test_program_run_remembers_outputs_of_the_same_inputs():
     assert len(calls) == 1
     program.run(x + 1)
     assert len(calls) == 2
+
+
+def test_tpuedge_no_cache_turns_the_cache_off_in_build_sessions_too(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUEDGE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TPUEDGE_NO_CACHE", "1")
+    with build_session() as session:
+        assert cached_stage("unit", {"n": 2}, lambda: b"x") == b"x"
+    assert session.cache is None and not list(tmp_path.rglob("*.entry"))

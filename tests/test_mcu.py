@@ -31,6 +31,9 @@ def test_tflm_accuracy_on_the_test_split(digits_mcu, digits_model):
     net, _, _, x_test, y_test = digits_model
     ev = art.manifest["verification"]["evaluation"]
     assert ev["samples"] == len(y_test)
+    # --eval data given: accuracy is measured on it, and all 200 calibration samples calibrate
+    assert ev["inputs"] == "eval data" and ev["calibration_samples_used"] == 200
+    assert list(art.manifest["verification"]) == ["evaluation"]
     assert ev["tflm_accuracy"] >= 0.95
     assert ev["float_accuracy"] - ev["tflm_accuracy"] <= 0.015
     # Recompute independently through the artifact (TFLM, float in/out) and the torch module.
@@ -65,7 +68,7 @@ def test_full_int8_inline_and_runtimes_agree(digits_mcu):
     assert m["quantization"]["config"]["strict_int8"] is True
     assert m["quantization"]["recipe"]["non_int8_ops"] == []
     for v in m["verification"].values():
-        assert v["tflm_vs_litert_max_lsb"] <= 1
+        assert v["tflm_vs_litert_max_lsb"] <= 1  # the README's claim for this model
         assert v["tflm_vs_float"]["top1_agreement"] >= 0.97
 
 
@@ -140,3 +143,14 @@ def test_over_budget_exits_2_with_numbers_and_writes_nothing(digits_mcu, tmp_pat
     with pytest.raises(tpuedge.UserError, match="flash"):
         tpuedge.build(lowered.program, "mcu", out, calibration=digits.calibration(64), flash_kb=small, ram_kb=256, eval="none")
     assert not out.exists()
+
+
+def test_evaluation_data_is_only_what_eval_names(digits_program, repo_root):
+    """No regex over the calibration module's source: --eval (or nothing) decides (issue 14)."""
+    spec = repo_root / "examples" / "digits" / "model.py"
+    implicit = digits_program.lower("mcu", calibration=f"{spec}:calibration")
+    assert implicit.evaluation is None and len(implicit.held_out) == 50 and len(implicit.calibration) == 150
+    explicit = digits_program.lower(
+        "mcu", calibration=f"{spec}:calibration", eval=f"{spec}:evaluation"
+    )
+    assert explicit.evaluation is not None and explicit.held_out == [] and len(explicit.calibration) == 200

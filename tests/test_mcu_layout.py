@@ -61,7 +61,7 @@ def test_mcu_layout_default_nhwc_and_nchw_on_request(cnn, tmp_path, channels_las
         assert ops.get("TRANSPOSE") == 1 and m["layout"] == "as exported"  # the input's NCHW -> NHWC
         assert io_shape == [1, 3, 8, 8] and m["inputs"][0]["shape"] == [1, 3, 8, 8]
     # measured in TFLite-Micro against the float IR (3 channels: a layout mix-up scrambles it)
-    check = m["verification"]["calibration"]
+    check = m["verification"]["held_out"]
     assert check["tflm_vs_float"]["centered_cosine"] > 0.98 and check["tflm_vs_litert_max_lsb"] <= 1
     x = cal[0][0]
     got = art.run(x.transpose(0, 2, 3, 1) if channels_last else x)[0]

@@ -62,7 +62,7 @@ def test_casts_build_for_mcu_and_run_in_tflm(tmp_path):
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=_samples(32))
     ops = {o["op"] for o in art.manifest["tflm_ops"]}
     assert {"CAST", "SELECT_V2"} <= ops and "GATHER" not in ops
-    tflm = art.manifest["verification"]["calibration"]  # measured in the TFLite-Micro interpreter
+    tflm = art.manifest["verification"]["held_out"]  # measured in the TFLite-Micro interpreter
     assert tflm["tflm_vs_float"]["cosine"] > 0.99 and tflm["tflm_vs_litert_max_lsb"] <= 1
 
 
@@ -92,5 +92,7 @@ def test_bert_encoder_passes_the_mcu_check():
     ids, mask = torch.randint(0, 100, (1, 16)), torch.ones(1, 16, dtype=torch.long)
     program = tpuedge.export(model, (ids, mask), name="bert")
     assert {"aten.to.dtype_layout", "aten.to.device"} <= set(program.op_histogram)
-    assert program.check("mcu") == []
+    # the casts no longer block it; the token embedding does: a strict-int8 build leaves its
+    # EMBEDDING_LOOKUP in float, which TFLite-Micro can't run (tests/test_mcu_op_truth.py measures it)
+    assert [p.subject for p in program.check("mcu")] == ["aten.embedding.default"]
     assert program.check("android") == []

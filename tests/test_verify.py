@@ -343,6 +343,7 @@ def test_cli_per_layer_across_android_mcu_and_cloud(
     # TFLM and LiteRT run the same int8 math: within a few LSB of each other
     assert abs(by_target["mcu"]["outputs"][0]["cosine"] - by_target["android"]["outputs"][0]["cosine"]) < 0.01
     cloud_layers = by_target["cloud-tpu"]["layers"]["layers"]
+    assert by_target["cloud-tpu"]["layers"]["counterparts"] == by_target["cloud-tpu"]["layers"]["ir_layers"]  # all, by name
     assert len(cloud_layers) == 9 and min(l["snr_db"] for l in cloud_layers) > 90.0
     md = (report / "report.md").read_text()
     assert md.count("### ") == 3 and "![SNR per layer](snr_per_layer.png)" in md
@@ -418,6 +419,7 @@ def test_per_layer_reaches_inside_a_bert_encoder(tmp_path):
     layers = ir_layers(program)
     counterparts = counterpart_nodes(read_graph((artifact.directory / "model.tflite").read_bytes()), program, layers)
     coverage = len(compared & counterparts) / len(counterparts)
+    assert result.layers.counterparts == len(counterparts | compared) and compared <= counterparts
     assert coverage >= 0.7, (coverage, sorted(counterparts - compared))  # measured 43 of 60 (was 3)
     by_op = {}
     for layer in result.layers.layers:

@@ -49,45 +49,62 @@ def _window_config(x, n, kernel, stride, padding, dilation, ceil_mode):
 
 
 def _max_pool(x, n, kernel, stride, padding, dilation, ceil_mode):
+    """(values, torch's flat indices). One pass of compares and selects over the window's
+    candidates: the first maximum wins (NaN counts as a maximum), as torch's. Not reduce_window
+    max: jax's VJP of that (a variadic reduce-window over iotas) took a third of a small CNN's
+    train step on XLA:CPU; here the gradient is selects plus the candidates' slice transposes."""
     window, strides, pads, dil, _ = _window_config(x, n, kernel, stride, padding, dilation, ceil_mode)
     low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
-    candidates, table = _pool_candidates(x, n, window, strides, pads, dil, low)
-    choice = jnp.argmax(lax.stop_gradient(candidates), axis=0)  # first max wins, as torch
-    indices = jnp.take_along_axis(table, choice[None], axis=0)[0].astype(jax_dtype("torch.int64"))
-    # The chosen candidate by a one-hot select, not reduce_window max or a gather: the gradient
-    # is then elementwise plus the strided slices' transposes (pads), and goes to the first
-    # maximum only, as torch's. jax's reduce_window-max VJP (a variadic reduce-window over
-    # iotas) took a third of a small CNN's train step on XLA:CPU.
-    # (a chain of selects, not a sum over the stacked axis, which XLA:CPU reduces slowly)
-    values = candidates[0]
-    for offset in range(1, candidates.shape[0]):
-        values = jnp.where(choice == offset, candidates[offset], values)
-    return values, indices
+    candidates, positions = _pool_candidates(x, n, window, strides, pads, dil, low)
+    floating = jnp.issubdtype(x.dtype, jnp.floating)
+    values, index = candidates[0], jnp.broadcast_to(jnp.asarray(positions[0]), candidates[0].shape)
+    for c, where in zip(candidates[1:], positions[1:]):
+        better = c > values
+        if floating:
+            better = better | (jnp.isnan(c) & ~jnp.isnan(values))
+        better = lax.stop_gradient(better)
+        values = jnp.where(better, c, values)
+        index = jnp.where(better, jnp.asarray(where), index)
+    return values, index.astype(jax_dtype("torch.int64"))
 
 
 def _pool_candidates(x, n, window, strides, pads, dil, low):
-    """Every window's values stacked by kernel offset (offsets, *out) and, per offset, the
-    flat index within the spatial plane that each output position reads (torch's indices)."""
+    """Each kernel offset's window values (a list of arrays shaped like the output) and, per
+    offset, the flat index within the spatial plane that each output position reads (torch's
+    indices; numpy, spatial dims only)."""
     lead = x.ndim - n
     padded = lax.pad(x, np.array(low, x.dtype), [(lo, hi, 0) for lo, hi in pads])
     out_shape = [
         (padded.shape[lead + i] - dil[lead + i] * (window[lead + i] - 1) - 1) // strides[lead + i] + 1 for i in range(n)
     ]
+    tiled = (
+        all(p == (0, 0) for p in pads)
+        and all(d == 1 for d in dil)
+        and tuple(strides) == tuple(window)
+        and all(out_shape[i] * window[lead + i] == x.shape[lead + i] for i in range(n))
+    )
+    if tiled:  # windows tile the input: offsets are slices of one reshape (cheaper transposes)
+        split = list(x.shape[:lead]) + [d for i in range(n) for d in (out_shape[i], window[lead + i])]
+        tiles = x.reshape(split)
     candidates, positions = [], []
     for offset in np.ndindex(*window[lead:]):
-        starts = [0] * lead + [o * d for o, d in zip(offset, dil[lead:])]
-        limits = list(padded.shape[:lead]) + [
-            st + (o - 1) * s + 1 for st, o, s in zip(starts[lead:], out_shape, strides[lead:])
-        ]
-        candidates.append(lax.slice(padded, starts, limits, strides))
+        if tiled:
+            c = tiles
+            for i, o in reversed(list(enumerate(offset))):
+                c = lax.index_in_dim(c, o, axis=lead + 2 * i + 1, keepdims=False)
+            candidates.append(c)
+        else:
+            starts = [0] * lead + [o * d for o, d in zip(offset, dil[lead:])]
+            limits = list(padded.shape[:lead]) + [
+                st + (o - 1) * s + 1 for st, o, s in zip(starts[lead:], out_shape, strides[lead:])
+            ]
+            candidates.append(lax.slice(padded, starts, limits, strides))
         flat = 0
         for i in range(n):
             coord = np.arange(out_shape[i]) * strides[lead + i] + offset[i] * dil[lead + i] - pads[lead + i][0]
             flat = np.multiply.outer(flat * x.shape[lead + i], np.ones(out_shape[i], np.int64)) + coord
-        positions.append(flat)
-    stacked = jnp.stack(candidates)
-    table = jnp.asarray(np.stack(positions).astype(np.int32))[(slice(None),) + (None,) * lead]
-    return stacked, jnp.broadcast_to(table, stacked.shape)
+        positions.append(np.asarray(flat, np.int32))
+    return candidates, positions
 
 
 @lowering("aten.max_pool2d_with_indices.default")

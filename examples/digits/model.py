@@ -1,7 +1,7 @@
 """The bundled example: a small CNN trained on scikit-learn's digits (8x8 images), in seconds.
 
     tpuedge build examples/digits/model.py:build --target mcu \
-        --calibration examples/digits/model.py:calibration
+        --calibration examples/digits/model.py:calibration --eval examples/digits/model.py:evaluation
 
 `build()` trains deterministically (fixed seed, one thread), so builds are reproducible.
 """

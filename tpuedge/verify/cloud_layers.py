@@ -37,6 +37,10 @@ class CloudLayerSource:
     def names(self) -> dict[str, str]:
         return {name: f"{self._file}:{name}" for name in self._names}
 
+    def counterparts(self) -> set[str]:
+        """Every layer the build exported holds its IR node's value by name."""
+        return set(self._names)
+
     def values(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
         record = self._artifact.layer_values(*inputs)
         return {name: np.asarray(record[name], dtype=np.float64) for name in self._names if name in record}

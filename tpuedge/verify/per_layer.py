@@ -81,6 +81,9 @@ class LayerReport:
     layers: tuple[LayerStat, ...]  # compared layers in graph order (model inputs included)
     # IR nodes the runtime gave a tensor for whose shape is not the IR's: not compared, but counted
     shape_mismatches: tuple[str, ...] = ()  # "node: runtime (1, 64) vs IR (1, 4, 16)"
+    # IR layers the runtime has a tensor for by structure (scope and shape; every layer for
+    # cloud-tpu): what the compared count is measured against
+    counterparts: int = 0
 
     def ranked(self) -> list[LayerStat]:
         """Compared layers (not the model inputs), largest SNR drop first."""
@@ -97,6 +100,7 @@ class LayerReport:
             "layers": [l.to_json() for l in self.layers],
             "ranked": [l.node for l in self.ranked()],
             "shape_mismatches": list(self.shape_mismatches),
+            "counterparts": self.counterparts,
         }
 
 
@@ -104,6 +108,8 @@ class _LayerSource(Protocol):
     def prepare(self, reference: dict[str, np.ndarray], inputs: list[np.ndarray]) -> None: ...
 
     def names(self) -> dict[str, str]: ...  # IR node -> runtime tensor name
+
+    def counterparts(self) -> set[str]: ...  # IR layers with a runtime tensor, by structure
 
     def values(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]: ...  # IR layout
 
@@ -128,6 +134,7 @@ class _TfliteSource:
         from tpuedge.verify.tflite_graph import match_tensors, read_graph
 
         self._graph = read_graph(model_bytes)
+        self._program, self._layers = program, layers
         self._candidates = match_tensors(self._graph, program, layers)
         self._matches = []
         self._micro = micro
@@ -164,6 +171,11 @@ class _TfliteSource:
 
     def names(self) -> dict[str, str]:
         return {m.node: self._graph.tensors[m.tensor].name or f"tensor {m.tensor}" for m in self._matches}
+
+    def counterparts(self) -> set[str]:
+        from tpuedge.verify.tflite_graph import counterpart_nodes
+
+        return counterpart_nodes(self._graph, self._program, self._layers)
 
     def _encode(self, tensor, value: np.ndarray) -> np.ndarray:
         if tensor.scale.size and tensor.dtype in ("int8", "uint8", "int16"):
@@ -337,4 +349,5 @@ def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_
         ir_layers=sum(1 for l in layers.values() if not l.is_input),
         layers=tuple(stats),
         shape_mismatches=tuple(mismatches[n] for n in sorted(mismatches, key=lambda n: layers[n].order)),
+        counterparts=len(source.counterparts() | {n for n in accumulators if not layers[n].is_input}),
     )

@@ -63,7 +63,8 @@ def layers_table(report: "LayerReport", top: int = 10):
     ranked = report.ranked()[:top]
     table = Table(
         title=f"worst layers in {report.runtime} (by SNR drop; {report.samples} samples, "
-        f"{sum(not l.is_input for l in report.layers)} of {report.ir_layers} IR layers compared"
+        f"{sum(not l.is_input for l in report.layers)} of {report.ir_layers} IR layers compared, "
+        f"{report.counterparts} with a runtime counterpart"
         + (f", {len(report.shape_mismatches)} skipped: shape differs" if report.shape_mismatches else "")
         + ")",
         title_justify="left",
@@ -110,8 +111,9 @@ def _markdown_layers(report: "LayerReport") -> list[str]:
         f"### {report.runtime} — `{report.artifact}`",
         "",
         f"{report.samples} samples; {sum(not l.is_input for l in report.layers)} of {report.ir_layers} IR layers "
-        "found in the runtime. SNR is the mean per-channel SNR against the IR's own value; *drop* is how far a "
-        "layer falls below the layers it reads from.",
+        f"compared ({report.counterparts} have a tensor in the runtime by module scope and shape). SNR is the "
+        "mean per-channel SNR against the IR's own value; *drop* is how far a layer falls below the layers it "
+        "reads from.",
         "",
     ]
     if report.shape_mismatches:
