@@ -55,8 +55,10 @@ class AndroidTarget(Target):
             BuildOption("per_channel", "per-channel int8 weight scales (else per-tensor)", bool, True),
             BuildOption(
                 "eval",
-                "Labelled evaluation data, `file.py:function` returning (inputs, labels): the accuracy and its budget "
-                "are measured on it (default: samples held out from calibration)",
+                "evaluation data for the build's accuracy check and its budget, `file.py:function` returning "
+                "(inputs, labels); without it: a held-out tail of the calibration data, else random inputs (a smoke check)",
+                str,
+                None,
             ),
             *budget_build_options(),
         ]
@@ -78,8 +80,10 @@ class AndroidTarget(Target):
 class AndroidLowered:
     """A program planned for android: config + validated calibration; `compile()` builds it."""
 
-    def __init__(self, program: "Program", config, calibration, calibration_source: str | None, held_out=None,
-                 budget=None, evaluation=None):
+    def __init__(
+        self, program: "Program", config, calibration, calibration_source: str | None, held_out=None, evaluation=None,
+        budget=None,
+    ):
         from tpuedge.quantize.budget import AccuracyBudget
 
         self.program = program
@@ -108,7 +112,6 @@ class AndroidLowered:
         allow_below_budget: bool = False,
         **unknown: Any,
     ) -> "AndroidLowered":
-        from tpuedge.edge.mcu_evaluation import resolve_evaluation
         from tpuedge.quantize.budget import AccuracyBudget
         from tpuedge.quantize.calibration import load_calibration
         from tpuedge.quantize.config import DEFAULT_SCHEME, QuantConfig
@@ -137,18 +140,20 @@ class AndroidLowered:
                 "--calibration data.npz (arrays keyed by input name, first axis = samples), a .npy, a folder of "
                 "those, or module:function returning input tuples."
             )
-        evaluation = resolve_evaluation(eval, program)
+        from tpuedge.edge.mcu_evaluation import evaluation_from
+
+        evaluation = evaluation_from(eval, program)
         budget = AccuracyBudget.from_options(
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
             has_labels=evaluation is not None and evaluation.labels is not None,
         )
         held_out = []
-        if samples and config.needs_calibration and evaluation is None:  # ranges not set on the samples that measure accuracy
+        if samples and config.needs_calibration and evaluation is None:  # ranges not set on the accuracy samples
             from tpuedge.edge.accuracy_samples import split_calibration
 
             samples, held_out = split_calibration(samples, config.min_calibration_samples)
         source = calibration if isinstance(calibration, (str, Path)) else (None if calibration is None else "in-memory")
-        return cls(program, config, samples, None if source is None else str(source), held_out, budget, evaluation)
+        return cls(program, config, samples, None if source is None else str(source), held_out, evaluation, budget)
 
     def as_text(self) -> str:
         """The graph litert-torch converts (after its decomposition table), with the plan."""
@@ -182,8 +187,8 @@ class AndroidLowered:
         used = len(self.calibration or []) if config.needs_calibration else 0
         labels = None
         if self.evaluation is not None:
-            chosen = acc.AccuracySamples(self.evaluation.samples, acc.EVAL, used)
-            labels = self.evaluation.labels
+            chosen = acc.AccuracySamples(self.evaluation.samples[:ACCURACY_SAMPLES], acc.EVAL, used)
+            labels = None if self.evaluation.labels is None else self.evaluation.labels[:ACCURACY_SAMPLES]
         elif self.held_out:
             chosen = acc.AccuracySamples(self.held_out[:ACCURACY_SAMPLES], acc.HELD_OUT, used)
         elif self.calibration and not config.needs_calibration:  # this scheme set nothing on them

@@ -86,11 +86,13 @@ def _private_copy(exported_program):
 
 
 def _decompose(exported_program):
+    from tpuedge.shared_ir.passes.mask_bound import FiniteMaskBound
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
 
     _quiet()
     # IR passes every LiteRT lowering needs (android and mcu alike; each returns a new program)
     exported_program, _ = PReluAsMinimum()(exported_program)
+    exported_program, _ = FiniteMaskBound()(exported_program)
     with litert_session(), _cia_ops_materialized_once():
         from litert_torch import fx_infra
 

@@ -74,7 +74,7 @@ class McuLowered:
     ):
         from tpuedge.edge.boards import resolve_board
         from tpuedge.edge.c_array import symbols_for
-        from tpuedge.edge.mcu_evaluation import resolve_evaluation
+        from tpuedge.edge.mcu_evaluation import evaluation_from
         from tpuedge.edge.mcu_capability import mcu_passes
         from tpuedge.quantize.budget import AccuracyBudget
         from tpuedge.quantize.calibration import load_calibration
@@ -106,7 +106,8 @@ class McuLowered:
             )
         self.calibration = load_calibration(calibration, program, min_samples=_MIN_CALIBRATION)
         self.calibration_source = str(calibration) if isinstance(calibration, (str, Path)) else type(calibration).__name__
-        self.evaluation = resolve_evaluation(eval, program)  # explicit only: nothing guessed from the calibration's module
+        # explicit only: no evaluation data is guessed from the calibration's module
+        self.evaluation = evaluation_from(eval, program)
         self.budget = AccuracyBudget.from_options(
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
             has_labels=self.evaluation is not None and self.evaluation.labels is not None,

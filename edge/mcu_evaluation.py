@@ -12,7 +12,7 @@ from tpuedge.shared_ir.errors import UserError
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["Evaluation", "load_evaluation", "resolve_evaluation"]
+__all__ = ["Evaluation", "load_evaluation", "evaluation_from"]
 
 
 @dataclass(frozen=True)
@@ -45,16 +45,13 @@ def load_evaluation(spec: str, program: "Program") -> Evaluation:
     return Evaluation(spec, samples, labels)
 
 
-def resolve_evaluation(spec: Any, program: "Program") -> "Evaluation | None":
-    """--eval as given: None/'none', (inputs, labels) from Python, or `file.py:function`."""
+def evaluation_from(eval_option, program: "Program") -> Evaluation | None:
+    """The `--eval` option as given: None or "none" (no data), (inputs, labels) from Python, or a spec."""
     from tpuedge.quantize.calibration import load_calibration
 
-    if isinstance(spec, tuple) and len(spec) == 2:  # (inputs, labels) from Python
-        samples = load_calibration(spec[0], program, min_samples=1)
-        labels = None if spec[1] is None else np.asarray(spec[1]).reshape(-1)
-        if labels is not None and len(labels) != len(samples):
-            raise UserError(f"--eval gave {len(samples)} input samples but {len(labels)} labels; give one label per sample.")
-        return Evaluation("(inputs, labels) given in Python", samples, labels)
-    if spec is None or str(spec).lower() == "none":
+    if eval_option is None or str(eval_option).lower() == "none":
         return None
-    return load_evaluation(str(spec), program)
+    if isinstance(eval_option, tuple) and len(eval_option) == 2:
+        samples = load_calibration(eval_option[0], program, min_samples=1)
+        return Evaluation("(inputs, labels) given in Python", samples, np.asarray(eval_option[1]).reshape(-1))
+    return load_evaluation(str(eval_option), program)
