@@ -52,6 +52,13 @@ class AndroidTarget(Target):
             BuildOption("io_dtype", "I/O tensor dtype of int8 models", tuple(IO_DTYPES), "float32"),
             BuildOption("channels_last", "NHWC image inputs (no TRANSPOSE in the model)", bool, False),
             BuildOption("per_channel", "per-channel int8 weight scales (else per-tensor)", bool, True),
+            BuildOption(
+                "eval",
+                "evaluation data for the build's accuracy check, `file.py:function` returning (inputs, labels); "
+                "without it: a held-out tail of the calibration data, else random inputs (a smoke check)",
+                str,
+                None,
+            ),
         ]
 
     def lower(self, program: "Program", **options: Any) -> "AndroidLowered":
@@ -71,12 +78,15 @@ class AndroidTarget(Target):
 class AndroidLowered:
     """A program planned for android: config + validated calibration; `compile()` builds it."""
 
-    def __init__(self, program: "Program", config, calibration, calibration_source: str | None, held_out=None):
+    def __init__(
+        self, program: "Program", config, calibration, calibration_source: str | None, held_out=None, evaluation=None
+    ):
         self.program = program
         self.config = config
         self.calibration = calibration
         self.calibration_source = calibration_source
         self.held_out = list(held_out or [])
+        self.evaluation = evaluation
 
     @classmethod
     def create(
@@ -89,6 +99,7 @@ class AndroidLowered:
         io_dtype: str = "float32",
         channels_last: bool = False,
         per_channel: bool = True,
+        eval: Any = None,  # noqa: A002 - the CLI flag's name
         **unknown: Any,
     ) -> "AndroidLowered":
         from tpuedge.quantize.calibration import load_calibration
@@ -118,13 +129,16 @@ class AndroidLowered:
                 "--calibration data.npz (arrays keyed by input name, first axis = samples), a .npy, a folder of "
                 "those, or module:function returning input tuples."
             )
+        from tpuedge.edge.mcu_evaluation import evaluation_from
+
+        evaluation = evaluation_from(eval, program)
         held_out = []
-        if samples and config.needs_calibration:  # the ranges must not be set on the samples that measure accuracy
+        if samples and config.needs_calibration and evaluation is None:  # ranges not set on the accuracy samples
             from tpuedge.edge.accuracy_samples import split_calibration
 
             samples, held_out = split_calibration(samples, config.min_calibration_samples)
         source = calibration if isinstance(calibration, (str, Path)) else (None if calibration is None else "in-memory")
-        return cls(program, config, samples, None if source is None else str(source), held_out)
+        return cls(program, config, samples, None if source is None else str(source), held_out, evaluation)
 
     def as_text(self) -> str:
         """The graph litert-torch converts (after its decomposition table), with the plan."""
@@ -155,7 +169,9 @@ class AndroidLowered:
         from tpuedge.edge import accuracy_samples as acc
 
         used = len(self.calibration or []) if config.needs_calibration else 0
-        if self.held_out:
+        if self.evaluation is not None:
+            chosen = acc.AccuracySamples(self.evaluation.samples[:ACCURACY_SAMPLES], acc.EVAL, used)
+        elif self.held_out:
             chosen = acc.AccuracySamples(self.held_out[:ACCURACY_SAMPLES], acc.HELD_OUT, used)
         elif self.calibration and not config.needs_calibration:  # this scheme set nothing on them
             chosen = acc.AccuracySamples(self.calibration[:ACCURACY_SAMPLES], acc.UNCALIBRATED, used)

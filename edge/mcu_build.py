@@ -70,7 +70,7 @@ class McuLowered:
     ):
         from tpuedge.edge.boards import resolve_board
         from tpuedge.edge.c_array import symbols_for
-        from tpuedge.edge.mcu_evaluation import Evaluation, load_evaluation
+        from tpuedge.edge.mcu_evaluation import evaluation_from
         from tpuedge.edge.mcu_capability import mcu_passes
         from tpuedge.quantize.calibration import load_calibration
         from tpuedge.quantize.config import QuantConfig
@@ -101,13 +101,8 @@ class McuLowered:
             )
         self.calibration = load_calibration(calibration, program, min_samples=_MIN_CALIBRATION)
         self.calibration_source = str(calibration) if isinstance(calibration, (str, Path)) else type(calibration).__name__
-        eval_spec = eval  # explicit only: no evaluation data is guessed from the calibration's module
-        self.evaluation = None
-        if isinstance(eval_spec, tuple) and len(eval_spec) == 2:  # (inputs, labels) from Python
-            samples = load_calibration(eval_spec[0], program, min_samples=1)
-            self.evaluation = Evaluation("(inputs, labels) given in Python", samples, np.asarray(eval_spec[1]).reshape(-1))
-        elif eval_spec is not None and str(eval_spec).lower() != "none":
-            self.evaluation = load_evaluation(str(eval_spec), program)
+        # explicit only: no evaluation data is guessed from the calibration's module
+        self.evaluation = evaluation_from(eval, program)
         self.held_out: list = []
         if self.evaluation is None:  # accuracy on samples the ranges were not set on
             from tpuedge.edge.accuracy_samples import split_calibration

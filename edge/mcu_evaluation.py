@@ -12,7 +12,7 @@ from tpuedge.shared_ir.errors import UserError
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["Evaluation", "load_evaluation"]
+__all__ = ["Evaluation", "load_evaluation", "evaluation_from"]
 
 
 @dataclass(frozen=True)
@@ -43,3 +43,15 @@ def load_evaluation(spec: str, program: "Program") -> Evaluation:
     if labels is not None and len(labels) != len(samples):
         raise UserError(f"{spec} returned {len(samples)} input samples but {len(labels)} labels; give one label per sample.")
     return Evaluation(spec, samples, labels)
+
+
+def evaluation_from(eval_option, program: "Program") -> Evaluation | None:
+    """The `--eval` option as given: None or "none" (no data), (inputs, labels) from Python, or a spec."""
+    from tpuedge.quantize.calibration import load_calibration
+
+    if eval_option is None or str(eval_option).lower() == "none":
+        return None
+    if isinstance(eval_option, tuple) and len(eval_option) == 2:
+        samples = load_calibration(eval_option[0], program, min_samples=1)
+        return Evaluation("(inputs, labels) given in Python", samples, np.asarray(eval_option[1]).reshape(-1))
+    return load_evaluation(str(eval_option), program)

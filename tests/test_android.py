@@ -343,3 +343,11 @@ def test_check_and_build_share_one_decomposition_and_leave_the_program_alone(tmp
     assert program.fingerprint == fingerprint == artifact.manifest["ir_fingerprint"]
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
     np.testing.assert_array_equal(artifact.run(x)[0], program.run(x)[0])
+
+
+def test_accuracy_is_measured_on_eval_data_when_given(digits_model, digits_program, tmp_path):
+    _, _, _, x_test, y_test = digits_model
+    artifact = tpuedge.build(digits_program, "android", tmp_path / "e", quantize="fp16", eval=(x_test, y_test))
+    acc = artifact.manifest["accuracy"]
+    assert acc["inputs"] == "eval data" and acc["samples"] == 64  # ACCURACY_SAMPLES of the 360 test images
+    assert "64 eval data" in artifact.report()

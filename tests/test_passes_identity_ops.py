@@ -58,3 +58,18 @@ def test_training_dropout_is_random_and_stays():
     program = tpuedge.export(Train(), (torch.zeros(2, 8),), name="train_dropout")
     ep, result = RemoveIdentityOps()(program.exported_program)
     assert result.changed == 0 and ep is program.exported_program
+
+
+def test_a_copy_written_in_place_stays():
+    # torch.export keeps `y.add_(1)` as add_ on the clone: without the clone it would update x.
+    class CloneThenInPlace(torch.nn.Module):
+        def forward(self, x):
+            y = x.clone()
+            y.add_(1)
+            return x * 2 + y
+
+    program = tpuedge.export(CloneThenInPlace().eval(), (torch.ones(2),), name="clone_inplace")
+    ep, result = RemoveIdentityOps()(program.exported_program)
+    assert result.changed == 0
+    x = np.ones(2, dtype=np.float32)
+    np.testing.assert_array_equal(Program(ep, name="clone_inplace").run(x)[0], np.full(2, 4.0, np.float32))

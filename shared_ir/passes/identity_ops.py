@@ -32,9 +32,18 @@ def _targets():
     return dropouts, copies
 
 
+def _mutates(node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return node.op == "call_function" and schema is not None and schema.is_mutable
+
+
 def _is_identity(node, dropouts) -> bool:
     if node.target not in dropouts:
-        return True  # a copy
+        # A copy is the identity only while neither side is written in place afterwards
+        # (`y = x.clone(); y.add_(1)` must not turn into an update of x).
+        source = node.args[0]
+        users = list(node.users) + list(getattr(source, "users", ()))
+        return not any(_mutates(user) for user in users)
     train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
     return train is False
 
