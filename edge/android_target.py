@@ -38,6 +38,7 @@ class AndroidTarget(Target):
         return android_capability()
 
     def build_options(self) -> list[BuildOption]:
+        from tpuedge.quantize.budget import budget_build_options
         from tpuedge.quantize.config import DEFAULT_SCHEME, IO_DTYPES, SCHEMES
 
         return [
@@ -54,11 +55,12 @@ class AndroidTarget(Target):
             BuildOption("per_channel", "per-channel int8 weight scales (else per-tensor)", bool, True),
             BuildOption(
                 "eval",
-                "evaluation data for the build's accuracy check, `file.py:function` returning (inputs, labels); "
-                "without it: a held-out tail of the calibration data, else random inputs (a smoke check)",
+                "evaluation data for the build's accuracy check and its budget, `file.py:function` returning "
+                "(inputs, labels); without it: a held-out tail of the calibration data, else random inputs (a smoke check)",
                 str,
                 None,
             ),
+            *budget_build_options(),
         ]
 
     def lower(self, program: "Program", **options: Any) -> "AndroidLowered":
@@ -79,13 +81,17 @@ class AndroidLowered:
     """A program planned for android: config + validated calibration; `compile()` builds it."""
 
     def __init__(
-        self, program: "Program", config, calibration, calibration_source: str | None, held_out=None, evaluation=None
+        self, program: "Program", config, calibration, calibration_source: str | None, held_out=None, evaluation=None,
+        budget=None,
     ):
+        from tpuedge.quantize.budget import AccuracyBudget
+
         self.program = program
         self.config = config
         self.calibration = calibration
         self.calibration_source = calibration_source
         self.held_out = list(held_out or [])
+        self.budget = budget or AccuracyBudget()
         self.evaluation = evaluation
 
     @classmethod
@@ -100,8 +106,13 @@ class AndroidLowered:
         channels_last: bool = False,
         per_channel: bool = True,
         eval: Any = None,  # noqa: A002 - the CLI flag's name
+        min_cosine: float | None = None,
+        min_top1: float | None = None,
+        max_drop: float | None = None,
+        allow_below_budget: bool = False,
         **unknown: Any,
     ) -> "AndroidLowered":
+        from tpuedge.quantize.budget import AccuracyBudget
         from tpuedge.quantize.calibration import load_calibration
         from tpuedge.quantize.config import DEFAULT_SCHEME, QuantConfig
         from tpuedge.shared_ir.errors import ProblemsError, UserError
@@ -132,13 +143,17 @@ class AndroidLowered:
         from tpuedge.edge.mcu_evaluation import evaluation_from
 
         evaluation = evaluation_from(eval, program)
+        budget = AccuracyBudget.from_options(
+            min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
+            has_labels=evaluation is not None and evaluation.labels is not None,
+        )
         held_out = []
         if samples and config.needs_calibration and evaluation is None:  # ranges not set on the accuracy samples
             from tpuedge.edge.accuracy_samples import split_calibration
 
             samples, held_out = split_calibration(samples, config.min_calibration_samples)
         source = calibration if isinstance(calibration, (str, Path)) else (None if calibration is None else "in-memory")
-        return cls(program, config, samples, None if source is None else str(source), held_out, evaluation)
+        return cls(program, config, samples, None if source is None else str(source), held_out, evaluation, budget)
 
     def as_text(self) -> str:
         """The graph litert-torch converts (after its decomposition table), with the plan."""
@@ -158,6 +173,7 @@ class AndroidLowered:
         from tpuedge.edge.convert import program_to_tflite, tflite_layout_inputs
         from tpuedge.edge.litert_runtime import LiteRTRunner
         from tpuedge.edge.tflite_inspect import summarize_tflite
+        from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
         from tpuedge.shared_ir.atomic import atomic_output_dir
         from tpuedge.shared_ir.manifest import build_manifest, write_build_manifest
@@ -169,8 +185,10 @@ class AndroidLowered:
         from tpuedge.edge import accuracy_samples as acc
 
         used = len(self.calibration or []) if config.needs_calibration else 0
+        labels = None
         if self.evaluation is not None:
             chosen = acc.AccuracySamples(self.evaluation.samples[:ACCURACY_SAMPLES], acc.EVAL, used)
+            labels = None if self.evaluation.labels is None else self.evaluation.labels[:ACCURACY_SAMPLES]
         elif self.held_out:
             chosen = acc.AccuracySamples(self.held_out[:ACCURACY_SAMPLES], acc.HELD_OUT, used)
         elif self.calibration and not config.needs_calibration:  # this scheme set nothing on them
@@ -184,6 +202,10 @@ class AndroidLowered:
         reference = [program.run(*s) for s in samples]
         outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
         accuracy = compare_outputs(reference, outputs)
+        budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
+            self.budget, name=program.name, target="android", reference=reference, candidate=outputs, inputs=chosen.kind,
+            labels=labels, recipe=converted.recipe, summary=accuracy,
+        )
         summary = summarize_tflite(converted.tflite)
 
         def spec(program_spec, info) -> dict:
@@ -216,6 +238,7 @@ class AndroidLowered:
             "op_histogram": summary.op_histogram,
             "float_ops": summary.float_ops if config.scheme == "int8" else {},
             "accuracy": {**accuracy.to_json(), **chosen.to_json(), "runtime": "ai_edge_litert Interpreter, 1 thread"},
+            "accuracy_budget": budget,
         }
         with atomic_output_dir(out) as stage:
             (stage / MODEL_FILE).write_bytes(converted.tflite)

@@ -219,6 +219,8 @@ def program_to_tflite(
                 "final_cosine": _round(plan.final_cosine),
                 "evaluations": len(measured),
                 "strict_int8": config.strict_int8,
+                "inputs": "calibration samples (the search's own)",
+                "candidates": _candidates(measured),
             },
             "decisions": [d.to_json() for d in plan.decisions],
             "non_int8_ops": [
@@ -231,6 +233,7 @@ def program_to_tflite(
         mixed = choose_precisions(groups, evaluate, strict_int8=False, target_cosine=config.target_cosine)
         recipe["strict_int8_cost"] = _strict_cost(measure(plan.assignment), measure(mixed.assignment), mixed, len(eval_samples))
         recipe["search"]["evaluations"] = len(measured)
+        recipe["search"]["candidates"] = _candidates(measured)
     return ConvertedModel(final, recipe, base, config)
 
 
@@ -254,6 +257,15 @@ def _strict_cost(strict, mixed, mixed_plan, samples: int) -> dict:
             "max_abs_error_ratio": _round(strict.max_abs_error / mixed.max_abs_error) if mixed.max_abs_error else None,
         },
     }
+
+
+def _candidates(measured: dict) -> list[dict]:
+    """Every recipe the search measured, in order, with its numbers (the table a build below budget prints)."""
+    return [
+        {"recipe": key or "all int8", "sample_cosine": _round(m.sample_cosine), "centered_cosine": _round(m.centered_cosine),
+         "cosine": _round(m.cosine), "top1_agreement": _round(m.top1_agreement)}
+        for key, m in measured.items()
+    ]
 
 
 def _key(assignment: dict[str, str]) -> str:

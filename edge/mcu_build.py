@@ -67,11 +67,16 @@ class McuLowered:
         gelu: str = "sigmoid",
         per_channel: bool = True,
         channels_last: bool = True,
+        min_cosine: float | None = None,
+        min_top1: float | None = None,
+        max_drop: float | None = None,
+        allow_below_budget: bool = False,
     ):
         from tpuedge.edge.boards import resolve_board
         from tpuedge.edge.c_array import symbols_for
         from tpuedge.edge.mcu_evaluation import evaluation_from
         from tpuedge.edge.mcu_capability import mcu_passes
+        from tpuedge.quantize.budget import AccuracyBudget
         from tpuedge.quantize.calibration import load_calibration
         from tpuedge.quantize.config import QuantConfig
         from tpuedge.shared_ir.program import Program
@@ -103,6 +108,10 @@ class McuLowered:
         self.calibration_source = str(calibration) if isinstance(calibration, (str, Path)) else type(calibration).__name__
         # explicit only: no evaluation data is guessed from the calibration's module
         self.evaluation = evaluation_from(eval, program)
+        self.budget = AccuracyBudget.from_options(
+            min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
+            has_labels=self.evaluation is not None and self.evaluation.labels is not None,
+        )
         self.held_out: list = []
         if self.evaluation is None:  # accuracy on samples the ranges were not set on
             from tpuedge.edge.accuracy_samples import split_calibration
@@ -144,7 +153,8 @@ class McuLowered:
         runtime = McuRuntimes(tflite, self.config.channels_last)
         arena = measure_arena(tflite, runtime.quantized(self.calibration[0]))
         runtime.open_tflm(arena.recommended_bytes)
-        verification = self._verify(runtime)
+        verification, measured = self._verify(runtime)
+        budget_entry = self._check_budget(measured, converted.recipe)  # BudgetError (exit 1) before anything is written
         budget = budget_check(self.board, len(tflite), arena.recommended_bytes)
 
         sections = {
@@ -163,6 +173,7 @@ class McuLowered:
             "board_check": budget,
             "c_symbols": {"array": self.symbols.array, "length": self.symbols.length},
             "verification": verification,
+            "accuracy_budget": budget_entry,
         }
         with atomic_output_dir(out_dir) as staging:
             (staging / "model.tflite").write_bytes(tflite)
@@ -221,9 +232,21 @@ class McuLowered:
         cost = compare_outputs(before, after)
         return {"accuracy_cost_vs_original_float": cost.to_json(), "accuracy_cost_text": cost.describe()}
 
-    def _verify(self, runtime: "McuRuntimes") -> dict:
+    def _check_budget(self, measured: tuple, recipe: dict) -> dict:
+        """The budget on the samples accuracy is reported on (eval data, else held out from calibration)."""
+        from tpuedge.quantize.budget import enforce_budget
+        from tpuedge.quantize.metrics import compare_outputs
+
+        kind, floats, outputs, labels = measured
+        return enforce_budget(
+            self.budget, name=self.program.name, target="mcu", reference=floats, candidate=outputs, inputs=kind,
+            labels=labels, recipe=recipe, summary=compare_outputs(floats, outputs),
+        )
+
+    def _verify(self, runtime: "McuRuntimes") -> tuple[dict, tuple]:
         """TFLM vs LiteRT (LSB) and vs the float Program: on --eval data, else on the calibration samples
-        held out of calibration, else (too few to hold any out) on calibration samples, labelled so."""
+        held out of calibration, else (too few to hold any out) on calibration samples, labelled so.
+        Also returns (kind, float outputs, TFLM outputs, labels) of those samples, for the budget."""
         from tpuedge.edge import accuracy_samples as acc
         from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
@@ -260,7 +283,8 @@ class McuLowered:
                 entry["tflm_accuracy"] = _r(task_accuracy(stack_samples([t[0] for t in tflm_float]), labels))
                 entry["source"] = self.evaluation.source if self.evaluation else None
             report[label] = entry
-        return report
+            measured = (kind, floats, tflm_float, labels)
+        return report, measured
 
 
 def _layout_spec(spec, channels_last: bool) -> dict:

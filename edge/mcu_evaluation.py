@@ -1,4 +1,4 @@
-"""Labelled evaluation data for the mcu build, named explicitly by `--eval file.py:function`."""
+"""Labelled evaluation data for the android and mcu builds, named explicitly by `--eval file.py:function`."""
 
 from __future__ import annotations
 

@@ -36,6 +36,8 @@ class McuTarget(Target):
         return mcu_capability()
 
     def build_options(self) -> list[BuildOption]:
+        from tpuedge.quantize.budget import budget_build_options
+
         return [
             BuildOption(
                 "calibration",
@@ -55,6 +57,7 @@ class McuTarget(Target):
             ),
             BuildOption("symbol", "C array name in model_data.cc (default g_<model>_model_data)."),
             BuildOption("gelu", "How GELU is rewritten for TFLite-Micro (it has no GELU kernel).", ("sigmoid", "tanh"), "sigmoid"),
+            *budget_build_options(),
         ]
 
     def lower(self, program: "Program", **options: Any):

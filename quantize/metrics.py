@@ -14,6 +14,10 @@ Definitions:
   match would be infinite). `ErrorAccumulator.channel_snr_db` averages the SNR of each channel:
   one loud channel (a per-tensor int8 scale set by an outlier) hides crushed quiet channels from
   the whole-tensor SNR but not from the per-channel one.
+- mean_sample_cosine: the cosine of each sample's output (flattened), averaged over samples:
+  the build's accuracy budget (--min-cosine). One bad sample can't hide in the others' energy as
+  it can in the whole-output cosine. Outputs with one value per sample use the whole-output
+  cosine (a one-element cosine is only a sign).
 - top1_agreement: only for classifier-shaped outputs, (samples, classes) with 2 ≤ classes ≤
   100 000: the share of samples whose argmax agrees. Other outputs (feature maps, sequences of
   hidden states, embeddings with a token axis, one score per sample) have none: an argmax over
@@ -44,6 +48,7 @@ __all__ = [
     "max_abs_error",
     "cosine",
     "centered_cosine",
+    "mean_sample_cosine",
     "snr_db",
     "top1_agreement",
     "task_accuracy",
@@ -90,6 +95,15 @@ def centered_cosine(reference: np.ndarray, candidate: np.ndarray) -> float:
         return cosine(reference, candidate)
     mean = reference.mean(axis=0, keepdims=True)
     return cosine(reference - mean, candidate - mean)
+
+
+def mean_sample_cosine(reference: np.ndarray, candidate: np.ndarray) -> float:
+    """Mean over the first axis (samples) of each sample's cosine; arrays are [samples, ...]."""
+    reference = np.asarray(reference, np.float64)
+    candidate = np.asarray(candidate, np.float64).reshape(reference.shape)
+    if reference.ndim < 2 or reference[0].size < 2:
+        return cosine(reference, candidate)
+    return float(np.mean([cosine(r, c) for r, c in zip(reference, candidate)]))
 
 
 def snr_db(signal_energy: float | np.ndarray, noise_energy: float | np.ndarray) -> float | np.ndarray:
@@ -199,6 +213,7 @@ class AccuracySummary:
     centered_cosine: float
     top1_agreement: float | None
     samples: int
+    sample_cosine: float | None = None  # lowest over outputs of mean_sample_cosine (None: not measured)
 
     def to_json(self) -> dict:
         return {k: (None if v is None else (round(float(v), 7) if isinstance(v, float) else v)) for k, v in asdict(self).items()}
@@ -219,11 +234,12 @@ def compare_outputs(
     if not reference:
         raise ValueError("no samples to compare")
     per_output = []
-    refs = []
+    refs, gots = [], []
     for j in range(len(reference[0])):
         ref = stack_samples([s[j] for s in reference])
         got = stack_samples([np.asarray(s[j]).reshape(np.shape(reference[i][j])) for i, s in enumerate(candidate)])
         refs.append(ref)
+        gots.append(got)
         per_output.append(compare_output(str(j), ref, got))
     flat = np.concatenate([r.astype(np.float64).ravel() for r in refs])
     top1 = [o.top1_agreement for o in per_output if o.top1_agreement is not None]
@@ -234,6 +250,7 @@ def compare_outputs(
         centered_cosine=min(o.centered_cosine for o in per_output),
         top1_agreement=min(top1) if top1 else None,
         samples=len(reference),
+        sample_cosine=min(mean_sample_cosine(r, g) for r, g in zip(refs, gots)),
     )
 
 

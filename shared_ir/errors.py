@@ -1,17 +1,22 @@
-"""The two kinds of error tpuedge raises.
+"""The kinds of error tpuedge raises.
 
 `UserError` is the user's: an unsupported op, bad input, a model over budget. It carries a
 one-paragraph message that names the problem and the fix; the CLI prints it and exits 2.
-`InternalError` is ours: a bug in tpuedge. Nothing else should escape a public entry point.
+`BudgetError`: a build whose model misses its accuracy budget; the CLI prints the recipes it
+measured and exits 1. `InternalError` is ours: a bug in tpuedge. Nothing else should escape a public entry point.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["TpuedgeError", "UserError", "InternalError", "Problem", "ProblemsError", "EXIT_USER_ERROR"]
+__all__ = [
+    "TpuedgeError", "UserError", "InternalError", "BudgetError", "Problem", "ProblemsError",
+    "EXIT_USER_ERROR", "EXIT_BELOW_BUDGET",
+]
 
 EXIT_USER_ERROR = 2
+EXIT_BELOW_BUDGET = 1
 
 
 class TpuedgeError(Exception):
@@ -22,6 +27,13 @@ class UserError(TpuedgeError):
     """Something about the user's model, data, options or files must change. Exit code 2."""
 
     exit_code = EXIT_USER_ERROR
+
+
+class BudgetError(TpuedgeError):
+    """A build ran correctly but its model misses the accuracy budget it was given; nothing was
+    written. Exit code 1: the input was fine (that is 2), the result is not good enough."""
+
+    exit_code = EXIT_BELOW_BUDGET
 
 
 class InternalError(TpuedgeError):

@@ -15,7 +15,7 @@ import click
 from tpuedge.command_inputs import console as _console
 from tpuedge.command_inputs import model_arg as _model_arg
 from tpuedge.command_inputs import target_arg as _target_arg
-from tpuedge.shared_ir.errors import EXIT_USER_ERROR, InternalError, ProblemsError, UserError
+from tpuedge.shared_ir.errors import EXIT_BELOW_BUDGET, EXIT_USER_ERROR, BudgetError, InternalError, ProblemsError, UserError
 
 __all__ = ["main", "cli"]
 
@@ -227,6 +227,9 @@ def main(argv: list[str] | None = None) -> Any:
     except UserError as exc:
         _report_problem(exc)
         sys.exit(EXIT_USER_ERROR)
+    except BudgetError as exc:  # the build worked; its model is not accurate enough (nothing written)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BELOW_BUDGET)
     except InternalError as exc:
         click.echo(f"internal error (a bug in tpuedge, please report it): {exc}", err=True)
         raise

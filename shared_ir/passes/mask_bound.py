@@ -7,7 +7,8 @@ writes `where(mask, 0, finfo(float32).min)` (older versions `(1 - mask) * finfo.
 exp() to zero. Quantized, the tensor where the mask meets the logits (`logits + mask`, the
 softmax input) takes its range from calibration, so -3.4e38 makes its int8 (or int16) step
 larger than every real logit: all of them quantize to the same value and attention goes
-uniform (a pretrained MiniLM's android int8 build: cosine 0.64 against float).
+uniform. MiniLM-L6's android int8 build (tpuedge.build with its per-op search, 8 held-out
+sentences): centered cosine 0.696 without this pass, 0.851 with it.
 
 This pass replaces each such constant by -BOUND (sign kept), and turns a boolean SDPA mask
 into the additive `where(mask, 0, -BOUND)`. Only constants whose value reaches a softmax

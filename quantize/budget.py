@@ -1,0 +1,234 @@
+"""The accuracy budget: the contract an android or mcu build must meet before it writes a model.
+
+    budget = AccuracyBudget.from_options(min_cosine=0.99, min_top1=None, max_drop=None)
+    result = check_budget(budget, reference, candidate, labels=None)   # on held-out / eval samples
+    if not result.passed and not budget.allow_below: raise BudgetError(...)  # exit 1, nothing written
+
+Numbers come from the one metrics module (`quantize.metrics`):
+- min_cosine: every output's mean per-sample cosine against the float IR must reach it;
+- min_top1: every classifier-shaped output's top-1 agreement with the float IR must reach it;
+- max_drop: task accuracy (argmax = label, first classifier-shaped output) may fall at most
+  this many percentage points below the float IR's, on labelled evaluation data.
+Backend-neutral: it knows samples and outputs, not converters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tpuedge.shared_ir.errors import BudgetError, UserError
+
+__all__ = [
+    "AccuracyBudget", "BudgetResult", "check_budget", "enforce_budget", "budget_error", "budget_build_options",
+    "DEFAULT_MIN_COSINE", "describe_budget",
+]
+
+DEFAULT_MIN_COSINE = 0.99
+
+
+def budget_build_options() -> list:
+    """The budget's `tpuedge build` options, one definition for every target that takes them."""
+    from tpuedge.shared_ir.targets import BuildOption
+
+    return [
+        BuildOption("min_cosine", "accuracy budget: every output's mean per-sample cosine vs the float IR, on samples "
+                    "calibration did not use; a build below it exits 1 and writes nothing", float, DEFAULT_MIN_COSINE),
+        BuildOption("min_top1", "accuracy budget: top-1 agreement with the float IR (0-1) of every classifier output", float, None),
+        BuildOption("max_drop", "accuracy budget: task-accuracy drop in points vs the float IR (needs --eval with labels)", float, None),
+        BuildOption("allow_below_budget", "write the model even below its accuracy budget (marked so in the manifest)", bool, False),
+    ]
+
+
+@dataclass(frozen=True)
+class AccuracyBudget:
+    min_cosine: float = DEFAULT_MIN_COSINE
+    min_top1: float | None = None
+    max_drop: float | None = None  # percentage points of task accuracy
+    allow_below: bool = False
+
+    @classmethod
+    def from_options(
+        cls, *, min_cosine=None, min_top1=None, max_drop=None, allow_below_budget=False, has_labels: bool = False
+    ) -> "AccuracyBudget":
+        """Validated build options (UserError, before any conversion, for values that can't be met or read)."""
+        min_cosine = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
+        if not -1.0 <= min_cosine <= 1.0:
+            raise UserError(f"--min-cosine {min_cosine} is outside [-1, 1]; a cosine can't reach it. Give e.g. --min-cosine 0.99.")
+        if min_top1 is not None and not 0.0 <= float(min_top1) <= 1.0:
+            raise UserError(f"--min-top1 {min_top1} is a share of samples, in [0, 1]; give e.g. --min-top1 0.98.")
+        if max_drop is not None:
+            if not 0.0 <= float(max_drop) <= 100.0:
+                raise UserError(f"--max-drop {max_drop} is in accuracy points, in [0, 100]; give e.g. --max-drop 1.")
+            if not has_labels:
+                raise UserError(
+                    f"--max-drop {max_drop} compares task accuracy, which needs labelled evaluation data, and none was "
+                    "given: pass --eval file.py:function returning (inputs, labels), or drop --max-drop."
+                )
+        return cls(min_cosine, None if min_top1 is None else float(min_top1),
+                   None if max_drop is None else float(max_drop), bool(allow_below_budget))
+
+    def to_json(self) -> dict:
+        return {"min_cosine": self.min_cosine, "min_top1": self.min_top1, "max_drop_points": self.max_drop}
+
+    def describe(self) -> str:
+        parts = [f"mean per-sample cosine >= {self.min_cosine} on every output"]
+        if self.min_top1 is not None:
+            parts.append(f"top-1 agreement >= {100 * self.min_top1:.1f}% on every classifier output")
+        if self.max_drop is not None:
+            parts.append(f"task accuracy drop <= {self.max_drop} points")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class BudgetResult:
+    budget: AccuracyBudget
+    sample_cosine: list[float]  # per output
+    top1: list[float | None]  # per output (None: not classifier-shaped)
+    float_accuracy: float | None
+    accuracy: float | None
+    samples: int
+    inputs: str  # which samples, in words (held out, eval data, smoke inputs)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def drop_points(self) -> float | None:
+        if self.float_accuracy is None or self.accuracy is None:
+            return None
+        return 100.0 * (self.float_accuracy - self.accuracy)
+
+    def to_json(self, *, written_below: bool = False) -> dict:
+        r = lambda x: None if x is None else round(float(x), 6)  # noqa: E731
+        return {
+            **self.budget.to_json(),
+            "met": self.passed,
+            "written_below_budget": written_below,
+            "failures": list(self.failures),
+            "measured": {
+                "sample_cosine_per_output": [r(c) for c in self.sample_cosine],
+                "top1_agreement_per_output": [r(t) for t in self.top1],
+                "float_accuracy": r(self.float_accuracy),
+                "accuracy": r(self.accuracy),
+                "drop_points": r(self.drop_points),
+            },
+            "inputs": self.inputs,
+            "samples": self.samples,
+        }
+
+
+def check_budget(
+    budget: AccuracyBudget,
+    reference: Sequence[Sequence[np.ndarray]],
+    candidate: Sequence[Sequence[np.ndarray]],
+    *,
+    inputs: str,
+    labels: np.ndarray | None = None,
+) -> BudgetResult:
+    """reference[i][j] / candidate[i][j]: output j of sample i (float IR / converted model)."""
+    from tpuedge.quantize.metrics import is_classifier_shaped, mean_sample_cosine, stack_samples, task_accuracy, top1_agreement
+
+    refs = [stack_samples([s[j] for s in reference]) for j in range(len(reference[0]))]
+    gots = [
+        stack_samples([np.asarray(s[j]).reshape(np.shape(reference[i][j])) for i, s in enumerate(candidate)])
+        for j in range(len(refs))
+    ]
+    cosines = [mean_sample_cosine(r, g) for r, g in zip(refs, gots)]
+    top1 = [top1_agreement(r, g) for r, g in zip(refs, gots)]
+    failures = [
+        f"output {j}: mean per-sample cosine {c:.5f} < {budget.min_cosine}" for j, c in enumerate(cosines) if c < budget.min_cosine
+    ]
+    if budget.min_top1 is not None:
+        failures += [
+            f"output {j}: top-1 agreement {100 * t:.1f}% < {100 * budget.min_top1:.1f}%"
+            for j, t in enumerate(top1)
+            if t is not None and t < budget.min_top1
+        ]
+    float_acc = acc = None
+    if labels is not None:
+        head = next((j for j, r in enumerate(refs) if is_classifier_shaped(r.shape)), None)
+        if head is not None:
+            float_acc, acc = task_accuracy(refs[head], labels), task_accuracy(gots[head], labels)
+    result = BudgetResult(budget, cosines, top1, float_acc, acc, len(reference), inputs, failures)
+    if budget.max_drop is not None:
+        if result.drop_points is None:
+            raise UserError(
+                "--max-drop compares task accuracy on a classifier output (samples, classes) against the labels, and this "
+                "model has no such output or the labels don't match the samples; drop --max-drop or use --min-cosine."
+            )
+        if result.drop_points > budget.max_drop + 1e-9:
+            failures.append(
+                f"task accuracy {100 * acc:.2f}% vs float {100 * float_acc:.2f}%: drop {result.drop_points:.2f} points > {budget.max_drop}"
+            )
+    return result
+
+
+def enforce_budget(
+    budget: AccuracyBudget, *, name: str, target: str, reference, candidate, inputs: str, labels, recipe: dict, summary
+) -> dict:
+    """check_budget, then BudgetError (exit 1, before anything is written) unless --allow-below-budget;
+    returns the manifest's accuracy_budget entry."""
+    result = check_budget(budget, reference, candidate, inputs=inputs, labels=labels)
+    if not result.passed and not budget.allow_below:
+        raise budget_error(name, target, result, recipe, summary)
+    return result.to_json(written_below=not result.passed)
+
+
+def _row(label: str, sample_cosine, centered, top1) -> str:
+    fmt = lambda x: "n/a" if x is None else f"{x:.5f}"  # noqa: E731
+    t1 = "n/a" if top1 is None else f"{100 * top1:.1f}%"
+    return f"  {label[:64]:<64} {fmt(sample_cosine):>10} {fmt(centered):>10} {t1:>7}"
+
+
+def budget_error(name: str, target: str, result: BudgetResult, recipe: dict, summary) -> BudgetError:
+    """The exit-1 error of a build below its budget: what was missed, the recipes tried, the ways out.
+
+    summary: the built model's AccuracySummary on the budget's samples (the last row)."""
+    search = recipe.get("search") or {}
+    candidates = search.get("candidates", [])
+    lines = [
+        f"{name}: the {target} build misses its accuracy budget ({result.budget.describe()}), so nothing was written "
+        "and the output folder is as it was.",
+        f"Measured on {result.samples} {result.inputs}:",
+        *(f"  - {f}" for f in result.failures),
+        f"Recipes tried ({max(1, len(candidates))}), numbers vs the float IR:",
+        f"  {'recipe (groups not int8)':<64} {'sample cos':>10} {'centered':>10} {'top-1':>7}",
+    ]
+    if candidates:
+        lines.append(f" on {search.get('samples')} {search.get('inputs', 'calibration samples')}:")
+        lines += [_row(c["recipe"], c.get("sample_cosine"), c["centered_cosine"], c.get("top1_agreement")) for c in candidates]
+    lines.append(f" the recipe built ({recipe.get('scheme')}), on {result.samples} {result.inputs}:")
+    lines.append(_row(f"scheme {recipe.get('scheme')}", summary.sample_cosine, summary.centered_cosine, summary.top1_agreement))
+    other = (
+        "a float-friendlier scheme (--quantize dynamic-int8 or fp16)" if target == "android"
+        else "--target android, where sensitive ops may stay float or int16"
+    )
+    lines.append(
+        f"Try: more or more representative --calibration data, {other}, a lower --min-cosine if this error is "
+        "acceptable, or --allow-below-budget to write the model anyway (marked below budget in its manifest)."
+    )
+    return BudgetError("\n".join(lines))
+
+
+def describe_budget(entry: dict | None) -> str | None:
+    """One console line from a manifest's accuracy_budget entry."""
+    if not entry:
+        return None
+    measured = entry["measured"]
+    cos = ", ".join("n/a" if c is None else f"{c:.5f}" for c in measured["sample_cosine_per_output"])
+    text = f"mean per-sample cosine {cos} (min {entry['min_cosine']})"
+    if entry.get("min_top1") is not None:
+        text += f", top-1 agreement min {entry['min_top1']}"
+    if measured.get("drop_points") is not None:
+        text += f", accuracy drop {measured['drop_points']:.2f} points (max {entry.get('max_drop_points')})"
+    where = f"on {entry['samples']} {entry['inputs']}"
+    if entry["met"]:
+        return f"  accuracy budget met: {text} {where}"
+    return (
+        f"  BELOW ACCURACY BUDGET (written because --allow-below-budget): {'; '.join(entry['failures'])} {where}"
+    )
