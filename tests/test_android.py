@@ -208,14 +208,15 @@ def test_strict_int8_reports_what_it_costs(outlier_search, programs, tmp_path):
     for metric in ("centered_cosine", "cosine"):
         assert cost["cost"][metric] == pytest.approx(cost["mixed"][metric] - cost["strict_int8"][metric], abs=2e-6)
 
-    # the android build: console + manifest, strict numbers = the artifact's own accuracy check
+    # the android build: console + manifest. 16 calibration samples: the search (and so the strict
+    # cost) measures on the first 8, the artifact's accuracy on the 8 held out from calibration.
     plain = programs["build_transformer"]
     artifact = tpuedge.build(plain, "android", tmp_path / "strict", quantize="int8", strict_int8=True, calibration=_samples(plain, 1, 16))
     manifest = artifact.manifest
-    cost, acc = manifest["recipe"]["strict_int8_cost"], manifest["accuracy"]
-    assert cost["samples"] == acc["samples"] == 16
-    for metric in ("centered_cosine", "cosine", "max_abs_error", "top1_agreement"):
-        assert cost["strict_int8"][metric] == pytest.approx(acc[metric], abs=1e-6), metric
+    cost, acc, search = manifest["recipe"]["strict_int8_cost"], manifest["accuracy"], manifest["recipe"]["search"]
+    assert cost["samples"] == search["samples"] == 8 and search["inputs"].startswith("calibration samples")
+    assert acc["samples"] == 8 and acc["inputs"] == "held out from calibration"
+    assert cost["strict_int8"]["centered_cosine"] == pytest.approx(search["final_cosine"], abs=1e-6)
     assert cost["mixed"]["centered_cosine"] >= cost["strict_int8"]["centered_cosine"] - 1e-6
     assert cost["cost"]["centered_cosine"] == pytest.approx(
         cost["mixed"]["centered_cosine"] - cost["strict_int8"]["centered_cosine"], abs=2e-6
