@@ -33,6 +33,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from peer import peer_convert  # noqa: E402
+
 MODELS = ("build_cnn", "build_depthwise", "build_transformer", "digits")
 SCHEMES = ("none", "dynamic-int8", "int8")
 CALIBRATION = 64
@@ -115,31 +119,6 @@ def child(name: str, scheme: str, side: str, out_path: str, digits_weights: str 
     print(json.dumps({"seconds": seconds, "rss_mb": rss_mb}))
 
 
-def peer_convert(module, args, scheme: str, calibration) -> bytes:
-    import litert_torch
-    from ai_edge_quantizer import quantizer, recipe
-
-    float_bytes = bytes(litert_torch.convert(module.eval(), args).model_content())
-    if scheme == "none":
-        return float_bytes
-    if scheme == "dynamic-int8":
-        q = quantizer.Quantizer(bytearray(float_bytes), recipe.dynamic_wi8_afp32())
-        return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
-    from ai_edge_quantizer import recipe_manager
-    from ai_edge_quantizer.algorithm_manager import AlgorithmName
-
-    rm = recipe_manager.RecipeManager()
-    rm.add_static_config(".*", "*", activation_num_bits=8, weight_num_bits=8)
-    rm.add_quantization_config(".*", "INPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
-    rm.add_quantization_config(".*", "OUTPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
-    q = quantizer.Quantizer(bytearray(float_bytes), rm.get_quantization_recipe())
-    from ai_edge_litert.interpreter import Interpreter
-
-    sig = Interpreter(model_content=float_bytes).get_signature_list()
-    key = next(iter(sig))
-    in_names = sig[key]["inputs"]
-    cal = q.calibrate({key: [dict(zip(in_names, s)) for s in calibration]}, num_threads=1)
-    return bytes(q.quantize(cal, enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
 
 def latency_ms(files: dict[str, bytes], sample, runs: int, blocks: int = 5) -> dict[str, float]:
