@@ -39,6 +39,9 @@ WEIGHTS_FILE = "model.safetensors"
 class CloudArtifact(Artifact):
     """A cloud-tpu build folder; `run` executes model.jaxexport with XLA on the host CPU."""
 
+    runtime_name = "XLA CPU (cloud-tpu)"
+    layer_runtime = "xla"
+
     @cached_property
     def exported(self):
         from tpuedge.cloud.tpu_compile import initialize_jax_quietly

@@ -22,6 +22,9 @@ class LiteRTArtifact(Artifact):
     """`run(*inputs)`: float in/out (int8 I/O quantized with the tensors' own scale/zero point);
     `run_raw(*inputs)`: the model's own I/O dtypes; `report()`: the console summary."""
 
+    runtime_name = "LiteRT (android)"
+    layer_runtime = "litert"
+
     def __init__(self, directory: Path, manifest: dict, model_path: Path | None = None):
         super().__init__(directory, manifest)
         self.model_path = Path(model_path) if model_path else self.directory / MODEL_FILE

@@ -13,6 +13,9 @@ __all__ = ["McuArtifact"]
 class McuArtifact:
     """A built mcu folder; `run` executes model.tflite in the TFLite-Micro interpreter."""
 
+    runtime_name = "TFLite-Micro (mcu)"
+    layer_runtime = "tflite-micro"
+
     def __init__(self, directory: Path, manifest: dict):
         from tpuedge.shared_ir.artifact import Artifact
 

@@ -103,6 +103,12 @@ def check_integrity(directory: Path, manifest: dict) -> None:
 class Artifact:
     """A built artifact folder. Subclasses implement `run` in the target's real runtime."""
 
+    # How `tpuedge verify` reads this artifact, declared by the artifact so verify names no target:
+    # runtime_name labels its tables; layer_runtime says how per-layer values are read
+    # ("litert", "tflite-micro" or "xla"; None: the artifact offers no per-layer numerics).
+    runtime_name: str = ""
+    layer_runtime: str | None = None
+
     def __init__(self, directory: Path, manifest: dict):
         self.directory = Path(directory)
         self.manifest = manifest

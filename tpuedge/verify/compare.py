@@ -136,7 +136,7 @@ def verify(
     got = run_rows(
         artifact.run, artifact.inputs, dataset.rows, whole_calls=dataset.whole_calls,
         input_perms=input_perms, output_perms=output_perms,
-        label=runtime_label(artifact.target), progress=progress,
+        label=runtime_label(artifact), progress=progress,
     )
     outputs = [compare_output(spec.name, r, g) for spec, r, g in zip(program.outputs, reference, got)]
 
@@ -167,7 +167,7 @@ def verify(
         fingerprint=program.fingerprint,
         artifact=str(artifact.directory),
         target=artifact.target,
-        runtime=runtime_label(artifact.target),
+        runtime=runtime_label(artifact),
         samples=dataset.count,
         outputs=outputs,
         accuracy=accuracy,

@@ -36,15 +36,9 @@ __all__ = ["LayerStat", "LayerReport", "layer_report", "accumulate_layers", "run
 
 DEFAULT_LAYER_SAMPLES = 64
 
-_RUNTIME_LABELS = {
-    "android": "LiteRT (android)",
-    "mcu": "TFLite-Micro (mcu)",
-    "cloud-tpu": "XLA CPU (cloud-tpu)",
-}
-
-
-def runtime_label(target: str) -> str:
-    return _RUNTIME_LABELS.get(target, target)
+def runtime_label(artifact) -> str:
+    """The artifact's own name for its runtime (verify names no target)."""
+    return getattr(artifact, "runtime_name", "") or artifact.target
 
 
 @dataclass(frozen=True)
@@ -221,15 +215,16 @@ class _TfliteSource:
 
 
 def _source_for(artifact, program, layers: dict[str, IRLayer]) -> _LayerSource:
-    target = artifact.target
-    if target in ("android", "mcu"):
-        return _TfliteSource(_tflite_path(artifact).read_bytes(), program, layers, micro=target == "mcu")
-    if target == "cloud-tpu":
+    kind = getattr(artifact, "layer_runtime", None)
+    if kind in ("litert", "tflite-micro"):
+        return _TfliteSource(_tflite_path(artifact).read_bytes(), program, layers, micro=kind == "tflite-micro")
+    if kind == "xla":
         from tpuedge.verify.cloud_layers import CloudLayerSource
 
         return CloudLayerSource(artifact, layers)
     raise UserError(
-        f"Per-layer numerics are not available for target {target!r}; they cover android, mcu and cloud-tpu artifacts."
+        f"Per-layer numerics are not available for {artifact.target!r} artifacts; they cover artifacts that run "
+        "in LiteRT, TFLite-Micro or XLA. Compare the outputs only (drop --per-layer)."
     )
 
 
@@ -342,7 +337,7 @@ def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_
         )
     stats.sort(key=lambda s: s.order)
     return LayerReport(
-        runtime=runtime_label(artifact.target),
+        runtime=runtime_label(artifact),
         target=artifact.target,
         artifact=str(artifact.directory),
         samples=subset.count,
