@@ -87,7 +87,10 @@ def test_android_int8_bert_follows_float_on_held_out_sentences(tmp_path):
     from tpuedge.quantize.metrics import compare_outputs
 
     program = _export("eager")
-    calibration, held_out = _samples(16, 0), _samples(8, 1)
-    artifact = tpuedge.build(program, "android", tmp_path / "android", quantize="int8", calibration=calibration)
+    # 24 calibration samples: 16 set the ranges, the build holds 8 out for its own budget check;
+    # the budget is this test's bound (a random 2-layer BERT, not a product claim)
+    calibration, held_out = _samples(24, 0), _samples(8, 1)
+    artifact = tpuedge.build(program, "android", tmp_path / "android", quantize="int8", calibration=calibration,
+                             min_cosine=0.95)
     accuracy = compare_outputs([program.run(*s) for s in held_out], [artifact.run(*s) for s in held_out])
     assert accuracy.centered_cosine >= 0.95, accuracy
