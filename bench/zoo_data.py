@@ -89,6 +89,8 @@ def face_crops(count: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarray
             photo = photos[name]
             h, w, _ = photo.shape
             side = int(rng.uniform(0.15, 0.5) * min(h, w))
+            if name == "grace_hopper":  # a side no clear strip can hold would never be placed
+                side = min(side, max(h - y1 - 2, x0 - 1, w - x1 - 2))
             while True:  # in grace_hopper.jpg, stay clear of the face
                 top, left = rng.integers(0, h - side + 1), rng.integers(0, w - side + 1)
                 if name != "grace_hopper" or top > y1 or left + side < x0 or left > x1:
