@@ -121,21 +121,29 @@ def _record(stage: str, outcome: str) -> None:
 
 
 # ---- keys -------------------------------------------------------------------------------
+def _source_files() -> dict[str, Path]:
+    """tpuedge's own source files by import path ("tpuedge/shared_ir/cache_keys.py"): the same
+    names in a checkout (package-dir maps its folders) and in a non-editable install, so a
+    checkout and its installed copy share cache entries."""
+    root = Path(__file__).resolve().parent.parent
+    if root.name == "tpuedge" and not (root / "tpuedge").is_dir():  # installed: all of it under one folder
+        folders = {"tpuedge": root}
+    else:
+        folders = {"tpuedge": root / "tpuedge", **{f"tpuedge/{p}": root / p for p in _PACKAGES if p != "tpuedge"}}
+    files: dict[str, Path] = {}
+    for name, folder in folders.items():
+        for path in folder.rglob("*") if folder.is_dir() else ():
+            if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+                files[f"{name}/{path.relative_to(folder).as_posix()}"] = path
+    return files
+
+
 @functools.cache
 def _source_digest() -> str:
-    """sha256 over tpuedge's own source files (paths and contents), in a checkout or installed."""
-    here = Path(__file__).resolve().parent
-    root = here.parent
-    files: list[Path] = []
-    for package in _PACKAGES:
-        folder = root / package
-        if folder.is_dir():
-            files += [p for p in folder.rglob("*") if p.suffix in (".py", ".json") and "__pycache__" not in p.parts]
-    if root.name == "tpuedge":  # installed: tpuedge's own modules sit at the root
-        files += list(root.glob("*.py"))
+    """sha256 over tpuedge's own source files (import paths and contents), in a checkout or installed."""
     digest = hashlib.sha256()
-    for path in sorted(set(files)):
-        digest.update(f"{path.relative_to(root).as_posix()}\n".encode())
+    for name, path in sorted(_source_files().items()):
+        digest.update(f"{name}\n".encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 

@@ -4,6 +4,7 @@ and the Python floor is one the code and its dependencies really run on."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 import sys
 import tomllib
@@ -113,3 +114,18 @@ def test_a_wheel_holds_every_module_under_the_tpuedge_namespace(tmp_path):
     assert expected - names == set()
     assert "tpuedge/shared_ir/passes/brand_new/__init__.py" in names
     assert "tpuedge/edge/data/tflm_ops.json" in names
+    # The build cache keys on a digest of tpuedge's source: the installed copy and the checkout it
+    # came from must agree, or a CLI run from the checkout and one from the install miss each
+    # other's entries (CI, a non-editable install, once failed test_cache_builds this way).
+    zipfile.ZipFile(wheel).extractall(tmp_path / "installed")
+    digest = "from tpuedge.shared_ir.cache_keys import _source_digest as d; import tpuedge; print(tpuedge.__file__, d())"
+
+    def digest_from(path):
+        out = subprocess.run([sys.executable, "-c", digest], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": str(path)})
+        assert out.returncode == 0, out.stderr[-2000:]
+        where, value = out.stdout.split()
+        assert where.startswith(str(path)), where  # each run imports the copy it was pointed at
+        return value
+
+    assert digest_from(tmp_path / "installed") == digest_from(source)
