@@ -37,6 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peer import peer_convert  # noqa: E402
 
+from tpuedge.edge.litert_latency import median_latency_ms  # noqa: E402
+
+
 MODELS = ("build_cnn", "build_depthwise", "build_transformer", "digits")
 SCHEMES = ("none", "dynamic-int8", "int8")
 CALIBRATION = 64
@@ -121,25 +124,6 @@ def child(name: str, scheme: str, side: str, out_path: str, digits_weights: str 
 
 
 
-def latency_ms(files: dict[str, bytes], sample, runs: int, blocks: int = 5) -> dict[str, float]:
-    """Median latency per file; runs split into alternating blocks so drift hits all files alike."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-
-    runners = {side: LiteRTRunner(data, num_threads=1) for side, data in files.items()}
-    times: dict[str, list[float]] = {side: [] for side in files}
-    for runner in runners.values():
-        for _ in range(5):
-            runner.run(sample)
-    per_block = max(1, runs // blocks)
-    for _ in range(blocks):
-        for side, runner in runners.items():
-            for _ in range(per_block):
-                t = time.perf_counter()
-                runner.run(sample)
-                times[side].append(time.perf_counter() - t)
-    return {side: 1000 * statistics.median(t) for side, t in times.items()}
-
-
 def accuracy(name: str, data: bytes, module, args) -> dict:
     import torch
 
@@ -169,7 +153,7 @@ def main() -> None:
     parser.add_argument("--digits-weights")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--schemes", default=",".join(SCHEMES))
-    parser.add_argument("--runs", type=int, default=100, help="latency runs per file (median)")
+    parser.add_argument("--latency-seconds", type=float, default=6.0, help="time spent measuring latency per model pair")
     parser.add_argument("--repeat", type=int, default=1, help="conversions per side (median; alternating sides)")
     opts = parser.parse_args()
     if opts.child:
@@ -206,7 +190,7 @@ def main() -> None:
                         continue
                     runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
             files = {side: (tmp / f"{name}.{scheme}.{side}.tflite").read_bytes() for side in sides if side not in errors}
-            latency = latency_ms(files, first, opts.runs)
+            latency = median_latency_ms(files, first, opts.latency_seconds)
             for side in sides:
                 if side in errors:
                     rows.append({"model": name, "scheme": scheme, "side": side, "error": errors[side]})

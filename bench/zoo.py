@@ -43,6 +43,9 @@ sys.path.insert(0, str(ROOT))  # the checkout's tpuedge wins over an installed c
 
 from peer import peer_convert  # noqa: E402
 
+from tpuedge.edge.litert_latency import median_latency_ms  # noqa: E402
+
+
 def _targets() -> tuple[str, ...]:
     """android's schemes as tpuedge offers them (fp16 aside), `auto` included once it exists."""
     from tpuedge.quantize.config import SCHEMES
@@ -184,27 +187,6 @@ def run_tflite(data: bytes, samples) -> list[list[np.ndarray]]:
     return [runner.run([np.asarray(a, np.int32) if a.dtype == np.int64 else a for a in s]) for s in samples]
 
 
-def latency_ms(files: dict[str, bytes], sample, budget_s: float = 6.0) -> dict[str, float]:
-    """Median ms per file, 1 thread, runs in alternating blocks so load drift hits all alike."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-
-    sample = [np.asarray(a, np.int32) if a.dtype == np.int64 else a for a in sample]
-    runners = {side: LiteRTRunner(data, num_threads=1) for side, data in files.items()}
-    t = time.perf_counter()
-    for runner in runners.values():
-        runner.run(sample)
-    each = max(1e-4, (time.perf_counter() - t) / len(runners))
-    per_block = max(1, min(20, int(budget_s / each / len(runners) / 5)))
-    times: dict[str, list[float]] = {side: [] for side in files}
-    for _ in range(5):
-        for side, runner in runners.items():
-            for _ in range(per_block):
-                t = time.perf_counter()
-                runner.run(sample)
-                times[side].append(time.perf_counter() - t)
-    return {side: round(1000 * float(np.median(v)), 3) for side, v in times.items()}
-
-
 def cloud_parity(ref: dict, got: list[list[np.ndarray]]) -> float:
     """max |xla - torch| / max |torch| over all outputs and samples."""
     worst = scale = 0.0
@@ -239,10 +221,10 @@ def bench_model(entry, targets, opts, work: Path) -> list[dict]:
                 data = peer_out.read_bytes()
                 row.update({f"peer_{k}": v for k, v in score(entry, ref, run_tflite(data, ref["samples"])).items()})
                 if "error" not in built:
-                    lat = latency_ms({"tpuedge": (out / "model.tflite").read_bytes(), "peer": data}, ref["samples"][0])
+                    lat = median_latency_ms({"tpuedge": (out / "model.tflite").read_bytes(), "peer": data}, ref["samples"][0])
                     row["latency_ms"], row["peer_latency_ms"] = lat["tpuedge"], lat["peer"]
             elif "error" not in built and target.startswith("android:"):
-                row["latency_ms"] = latency_ms({"tpuedge": (out / "model.tflite").read_bytes()}, ref["samples"][0])["tpuedge"]
+                row["latency_ms"] = median_latency_ms({"tpuedge": (out / "model.tflite").read_bytes()}, ref["samples"][0])["tpuedge"]
         except Exception as exc:  # noqa: BLE001 - an evaluation failure is a result too
             row["eval_error"] = _first_line(exc)
         row["status"] = _status(built, target)
