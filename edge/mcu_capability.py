@@ -6,8 +6,8 @@ int8 (`mcu_int8_problem`, from edge/data/tflm_ops.json, checked against the real
 quantizer and converter). The build checks the converted model's builtins with the same rule.
 Before that the mcu pipeline rewrites the IR (`mcu_passes`): no-op casts, eval-mode dropout and
 input-independent ops vanish, reflect/replicate padding becomes slices + concatenation, GELU (no
-kernel) an approximation. The check applies the same passes the build applies, so `tpuedge
-check --target mcu` and `tpuedge build --target mcu` never disagree.
+kernel) an approximation, hardsigmoid relu6(x + 3) / 6. The check applies the same passes the
+build applies, so `tpuedge check --target mcu` and `tpuedge build --target mcu` never disagree.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite
+    from tpuedge.shared_ir.passes.hardsigmoid import HardSigmoidAsRelu6
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
@@ -33,7 +34,7 @@ def mcu_passes(gelu_form: str = "sigmoid"):
 
     return PassManager(
         [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
-         DecomposeLSTMCell(), FlattenAsNHWC(), PReluAsMinimum()]
+         HardSigmoidAsRelu6(), DecomposeLSTMCell(), FlattenAsNHWC(), PReluAsMinimum()]
     )
 
 
@@ -63,6 +64,8 @@ _REWRITTEN_ON_THE_IR = {
     "aten.lstm_cell": "rewritten on the IR: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD",
     "aten.prelu": "rewritten on the IR as relu(x) + w*(x - relu(x)): RELU, SUB, MUL, ADD (no duplicated layer)",
     "aten.dropout": "removed on the IR in eval mode (train=False)",
+    "aten.dropout_": "removed on the IR in eval mode (train=False)",
+    "aten.hardsigmoid": "rewritten on the IR as relu6(x + 3) / 6: ADD (RELU6 fused), MUL, exact",
 }
 
 

@@ -73,3 +73,25 @@ def test_a_copy_written_in_place_stays():
     assert result.changed == 0
     x = np.ones(2, dtype=np.float32)
     np.testing.assert_array_equal(Program(ep, name="clone_inplace").run(x)[0], np.full(2, 4.0, np.float32))
+
+
+def test_in_place_eval_dropout_vanishes_too():
+    """nn.Dropout(inplace=True) (torchvision's MobileNetV3, EfficientNet, MNASNet classifiers) is
+    captured as aten.dropout_; the mcu check refused it before the pass knew the in-place form."""
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.drop, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Dropout(0.2, inplace=True), torch.nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.fc2(self.drop(torch.nn.functional.hardswish(self.fc1(x))))
+
+    torch.manual_seed(0)
+    program = tpuedge.export(Head().eval(), (torch.zeros(1, 8),), name="inplace_dropout")
+    assert program.op_histogram.get("aten.dropout_.default") == 1
+    ep, result = RemoveIdentityOps()(program.exported_program)
+    assert result.details["removed"] == {"dropout_": 1}
+    x = np.random.default_rng(1).standard_normal((1, 8)).astype(np.float32)
+    np.testing.assert_array_equal(program.run(x)[0], Program(ep, name="h").run(x)[0])
+    assert program.check("mcu") == []

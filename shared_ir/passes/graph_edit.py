@@ -6,9 +6,11 @@ output node must rename that output spec too, or the program no longer validates
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["replace_node", "finish", "call_functions", "SOURCE_META"]
+__all__ = ["replace_node", "finish", "call_functions", "built_in_place_of", "SOURCE_META"]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
 SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
@@ -18,6 +20,27 @@ def call_functions(exported_program: Any, targets) -> list[Any]:
     """The call_function nodes of `exported_program` whose target is in `targets`."""
     targets = set(targets)
     return [n for n in exported_program.graph.nodes if n.op == "call_function" and n.target in targets]
+
+
+@contextmanager
+def built_in_place_of(node: Any) -> Iterator[list]:
+    """Insert nodes before `node`; on exit each new node (collected in the yielded list) carries
+    `node`'s source line and module path, and its meta["val"] unless the caller set one: an
+    error or report about a rewritten op still points at the user's line.
+
+        with built_in_place_of(node) as new:
+            y = graph.call_function(aten.relu.default, (x,))
+        replace_node(ep, node, y)
+    """
+    graph = node.graph
+    before = set(graph.nodes)
+    new: list = []
+    with graph.inserting_before(node):
+        yield new
+    new.extend(n for n in graph.nodes if n not in before)
+    for n in new:
+        n.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
+        n.meta.setdefault("val", node.meta.get("val"))
 
 
 def replace_node(ep: Any, node: Any, replacement: Any) -> None:

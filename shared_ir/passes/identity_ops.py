@@ -1,6 +1,7 @@
 """Remove ops that compute the identity in an exported inference graph.
 
-    dropout / feature_dropout / alpha_dropout / feature_alpha_dropout with train=False
+    dropout / feature_dropout / alpha_dropout / feature_alpha_dropout with train=False, and
+    their in-place forms (nn.Dropout(inplace=True), as in torchvision's MobileNetV3 and EfficientNet)
     clone, alias, detach, lift_fresh_copy
 
 An eval-mode model keeps its `nn.Dropout` layers as `aten.dropout(x, p, False)`; those and
@@ -27,7 +28,7 @@ def _targets():
     import torch
 
     aten = torch.ops.aten
-    dropouts = {getattr(aten, name).default for name in _DROPOUTS}
+    dropouts = {getattr(aten, f"{name}{suffix}").default for name in _DROPOUTS for suffix in ("", "_")}
     copies = {getattr(aten, name).default for name in _COPIES}
     return dropouts, copies
 

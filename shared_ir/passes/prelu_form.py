@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import SOURCE_META, call_functions, finish, replace_node
+from tpuedge.shared_ir.passes.graph_edit import built_in_place_of, call_functions, finish, replace_node
 
 __all__ = ["PReluAsMinimum"]
 
@@ -37,16 +37,12 @@ class PReluAsMinimum:
             x_val, w_val = x.meta["val"], weight.meta["val"]
             # torch's PReLU: one slope per channel (dim 1), or one for all
             shape = [w_val.numel()] + [1] * (x_val.dim() - 2) if w_val.numel() > 1 else [1]
-            before = set(graph.nodes)
-            with graph.inserting_before(node):
+            with built_in_place_of(node):
                 slope = graph.call_function(aten.reshape.default, (weight, shape))
                 positive = graph.call_function(aten.relu.default, (x,))
                 negative = graph.call_function(aten.sub.Tensor, (x, positive))  # min(x, 0)
                 scaled = graph.call_function(aten.mul.Tensor, (negative, slope))
                 out = graph.call_function(aten.add.Tensor, (positive, scaled))
-            for new in (n for n in graph.nodes if n not in before):
-                new.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
-                new.meta["val"] = node.meta["val"]
             slope.meta["val"] = w_val.reshape(shape)
             replace_node(ep, node, out)
         finish(ep)
