@@ -10,7 +10,7 @@ measured on them flatters the model. A build measures on, in order of preference
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,6 +33,9 @@ class AccuracySamples:
 
     def to_json(self) -> dict:
         return {"inputs": self.kind, "samples": len(self.samples), "calibration_samples_used": self.calibration_used}
+
+    def with_calibration_used(self, count: int) -> "AccuracySamples":
+        return replace(self, calibration_used=count)
 
     def describe(self) -> str:
         return f"{len(self.samples)} {self.kind}"

@@ -5,10 +5,13 @@
 lower() checks the program and loads the calibration data (every problem before any output);
 compile() converts through litert-torch + ai-edge-quantizer, runs the result in the LiteRT
 interpreter against the float IR, and writes model.tflite + manifest.json atomically.
+--quantize auto (the default) builds each candidate scheme and keeps the smallest, then fastest,
+that meets the accuracy budget (edge/android_auto.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,7 +135,7 @@ class AndroidLowered:
         samples = None
         if calibration is not None:
             samples = load_calibration(
-                calibration, program, min_samples=config.min_calibration_samples if config.needs_calibration else 1
+                calibration, program, min_samples=config.min_calibration_samples if config.uses_calibration else 1
             )
         elif config.needs_calibration:
             raise UserError(
@@ -148,7 +151,7 @@ class AndroidLowered:
             has_labels=evaluation is not None and evaluation.labels is not None,
         )
         held_out = []
-        if samples and config.needs_calibration and evaluation is None:  # ranges not set on the accuracy samples
+        if samples and config.uses_calibration and evaluation is None:  # ranges not set on the accuracy samples
             from tpuedge.edge.accuracy_samples import split_calibration
 
             samples, held_out = split_calibration(samples, config.min_calibration_samples)
@@ -168,6 +171,23 @@ class AndroidLowered:
         )
         return head + ep.graph_module.print_readable(print_output=False)
 
+    def _accuracy_samples(self):
+        """(the samples the build measures on, their labels or None): see edge/accuracy_samples.py."""
+        from tpuedge.edge import accuracy_samples as acc
+
+        if self.evaluation is not None:
+            labels = None if self.evaluation.labels is None else self.evaluation.labels[:ACCURACY_SAMPLES]
+            return acc.AccuracySamples(self.evaluation.samples[:ACCURACY_SAMPLES], acc.EVAL, 0), labels
+        if self.held_out:
+            return acc.AccuracySamples(self.held_out[:ACCURACY_SAMPLES], acc.HELD_OUT, 0), None
+        if self.calibration and not self.config.needs_calibration:  # auto may calibrate on them: named so
+            kind = acc.CALIBRATION if self.config.uses_calibration else acc.UNCALIBRATED
+            return acc.AccuracySamples(self.calibration[:ACCURACY_SAMPLES], kind, 0), None
+        if self.calibration:
+            return acc.AccuracySamples(self.calibration[:ACCURACY_SAMPLES], acc.CALIBRATION, 0), None
+        samples = self.program.example_inputs(seed=0, count=GENERATED_SAMPLES)
+        return acc.AccuracySamples(samples, acc.RANDOM, 0), None
+
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
         from tpuedge.edge.convert import program_to_tflite, tflite_layout_inputs
@@ -180,32 +200,29 @@ class AndroidLowered:
 
         program, config = self.program, self.config
         out = Path(out_dir) if out_dir is not None else Path("build") / program.name / "android"
-        converted = program_to_tflite(program, config, self.calibration, report_strict_cost=True, target="android")
-
-        from tpuedge.edge import accuracy_samples as acc
-
-        used = len(self.calibration or []) if config.needs_calibration else 0
-        labels = None
-        if self.evaluation is not None:
-            chosen = acc.AccuracySamples(self.evaluation.samples[:ACCURACY_SAMPLES], acc.EVAL, used)
-            labels = None if self.evaluation.labels is None else self.evaluation.labels[:ACCURACY_SAMPLES]
-        elif self.held_out:
-            chosen = acc.AccuracySamples(self.held_out[:ACCURACY_SAMPLES], acc.HELD_OUT, used)
-        elif self.calibration and not config.needs_calibration:  # this scheme set nothing on them
-            chosen = acc.AccuracySamples(self.calibration[:ACCURACY_SAMPLES], acc.UNCALIBRATED, used)
-        elif self.calibration:
-            chosen = acc.AccuracySamples(self.calibration[:ACCURACY_SAMPLES], acc.CALIBRATION, used)
-        else:
-            chosen = acc.AccuracySamples(program.example_inputs(seed=0, count=GENERATED_SAMPLES), acc.RANDOM, 0)
+        chosen, labels = self._accuracy_samples()
         samples = chosen.samples
-        runner = LiteRTRunner(converted.tflite)
         reference = [program.run(*s) for s in samples]
-        outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
+        if config.scheme == "auto":
+            from tpuedge.edge.android_auto import build_auto
+
+            converted, auto_entry, budget, outputs = build_auto(
+                program, config, self.calibration, chosen, reference, labels, self.budget, target="android"
+            )
+            converted = dataclasses.replace(converted, recipe={**converted.recipe, "auto": auto_entry})
+            runner = LiteRTRunner(converted.tflite)
+        else:
+            converted = program_to_tflite(program, config, self.calibration, report_strict_cost=True, target="android")
+            runner = LiteRTRunner(converted.tflite)
+            outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
         accuracy = compare_outputs(reference, outputs)
-        budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
-            self.budget, name=program.name, target="android", reference=reference, candidate=outputs, inputs=chosen.kind,
-            labels=labels, recipe=converted.recipe, summary=accuracy,
-        )
+        if config.scheme != "auto":
+            budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
+                self.budget, name=program.name, target="android", reference=reference, candidate=outputs,
+                inputs=chosen.kind, labels=labels, recipe=converted.recipe, summary=accuracy,
+            )
+        if converted.config.needs_calibration:
+            chosen = chosen.with_calibration_used(len(self.calibration or []))
         summary = summarize_tflite(converted.tflite)
 
         def spec(program_spec, info) -> dict:
@@ -236,7 +253,7 @@ class AndroidLowered:
                 "external_buffers": summary.external_buffers,
             },
             "op_histogram": summary.op_histogram,
-            "float_ops": summary.float_ops if config.scheme == "int8" else {},
+            "float_ops": summary.float_ops if converted.config.scheme == "int8" else {},
             "accuracy": {**accuracy.to_json(), **chosen.to_json(), "runtime": "ai_edge_litert Interpreter, 1 thread"},
             "accuracy_budget": budget,
         }

@@ -120,6 +120,12 @@ def format_report(manifest: dict, summary, model_path: Path) -> str:
             + ("  strict-int8" if cfg.get("strict_int8") else "")
             + ("  channels-last (NHWC inputs)" if cfg.get("channels_last") else "")
         )
+    if recipe.get("auto"):
+        from tpuedge.quantize.auto import auto_table, candidates_from_json
+
+        auto = recipe["auto"]
+        lines.append(f"  --quantize auto chose {auto['chosen']} ({auto['rule']}; {auto['samples']} {auto['inputs']}):")
+        lines += ["  " + line for line in auto_table(*candidates_from_json(auto))]
     lines.append("  inputs / outputs:")
     for kind, tensors in (("in ", summary.inputs), ("out", summary.outputs)):
         for t in tensors:

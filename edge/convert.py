@@ -139,6 +139,8 @@ def program_to_tflite(
     samples next to the strict one (costs one search; a target that reports that cost asks for it).
     target: the calling target's name, for its messages and its check when litert-torch fails.
     """
+    if config.scheme == "auto":  # a choice among conversions, made by the target (edge/android_auto.py)
+        raise InternalError("program_to_tflite converts one scheme; resolve --quantize auto with edge.android_auto.build_auto")
     base = float_tflite(program, channels_last=config.channels_last, target=target)
     recipe: dict = {
         "scheme": config.scheme,

@@ -205,7 +205,7 @@ def budget_error(name: str, target: str, result: BudgetResult, recipe: dict, sum
     lines.append(f" the recipe built ({recipe.get('scheme')}), on {result.samples} {result.inputs}:")
     lines.append(_row(f"scheme {recipe.get('scheme')}", summary.sample_cosine, summary.centered_cosine, summary.top1_agreement))
     other = (
-        "a float-friendlier scheme (--quantize dynamic-int8 or fp16)" if target == "android"
+        "--quantize auto (which also tries dynamic-int8, fp16 and float)" if target == "android"
         else "--target android, where sensitive ops may stay float or int16"
     )
     lines.append(

@@ -17,9 +17,10 @@ from tpuedge.shared_ir.errors import UserError
 
 __all__ = ["QuantConfig", "SCHEMES", "IO_DTYPES", "DEFAULT_SCHEME"]
 
-SCHEMES = ("none", "fp16", "dynamic-int8", "int8")
+SCHEMES = ("none", "fp16", "dynamic-int8", "int8", "auto")
 IO_DTYPES = ("float32", "int8")
-DEFAULT_SCHEME = "dynamic-int8"
+# android's default: the smallest, then fastest, scheme that meets the accuracy budget (quantize/auto.py)
+DEFAULT_SCHEME = "auto"
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class QuantConfig:
 
     scheme: "none" (float32), "fp16" (float16 weights, float compute), "dynamic-int8"
         (int8 weights, activations quantized on the fly), "int8" (static: int8 weights and
-        activations from calibration data).
+        activations from calibration data), "auto" (the target builds each of those it can and
+        keeps the smallest, then fastest, that meets the accuracy budget; see quantize/auto.py).
     io_dtype: "float32" (quantize/dequantize inside the model) or "int8" (the caller feeds and
         reads int8 with the tensors' scale/zero point); int8 I/O needs scheme "int8".
     strict_int8: every op int8, no int16 or float island (what MCUs need); scheme "int8" only.
@@ -70,6 +72,11 @@ class QuantConfig:
     @property
     def needs_calibration(self) -> bool:
         return self.scheme == "int8"
+
+    @property
+    def uses_calibration(self) -> bool:
+        """Calibration data, when given, sets ranges (so accuracy is measured on samples held out from it)."""
+        return self.scheme in ("int8", "auto")
 
     @property
     def granularity(self) -> str:

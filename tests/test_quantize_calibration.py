@@ -37,7 +37,7 @@ def test_config_is_frozen_and_validated():
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.scheme = "none"  # type: ignore[misc]
     assert cfg.needs_calibration and cfg.granularity == "per-tensor"
-    assert QuantConfig().scheme == "dynamic-int8"
+    assert QuantConfig().scheme == "auto" and not QuantConfig().needs_calibration and QuantConfig().uses_calibration
     for bad in (dict(scheme="int4"), dict(io_dtype="uint8"), dict(scheme="fp16", io_dtype="int8"), dict(scheme="none", strict_int8=True)):
         with pytest.raises(UserError):
             QuantConfig(**bad)

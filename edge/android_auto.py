@@ -1,0 +1,96 @@
+"""`--quantize auto` on LiteRT: build every candidate scheme, measure it, keep the one the rule picks.
+
+Each candidate is converted exactly as `--quantize SCHEME` would convert it (the int8 one runs
+its per-op precision search on the calibration samples), then run in the LiteRT interpreter on
+the build's accuracy samples (held out from calibration, or --eval data) against the float IR,
+and timed with `median_latency_ms` on one of them. `quantize.auto.choose_recipe` decides.
+
+The latency table is a cached build stage keyed by the candidates' bytes, so a rebuild of the
+same inputs reads the same numbers and picks the same model (byte-identical artifacts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tpuedge.shared_ir.errors import BudgetError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tpuedge.edge.accuracy_samples import AccuracySamples
+    from tpuedge.edge.convert import ConvertedModel
+    from tpuedge.quantize.budget import AccuracyBudget
+    from tpuedge.quantize.config import QuantConfig
+    from tpuedge.shared_ir.program import Program
+
+__all__ = ["build_auto", "LATENCY_SECONDS"]
+
+LATENCY_SECONDS = 2.0  # spent timing all candidates together
+
+
+def build_auto(
+    program: "Program", config: "QuantConfig", calibration, accuracy: "AccuracySamples", reference, labels,
+    budget: "AccuracyBudget", *, target: str = "android",
+) -> tuple["ConvertedModel", dict, dict, list[list[np.ndarray]]]:
+    """(chosen model, recipe["auto"] entry, its accuracy_budget entry, its outputs on the samples).
+    BudgetError (nothing written) when no candidate meets the budget and it may not be written below."""
+    from tpuedge.edge.convert import program_to_tflite, tflite_layout_inputs
+    from tpuedge.edge.litert_latency import median_latency_ms
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.quantize.auto import AutoCandidate, auto_report, auto_table, candidate_schemes, choose_recipe
+    from tpuedge.quantize.budget import check_budget
+    from tpuedge.shared_ir.cache_keys import cached_stage, decode_json, encode_json
+
+    samples = [tflite_layout_inputs(s, config.channels_last) for s in accuracy.samples]
+    built: dict[str, ConvertedModel] = {}
+    outputs: dict[str, list] = {}
+    results = {}
+    for scheme in candidate_schemes(bool(calibration)):
+        converted = program_to_tflite(
+            program, config.replace(scheme=scheme), calibration if scheme == "int8" else None, target=target
+        )
+        runner = LiteRTRunner(converted.tflite)
+        outputs[scheme] = [runner.run(x) for x in samples]
+        results[scheme] = check_budget(budget, reference, outputs[scheme], inputs=accuracy.kind, labels=labels)
+        built[scheme] = converted
+    files = {scheme: c.tflite for scheme, c in built.items()}
+    latency = cached_stage(  # timed once per set of candidate models (see the module docstring)
+        "auto_latency", {"models": {s: hashlib.sha256(b).hexdigest() for s, b in files.items()}, "seconds": LATENCY_SECONDS},
+        lambda: median_latency_ms(files, samples[0], LATENCY_SECONDS), encode=encode_json, decode=decode_json,
+    )
+    candidates = [
+        AutoCandidate(
+            scheme, len(files[scheme]), float(latency[scheme]), r.passed, r.sample_cosine, r.top1, tuple(r.failures),
+            _detail(built[scheme].recipe),
+        )
+        for scheme, r in results.items()
+    ]
+    chosen = choose_recipe(candidates)
+    written_below = chosen is None
+    if chosen is None:
+        if not budget.allow_below:
+            raise _auto_budget_error(program.name, target, budget, accuracy, auto_table(candidates, None))
+        chosen = max(candidates, key=lambda c: (min(c.sample_cosine), -c.bytes))  # the most accurate
+    entry = auto_report(candidates, chosen, samples=len(samples), inputs=accuracy.kind)
+    return built[chosen.scheme], entry, results[chosen.scheme].to_json(written_below=written_below), outputs[chosen.scheme]
+
+
+def _detail(recipe: dict) -> str:
+    kept = recipe.get("non_int8_ops") or []
+    if recipe.get("scheme") != "int8":
+        return ""
+    return f"{len(kept)} op group(s) kept at int16/float" if kept else "every op int8"
+
+
+def _auto_budget_error(name: str, target: str, budget, accuracy, table: list[str]) -> BudgetError:
+    return BudgetError("\n".join([
+        f"{name}: no recipe --quantize auto tried meets the accuracy budget ({budget.describe()}), so nothing was "
+        "written and the output folder is as it was.",
+        f"Measured with LiteRT on {accuracy.describe()}, against the float IR:",
+        *table,
+        "Try: more or more representative --calibration data or --eval data closer to real use, a lower --min-cosine "
+        "if this error is acceptable, or --allow-below-budget to write the most accurate one anyway (marked below "
+        "budget in its manifest).",
+    ]))
