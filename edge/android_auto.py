@@ -42,24 +42,29 @@ def build_auto(
     from tpuedge.quantize.auto import AutoCandidate, auto_report, auto_table, candidate_schemes, choose_recipe
     from tpuedge.quantize.budget import check_budget
     from tpuedge.shared_ir.cache_keys import cached_stage, decode_json, encode_json
+    from tpuedge.shared_ir.progress import stage_progress
 
     samples = [tflite_layout_inputs(s, config.channels_last) for s in accuracy.samples]
     built: dict[str, ConvertedModel] = {}
     outputs: dict[str, list] = {}
     results = {}
-    for scheme in candidate_schemes(bool(calibration)):
-        converted = program_to_tflite(
-            program, config.replace(scheme=scheme), calibration if scheme == "int8" else None, target=target
+    schemes = candidate_schemes(bool(calibration))
+    with stage_progress(f"{program.name}: --quantize auto", total=len(schemes) + 1) as step:
+        for scheme in schemes:
+            step(f"{scheme}: convert and measure")
+            converted = program_to_tflite(
+                program, config.replace(scheme=scheme), calibration if scheme == "int8" else None, target=target
+            )
+            runner = LiteRTRunner(converted.tflite)
+            outputs[scheme] = [runner.run(x) for x in samples]
+            results[scheme] = check_budget(budget, reference, outputs[scheme], inputs=accuracy.kind, labels=labels)
+            built[scheme] = converted
+        step("latency")
+        files = {scheme: c.tflite for scheme, c in built.items()}
+        latency = cached_stage(  # timed once per set of candidate models (see the module docstring)
+            "auto_latency", {"models": {s: hashlib.sha256(b).hexdigest() for s, b in files.items()}, "seconds": LATENCY_SECONDS},
+            lambda: median_latency_ms(files, samples[0], LATENCY_SECONDS), encode=encode_json, decode=decode_json,
         )
-        runner = LiteRTRunner(converted.tflite)
-        outputs[scheme] = [runner.run(x) for x in samples]
-        results[scheme] = check_budget(budget, reference, outputs[scheme], inputs=accuracy.kind, labels=labels)
-        built[scheme] = converted
-    files = {scheme: c.tflite for scheme, c in built.items()}
-    latency = cached_stage(  # timed once per set of candidate models (see the module docstring)
-        "auto_latency", {"models": {s: hashlib.sha256(b).hexdigest() for s, b in files.items()}, "seconds": LATENCY_SECONDS},
-        lambda: median_latency_ms(files, samples[0], LATENCY_SECONDS), encode=encode_json, decode=decode_json,
-    )
     candidates = [
         AutoCandidate(
             scheme, len(files[scheme]), float(latency[scheme]), r.passed, r.sample_cosine, r.top1, tuple(r.failures),

@@ -66,8 +66,7 @@ def clear_float_cache() -> None:
 
 def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True, target: str | None = None) -> bytes:
     """The float32 .tflite of `program` (cached per IR fingerprint: the same IR gives the same bytes)."""
-    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
-    from tpuedge.shared_ir.cache_keys import cached_stage
+    from tpuedge.shared_ir.progress import stage_progress
 
     key = (program.fingerprint, bool(channels_last))
     with _LOCK:
@@ -80,11 +79,8 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
             f"the {target or 'LiteRT'} target needs static shapes: export without dynamic_shapes."
         )
     try:
-        data = cached_stage(  # on disk: one float model for every LiteRT target's build of an IR
-            # NHWC changes only rank-4 float inputs: other models share one float model across layouts
-            "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last) and _has_image_input(program)},
-            lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
-        ) if cache else lower_to_float_flatbuffer(program, channels_last=channels_last)
+        with stage_progress(f"{program.name}: litert-torch lowering to a float .tflite"):
+            data = _float_stage(program, channels_last, cache)
     except UserError:
         raise
     except Exception as exc:  # litert-torch raises plain exceptions for unsupported graphs
@@ -100,6 +96,17 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
         while len(_FLOAT_CACHE) > _FLOAT_CACHE_SIZE:
             _FLOAT_CACHE.popitem(last=False)
     return data
+
+
+def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
+    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+    from tpuedge.shared_ir.cache_keys import cached_stage
+
+    return cached_stage(  # on disk: one float model for every LiteRT target's build of an IR
+        # NHWC changes only rank-4 float inputs: other models share one float model across layouts
+        "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last) and _has_image_input(program)},
+        lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
+    ) if cache else lower_to_float_flatbuffer(program, channels_last=channels_last)
 
 
 def _has_image_input(program: "Program") -> bool:
@@ -158,6 +165,7 @@ def program_to_tflite(
     from tpuedge.edge.quantizer_recipes import find_sensitive_groups, quantizer_recipe, run_quantizer
     from tpuedge.quantize.metrics import AccuracySummary, compare_outputs
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
+    from tpuedge.shared_ir.progress import stage_progress
 
     quantize = run_quantizer(base)
     if config.scheme in ("fp16", "dynamic-int8"):
@@ -176,7 +184,8 @@ def program_to_tflite(
     cal_samples = _quantizer_samples(calibration, float_runner.inputs, config.channels_last)
     groups, scopes = find_sensitive_groups(base)
     all_int8 = quantizer_recipe(config)
-    quantize.calibrate(all_int8, cal_samples)
+    with stage_progress(f"{program.name}: calibration on {len(cal_samples)} sample(s)"):
+        quantize.calibrate(all_int8, cal_samples)
 
     eval_samples = calibration[:SEARCH_SAMPLES]
     reference = functools.cache(lambda: [program.run(*s) for s in eval_samples])  # not run when every candidate is cached
@@ -187,9 +196,12 @@ def program_to_tflite(
     candidate_parts = {"ir": program.fingerprint, "float": hashlib.sha256(base).hexdigest(),
                        "calibration": data_digest(calibration), "channels_last": config.channels_last}
 
+    step = None  # the search's progress row, set below
+
     def measure(assignment: dict[str, str]):
         key = _key(assignment)
         if key not in measured:
+            step(key or "all int8")
             entries = quantizer_recipe(config, assignment, scopes)
 
             def build_and_score() -> tuple[bytes, dict]:
@@ -206,7 +218,11 @@ def program_to_tflite(
     def evaluate(assignment: dict[str, str]) -> float:
         return measure(assignment).centered_cosine
 
-    plan = choose_precisions(groups, evaluate, strict_int8=config.strict_int8, target_cosine=config.target_cosine)
+    # at most: all-int8, each group at int16 and at float, then each group's upgrade in turn
+    with stage_progress(f"{program.name}: int8 search over {len(groups)} op group(s)", total=1 + 3 * len(groups)) as step:
+        plan = choose_precisions(groups, evaluate, strict_int8=config.strict_int8, target_cosine=config.target_cosine)
+        mixed = (choose_precisions(groups, evaluate, strict_int8=False, target_cosine=config.target_cosine)
+                 if config.strict_int8 and report_strict_cost else None)
     final = built[_key(plan.assignment)]
     recipe.update(
         {
@@ -231,8 +247,7 @@ def program_to_tflite(
             ],
         }
     )
-    if config.strict_int8 and report_strict_cost:
-        mixed = choose_precisions(groups, evaluate, strict_int8=False, target_cosine=config.target_cosine)
+    if mixed is not None:
         recipe["strict_int8_cost"] = _strict_cost(measure(plan.assignment), measure(mixed.assignment), mixed, len(eval_samples))
         recipe["search"]["evaluations"] = len(measured)
         recipe["search"]["candidates"] = _candidates(measured)

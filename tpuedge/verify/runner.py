@@ -154,15 +154,12 @@ def run_rows(
 
     chunks = call_chunks(rows, batch, whole_calls=whole_calls)
     if progress and calls > 1:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from tpuedge.shared_ir.progress import stage_progress
 
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task(label, total=calls)
-            for args, real in chunks:
+        with stage_progress(label, total=calls) as step:
+            for k, (args, real) in enumerate(chunks):
+                step(f"call {k + 1}")
                 one_call(args, real)
-                bar.advance(task)
     else:
         for args, real in chunks:
             one_call(args, real)
