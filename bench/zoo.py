@@ -242,6 +242,13 @@ def _evaluate(entry, target: str, ref: dict, out: Path, row: dict) -> None:
     row.update(score(entry, ref, got))
     if target == "cloud-tpu":
         row["cloud_parity"] = float(f"{cloud_parity(ref, got):.3g}")
+    if target.startswith("android:"):  # what was written: auto's choice, and the int8 search's islands
+        recipe = json.loads((out / "manifest.json").read_text()).get("recipe", {})
+        islands = len(recipe.get("non_int8_ops") or [])
+        row["recipe"] = recipe.get("scheme", "") + (f" ({islands} group(s) int16/float)" if islands else "")
+        auto = {c["scheme"]: c for c in (recipe.get("auto") or {}).get("candidates", [])}
+        if "int8" in auto:
+            row["all_int8_cosine"] = min(auto["int8"]["sample_cosine_per_output"])
     if target == "mcu":
         manifest = json.loads((out / "manifest.json").read_text())
         row["arena_bytes"] = manifest.get("arena", {}).get("measured_bytes")

@@ -53,11 +53,19 @@ def _cells(row: dict) -> list[str]:
     if row.get("peer_latency_ms"):
         latency += f" / {row['peer_latency_ms']:.2f}"
     return [
-        row["model"], WEIGHT_MARK.get(row.get("weights", ""), "?"), row["target"], status, quality,
+        row["model"], WEIGHT_MARK.get(row.get("weights", ""), "?"), _target(row), status, quality,
         _quality(row, "peer_") or ("peer failed" if row.get("peer_error") else ""),
         _fmt(row.get("bytes", 0) / 1024 if row.get("bytes") else None, ",.0f"),
         _fmt(size_ratio(row)), wall, rss, latency,
     ]
+
+
+def _target(row: dict) -> str:
+    """android:auto -> "android:auto → fp16": the recipe auto chose, or the int8 search's islands."""
+    recipe = row.get("recipe")
+    if not recipe or recipe == row["target"].partition(":")[2]:
+        return row["target"]
+    return f"{row['target']} → {recipe}"
 
 
 HEADER = ["model", "w", "target", "status", "tpuedge vs float", "peer vs float", "size KiB", "size/param B",
