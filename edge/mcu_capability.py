@@ -6,8 +6,9 @@ int8 (`mcu_int8_problem`, from edge/data/tflm_ops.json, checked against the real
 quantizer and converter). The build checks the converted model's builtins with the same rule.
 Before that the mcu pipeline rewrites the IR (`mcu_passes`): no-op casts, eval-mode dropout and
 input-independent ops vanish, reflect/replicate padding becomes slices + concatenation, GELU (no
-kernel) an approximation, hardsigmoid relu6(x + 3) / 6. The check applies the same passes the
-build applies, so `tpuedge check --target mcu` and `tpuedge build --target mcu` never disagree.
+kernel) an approximation, hardsigmoid relu6(x + 3) / 6, powers, square roots and 2-norms products
+and RSQRT. The check applies the same passes the build applies, so `tpuedge check --target mcu`
+and `tpuedge build --target mcu` never disagree.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
+    from tpuedge.shared_ir.passes.powers import PowersAsProducts
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
 
     return PassManager(
         [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
-         HardSigmoidAsRelu6(), DecomposeLSTMCell(), FlattenAsNHWC(), PReluAsMinimum()]
+         HardSigmoidAsRelu6(), PowersAsProducts(), DecomposeLSTMCell(), FlattenAsNHWC(), PReluAsMinimum()]
     )
 
 
@@ -66,6 +68,8 @@ _REWRITTEN_ON_THE_IR = {
     "aten.dropout": "removed on the IR in eval mode (train=False)",
     "aten.dropout_": "removed on the IR in eval mode (train=False)",
     "aten.hardsigmoid": "rewritten on the IR as relu6(x + 3) / 6: ADD (RELU6 fused), MUL, exact",
+    "aten.sqrt": "rewritten on the IR as x * rsqrt(max(x, 1e-30)): MAXIMUM, RSQRT, MUL (TFLM's SQRT takes no int8)",
+    "aten.linalg_vector_norm": "ord 2 rewritten on the IR as sqrt(sum(x * x)) in MUL, SUM, RSQRT (other orders: no int8 form)",
 }
 
 

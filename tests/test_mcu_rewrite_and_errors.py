@@ -39,13 +39,13 @@ def test_transformer_with_gelu_builds_and_runs_in_tflm(tmp_path):
     assert held_out["tflm_vs_litert_max_lsb"] <= 2  # measured 2 LSB on this block; the README says within 2
 
 
-MODEL_WITH_EXP_SQRT = '''
+MODEL_WITH_EXP_ABS = '''
 import torch, torch.nn as nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__(); self.fc = nn.Linear(8, 8)
     def forward(self, x):
-        return torch.sqrt(torch.exp(self.fc(x)))
+        return torch.abs(torch.exp(self.fc(x)))
 def build():
     return Net().eval(), (torch.zeros(1, 8),)
 def calibration():
@@ -56,12 +56,13 @@ def calibration():
 
 
 def test_check_and_build_agree_an_op_without_int8_path_exits_2(tmp_path, capsys):
-    """Linear -> exp -> sqrt: ai-edge-quantizer leaves EXP float and TFLM has no int8 SQRT kernel.
-    `check` used to pass it and `build` then died with an InternalError traceback."""
+    """Linear -> exp -> abs: ai-edge-quantizer leaves EXP and ABS float (sqrt was the example until
+    the IR learned to write it as x * rsqrt(x)). `check` used to pass it and `build` then died
+    with an InternalError traceback."""
     from tpuedge.cli import main
 
-    model = tmp_path / "expsqrt.py"
-    model.write_text(MODEL_WITH_EXP_SQRT)
+    model = tmp_path / "expabs.py"
+    model.write_text(MODEL_WITH_EXP_ABS)
     with pytest.raises(SystemExit) as check_exit:
         main(["check", f"{model}:build", "--target", "mcu"])
     check_err = capsys.readouterr()
@@ -71,8 +72,8 @@ def test_check_and_build_agree_an_op_without_int8_path_exits_2(tmp_path, capsys)
     build_err = capsys.readouterr().err
     assert check_exit.value.code == 2 and build_exit.value.code == 2
     for text in (check_err.out + check_err.err, build_err):
-        assert "aten.exp" in text and "aten.sqrt" in text and "expsqrt.py" in text, text
-        assert "EXP" in text and "SQRT" in text and "int8" in text
+        assert "aten.exp" in text and "aten.abs" in text and "expabs.py" in text, text
+        assert "EXP" in text and "ABS" in text and "int8" in text
     assert "Traceback" not in build_err and not out.exists()
 
 
@@ -92,7 +93,7 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__(); self.conv = nn.Conv2d(1, 4, 3)
     def forward(self, x):
-        return self.conv(x).pow(3)
+        return self.conv(x).pow(2.5)  # no product form (x**2, x**3 and x**0.5 have one)
 def build():
     return Net().eval(), (torch.zeros(1, 1, 8, 8),)
 '''

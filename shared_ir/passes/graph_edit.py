@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["replace_node", "finish", "call_functions", "built_in_place_of", "SOURCE_META"]
+__all__ = ["replace_node", "finish", "call_functions", "built_in_place_of", "call_with_val", "SOURCE_META"]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
 SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
@@ -41,6 +41,17 @@ def built_in_place_of(node: Any) -> Iterator[list]:
     for n in new:
         n.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
         n.meta.setdefault("val", node.meta.get("val"))
+
+
+def call_with_val(graph: Any, target: Any, *args: Any) -> Any:
+    """graph.call_function(target, args), with meta["val"] computed from the inputs' fake
+    tensors (the node's true shape and dtype, which later passes and converters read)."""
+    import torch
+
+    node = graph.call_function(target, args)
+    fake = torch.fx.node.map_arg(args, lambda a: a.meta["val"])
+    node.meta["val"] = target(*fake)
+    return node
 
 
 def replace_node(ep: Any, node: Any, replacement: Any) -> None:
