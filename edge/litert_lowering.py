@@ -81,7 +81,10 @@ def _cia_ops_materialized_once() -> Iterator[None]:
 
 def _private_copy(exported_program):
     """Same weights (shared, not copied), own graph: litert-torch may rewrite this one."""
+    from tpuedge.shared_ir.passes import keep_node_names
+
     graph_module = copy.deepcopy(exported_program.graph_module)
+    keep_node_names(exported_program.graph, graph_module.graph)
     return exported_program._update(graph_module, copy.deepcopy(exported_program.graph_signature))
 
 

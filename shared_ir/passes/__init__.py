@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Pass", "PassResult", "PassManager", "copy_program"]
+__all__ = ["Pass", "PassResult", "PassManager", "copy_program", "keep_node_names"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,23 @@ def copy_program(exported_program: Any) -> Any:
     memo.update({id(t): t for t in exported_program.constants.values()})
     with warnings.catch_warnings():  # torch's pytree warns about its own LeafSpec while copying
         warnings.simplefilter("ignore", FutureWarning)
-        return copy.deepcopy(exported_program, memo)
+        copied = copy.deepcopy(exported_program, memo)
+    keep_node_names(exported_program.graph, copied.graph)
+    return copied
+
+
+def keep_node_names(original: Any, copied: Any) -> None:
+    """Give a copied graph's nodes their original names back.
+
+    torch.fx renames a node whose name is a Python builtin when it copies a graph: a model whose
+    forward takes `input` (torchvision's LRASPP, many user models) came back with a placeholder
+    `input_1` while the graph signature still said `input`, and the copy failed validation
+    ("Input spec name input does not match node name input_1"). torch.export names nodes
+    directly, so the copy does too; the names were unique in the original, so they stay so.
+    """
+    for before, after in zip(original.nodes, copied.nodes):
+        if after.name != before.name:
+            after.name = before.name
 
 
 class PassManager:
