@@ -32,11 +32,13 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
+    from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
 
     return PassManager(
         [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
-         HardSigmoidAsRelu6(), PowersAsProducts(), DecomposeLSTMCell(), FlattenAsNHWC(), PReluAsMinimum()]
+         HardSigmoidAsRelu6(), PowersAsProducts(), UnrollRecurrentLayers(),
+         DecomposeLSTMCell(), FlattenAsNHWC(), PReluAsMinimum()]
     )
 
 
@@ -64,6 +66,8 @@ _REWRITTEN_ON_THE_IR = {
     "aten.reflection_pad2d": _PADDING_NOTE,
     "aten.replication_pad2d": _PADDING_NOTE,
     "aten.lstm_cell": "rewritten on the IR: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD",
+    "aten.lstm": "unrolled on the IR over time into LSTM cells: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD, PACK",
+    "aten.gru": "unrolled on the IR over time into GRU cells: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD, SUB, PACK",
     "aten.prelu": "rewritten on the IR as relu(x) + w*(x - relu(x)): RELU, SUB, MUL, ADD (no duplicated layer)",
     "aten.dropout": "removed on the IR in eval mode (train=False)",
     "aten.dropout_": "removed on the IR in eval mode (train=False)",

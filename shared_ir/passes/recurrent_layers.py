@@ -1,0 +1,138 @@
+"""`nn.LSTM` and `nn.GRU` layers (aten.lstm.input, aten.gru.input) unrolled over time into cells.
+
+    for each layer, each direction, each time step t (backwards for the reverse direction):
+        LSTM: gates = x_t W_ih^T + b_ih + h W_hh^T + b_hh; i, f, g, o = quarters
+              c = sigmoid(f) * c + sigmoid(i) * tanh(g);  h = sigmoid(o) * tanh(c)
+        GRU:  r = sigmoid(x W_ir + b_ir + h W_hr + b_hr);  z = sigmoid(... W_iz ... W_hz ...)
+              n = tanh(x W_in + b_in + r * (h W_hn + b_hn));  h = n + z * (h - n)
+    output = the h of every step, stacked on the time axis (directions concatenated);
+    h_n (and c_n) = each layer and direction's last state
+
+TFLite-Micro has no kernel for a whole recurrent layer that ai-edge-quantizer turns into int8,
+and litert-torch lowers these ops to one; written out, every op is FULLY_CONNECTED, ADD, MUL,
+slices, LOGISTIC or TANH, each with an int8 kernel, and the numbers are torch's own formula
+(exact in float). The graph grows with the sequence length (one cell per step and layer), which
+is what a microcontroller runs anyway. Left alone: training-mode dropout between layers,
+projections (`proj_size`), and inputs that are not [batch, time, features] / [time, batch, features].
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from tpuedge.shared_ir.passes import PassResult, copy_program
+from tpuedge.shared_ir.passes.graph_edit import built_in_place_of, call_functions, call_with_val, finish, replace_node
+
+__all__ = ["UnrollRecurrentLayers", "lstm_step"]
+
+
+def _quarters(graph, aten, gates, hidden: int, parts: int) -> list:
+    last = gates.meta["val"].dim() - 1
+    return [call_with_val(graph, aten.slice.Tensor, gates, last, k * hidden, (k + 1) * hidden) for k in range(parts)]
+
+
+def lstm_step(graph, aten, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
+    """One LSTM cell step: (h', c')."""
+    hidden = h.meta["val"].shape[-1]
+    gates = call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.linear.default, x, w_ih, b_ih),
+                          call_with_val(graph, aten.linear.default, h, w_hh, b_hh))
+    i, f, g, o = _quarters(graph, aten, gates, hidden, 4)
+    i, f, o = (call_with_val(graph, aten.sigmoid.default, q) for q in (i, f, o))
+    g = call_with_val(graph, aten.tanh.default, g)
+    c_new = call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.mul.Tensor, f, c),
+                          call_with_val(graph, aten.mul.Tensor, i, g))
+    h_new = call_with_val(graph, aten.mul.Tensor, o, call_with_val(graph, aten.tanh.default, c_new))
+    return h_new, c_new
+
+
+def _gru_step(graph, aten, x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    hidden = h.meta["val"].shape[-1]
+    xr, xz, xn = _quarters(graph, aten, call_with_val(graph, aten.linear.default, x, w_ih, b_ih), hidden, 3)
+    hr, hz, hn = _quarters(graph, aten, call_with_val(graph, aten.linear.default, h, w_hh, b_hh), hidden, 3)
+    r = call_with_val(graph, aten.sigmoid.default, call_with_val(graph, aten.add.Tensor, xr, hr))
+    z = call_with_val(graph, aten.sigmoid.default, call_with_val(graph, aten.add.Tensor, xz, hz))
+    n = call_with_val(graph, aten.tanh.default,
+                      call_with_val(graph, aten.add.Tensor, xn, call_with_val(graph, aten.mul.Tensor, r, hn)))
+    # (1 - z) * n + z * h, written n + z * (h - n): no constant 1, one MUL fewer
+    return call_with_val(graph, aten.add.Tensor, n,
+                         call_with_val(graph, aten.mul.Tensor, z, call_with_val(graph, aten.sub.Tensor, h, n)))
+
+
+def _layer_args(node, lstm: bool):
+    """(input, h0, c0 or None, params, has_biases, layers, train, bidirectional, batch_first)."""
+    x, hx, params, has_biases, layers, _dropout, train, bidirectional, batch_first = node.args[:9]
+    h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
+    return x, h0, c0, list(params), bool(has_biases), int(layers), bool(train), bool(bidirectional), bool(batch_first)
+
+
+def _unroll(graph, aten, node, lstm: bool):
+    """The replacement values (output, h_n[, c_n]), or None to leave the node."""
+    x, h0, c0, params, has_biases, layers, train, bidirectional, batch_first = _layer_args(node, lstm)
+    directions = 2 if bidirectional else 1
+    per_cell = 4 if has_biases else 2
+    if (train and layers > 1) or len(params) != layers * directions * per_cell or x.meta["val"].dim() != 3:
+        return None
+    time_dim = 1 if batch_first else 0
+    steps = x.meta["val"].shape[time_dim]
+    layer_in, h_last, c_last = x, [], []
+    for layer in range(layers):
+        outputs = []
+        for direction in range(directions):
+            cell = layer * directions + direction
+            weights = params[cell * per_cell:(cell + 1) * per_cell]
+            h = call_with_val(graph, aten.select.int, h0, 0, cell)
+            c = call_with_val(graph, aten.select.int, c0, 0, cell) if lstm else None
+            per_step = [None] * steps
+            for t in (range(steps) if direction == 0 else reversed(range(steps))):
+                x_t = call_with_val(graph, aten.select.int, layer_in, time_dim, t)
+                if lstm:
+                    h, c = lstm_step(graph, aten, x_t, h, c, *weights)
+                else:
+                    h = _gru_step(graph, aten, x_t, h, *weights)
+                per_step[t] = h
+            outputs.append(call_with_val(graph, aten.stack.default, per_step, time_dim))
+            h_last.append(h)
+            c_last.append(c)
+        layer_in = outputs[0] if directions == 1 else call_with_val(graph, aten.cat.default, outputs, -1)
+    results = [layer_in, call_with_val(graph, aten.stack.default, h_last, 0)]
+    if lstm:
+        results.append(call_with_val(graph, aten.stack.default, c_last, 0))
+    return results
+
+
+class UnrollRecurrentLayers:
+    name = "unroll-recurrent-layers"
+
+    def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
+        import torch
+
+        aten = torch.ops.aten
+        kinds = {aten.lstm.input: "lstm", aten.gru.input: "gru"}
+        found = call_functions(exported_program, set(kinds))
+        if not found:
+            return exported_program, PassResult(self.name, 0, "no LSTM or GRU layer in the program")
+        ep = copy_program(exported_program)
+        graph = ep.graph_module.graph
+        names = {n.name for n in found}
+        unrolled: dict[str, int] = {}
+        for node in [n for n in graph.nodes if n.name in names]:
+            with built_in_place_of(node):
+                results = _unroll(graph, aten, node, lstm=node.target == aten.lstm.input)
+            if results is None:
+                continue
+            for user in list(node.users):
+                if user.op == "call_function" and user.target is operator.getitem:
+                    replace_node(ep, user, results[user.args[1]])
+            if not node.users:
+                graph.erase_node(node)
+            kind = kinds[node.target]
+            unrolled[kind] = unrolled.get(kind, 0) + 1
+        if not unrolled:
+            return exported_program, PassResult(self.name, 0, "no LSTM or GRU layer it can unroll")
+        finish(ep)
+        what = ", ".join(f"{k} x{v}" for k, v in sorted(unrolled.items()))
+        return ep, PassResult(
+            self.name, sum(unrolled.values()),
+            f"unrolled {what} over time into fully connected, logistic, tanh, mul and add", {"unrolled": unrolled},
+        )

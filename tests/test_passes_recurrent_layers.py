@@ -1,0 +1,82 @@
+"""nn.LSTM and nn.GRU layers unrolled over time on the IR, so sequence models build for mcu
+(the zoo's digits_lstm and digits_gru were refused on aten.lstm.input / aten.gru.input): the
+same numbers as torch in float, every direction, layer and state output; then TFLite-Micro."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tpuedge
+from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
+from tpuedge.shared_ir.program import Program
+
+
+class _Seq(torch.nn.Module):
+    def __init__(self, cell: str, layers: int, bidirectional: bool, batch_first: bool, with_state: bool, bias=True):
+        super().__init__()
+        kind = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
+        self.rnn = kind(6, 5, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias)
+        self.cell, self.with_state, self.batch_first = cell, with_state, batch_first
+        self.states = layers * (2 if bidirectional else 1)
+
+    def forward(self, x):
+        if not self.with_state:
+            out = self.rnn(x)
+        else:
+            batch = x.shape[0 if self.batch_first else 1]
+            h0 = torch.full((self.states, batch, 5), 0.3)
+            out = self.rnn(x, (h0, -h0) if self.cell == "lstm" else h0)
+        output, state = out
+        return (output, *state) if self.cell == "lstm" else (output, state)
+
+
+CASES = [
+    ("lstm", 1, False, True, False, True),
+    ("lstm", 2, True, False, True, True),
+    ("gru", 1, False, True, True, True),
+    ("gru", 2, True, True, False, False),
+]
+
+
+@pytest.mark.parametrize("cell,layers,bidirectional,batch_first,with_state,bias", CASES,
+                         ids=["lstm", "lstm-2layer-bidir-state", "gru-state", "gru-2layer-bidir-nobias"])
+def test_unrolled_layer_gives_torchs_numbers(cell, layers, bidirectional, batch_first, with_state, bias):
+    torch.manual_seed(0)
+    module = _Seq(cell, layers, bidirectional, batch_first, with_state, bias).eval()
+    shape = (2, 7, 6) if batch_first else (7, 2, 6)
+    program = tpuedge.export(module, (torch.zeros(shape),), name=f"{cell}_seq")
+    ep, result = UnrollRecurrentLayers()(program.exported_program)
+    assert result.details["unrolled"] == {cell: 1}
+    rewritten = Program(ep, name="unrolled")
+    assert not [k for k in rewritten.op_histogram if k.startswith(("aten.lstm", "aten.gru"))]
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    for want, got in zip(program.run(x), rewritten.run(x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+class _Keyword(torch.nn.Module):
+    """A keyword-spotting head: GRU over 10 frames of 8 features, last state -> 4 classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(8, 12, batch_first=True)
+        self.fc = torch.nn.Linear(12, 4)
+
+    def forward(self, x):
+        _, h = self.gru(x)
+        return self.fc(h[-1])
+
+
+@pytest.mark.slow
+def test_a_gru_model_builds_for_mcu_and_meets_its_budget(tmp_path):
+    """Old code: `aten.gru.input: mcu has no lowering for this op`."""
+    torch.manual_seed(0)
+    program = tpuedge.export(_Keyword().eval(), (torch.zeros(1, 10, 8),), name="keyword_gru")
+    assert program.check("mcu") == []
+    cal = [[x] for x in np.random.default_rng(0).standard_normal((40, 1, 10, 8)).astype(np.float32)]
+    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=cal)
+    assert artifact.manifest["accuracy_budget"]["met"]
+    ops = {o["op"] for o in artifact.manifest["tflm_ops"]}
+    assert "FULLY_CONNECTED" in ops and "LOGISTIC" in ops and "TANH" in ops
