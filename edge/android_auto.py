@@ -36,7 +36,8 @@ def build_auto(
 ) -> tuple["ConvertedModel", dict, dict, list[list[np.ndarray]]]:
     """(chosen model, recipe["auto"] entry, its accuracy_budget entry, its outputs on the samples).
     BudgetError (nothing written) when no candidate meets the budget and it may not be written below."""
-    from tpuedge.edge.convert import program_to_tflite, tflite_layout_inputs
+    from tpuedge.edge.android_target import convert_for_android
+    from tpuedge.edge.convert import tflite_layout_inputs
     from tpuedge.edge.litert_latency import median_latency_ms
     from tpuedge.edge.litert_runtime import LiteRTRunner
     from tpuedge.quantize.auto import AutoCandidate, auto_report, auto_table, candidate_schemes, choose_recipe
@@ -52,9 +53,7 @@ def build_auto(
     with stage_progress(f"{program.name}: --quantize auto", total=len(schemes) + 1) as step:
         for scheme in schemes:
             step(f"{scheme}: convert and measure")
-            converted = program_to_tflite(
-                program, config.replace(scheme=scheme), calibration if scheme == "int8" else None, target=target
-            )
+            converted = convert_for_android(program, config.replace(scheme=scheme), calibration if scheme == "int8" else None)
             runner = LiteRTRunner(converted.tflite)
             outputs[scheme] = [runner.run(x) for x in samples]
             results[scheme] = check_budget(budget, reference, outputs[scheme], inputs=accuracy.kind, labels=labels)
