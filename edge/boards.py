@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["Board", "BOARDS", "resolve_board", "budget_check", "boards_that_fit", "RESERVE"]
+__all__ = ["check_int8_weights_fit", "Board", "BOARDS", "resolve_board", "budget_check", "boards_that_fit", "RESERVE"]
 
 # Share of flash/RAM left for the application, TFLM's kernels, stack and I/O buffers.
 RESERVE = 0.25
@@ -120,3 +120,22 @@ def budget_check(board: Board | None, model_bytes: int, arena_bytes: int) -> dic
         f"layers (flash scales with parameters, the arena with the largest pair of activations), a smaller input "
         f"resolution, or a bigger board ({where}; or set --flash-kb/--ram-kb)."
     )
+
+
+def check_int8_weights_fit(board: Board | None, parameters: int) -> None:
+    """Before any conversion: a model whose int8 weights alone (one byte per parameter, a lower
+    bound of its flash) exceed the board's flash, or every built-in board's when none is named,
+    is exit 2 with the numbers; the budget, not an op, is then its answer."""
+    boards = [board] if board is not None else list(BOARDS.values())
+    if any(parameters <= b.flash_budget for b in boards):
+        return
+    biggest = max(boards, key=lambda b: b.flash_budget)
+    what = f"{board.name} leaves {board.flash_budget:,}" if board is not None else (
+        f"the biggest built-in board, {biggest.name}, leaves {biggest.flash_budget:,}")
+    raise UserError(
+        f"The model does not fit {board.name if board is not None else 'any built-in board'}: its {parameters:,} "
+        f"parameters take at least {parameters / 2**20:.1f} MiB of flash as int8 weights, and {what} bytes "
+        f"({round(RESERVE * 100)}% is kept for firmware). Nothing was converted or written. Try: a smaller model "
+        "(fewer layers or channels, a distilled variant), --target android, or --flash-kb/--ram-kb for a bigger part."
+    )
+

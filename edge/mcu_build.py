@@ -72,7 +72,7 @@ class McuLowered:
         max_drop: float | None = None,
         allow_below_budget: bool = False,
     ):
-        from tpuedge.edge.boards import resolve_board
+        from tpuedge.edge.boards import check_int8_weights_fit, resolve_board
         from tpuedge.edge.c_array import symbols_for
         from tpuedge.edge.mcu_evaluation import evaluation_from
         from tpuedge.edge.mcu_capability import mcu_passes
@@ -90,6 +90,7 @@ class McuLowered:
             channels_last=True if channels_last is None else bool(channels_last),
             min_calibration_samples=_MIN_CALIBRATION,
         )
+        check_int8_weights_fit(self.board, program.parameter_count)  # the budget answers before any op
         problems = program.check("mcu")
         if problems:
             raise ProblemsError(

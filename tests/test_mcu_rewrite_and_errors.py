@@ -130,3 +130,28 @@ def test_the_shared_conversion_speaks_for_the_calling_target():
         float_tflite(program, target="mcu")
     source = Path(convert.__file__).read_text()
     assert '"android"' not in source and "'android'" not in source
+
+
+def test_a_model_whose_int8_weights_fit_no_board_is_told_so_before_its_ops(tmp_path):
+    """A 9M-parameter encoder with an embedding (no int8 kernel on TFLM): the answer is the flash
+    budget, not the op (old code: `aten.embedding.default: mcu has no lowering for this op`)."""
+    import torch
+
+    import tpuedge
+    from tpuedge.shared_ir.errors import UserError
+
+    class Big(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(30000, 300)
+
+        def forward(self, ids):
+            return self.embed(ids).mean(1)
+
+    program = tpuedge.export(Big().eval(), (torch.zeros(1, 8, dtype=torch.long),), name="big")
+    with pytest.raises(UserError, match=r"does not fit any built-in board: its 9,000,000 parameters .* esp32s3"):
+        program.lower("mcu", calibration=[[np.zeros((1, 8), np.int64)]] * 16)
+    with pytest.raises(UserError, match=r"does not fit rp2040"):
+        program.lower("mcu", board="rp2040", calibration=[[np.zeros((1, 8), np.int64)]] * 16)
+    assert program.check("mcu")  # the op is still reported by `check`, which knows no board
+    assert not (tmp_path / "out").exists()
