@@ -23,6 +23,7 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     """The IR passes every mcu build runs, in order."""
     from tpuedge.shared_ir.passes import PassManager
     from tpuedge.shared_ir.passes.casts import CanonicalCasts
+    from tpuedge.shared_ir.passes.clamp_bounds import OneSidedClamps
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
@@ -32,13 +33,13 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
-    from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
+    from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
 
     return PassManager(
         [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
-         HardSigmoidAsRelu6(), PowersAsProducts(), UnrollRecurrentLayers(),
-         DecomposeLSTMCell(), FlattenAsNHWC(), PReluAsMinimum()]
+         HardSigmoidAsRelu6(), PowersAsProducts(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
+         FlattenAsNHWC(), PReluAsMinimum()]
     )
 
 
