@@ -59,11 +59,13 @@ class TflmFailure:
 
     def user_error(self) -> UserError:
         """A kernel failure as what it is: the op, TFLM's words, and the way out."""
-        what = (
-            f"TFLite-Micro has no kernel for {self.op}"
-            if self.kind == "missing-kernel"
-            else f"TFLite-Micro's {self.op} kernel refused the model's int8 tensors"
-        )
+        if self.kind == "missing-kernel":
+            what = f"TFLite-Micro has no kernel for {self.op}"
+        elif "kMaxInputNum" in self.detail:  # TFLM's CONCATENATION/PACK take at most 10 inputs
+            what = (f"TFLite-Micro's {self.op} kernel takes at most 10 inputs and the model gives it more (a wide "
+                    "reflect/replicate padding becomes one slice per padded position)")
+        else:
+            what = f"TFLite-Micro's {self.op} kernel refused the model's int8 tensors"
         return UserError(
             f"{what} ({self.detail}), so the model can't run on a microcontroller; nothing was written. "
             f"Replace the PyTorch op that lowers to {self.op} (`tpuedge ops --target mcu` lists what runs in int8 "
@@ -80,7 +82,8 @@ def classify_tflm_error(error) -> TflmFailure:
         return TflmFailure("missing-kernel", missing.group(1), f"Didn't find op for builtin opcode '{missing.group(1)}'")
     failed = _KERNEL_FAILED.search(text)
     if failed:
-        why = next((line for line in lines if "!=" in line or "not supported" in line.lower()), failed.group(0))
+        why = next((line for line in lines if "!=" in line or "not supported" in line.lower() or "was not true" in line),
+                   failed.group(0))
         return TflmFailure("kernel", failed.group(1), why.split(": ", 1)[-1] if why.startswith("TFLite-Micro") else why)
     if _ALLOCATION.search(text):
         return TflmFailure("allocation", None, lines[0] if lines else "")

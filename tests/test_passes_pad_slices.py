@@ -75,3 +75,24 @@ def test_reflect_padded_cnn_builds_for_mcu_and_matches_float_in_tflm(tmp_path):
     ref, got = (ref - center).ravel(), (got - center).ravel()
     cos = float(ref @ got / np.linalg.norm(ref) / np.linalg.norm(got))
     assert cos > 0.98, cos
+
+
+def test_a_pad_wider_than_tflms_concatenation_says_so(tmp_path):
+    """silero-vad reflects 64 samples each side: one CONCATENATION of 129 inputs, which
+    TFLite-Micro refuses (at most 10). The error names that limit, not 'int8 tensors'."""
+    from tpuedge.shared_ir.errors import UserError
+
+    class WidePad(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(1, 4, 9, stride=4)
+
+        def forward(self, x):
+            return self.conv(F.pad(x, (24, 24), mode="reflect"))
+
+    torch.manual_seed(0)
+    program = tpuedge.export(WidePad().eval(), (torch.zeros(1, 1, 64),), name="wide_pad")
+    cal = [[x] for x in np.random.default_rng(0).standard_normal((40, 1, 1, 64)).astype(np.float32)]
+    with pytest.raises(UserError, match=r"CONCATENATION kernel takes at most 10 inputs .*kMaxInputNum"):
+        tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=cal)
+    assert not (tmp_path / "mcu").exists()
