@@ -1,0 +1,124 @@
+"""Op-coverage survey: `Program.check` for android, mcu and cloud-tpu over many architectures.
+
+    python bench/zoo.py --setup                  # once: torchvision + timm, privately
+    python bench/arch_survey.py                  # every architecture below (a few minutes)
+    python bench/arch_survey.py tv_swin_t timm_levit_128s
+
+Random-init torchvision and timm models at small input sizes: no conversion, no weights that
+matter, so it is cheap enough to run over dozens of architectures and find the ops a target
+refuses (or a check that raises) before anyone builds. The zoo (bench/zoo.py) then measures the
+models it finds worth building. Writes bench/results/arch_survey.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the checkout's tpuedge wins over an installed copy
+
+TARGETS = ("android", "mcu", "cloud-tpu")
+
+# name -> (library, constructor name, input side, constructor keyword arguments)
+ARCHITECTURES = {
+    "tv_densenet121": ("tv", "densenet121", 64, {}),
+    "tv_googlenet": ("tv", "googlenet", 64, {"aux_logits": False, "init_weights": True}),
+    "tv_inception_v3": ("tv", "inception_v3", 96, {"aux_logits": False, "init_weights": True}),
+    "tv_vit_b_16": ("tv", "vit_b_16", 224, {}),
+    "tv_swin_t": ("tv", "swin_t", 224, {}),
+    "tv_maxvit_t": ("tv", "maxvit_t", 224, {}),
+    "tv_convnext_tiny": ("tv", "convnext_tiny", 64, {}),
+    "tv_resnext50_32x4d": ("tv", "resnext50_32x4d", 64, {}),
+    "tv_efficientnet_v2_s": ("tv", "efficientnet_v2_s", 64, {}),
+    "tv_mobilenet_v3_large": ("tv", "mobilenet_v3_large", 96, {}),
+    "tv_mnasnet0_5": ("tv", "mnasnet0_5", 96, {}),
+    "tv_squeezenet1_1": ("tv", "squeezenet1_1", 96, {}),
+    "tv_alexnet": ("tv", "alexnet", 96, {}),
+    "tv_vgg11": ("tv", "vgg11", 64, {}),
+    "tv_lraspp_mobilenet_v3_large": ("tv.segmentation", "lraspp_mobilenet_v3_large", 96, {"weights_backbone": None}),
+    "tv_deeplabv3_mobilenet_v3_large": ("tv.segmentation", "deeplabv3_mobilenet_v3_large", 96, {"weights_backbone": None}),
+    "timm_ghostnet_100": ("timm", "ghostnet_100", 96, {}),
+    "timm_mobileone_s0": ("timm", "mobileone_s0", 96, {}),
+    "timm_levit_128s": ("timm", "levit_128s", 224, {}),
+    "timm_efficientvit_b0": ("timm", "efficientvit_b0", 224, {}),
+    "timm_lcnet_050": ("timm", "lcnet_050", 96, {}),
+    "timm_repvit_m1": ("timm", "repvit_m1", 224, {}),
+    "timm_fastvit_t8": ("timm", "fastvit_t8", 256, {}),
+    "timm_mixnet_s": ("timm", "mixnet_s", 96, {}),
+    "timm_regnetx_002": ("timm", "regnetx_002", 96, {}),
+    "timm_coat_tiny": ("timm", "coat_tiny", 224, {}),
+    "timm_poolformer_s12": ("timm", "poolformer_s12", 224, {}),
+    "timm_edgenext_xx_small": ("timm", "edgenext_xx_small", 256, {}),
+    "timm_mobilevitv2_050": ("timm", "mobilevitv2_050", 256, {}),
+    "timm_hgnetv2_b0": ("timm", "hgnetv2_b0", 224, {}),
+    "timm_tf_efficientnet_lite0": ("timm", "tf_efficientnet_lite0", 96, {}),
+    "timm_mobilenetv4_conv_small": ("timm", "mobilenetv4_conv_small", 96, {}),
+}
+
+
+def build(name: str):
+    import torch
+
+    from zoo_models import torchvision_models
+
+    library, arch, side, kwargs = ARCHITECTURES[name]
+    models = torchvision_models()
+    if library == "timm":
+        import timm
+
+        make = lambda: timm.create_model(arch, pretrained=False, **kwargs)  # noqa: E731
+    else:
+        namespace = models.segmentation if library == "tv.segmentation" else models
+        make = lambda: getattr(namespace, arch)(weights=None, **kwargs)  # noqa: E731
+    torch.manual_seed(0)
+    return make().eval(), (torch.randn(1, 3, side, side),)
+
+
+def survey(name: str) -> dict:
+    import tpuedge
+
+    start, row = time.perf_counter(), {"model": name}
+    try:
+        module, example = build(name)
+        program = tpuedge.export(module, example, name=name)
+        row["parameters"] = program.parameter_count
+        for target in TARGETS:
+            try:
+                row[target] = [f"{p.subject}: {p.message}" for p in program.check(target)]
+            except Exception as exc:  # noqa: BLE001 - a check that raises is a finding too
+                row[target] = [f"check raised {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"]
+    except Exception as exc:  # noqa: BLE001 - so is a model that does not export
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="*", help=f"default: all {len(ARCHITECTURES)}")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "arch_survey.json")
+    opts = parser.parse_args()
+    unknown = sorted(set(opts.models) - set(ARCHITECTURES))
+    if unknown:
+        parser.error(f"unknown architecture(s) {', '.join(unknown)}; known: {', '.join(ARCHITECTURES)}")
+    rows = []
+    for name in opts.models or list(ARCHITECTURES):
+        row = survey(name)
+        rows.append(row)
+        verdicts = [row["error"]] if "error" in row else [
+            f"{t}: {'ok' if not row[t] else '; '.join(p.split(':')[0] for p in row[t])}" for t in TARGETS]
+        print(f"{name:<34} {' | '.join(verdicts)}", flush=True)
+    clean = {t: sum(1 for r in rows if "error" not in r and not r[t]) for t in TARGETS}
+    print("clean: " + ", ".join(f"{t} {n}/{len(rows)}" for t, n in clean.items()))
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_text(json.dumps({"rows": rows, "clean": clean}, indent=1) + "\n")
+    print(f"wrote {opts.out}")
+
+
+if __name__ == "__main__":
+    main()
