@@ -20,26 +20,12 @@ from tpuedge.shared_ir.targets import BuildOption, Capability, Target
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["AndroidTarget", "AndroidLowered", "convert_for_android"]
+__all__ = ["AndroidTarget", "AndroidLowered"]
 
 # At most this many samples measure the post-build accuracy (see edge/accuracy_samples.py).
 ACCURACY_SAMPLES = 64
 GENERATED_SAMPLES = 8
 TOOLS = ("litert-torch", "litert-converter", "ai-edge-litert", "ai-edge-quantizer")
-
-
-def convert_for_android(program: "Program", config, calibration, **options: Any):
-    """program_to_tflite, with android's own IR rewrite for static int8: embedding tables as
-    gathers, stored in int8 (edge/convert.py:with_int8_tables); the recipe lists it."""
-    from tpuedge.edge.convert import program_to_tflite, with_int8_tables
-
-    rewrites: list[dict] = []
-    if config.scheme == "int8":
-        program, rewrites = with_int8_tables(program)
-    converted = program_to_tflite(program, config, calibration, target="android", **options)
-    if not rewrites:
-        return converted
-    return dataclasses.replace(converted, recipe={**converted.recipe, "ir_rewrites": rewrites})
 
 
 class AndroidTarget(Target):
@@ -226,6 +212,8 @@ class AndroidLowered:
             converted = dataclasses.replace(converted, recipe={**converted.recipe, "auto": auto_entry})
             runner = LiteRTRunner(converted.tflite)
         else:
+            from tpuedge.edge.android_convert import convert_for_android
+
             converted = convert_for_android(program, config, self.calibration, report_strict_cost=True)
             runner = LiteRTRunner(converted.tflite)
             outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
