@@ -49,7 +49,7 @@ def build_auto(
     built: dict[str, ConvertedModel] = {}
     outputs: dict[str, list] = {}
     results = {}
-    schemes = candidate_schemes(bool(calibration))
+    schemes = candidate_schemes(bool(calibration), config.integer_only)
     with stage_progress(f"{program.name}: --quantize auto", total=len(schemes) + 1) as step:
         for scheme in schemes:
             step(f"{scheme}: convert and measure")

@@ -80,6 +80,14 @@ class AndroidTarget(Target):
         return open_litert_artifact(Path(path))
 
 
+def _integer_request(config) -> str:
+    """What asked for static int8, in the user's flags."""
+    if config.scheme == "int8":
+        return "--quantize int8"
+    flags = [f for f, on in (("--strict-int8", config.strict_int8), ("--io-dtype int8", config.io_dtype == "int8")) if on]
+    return f"{' / '.join(flags)} (only static int8 gives it, so --quantize auto tries only that)"
+
+
 class AndroidLowered:
     """A program planned for android: config + validated calibration; `compile()` builds it."""
 
@@ -139,7 +147,7 @@ class AndroidLowered:
             )
         elif config.needs_calibration:
             raise UserError(
-                f"--quantize int8 needs calibration data to set activation ranges for {program.name}; pass "
+                f"{_integer_request(config)} needs calibration data to set activation ranges for {program.name}; pass "
                 "--calibration data.npz (arrays keyed by input name, first axis = samples), a .npy, a folder of "
                 "those, or module:function returning input tuples."
             )

@@ -61,8 +61,11 @@ def candidates_from_json(entry: dict) -> tuple[list[AutoCandidate], AutoCandidat
     return candidates, next((c for c in candidates if c.scheme == entry.get("chosen")), None)
 
 
-def candidate_schemes(has_calibration: bool) -> tuple[str, ...]:
-    """The schemes auto tries: without calibration data only those that need none."""
+def candidate_schemes(has_calibration: bool, integer_only: bool = False) -> tuple[str, ...]:
+    """The schemes auto tries: without calibration data only those that need none; for int8 I/O
+    or a strict int8 graph only static int8, the one scheme that gives them."""
+    if integer_only:
+        return ("int8",)
     return AUTO_SCHEMES if has_calibration else tuple(s for s in AUTO_SCHEMES if s != "int8")
 
 

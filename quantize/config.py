@@ -32,8 +32,9 @@ class QuantConfig:
         activations from calibration data), "auto" (the target builds each of those it can and
         keeps the smallest, then fastest, that meets the accuracy budget; see quantize/auto.py).
     io_dtype: "float32" (quantize/dequantize inside the model) or "int8" (the caller feeds and
-        reads int8 with the tensors' scale/zero point); int8 I/O needs scheme "int8".
-    strict_int8: every op int8, no int16 or float island (what MCUs need); scheme "int8" only.
+        reads int8 with the tensors' scale/zero point); int8 I/O needs scheme "int8" (or "auto",
+        which then tries only static int8).
+    strict_int8: every op int8, no int16 or float island (what MCUs need); scheme "int8" or "auto".
     per_channel: per-output-channel weight scales (False: one scale per tensor).
     channels_last: image inputs (rank 4) taken as NHWC instead of NCHW.
     min_calibration_samples: fewer samples than this is an error for scheme "int8".
@@ -54,12 +55,12 @@ class QuantConfig:
             raise UserError(f"Unknown quantization scheme {self.scheme!r}; choose one of: {', '.join(SCHEMES)}.")
         if self.io_dtype not in IO_DTYPES:
             raise UserError(f"Unknown I/O dtype {self.io_dtype!r}; choose one of: {', '.join(IO_DTYPES)}.")
-        if self.io_dtype == "int8" and self.scheme != "int8":
+        if self.io_dtype == "int8" and self.scheme not in ("int8", "auto"):
             raise UserError(
                 f"--io-dtype int8 needs integer activations, but the scheme is {self.scheme!r}; "
                 "use --quantize int8 with --calibration, or keep --io-dtype float32."
             )
-        if self.strict_int8 and self.scheme != "int8":
+        if self.strict_int8 and self.scheme not in ("int8", "auto"):
             raise UserError(
                 f"--strict-int8 forces a fully integer graph, which needs --quantize int8 (got {self.scheme!r}); "
                 "add --quantize int8 --calibration DATA or drop --strict-int8."
@@ -70,8 +71,13 @@ class QuantConfig:
             raise UserError(f"target_cosine must be in (0, 1], got {self.target_cosine}.")
 
     @property
+    def integer_only(self) -> bool:
+        """int8 I/O or a strict int8 graph: only static int8 can give it (auto then tries only that)."""
+        return self.strict_int8 or self.io_dtype == "int8"
+
+    @property
     def needs_calibration(self) -> bool:
-        return self.scheme == "int8"
+        return self.scheme == "int8" or (self.scheme == "auto" and self.integer_only)
 
     @property
     def uses_calibration(self) -> bool:

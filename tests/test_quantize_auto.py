@@ -85,3 +85,19 @@ def test_when_no_candidate_meets_the_budget_the_build_exits_1_with_the_table(out
     assert "no recipe --quantize auto tried meets the accuracy budget" in err
     assert all(s in err for s in ("int8", "dynamic-int8", "fp16", "none", "latency ms"))
     assert [p.name for p in out.iterdir()] == ["model.tflite"] and (out / "model.tflite").read_bytes() == b"previous"
+
+
+def test_int8_io_or_strict_int8_make_auto_try_static_int8_only(outlier):
+    """Before: `--io-dtype int8` without `--quantize int8` was exit 2 ('the scheme is auto')."""
+    import tpuedge
+    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.errors import UserError
+
+    program = load_program(f"{outlier / 'outlier.py'}:build")
+    cal = np.load(outlier / "cal.npy")
+    artifact = tpuedge.build(program, "android", outlier / "io8", io_dtype="int8", calibration=cal, min_cosine=0.0)
+    auto = artifact.manifest["recipe"]["auto"]
+    assert [c["scheme"] for c in auto["candidates"]] == ["int8"] and auto["chosen"] == "int8"
+    assert [t["dtype"] for t in artifact.manifest["tflite_io"]["inputs"]] == ["int8"]
+    with pytest.raises(UserError, match=r"--strict-int8 \(only static int8 gives it.*needs calibration data"):
+        program.lower("android", strict_int8=True)
