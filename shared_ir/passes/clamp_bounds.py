@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import built_in_place_of, call_functions, call_with_val, finish, replace_node
+from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
 __all__ = ["OneSidedClamps"]
 
@@ -37,23 +37,18 @@ class OneSidedClamps:
         import torch
 
         aten = torch.ops.aten
+        def rewrite(graph, node):
+            x, (lo, hi) = node.args[0], _bounds(node)
+            if hi is None:
+                return call_with_val(graph, aten.clamp_min.default, x, lo)
+            over = call_with_val(graph, aten.relu.default, call_with_val(graph, aten.sub.Tensor, x, hi))
+            return call_with_val(graph, aten.sub.Tensor, x, over)
+
         found = [n for n in call_functions(exported_program, {aten.clamp.default, aten.clamp_max.default})
                  if (lambda lo, hi: (lo is None) != (hi is None))(*_bounds(n))]
-        if not found:
+        ep, count = rewrite_calls(exported_program, found, rewrite)
+        if not count:
             return exported_program, PassResult(self.name, 0, "no one-sided clamp in the program")
-        ep = copy_program(exported_program)
-        graph = ep.graph_module.graph
-        names = {n.name for n in found}
-        for node in [n for n in graph.nodes if n.name in names]:
-            x, (lo, hi) = node.args[0], _bounds(node)
-            with built_in_place_of(node):
-                if hi is None:
-                    out = call_with_val(graph, aten.clamp_min.default, x, lo)
-                else:
-                    over = call_with_val(graph, aten.relu.default, call_with_val(graph, aten.sub.Tensor, x, hi))
-                    out = call_with_val(graph, aten.sub.Tensor, x, over)
-            replace_node(ep, node, out)
-        finish(ep)
         return ep, PassResult(
-            self.name, len(found), f"wrote {len(found)} one-sided clamp(s) as MAXIMUM or x - relu(x - max)"
+            self.name, count, f"wrote {count} one-sided clamp(s) as MAXIMUM or x - relu(x - max)"
         )

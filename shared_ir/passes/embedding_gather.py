@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import built_in_place_of, call_functions, call_with_val, finish, replace_node
+from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
 __all__ = ["EmbeddingAsGather"]
 
@@ -26,16 +26,10 @@ class EmbeddingAsGather:
         import torch
 
         aten = torch.ops.aten
-        found = call_functions(exported_program, {aten.embedding.default})
-        if not found:
+        def rewrite(graph, node):
+            return call_with_val(graph, aten.index.Tensor, node.args[0], [node.args[1]])  # table[ids]
+
+        ep, count = rewrite_calls(exported_program, call_functions(exported_program, {aten.embedding.default}), rewrite)
+        if not count:
             return exported_program, PassResult(self.name, 0, "no embedding in the program")
-        ep = copy_program(exported_program)
-        graph = ep.graph_module.graph
-        names = {n.name for n in found}
-        for node in [n for n in graph.nodes if n.name in names]:
-            table, ids = node.args[0], node.args[1]
-            with built_in_place_of(node):
-                out = call_with_val(graph, aten.index.Tensor, table, [ids])
-            replace_node(ep, node, out)
-        finish(ep)
-        return ep, PassResult(self.name, len(found), f"wrote {len(found)} embedding lookup(s) as gathers (int8 tables)")
+        return ep, PassResult(self.name, count, f"wrote {count} embedding lookup(s) as gathers (int8 tables)")

@@ -13,7 +13,8 @@ import math
 from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.passes import PassResult, copy_program
+from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.graph_edit import call_functions, rewrite_calls
 
 __all__ = ["GeluRewrite", "GELU_FORMS"]
 
@@ -39,30 +40,14 @@ class GeluRewrite:
         import torch
 
         aten = torch.ops.aten
-        gelus = [
-            n for n in exported_program.graph.nodes if n.op == "call_function" and n.target in (aten.gelu.default, aten.gelu_.default)
-        ]
-        if not gelus:
+        gelus = call_functions(exported_program, {aten.gelu.default, aten.gelu_.default})
+        ep, count = rewrite_calls(exported_program, gelus, lambda graph, node: self._emit(graph, aten, node.args[0]))
+        if not count:
             return exported_program, PassResult(self.name, 0, "no GELU in the program")
-        ep = copy_program(exported_program)
-        graph = ep.graph_module.graph
-        names = {n.name for n in gelus}
-        for node in [n for n in graph.nodes if n.name in names]:
-            x = node.args[0]
-            before = set(graph.nodes)
-            with graph.inserting_before(node):
-                out = self._emit(graph, aten, x)
-            for new in (n for n in graph.nodes if n not in before):
-                new.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack", "source_fn_stack")})
-                new.meta["val"] = node.meta.get("val")
-            node.replace_all_uses_with(out)
-            graph.erase_node(node)
-        graph.lint()
-        ep.graph_module.recompile()
         return ep, PassResult(
             self.name,
-            len(gelus),
-            f"rewrote {len(gelus)} GELU op(s) as {self.formula()} (TFLite-Micro has no GELU kernel)",
+            count,
+            f"rewrote {count} GELU op(s) as {self.formula()} (TFLite-Micro has no GELU kernel)",
             {"formula": self.formula()},
         )
 

@@ -6,11 +6,14 @@ output node must rename that output spec too, or the program no longer validates
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["replace_node", "finish", "call_functions", "built_in_place_of", "call_with_val", "SOURCE_META"]
+from tpuedge.shared_ir.passes import copy_program
+
+__all__ = ["replace_node", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "SOURCE_META"]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
 SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
@@ -71,3 +74,35 @@ def finish(ep: Any) -> Any:
     ep.graph_module.graph.lint()
     ep.graph_module.recompile()
     return ep
+
+
+def rewrite_calls(exported_program: Any, found: list, rewrite) -> tuple[Any, int]:
+    """The loop every rewriting pass shares: on a copy of the program, each node of `found`
+    (call_function nodes of `exported_program`) is replaced by what `rewrite(graph, node)`
+    builds in its place (`built_in_place_of`): one node, or a tuple whose items replace the
+    node's `getitem` users (LSTM: output, h, c); None leaves the node as it is.
+    Returns (program, how many were rewritten); the input program itself when none was."""
+    if not found:
+        return exported_program, 0
+    ep = copy_program(exported_program)
+    graph = ep.graph_module.graph
+    names = {n.name for n in found}
+    count = 0
+    for node in [n for n in graph.nodes if n.name in names]:
+        with built_in_place_of(node):
+            out = rewrite(graph, node)
+        if out is None:
+            continue
+        count += 1
+        if not isinstance(out, (tuple, list)):
+            replace_node(ep, node, out)
+            continue
+        for user in list(node.users):
+            if user.op == "call_function" and user.target is operator.getitem:
+                replace_node(ep, user, out[user.args[1]])
+        if not node.users:
+            graph.erase_node(node)
+    if not count:
+        return exported_program, 0
+    return finish(ep), count
+

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import built_in_place_of, call_functions, finish, replace_node
+from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.graph_edit import call_functions, rewrite_calls
 
 __all__ = ["HardSigmoidAsRelu6"]
 
@@ -24,19 +24,16 @@ class HardSigmoidAsRelu6:
         import torch
 
         aten = torch.ops.aten
+
+        def rewrite(graph, node):
+            shifted = graph.call_function(aten.add.Tensor, (node.args[0], 3.0))
+            clamped = graph.call_function(aten.hardtanh.default, (shifted, 0.0, 6.0))
+            return graph.call_function(aten.mul.Tensor, (clamped, 1.0 / 6.0))
+
         found = call_functions(exported_program, {aten.hardsigmoid.default, aten.hardsigmoid_.default})
-        if not found:
+        ep, count = rewrite_calls(exported_program, found, rewrite)
+        if not count:
             return exported_program, PassResult(self.name, 0, "no hardsigmoid in the program")
-        ep = copy_program(exported_program)
-        graph = ep.graph_module.graph
-        names = {n.name for n in found}
-        for node in [n for n in graph.nodes if n.name in names]:
-            with built_in_place_of(node):
-                shifted = graph.call_function(aten.add.Tensor, (node.args[0], 3.0))
-                clamped = graph.call_function(aten.hardtanh.default, (shifted, 0.0, 6.0))
-                out = graph.call_function(aten.mul.Tensor, (clamped, 1.0 / 6.0))
-            replace_node(ep, node, out)
-        finish(ep)
         return ep, PassResult(
-            self.name, len(found), f"wrote {len(found)} hardsigmoid(s) as relu6(x + 3) / 6 (int8 ADD with fused RELU6, MUL)"
+            self.name, count, f"wrote {count} hardsigmoid(s) as relu6(x + 3) / 6 (int8 ADD with fused RELU6, MUL)"
         )

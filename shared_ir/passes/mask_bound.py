@@ -109,8 +109,6 @@ class FiniteMaskBound:
         self.bound = float(bound)
 
     def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
-        import torch
-
         sources, carriers, softmaxes, sdpa = _ops()
         targets = [n for n in exported_program.graph.nodes if n.op == "call_function" and (
             (n.target in sources and any(_extreme(a) for i, a in enumerate(n.args) if i in sources[n.target])

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import SOURCE_META, call_functions, finish, replace_node
+from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.graph_edit import call_functions, rewrite_calls
 
 __all__ = ["PadAsSlices"]
 
@@ -58,27 +58,21 @@ class PadAsSlices:
         found = [
             n for n in call_functions(exported_program, ops) if _mode(n, ops) and all(p >= 0 for p in n.args[1])
         ]
-        if not found:
-            return exported_program, PassResult(self.name, 0, "no reflect/replicate/circular padding in the program")
-        ep = copy_program(exported_program)
-        graph = ep.graph_module.graph
-        names = {n.name for n in found}
         modes: dict[str, int] = {}
-        for node in [n for n in graph.nodes if n.name in names]:
+
+        def rewrite(graph, node):
             mode = _mode(node, ops)
             modes[mode] = modes.get(mode, 0) + 1
-            before = set(graph.nodes)
-            with graph.inserting_before(node):
-                out = self._emit(graph, node, mode)
-            for new in (n for n in graph.nodes if n not in before):
-                new.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
-            replace_node(ep, node, out)
-        finish(ep)
+            return self._emit(graph, node, mode)
+
+        ep, count = rewrite_calls(exported_program, found, rewrite)
+        if not count:
+            return exported_program, PassResult(self.name, 0, "no reflect/replicate/circular padding in the program")
         what = ", ".join(f"{m} x{c}" for m, c in sorted(modes.items()))
         return ep, PassResult(
             self.name,
-            len(found),
-            f"rewrote {len(found)} padding op(s) ({what}) as slices + concatenation (TFLite-Micro has no SELECT kernel)",
+            count,
+            f"rewrote {count} padding op(s) ({what}) as slices + concatenation (TFLite-Micro has no SELECT kernel)",
             {"modes": modes},
         )
 

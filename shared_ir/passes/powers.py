@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import built_in_place_of, call_with_val, call_functions, finish, replace_node
+from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
 __all__ = ["PowersAsProducts"]
 
@@ -61,31 +61,28 @@ class PowersAsProducts:
 
         aten = torch.ops.aten
         kinds = {aten.pow.Tensor_Scalar: "pow", aten.sqrt.default: "sqrt", aten.linalg_vector_norm.default: "2-norm"}
+        rewritten: dict[str, int] = {}
+
+        def rewrite(graph, node):
+            if node.target == aten.sqrt.default:
+                out = _sqrt(graph, aten, node.args[0])
+            elif node.target == aten.pow.Tensor_Scalar:
+                out = _power(graph, aten, node.args[0], node.args[1])
+            else:
+                out = _norm(graph, aten, node)
+            if out is not None:  # None: an exponent or norm with no int8 form here, left for the check to report
+                kind = kinds[node.target] if node.target != aten.pow.Tensor_Scalar else f"x**{node.args[1]:g}"
+                rewritten[kind] = rewritten.get(kind, 0) + 1
+            return out
+
         found = call_functions(exported_program, set(kinds))
         if not found:
             return exported_program, PassResult(self.name, 0, "no powers, square roots or norms in the program")
-        ep = copy_program(exported_program)
-        graph = ep.graph_module.graph
-        names = {n.name for n in found}
-        rewritten: dict[str, int] = {}
-        for node in [n for n in graph.nodes if n.name in names]:
-            with built_in_place_of(node):
-                if node.target == aten.sqrt.default:
-                    out = _sqrt(graph, aten, node.args[0])
-                elif node.target == aten.pow.Tensor_Scalar:
-                    out = _power(graph, aten, node.args[0], node.args[1])
-                else:
-                    out = _norm(graph, aten, node)
-            if out is None:  # an exponent or norm with no int8 form here: left for the check to report
-                continue
-            kind = kinds[node.target] if node.target != aten.pow.Tensor_Scalar else f"x**{node.args[1]:g}"
-            rewritten[kind] = rewritten.get(kind, 0) + 1
-            replace_node(ep, node, out)
-        if not rewritten:
+        ep, count = rewrite_calls(exported_program, found, rewrite)
+        if not count:
             return exported_program, PassResult(self.name, 0, "no power, square root or 2-norm it can rewrite")
-        finish(ep)
         what = ", ".join(f"{k} x{v}" for k, v in sorted(rewritten.items()))
         return ep, PassResult(
-            self.name, sum(rewritten.values()), f"wrote powers, square roots and 2-norms as MUL/RSQRT: {what}",
+            self.name, count, f"wrote powers, square roots and 2-norms as MUL/RSQRT: {what}",
             {"rewritten": rewritten},
         )

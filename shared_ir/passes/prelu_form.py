@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import built_in_place_of, call_functions, finish, replace_node
+from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
 __all__ = ["PReluAsMinimum"]
 
@@ -26,26 +26,20 @@ class PReluAsMinimum:
         import torch
 
         aten = torch.ops.aten
-        found = call_functions(exported_program, {aten.prelu.default})
-        if not found:
-            return exported_program, PassResult(self.name, 0, "no PReLU in the program")
-        ep = copy_program(exported_program)
-        graph = ep.graph_module.graph
-        names = {n.name for n in found}
-        for node in [n for n in graph.nodes if n.name in names]:
+        def rewrite(graph, node):
             x, weight = node.args[0], node.args[1]
             x_val, w_val = x.meta["val"], weight.meta["val"]
             # torch's PReLU: one slope per channel (dim 1), or one for all
             shape = [w_val.numel()] + [1] * (x_val.dim() - 2) if w_val.numel() > 1 else [1]
-            with built_in_place_of(node):
-                slope = graph.call_function(aten.reshape.default, (weight, shape))
-                positive = graph.call_function(aten.relu.default, (x,))
-                negative = graph.call_function(aten.sub.Tensor, (x, positive))  # min(x, 0)
-                scaled = graph.call_function(aten.mul.Tensor, (negative, slope))
-                out = graph.call_function(aten.add.Tensor, (positive, scaled))
-            slope.meta["val"] = w_val.reshape(shape)
-            replace_node(ep, node, out)
-        finish(ep)
+            slope = call_with_val(graph, aten.reshape.default, weight, shape)
+            positive = graph.call_function(aten.relu.default, (x,))
+            negative = graph.call_function(aten.sub.Tensor, (x, positive))  # min(x, 0)
+            scaled = graph.call_function(aten.mul.Tensor, (negative, slope))
+            return graph.call_function(aten.add.Tensor, (positive, scaled))
+
+        ep, count = rewrite_calls(exported_program, call_functions(exported_program, {aten.prelu.default}), rewrite)
+        if not count:
+            return exported_program, PassResult(self.name, 0, "no PReLU in the program")
         return ep, PassResult(
-            self.name, len(found), f"wrote {len(found)} PReLU(s) as relu(x) + w*min(x, 0) (no layer duplicated by the converter)"
+            self.name, count, f"wrote {count} PReLU(s) as relu(x) + w*min(x, 0) (no layer duplicated by the converter)"
         )

@@ -18,11 +18,10 @@ projections (`proj_size`), and inputs that are not [batch, time, features] / [ti
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
-from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import built_in_place_of, call_functions, call_with_val, finish, replace_node
+from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
 __all__ = ["UnrollRecurrentLayers", "lstm_step"]
 
@@ -109,30 +108,22 @@ class UnrollRecurrentLayers:
 
         aten = torch.ops.aten
         kinds = {aten.lstm.input: "lstm", aten.gru.input: "gru"}
+        unrolled: dict[str, int] = {}
+
+        def rewrite(graph, node):
+            results = _unroll(graph, aten, node, lstm=node.target == aten.lstm.input)
+            if results is not None:
+                unrolled[kinds[node.target]] = unrolled.get(kinds[node.target], 0) + 1
+            return results
+
         found = call_functions(exported_program, set(kinds))
         if not found:
             return exported_program, PassResult(self.name, 0, "no LSTM or GRU layer in the program")
-        ep = copy_program(exported_program)
-        graph = ep.graph_module.graph
-        names = {n.name for n in found}
-        unrolled: dict[str, int] = {}
-        for node in [n for n in graph.nodes if n.name in names]:
-            with built_in_place_of(node):
-                results = _unroll(graph, aten, node, lstm=node.target == aten.lstm.input)
-            if results is None:
-                continue
-            for user in list(node.users):
-                if user.op == "call_function" and user.target is operator.getitem:
-                    replace_node(ep, user, results[user.args[1]])
-            if not node.users:
-                graph.erase_node(node)
-            kind = kinds[node.target]
-            unrolled[kind] = unrolled.get(kind, 0) + 1
-        if not unrolled:
+        ep, count = rewrite_calls(exported_program, found, rewrite)
+        if not count:
             return exported_program, PassResult(self.name, 0, "no LSTM or GRU layer it can unroll")
-        finish(ep)
         what = ", ".join(f"{k} x{v}" for k, v in sorted(unrolled.items()))
         return ep, PassResult(
-            self.name, sum(unrolled.values()),
+            self.name, count,
             f"unrolled {what} over time into fully connected, logistic, tanh, mul and add", {"unrolled": unrolled},
         )
