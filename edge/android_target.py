@@ -219,14 +219,14 @@ class AndroidLowered:
             )
             converted = dataclasses.replace(converted, recipe={**converted.recipe, "auto": auto_entry})
             runner = LiteRTRunner(converted.tflite)
+            accuracy = compare_outputs(reference, outputs)
         else:
             from tpuedge.edge.android_convert import convert_for_android
 
             converted = convert_for_android(program, config, self.calibration, report_strict_cost=True)
             runner = LiteRTRunner(converted.tflite)
             outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
-        accuracy = compare_outputs(reference, outputs)
-        if config.scheme != "auto":
+            accuracy = compare_outputs(reference, outputs)
             budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
                 self.budget, name=program.name, target="android", reference=reference, candidate=outputs,
                 inputs=chosen.kind, labels=labels, recipe=converted.recipe, summary=accuracy,

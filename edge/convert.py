@@ -41,7 +41,6 @@ __all__ = [
     "clear_float_cache",
     "tflite_layout_inputs",
     "SEARCH_SAMPLES",
-    "with_int8_tables",
 ]
 
 # At most this many calibration samples are used to measure candidate recipes.
@@ -108,20 +107,6 @@ def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
         "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last) and _has_image_input(program)},
         lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
     ) if cache else lower_to_float_flatbuffer(program, channels_last=channels_last)
-
-
-def with_int8_tables(program: "Program") -> tuple["Program", list[dict]]:
-    """`program` with its embedding tables as gathers, which LiteRT's static int8 recipe stores
-    in int8 (shared_ir/passes/embedding_gather.py); same numbers, its own float model. Android's
-    static int8 builds use it; TFLite-Micro's int8 GATHER_ND over token ids does not run, so mcu
-    keeps the lookup (and refuses it in its check). Returns (program, the pass results)."""
-    from tpuedge.shared_ir.passes.embedding_gather import EmbeddingAsGather
-    from tpuedge.shared_ir.program import Program
-
-    ep, result = EmbeddingAsGather()(program.exported_program)
-    if not result.changed:
-        return program, []
-    return Program(ep, name=program.name), [result.to_json()]
 
 
 def _has_image_input(program: "Program") -> bool:
