@@ -122,10 +122,19 @@ def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray]) -> 
     raise InternalError(f"TFLite-Micro failed with a {arena_size}-byte arena for a reason other than its size: {error}") from error
 
 
-def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = ARENA_MARGIN) -> ArenaSize:
-    """Bisect the arena between a failing and a working size until they are ARENA_STEP apart."""
+def bisect_arena(tflite: bytes, sample: Sequence[np.ndarray], crashed: Sequence[int] = (), note=None) -> int:
+    """The smallest size (to ARENA_STEP) that allocates and runs; sizes in `crashed` count as
+    failing without a try, and `note(size)` hears of each size before it is tried."""
+
+    def fits(size: int) -> bool:
+        if size in crashed:
+            return False
+        if note is not None:
+            note(size)
+        return arena_fits(tflite, size, sample)
+
     hi = max(4096, ARENA_STEP * math.ceil(len(tflite) / ARENA_STEP))
-    while not arena_fits(tflite, hi, sample):
+    while not fits(hi):
         hi *= 2
         if hi > _CEILING:
             raise UserError(
@@ -136,11 +145,26 @@ def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = A
     while hi - lo > ARENA_STEP:
         mid = (lo + hi) // 2
         mid -= mid % 16  # TFLM aligns the arena to 16 bytes anyway
-        if arena_fits(tflite, mid, sample):
+        if fits(mid):
             hi = mid
         else:
             lo = mid
-    if not arena_fits(tflite, hi, sample):
-        raise InternalError(f"arena bisection ended on a size that does not run ({hi} bytes)")
-    recommended = 1024 * math.ceil(hi * (1 + margin) / 1024)
-    return ArenaSize(measured_bytes=hi, recommended_bytes=recommended, margin=margin)
+    return hi
+
+
+def recommended_size(measured: int, margin: float = ARENA_MARGIN) -> int:
+    return 1024 * math.ceil(measured * (1 + margin) / 1024)
+
+
+def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = ARENA_MARGIN) -> ArenaSize:
+    """Bisect the arena between a failing and a working size until they are ARENA_STEP apart.
+
+    The probes run in a child process (edge/arena_child.py): TFLite-Micro's host interpreter
+    crashes the process outright at some arena sizes (measured: a 3-layer MLP at exactly 2048
+    bytes, while 2304 fails cleanly and 3072 runs). A size that crashed counts as failing and
+    the bisection starts again without trying it; the recommended size must run too.
+    """
+    from tpuedge.edge.arena_child import probe_in_child
+
+    measured = probe_in_child(tflite, sample, margin)
+    return ArenaSize(measured_bytes=measured[0], recommended_bytes=measured[1], margin=margin)

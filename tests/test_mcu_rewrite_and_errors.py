@@ -155,3 +155,28 @@ def test_a_model_whose_int8_weights_fit_no_board_is_told_so_before_its_ops(tmp_p
         program.lower("mcu", board="rp2040", calibration=[[np.zeros((1, 8), np.int64)]] * 16)
     assert program.check("mcu")  # the op is still reported by `check`, which knows no board
     assert not (tmp_path / "out").exists()
+
+
+def test_arena_probe_survives_a_size_that_crashes_tflite_micro(tmp_path):
+    """TFLite-Micro's host interpreter segfaults on this 3-layer MLP's int8 model at exactly a
+    2048-byte arena (2304 fails cleanly, 3072 runs). Probed in this process, the build died
+    with the whole pytest run; the child-process probe takes the crash as a failing size."""
+    import json
+
+    import torch
+
+    from tpuedge.edge.tflm_runtime import TflmRunner
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 10)
+    ).eval()
+    rng = np.random.default_rng(0)
+    calibration = [(rng.random((1, 1, 8, 8), dtype=np.float32),) for _ in range(40)]
+    program = tpuedge.export(mlp, (torch.zeros(1, 1, 8, 8),))
+    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration, allow_below_budget=True)
+    arena = json.loads((tmp_path / "mcu" / "manifest.json").read_text())["arena"]
+    assert arena["measured_bytes"] != 2048 and arena["recommended_bytes"] >= arena["measured_bytes"]
+    sample = [np.zeros((1, 8, 8, 1), np.int8)]
+    TflmRunner((tmp_path / "mcu" / "model.tflite").read_bytes(), arena["recommended_bytes"]).run_raw(sample)
+    assert artifact.arena_bytes == arena["measured_bytes"]

@@ -1,0 +1,90 @@
+"""The arena bisection in a child process, so a TFLite-Micro crash is a failed size, not our end.
+
+Parent: `probe_in_child(tflite, sample, margin) -> (measured, recommended)`. It writes the model
+and the sample into a temporary folder and runs `main` there in a fresh interpreter
+(`sys.executable`, tpuedge importable as in this process). The child appends each size to
+`tried.txt` before trying it and writes `result.json` at the end: the sizes, or the UserError /
+InternalError it raised. A child killed by a signal crashed on the last size it wrote down;
+the parent starts it again with that size marked, at most `_MAX_CRASHES` times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tpuedge.shared_ir.errors import InternalError, UserError
+
+__all__ = ["probe_in_child", "main"]
+
+_MAX_CRASHES = 8
+_ERRORS = {"UserError": UserError, "InternalError": InternalError}
+
+
+def _child_env() -> dict[str, str]:
+    import tpuedge
+
+    root = str(Path(tpuedge.__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+
+
+def probe_in_child(tflite: bytes, sample: Sequence[np.ndarray], margin: float) -> tuple[int, int]:
+    crashed: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="tpuedge-arena-") as folder:
+        work = Path(folder)
+        (work / "model.tflite").write_bytes(tflite)
+        np.savez(work / "sample.npz", *[np.asarray(x) for x in sample])
+        while True:
+            (work / "request.json").write_text(json.dumps({"crashed": crashed, "margin": margin}))
+            for name in ("tried.txt", "result.json"):
+                (work / name).unlink(missing_ok=True)
+            done = subprocess.run(
+                [sys.executable, "-c", "from tpuedge.edge.arena_child import main; main()", folder],
+                env=_child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )
+            if (work / "result.json").is_file():
+                result = json.loads((work / "result.json").read_text())
+                if "error" in result:
+                    raise _ERRORS.get(result["error"], InternalError)(result["message"])
+                return result["measured"], result["recommended"]
+            tried = (work / "tried.txt").read_text().split() if (work / "tried.txt").is_file() else []
+            if done.returncode >= 0 or not tried or len(crashed) >= _MAX_CRASHES:
+                raise InternalError(
+                    f"the TFLite-Micro arena probe ended with exit code {done.returncode} and no result "
+                    f"(sizes that crashed it: {crashed or 'none'}). It printed:\n{done.stderr[-2000:]}"
+                )
+            crashed.append(int(tried[-1]))
+
+
+def main() -> None:
+    from tpuedge.edge.arena import arena_fits, bisect_arena, recommended_size
+
+    work = Path(sys.argv[1])
+    request = json.loads((work / "request.json").read_text())
+    crashed = set(request["crashed"])
+    tflite = (work / "model.tflite").read_bytes()
+    with np.load(work / "sample.npz") as data:
+        sample = [data[f"arr_{i}"] for i in range(len(data.files))]
+    with open(work / "tried.txt", "a") as tried:
+
+        def note(size: int) -> None:
+            tried.write(f"{size}\n")
+            tried.flush()
+
+        try:
+            measured = bisect_arena(tflite, sample, sorted(crashed), note)
+            recommended = recommended_size(measured, request["margin"])
+            while recommended in crashed or not (note(recommended) or arena_fits(tflite, recommended, sample)):
+                recommended += 1024  # the size we tell users to use must run, not only the measured one
+            result = {"measured": measured, "recommended": recommended}
+        except (UserError, InternalError) as exc:
+            result = {"error": type(exc).__name__, "message": str(exc)}
+    (work / "result.json").write_text(json.dumps(result))
