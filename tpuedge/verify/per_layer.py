@@ -32,7 +32,7 @@ from tpuedge.verify.runner import (
     single_torch_thread,
 )
 
-__all__ = ["LayerStat", "LayerReport", "layer_report", "accumulate_layers", "runtime_label", "DEFAULT_LAYER_SAMPLES"]
+__all__ = ["TfliteLayerSource", "LayerStat", "LayerReport", "layer_report", "accumulate_layers", "runtime_label", "DEFAULT_LAYER_SAMPLES"]
 
 DEFAULT_LAYER_SAMPLES = 64
 
@@ -121,7 +121,7 @@ def _tflite_path(artifact) -> Path:
     return path
 
 
-class _TfliteSource:
+class TfliteLayerSource:
     """LiteRT or TFLite-Micro with every intermediate tensor kept."""
 
     def __init__(self, model_bytes: bytes, program, layers: dict[str, IRLayer], *, micro: bool):
@@ -163,6 +163,15 @@ class _TfliteSource:
                 )
             self._interpreter.allocate_tensors()
 
+    @property
+    def graph(self):
+        return self._graph
+
+    @property
+    def candidates(self):
+        """`tflite_graph.TensorCandidates` of every runtime tensor that could be placed."""
+        return self._candidates
+
     def names(self) -> dict[str, str]:
         return {m.node: self._graph.tensors[m.tensor].name or f"tensor {m.tensor}" for m in self._matches}
 
@@ -180,7 +189,8 @@ class _TfliteSource:
             return affine.quantize(value, tensor.scale, tensor.zero_point, tensor.dtype, tensor.quantized_dimension, ties)
         return value.astype(tensor.dtype)
 
-    def _invoke(self, inputs: list[np.ndarray], tensors: list[int]) -> dict[int, np.ndarray]:
+    def tensor_values(self, inputs: list[np.ndarray], tensors: list[int]) -> dict[int, np.ndarray]:
+        """Dequantized values of runtime tensors `tensors` on one sample (IR-layout inputs)."""
         from tpuedge.verify.tflite_graph import dequantize
 
         it = self._interpreter
@@ -203,11 +213,11 @@ class _TfliteSource:
         """Settle which IR node each runtime tensor holds, by value on this one sample."""
         from tpuedge.verify.tflite_graph import resolve_matches
 
-        runtime = self._invoke(inputs, [c.tensor for c in self._candidates])
+        runtime = self.tensor_values(inputs, [c.tensor for c in self._candidates])
         self._matches = resolve_matches(self._graph, self._candidates, reference, runtime)
 
     def values(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
-        got = self._invoke(inputs, [m.tensor for m in self._matches])
+        got = self.tensor_values(inputs, [m.tensor for m in self._matches])
         return {
             m.node: np.transpose(got[m.tensor], inverse_permutation(m.perm)) if m.perm else got[m.tensor]
             for m in self._matches
@@ -217,7 +227,7 @@ class _TfliteSource:
 def _source_for(artifact, program, layers: dict[str, IRLayer]) -> _LayerSource:
     kind = getattr(artifact, "layer_runtime", None)
     if kind in ("litert", "tflite-micro"):
-        return _TfliteSource(_tflite_path(artifact).read_bytes(), program, layers, micro=kind == "tflite-micro")
+        return TfliteLayerSource(_tflite_path(artifact).read_bytes(), program, layers, micro=kind == "tflite-micro")
     if kind == "xla":
         from tpuedge.verify.cloud_layers import CloudLayerSource
 

@@ -21,7 +21,7 @@ from tpuedge.verify.runner import inverse_permutation, layout_permutation
 
 __all__ = [
     "TfliteTensor", "TfliteOp", "TfliteGraph", "TensorMatch", "TensorCandidates",
-    "read_graph", "match_tensors", "resolve_matches", "dequantize", "counterpart_nodes",
+    "read_graph", "match_tensors", "best_candidates", "resolve_matches", "dequantize", "counterpart_nodes",
 ]
 
 # Relative error (|got - ref| / |ref|) above which a runtime tensor is taken to hold another
@@ -252,21 +252,17 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
     return sorted(found.values(), key=lambda c: _position(graph, c.tensor))
 
 
-def resolve_matches(
-    graph: TfliteGraph,
-    found: list[TensorCandidates],
-    reference: dict[str, np.ndarray],
-    runtime: dict[int, np.ndarray],
-) -> list[TensorMatch]:
-    """Pick each tensor's node by value on one sample, then keep one tensor per node.
+def best_candidates(
+    found: list[TensorCandidates], reference: dict[str, np.ndarray], runtime: dict[int, np.ndarray]
+) -> dict[int, tuple[str, tuple[int, ...]]]:
+    """Per runtime tensor, the candidate (node, perm) whose value is closest on one sample.
 
-    `runtime` holds the dequantized tensors of that sample. Among candidates the closest
-    value wins (ties go to the later node: a fused op yields its last node's value). A node
-    keeps the LAST tensor that holds it: an op lowered to several ops (LayerNorm as mean, sub,
-    mul, ...) yields its value in the group's last tensor; a quantized input's QUANTIZE output
-    comes after the float input; layout copies hold the same value anyway.
+    `runtime` holds the dequantized tensors of that sample. Ties go to the later node: a fused
+    op yields its last node's value. A tensor further from its best candidate than zero is
+    holds none of them (a value the converter changed on the way: a softmax scale folded into
+    the q/k projections, a key kept in another layout) and is left out.
     """
-    chosen: dict[str, TensorMatch] = {}
+    best_of: dict[int, tuple[str, tuple[int, ...]]] = {}
     for entry in found:
         value = runtime.get(entry.tensor)
         best, best_err = None, np.inf
@@ -281,11 +277,25 @@ def resolve_matches(
             err = float(np.linalg.norm(got - ref)) / scale
             if err <= best_err * (1 + 1e-6) + 1e-12:
                 best, best_err = (name, perm), min(err, best_err)
-        # a tensor further from its best candidate than zero is holds none of them: a value the
-        # converter changed on the way (a softmax scale folded into the q/k projections, a
-        # transpose of a key it keeps in another layout); comparing it would report a fake error
         if best is not None and best_err <= _UNRELATED:
-            chosen[best[0]] = TensorMatch(entry.tensor, best[0], best[1])
+            best_of[entry.tensor] = best
+    return best_of
+
+
+def resolve_matches(
+    graph: TfliteGraph,
+    found: list[TensorCandidates],
+    reference: dict[str, np.ndarray],
+    runtime: dict[int, np.ndarray],
+) -> list[TensorMatch]:
+    """Pick each tensor's node by value on one sample (`best_candidates`), then keep one tensor
+    per node: the LAST that holds it. An op lowered to several ops (LayerNorm as mean, sub,
+    mul, ...) yields its value in the group's last tensor; a quantized input's QUANTIZE output
+    comes after the float input; layout copies hold the same value anyway.
+    """
+    chosen: dict[str, TensorMatch] = {}
+    for tensor, (name, perm) in best_candidates(found, reference, runtime).items():
+        chosen[name] = TensorMatch(tensor, name, perm)
     return list(chosen.values())
 
 
