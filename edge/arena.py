@@ -1,6 +1,7 @@
-"""The tensor arena, measured: the smallest `arena_size` TFLite-Micro allocates AND runs with.
+"""The tensor arena: the smallest `arena_size` TFLite-Micro allocates AND runs with.
 
-Bisection to `ARENA_STEP` bytes on the host interpreter, then a recommended size with a stated
+This module probes in the calling process; `edge/arena_probe.measure_arena` runs it in a child
+process, which is what builds use. Bisection to `ARENA_STEP` bytes on the host interpreter, then a recommended size with a stated
 margin (host pointers are 64-bit, so host needs are an upper bound for the tensor data, but
 vendor kernels (CMSIS-NN, ESP-NN) may ask for extra scratch buffers).
 
@@ -20,7 +21,9 @@ import numpy as np
 
 from tpuedge.shared_ir.errors import InternalError, UserError
 
-__all__ = ["ArenaSize", "TflmFailure", "classify_tflm_error", "measure_arena", "arena_fits", "ARENA_STEP", "ARENA_MARGIN"]
+__all__ = [
+    "ArenaSize", "TflmFailure", "classify_tflm_error", "arena_fits", "bisect_arena", "recommended_size", "ARENA_STEP", "ARENA_MARGIN",
+]
 
 ARENA_STEP = 256
 ARENA_MARGIN = 0.10  # recommended = measured * (1 + margin), rounded up to 1 KiB
@@ -154,17 +157,3 @@ def bisect_arena(tflite: bytes, sample: Sequence[np.ndarray], crashed: Sequence[
 
 def recommended_size(measured: int, margin: float = ARENA_MARGIN) -> int:
     return 1024 * math.ceil(measured * (1 + margin) / 1024)
-
-
-def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = ARENA_MARGIN) -> ArenaSize:
-    """Bisect the arena between a failing and a working size until they are ARENA_STEP apart.
-
-    The probes run in a child process (edge/arena_child.py): TFLite-Micro's host interpreter
-    crashes the process outright at some arena sizes (measured: a 3-layer MLP at exactly 2048
-    bytes, while 2304 fails cleanly and 3072 runs). A size that crashed counts as failing and
-    the bisection starts again without trying it; the recommended size must run too.
-    """
-    from tpuedge.edge.arena_child import probe_in_child
-
-    measured = probe_in_child(tflite, sample, margin)
-    return ArenaSize(measured_bytes=measured[0], recommended_bytes=measured[1], margin=margin)

@@ -134,7 +134,7 @@ class McuLowered:
 
     # ---- the build ----------------------------------------------------------------------
     def compile(self, out_dir: Any = None) -> "McuArtifact":
-        from tpuedge.edge.arena import measure_arena
+        from tpuedge.edge.arena_probe import measure_arena
         from tpuedge.edge.boards import budget_check
         from tpuedge.edge.c_array import model_data_cc, model_data_h
         from tpuedge.edge.mcu_artifact import McuArtifact

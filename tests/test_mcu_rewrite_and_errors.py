@@ -81,7 +81,7 @@ def test_a_kernel_failure_is_reported_as_the_op_not_as_arena_size():
     """TFLM's int8 NEG kernel refuses int8 tensors at any arena size: the bisection must say so."""
     from tflm_single_op import single_op_model
 
-    from tpuedge.edge.arena import measure_arena
+    from tpuedge.edge.arena_probe import measure_arena
 
     with pytest.raises(tpuedge.UserError) as err:
         measure_arena(single_op_model("NEG"), [np.array([[-40, -3, 5, 60]], np.int8)])

@@ -1,7 +1,9 @@
-"""The arena bisection in a child process, so a TFLite-Micro crash is a failed size, not our end.
+"""`measure_arena`: the arena bisection (edge/arena.py) in a child process, so a TFLite-Micro
+crash is a failed size, not the end of the build.
 
-Parent: `probe_in_child(tflite, sample, margin) -> (measured, recommended)`. It writes the model
-and the sample into a temporary folder and runs `main` there in a fresh interpreter
+TFLite-Micro's host interpreter crashes the process outright at some arena sizes (measured: a
+3-layer MLP at exactly 2048 bytes, while 2304 fails cleanly and 3072 runs). The parent writes
+the model and the sample into a temporary folder and runs `main` there in a fresh interpreter
 (`sys.executable`, tpuedge importable as in this process). The child appends each size to
 `tried.txt` before trying it and writes `result.json` at the end: the sizes, or the UserError /
 InternalError it raised. A child killed by a signal crashed on the last size it wrote down;
@@ -20,23 +22,25 @@ from pathlib import Path
 
 import numpy as np
 
+from tpuedge.edge.arena import ARENA_MARGIN, ArenaSize, arena_fits, bisect_arena, recommended_size
 from tpuedge.shared_ir.errors import InternalError, UserError
 
-__all__ = ["probe_in_child", "main"]
+__all__ = ["measure_arena", "main"]
 
 _MAX_CRASHES = 8
 _ERRORS = {"UserError": UserError, "InternalError": InternalError}
 
 
 def _child_env() -> dict[str, str]:
-    import tpuedge
-
-    root = str(Path(tpuedge.__file__).resolve().parent.parent)
+    # the tpuedge this process runs (a checkout or an install) is the one the child imports
+    root = str(Path(sys.modules["tpuedge"].__file__).resolve().parent.parent)
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
 
 
-def probe_in_child(tflite: bytes, sample: Sequence[np.ndarray], margin: float) -> tuple[int, int]:
+def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = ARENA_MARGIN) -> ArenaSize:
+    """Bisect the arena to ARENA_STEP bytes; a size that crashed TFLite-Micro counts as failing,
+    and the recommended size (measured + margin) is checked to run as well."""
     crashed: list[int] = []
     with tempfile.TemporaryDirectory(prefix="tpuedge-arena-") as folder:
         work = Path(folder)
@@ -47,14 +51,14 @@ def probe_in_child(tflite: bytes, sample: Sequence[np.ndarray], margin: float) -
             for name in ("tried.txt", "result.json"):
                 (work / name).unlink(missing_ok=True)
             done = subprocess.run(
-                [sys.executable, "-c", "from tpuedge.edge.arena_child import main; main()", folder],
+                [sys.executable, "-c", "from tpuedge.edge.arena_probe import main; main()", folder],
                 env=_child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             )
             if (work / "result.json").is_file():
                 result = json.loads((work / "result.json").read_text())
                 if "error" in result:
                     raise _ERRORS.get(result["error"], InternalError)(result["message"])
-                return result["measured"], result["recommended"]
+                return ArenaSize(measured_bytes=result["measured"], recommended_bytes=result["recommended"], margin=margin)
             tried = (work / "tried.txt").read_text().split() if (work / "tried.txt").is_file() else []
             if done.returncode >= 0 or not tried or len(crashed) >= _MAX_CRASHES:
                 raise InternalError(
@@ -65,8 +69,6 @@ def probe_in_child(tflite: bytes, sample: Sequence[np.ndarray], margin: float) -
 
 
 def main() -> None:
-    from tpuedge.edge.arena import arena_fits, bisect_arena, recommended_size
-
     work = Path(sys.argv[1])
     request = json.loads((work / "request.json").read_text())
     crashed = set(request["crashed"])
