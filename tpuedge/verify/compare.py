@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.verify import DEFAULT_MIN_COSINE
