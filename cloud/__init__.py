@@ -3,6 +3,7 @@
     step = tpuedge.cloud.train_step(model, loss_fn, optimizer, example_batch, mesh=None)
     loss = step(*batch)
     step.sync_to(model)
+    step = tpuedge.cloud.train_step(..., quantize="int8")   # quantization-aware: step.program() has trained ranges
 
     jp = tpuedge.cloud.to_jax(program)          # pure (params, buffers, *inputs, rng_key) -> (new_buffers, outputs)
 
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["train_step", "TrainStep", "to_jax", "JaxProgram"]
+__all__ = ["train_step", "TrainStep", "QatConfig", "to_jax", "JaxProgram"]
 
 _LAZY = {
-    "train_step": "tpuedge.cloud.train",
+    "train_step": "tpuedge.cloud.train_api",
     "TrainStep": "tpuedge.cloud.train",
+    "QatConfig": "tpuedge.cloud.qat",
     "to_jax": "tpuedge.cloud.interpreter",
     "JaxProgram": "tpuedge.cloud.interpreter",
 }

@@ -108,7 +108,11 @@ class JaxProgram:
         rng_key: Any = None,
     ) -> tuple[dict[str, jax.Array], list[jax.Array]]:
         """(params, buffers, *inputs, rng_key) -> (new_buffers, outputs). Pure; jit it freely."""
-        results = self._run(params, buffers, inputs, rng_key, record=None)
+        return self.call_transformed(params, buffers, *inputs, rng_key=rng_key)
+
+    def call_transformed(self, params, buffers, *inputs: Any, rng_key: Any = None, transform=None):
+        """`__call__` with a value hook (see `_run`); pure as long as `transform` is."""
+        results = self._run(params, buffers, inputs, rng_key, record=None, transform=transform)
         new_buffers = dict(buffers)
         for index, name in self._mutation_outputs:
             new_buffers[name] = results[index]
@@ -147,7 +151,11 @@ class JaxProgram:
             self._jit_cache = jax.jit(self.__call__)
         return self._jit_cache
 
-    def _run(self, params, buffers, inputs, rng_key, record):
+    def _run(self, params, buffers, inputs, rng_key, record, transform=None):
+        """`transform(kind, key, value) -> value`, when given, sees every parameter ("param",
+        state name), user input ("input", its name) and node value ("node", the captured
+        program's node name, or "<original>/<decomposed>" for a decomposition's helpers) and
+        may replace it: the hook quantization-aware training fakes int8 through."""
         if len(inputs) != len(self.inputs):
             raise UserError(f"The program takes {len(self.inputs)} input(s) but got {len(inputs)}.")
         graph = self.exported_program.graph
@@ -156,13 +164,13 @@ class JaxProgram:
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         for node, slot in zip(placeholders, self._slots):
             if slot.kind == "param":
-                env[node] = params[slot.name]
+                env[node] = params[slot.name] if transform is None else transform("param", slot.name, params[slot.name])
             elif slot.kind == "buffer":
                 env[node] = buffers[slot.name]
             elif slot.kind == "constant":
                 env[node] = self.constants[slot.name]
             elif slot.kind == "input":
-                env[node] = next(user)
+                env[node] = next(user) if transform is None else transform("input", slot.name, next(user))
             else:
                 env[node] = None
         outputs = None
@@ -197,6 +205,8 @@ class JaxProgram:
                         f"({node_source(node) or 'no source line'}): {type(exc).__name__}: {exc}"
                     ) from exc
                 value = _as_torch_typed(value, node)
+            if transform is not None:
+                value = transform("node", self._intermediate_keys.get(node.name, node.name), value)
             env[node] = value
             if record is not None:
                 record[self._intermediate_keys.get(node.name, node.name)] = value

@@ -140,8 +140,16 @@ class AndroidLowered:
         problems = program.check("android")
         if problems:
             raise ProblemsError(f"{program.name} has {len(problems)} problem(s) for android; nothing was written:", problems)
+        from tpuedge.edge.mcu_evaluation import evaluation_from
+
+        evaluation = evaluation_from(eval, program)
         samples = None
-        if calibration is not None:
+        trained = program.activation_ranges is not None and config.scheme == "int8" and calibration is None
+        if trained:  # every range from training; the --eval inputs only fill the build's checks
+            from tpuedge.edge.trained_ranges import trained_range_samples
+
+            samples = trained_range_samples(program, evaluation, "android")
+        elif calibration is not None:
             samples = load_calibration(
                 calibration, program, min_samples=config.min_calibration_samples if config.uses_calibration else 1
             )
@@ -151,9 +159,6 @@ class AndroidLowered:
                 "--calibration data.npz (arrays keyed by input name, first axis = samples), a .npy, a folder of "
                 "those, or module:function returning input tuples."
             )
-        from tpuedge.edge.mcu_evaluation import evaluation_from
-
-        evaluation = evaluation_from(eval, program)
         budget = AccuracyBudget.from_options(
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
             has_labels=evaluation is not None and evaluation.labels is not None,
@@ -164,6 +169,8 @@ class AndroidLowered:
 
             samples, held_out = split_calibration(samples, config.min_calibration_samples)
         source = calibration if isinstance(calibration, (str, Path)) else (None if calibration is None else "in-memory")
+        if trained:
+            from tpuedge.edge.trained_ranges import TRAINED_RANGES_SOURCE as source
         return cls(program, config, samples, None if source is None else str(source), held_out, evaluation, budget)
 
     def as_text(self) -> str:
@@ -178,6 +185,12 @@ class AndroidLowered:
             f"{len(self.calibration) if self.calibration else 0} sample(s)\n"
         )
         return head + ep.graph_module.print_readable(print_output=False)
+
+    @property
+    def uses_trained_ranges(self) -> bool:
+        from tpuedge.edge.trained_ranges import TRAINED_RANGES_SOURCE
+
+        return self.calibration_source == TRAINED_RANGES_SOURCE
 
     def _accuracy_samples(self):
         """(the samples the build measures on, their labels or None): see edge/accuracy_samples.py."""
@@ -223,7 +236,9 @@ class AndroidLowered:
         else:
             from tpuedge.edge.android_convert import convert_for_android
 
-            converted = convert_for_android(program, config, self.calibration, report_strict_cost=True)
+            trained = program.activation_ranges if self.uses_trained_ranges else None
+            converted = convert_for_android(program, config, self.calibration, report_strict_cost=trained is None,
+                                            trained_ranges=trained)
             runner = LiteRTRunner(converted.tflite)
             outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
             accuracy = compare_outputs(reference, outputs)
@@ -231,7 +246,7 @@ class AndroidLowered:
                 self.budget, name=program.name, target="android", reference=reference, candidate=outputs,
                 inputs=chosen.kind, labels=labels, recipe=converted.recipe, summary=accuracy,
             )
-        if converted.config.needs_calibration:
+        if converted.config.needs_calibration and not self.uses_trained_ranges:
             chosen = chosen.with_calibration_used(len(self.calibration or []))
         summary = summarize_tflite(converted.tflite)
 

@@ -23,7 +23,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -138,6 +138,7 @@ def program_to_tflite(
     *,
     report_strict_cost: bool = False,
     target: str | None = None,
+    trained_ranges: Any = None,
 ) -> ConvertedModel:
     """Lower `program` to LiteRT and quantize it per `config` (see the module docstring).
 
@@ -145,6 +146,8 @@ def program_to_tflite(
     recipe["strict_int8_cost"], what the mixed int8/int16/float recipe scores on the same
     samples next to the strict one (costs one search; a target that reports that cost asks for it).
     target: the calling target's name, for its messages and its check when litert-torch fails.
+    trained_ranges: the ActivationRanges a quantization-aware training gave the program (int8
+    only): they replace the calibrated range of every tensor they reach, and no per-op search runs.
     """
     if config.scheme == "auto":  # a choice among conversions, made by the target (edge/android_auto.py)
         raise InternalError("program_to_tflite converts one scheme; resolve --quantize auto with edge.android_auto.build_auto")
@@ -186,6 +189,8 @@ def program_to_tflite(
     all_int8 = quantizer_recipe(config)
     with stage_progress(f"{program.name}: calibration on {len(cal_samples)} sample(s)"):
         quantize.calibrate(all_int8, cal_samples)
+    if trained_ranges is not None:
+        return _with_trained_ranges(program, config, quantize, base, calibration, trained_ranges, recipe)
 
     eval_samples = calibration[:SEARCH_SAMPLES]
     reference = functools.cache(lambda: [program.run(*s) for s in eval_samples])  # not run when every candidate is cached
@@ -252,6 +257,28 @@ def program_to_tflite(
         recipe["search"]["evaluations"] = len(measured)
         recipe["search"]["candidates"] = _candidates(measured)
     return ConvertedModel(final, recipe, base, config)
+
+
+def _with_trained_ranges(program, config, quantize, base: bytes, calibration, trained, recipe: dict) -> ConvertedModel:
+    """All int8, with every activation range the trained one (a tensor none reaches is an error)."""
+    from tpuedge.edge.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.trained_ranges import require_complete, tensor_ranges
+    from tpuedge.shared_ir.cache_keys import cached_stage, data_digest
+
+    placed = tensor_ranges(base, program, trained)
+    require_complete(placed, program.name)  # so the samples the build checks on set no range
+    quantize.override_ranges(placed.ranges)
+    entries = quantizer_recipe(config)
+    parts = {"float": hashlib.sha256(base).hexdigest(), "recipe": entries, "ranges": trained.digest,
+             "calibration": data_digest(calibration)}
+    data = cached_stage("quantized", parts, lambda: quantize(entries))
+    recipe.update({
+        "quantizer": "ai-edge-quantizer",
+        "quantizer_recipe": entries,
+        "activation_ranges": {"source": trained.source, "sha256": trained.digest, **placed.summary()},
+        "non_int8_ops": [],
+    })
+    return ConvertedModel(data, recipe, base, config)
 
 
 def _strict_cost(strict, mixed, mixed_plan, samples: int) -> dict:

@@ -36,12 +36,12 @@ def _r(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def strict_int8_tflite(rewritten: "Program", config, calibration) -> tuple[Any, bytes, list[int]]:
+def strict_int8_tflite(rewritten: "Program", config, calibration, trained_ranges=None) -> tuple[Any, bytes, list[int]]:
     """(converted, tflite with every buffer inline, indices of the buffers moved inline)."""
     from tpuedge.edge.convert import program_to_tflite
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
 
-    converted = program_to_tflite(rewritten, config, calibration, target="mcu")
+    converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges)
     moved = external_buffers(converted.tflite)
     tflite = inline_buffers(converted.tflite)
     if external_buffers(tflite):
@@ -99,16 +99,21 @@ class McuLowered:
             )
         ep, self.pass_results = mcu_passes(gelu or "sigmoid").run(program.exported_program)
         self.rewritten = Program(ep, name=program.name) if any(r.changed for r in self.pass_results) else program
-        if calibration is None:
+        # explicit only: no evaluation data is guessed from the calibration's module
+        self.evaluation = evaluation_from(eval, program)
+        self.calibration_source = str(calibration) if isinstance(calibration, (str, Path)) else type(calibration).__name__
+        if calibration is None and program.activation_ranges is not None:
+            from tpuedge.edge.trained_ranges import TRAINED_RANGES_SOURCE, trained_range_samples
+
+            calibration = trained_range_samples(program, self.evaluation, "mcu")
+            self.calibration_source = TRAINED_RANGES_SOURCE
+        elif calibration is None:
             raise UserError(
                 "The mcu target is always full int8 and needs calibration data to set activation ranges: pass "
                 "--calibration data.npz (arrays keyed by input name, samples on the first axis), a .npy, a folder, "
                 "or module:function returning input tuples (e.g. examples/digits/model.py:calibration)."
             )
         self.calibration = load_calibration(calibration, program, min_samples=_MIN_CALIBRATION)
-        self.calibration_source = str(calibration) if isinstance(calibration, (str, Path)) else type(calibration).__name__
-        # explicit only: no evaluation data is guessed from the calibration's module
-        self.evaluation = evaluation_from(eval, program)
         self.budget = AccuracyBudget.from_options(
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
             has_labels=self.evaluation is not None and self.evaluation.labels is not None,
@@ -146,7 +151,7 @@ class McuLowered:
 
         name = self.program.name
         out_dir = Path(out_dir) if out_dir is not None else Path("build") / name / "mcu"
-        converted, tflite, moved = strict_int8_tflite(self.rewritten, self.config, self.calibration)
+        converted, tflite, moved = strict_int8_tflite(self.rewritten, self.config, self.calibration, self.program.activation_ranges)
         ops = ops_used(tflite)
         self._check_tflm_ops(ops)
         self._check_integer_only(tflite)

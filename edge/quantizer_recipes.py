@@ -174,6 +174,16 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
             "calibration", parts, statistics, encode=encode_array_tree, decode=decode_array_tree
         )
 
+    def override_ranges(self, ranges: dict[str, tuple[float, float]]) -> None:
+        """Replace calibrated [min, max] of the named tensors (trained ranges; after `calibrate`)."""
+        import numpy as np
+
+        qsvs = dict(self._calibration)
+        for name, (lo, hi) in ranges.items():
+            shape = np.shape(qsvs[name]["min"]) if name in qsvs else (1,)
+            qsvs[name] = {**qsvs.get(name, {}), "min": np.full(shape, lo, np.float32), "max": np.full(shape, hi, np.float32)}
+        self._calibration = qsvs
+
     def __call__(self, recipe: list[dict]) -> bytes:
         self._quantizer.load_quantization_recipe(recipe)
         # enable_progress_bar does not reach its transformation step, which draws a bar on

@@ -44,9 +44,16 @@ def _output_names(ep, count: int) -> list[str]:
 class Program:
     """The shared IR both backends consume. Immutable in use: stages return new objects."""
 
-    def __init__(self, exported_program, *, name: str = "model"):
+    def __init__(self, exported_program, *, name: str = "model", activation_ranges=None):
         self.exported_program = exported_program
         self.name = name
+        # trained int8 ranges keyed by IR node (quantize.activation_ranges.ActivationRanges), or
+        # None; not part of the fingerprint (graph and weights), so float stages are shared
+        self.activation_ranges = activation_ranges
+
+    def with_activation_ranges(self, ranges) -> "Program":
+        """This program carrying `ranges`: int8 edge builds use them instead of calibrating."""
+        return Program(self.exported_program, name=self.name, activation_ranges=ranges)
 
     # ---- interface -------------------------------------------------------------------
     @cached_property
@@ -187,6 +194,7 @@ class Program:
             "inputs": [s.to_json() for s in self.inputs],
             "outputs": [s.to_json() for s in self.outputs],
             "parameter_count": self.parameter_count,
+            **({"activation_ranges": self.activation_ranges.to_json()} if self.activation_ranges else {}),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -229,7 +237,12 @@ class Program:
                 f"{str(exc).splitlines()[0] if str(exc) else ''}); re-create it with `tpuedge export`."
             ) from exc
         meta = json.loads(extra[_META_FILE]) if extra.get(_META_FILE) else {}
-        program = cls(ep, name=meta.get("name") or path.stem)
+        ranges = None
+        if meta.get("activation_ranges"):
+            from tpuedge.quantize.activation_ranges import ActivationRanges
+
+            ranges = ActivationRanges.from_json(meta["activation_ranges"])
+        program = cls(ep, name=meta.get("name") or path.stem, activation_ranges=ranges)
         if meta.get("fingerprint") and meta["fingerprint"] != program.fingerprint:
             raise UserError(
                 f"{path} was modified after it was saved: its content fingerprint no longer matches "

@@ -1,0 +1,67 @@
+"""Fake int8 in the JAX lowering: the edge targets' int8 scheme, differentiable.
+
+- weights: per-output-channel symmetric int8, scale = max|w| / 127, values rounded and clamped
+  to [-127, 127];
+- activations: asymmetric per-tensor int8 over a range (`quantize.activation_ranges.int8_affine`),
+  rounded, clamped to [-128, 127], dequantized;
+- gradients pass straight through (the rounding's gradient is taken as 1).
+
+`FakeQuantHook` applies them at the `QuantPoints` of the program (a `JaxProgram.call_transformed`
+transform) and records each point's batch [min, max] for the range statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from tpuedge.quantize.activation_ranges import INT8_MAX, INT8_MIN, WEIGHT_MAX, QuantPoints, int8_affine
+
+__all__ = ["fake_quant_weight", "fake_quant_activation", "FakeQuantHook"]
+
+
+def _straight_through(x, quantized):
+    return x + jax.lax.stop_gradient(quantized - x)
+
+
+def fake_quant_weight(w, axis: int = 0):
+    """Per-channel symmetric int8 along `axis`, straight-through."""
+    reduce = tuple(d for d in range(w.ndim) if d != axis)
+    bound = jnp.max(jnp.abs(w), axis=reduce, keepdims=True)
+    scale = jnp.maximum(bound, 1e-9) / WEIGHT_MAX
+    q = jnp.clip(jnp.round(w / scale), -WEIGHT_MAX, WEIGHT_MAX)
+    return _straight_through(w, q * scale)
+
+
+def fake_quant_activation(x, lo, hi):
+    """Asymmetric per-tensor int8 over [lo, hi], straight-through."""
+    scale, zero = int8_affine(lo, hi, jnp)
+    q = jnp.clip(jnp.round(x / scale) + zero, INT8_MIN, INT8_MAX)
+    return _straight_through(x, ((q - zero) * scale).astype(x.dtype))
+
+
+class FakeQuantHook:
+    """The transform for one call: fakes int8 at the points with `ranges`; records batch ranges.
+
+    ranges: point -> [min, max] (jax arrays); `use_batch` (a traced bool) makes a point use its
+    own batch range instead (the first training step, before any range is known).
+    """
+
+    def __init__(self, plan: QuantPoints, ranges: dict[str, Any], use_batch: Any = False):
+        self._points = set(plan.points)
+        self._weights = plan.weights
+        self._ranges = ranges
+        self._use_batch = use_batch
+        self.observed: dict[str, Any] = {}
+
+    def __call__(self, kind: str, key: str, value):
+        if kind == "param":
+            return fake_quant_weight(value, self._weights[key]) if key in self._weights else value
+        if key not in self._points or not hasattr(value, "dtype") or not jnp.issubdtype(value.dtype, jnp.floating):
+            return value
+        batch = jax.lax.stop_gradient(jnp.stack([jnp.min(value), jnp.max(value)]).astype(jnp.float32))
+        self.observed[key] = batch
+        lo_hi = jnp.where(self._use_batch, batch, self._ranges[key])
+        return fake_quant_activation(value, lo_hi[0], lo_hi[1])

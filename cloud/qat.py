@@ -1,0 +1,217 @@
+"""Quantization-aware training: `train_step(..., quantize="int8")`.
+
+The model is captured alone (training mode) and the loss alone, and the two are composed in
+JAX, so the fake int8 sits exactly where the edge int8 graph quantizes: at the model's
+`quant_points` (the IR decision in quantize/activation_ranges.py), with per-channel int8
+weights. Gradients pass straight through the rounding.
+
+Activation ranges are training state (buffers named "qat_range.<node>"): the first step takes
+each point's batch [min, max]; later steps move them by an exponential moving average
+(`ema_decay`). Evaluation fakes int8 with the ranges as they stand.
+
+`step.program()` is the trained model's eval-mode Program carrying those ranges: an mcu or
+android int8 build of it needs no calibration data and uses exactly them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tpuedge.cloud.fake_quant import FakeQuantHook
+from tpuedge.cloud.interpreter import JaxProgram, host_to_jax, to_jax
+from tpuedge.cloud.train import MODEL_PREFIX, TrainStep
+from tpuedge.quantize.activation_ranges import ActivationRanges, QuantPoints, quant_points
+from tpuedge.shared_ir.errors import UserError
+
+__all__ = ["QatConfig", "QatTrainStep", "qat_config", "qat_train_step", "RANGE_PREFIX"]
+
+RANGE_PREFIX = "qat_range."
+_KNOWN = "qat_ranges_known"
+_FOLDED_BEFORE_QAT = ("batch_norm", "_native_batch_norm")
+
+
+def _check_supported(program) -> None:
+    for node in program.exported_program.graph.nodes:
+        if node.op == "call_function" and any(k in str(node.target) for k in _FOLDED_BEFORE_QAT):
+            from tpuedge.shared_ir.sources import node_source
+
+            raise UserError(
+                f"quantize='int8' training can't take BatchNorm yet ({node.name}, {node_source(node) or 'no source line'}): "
+                "the int8 graph folds it into the convolution's weights, which training would have to fake too. "
+                "Fold it first (torch.nn.utils.fusion.fuse_conv_bn_eval on the trained float model) and train the "
+                "folded model with quantize='int8'."
+            )
+
+
+class _LossOf:
+    """`forward(output, *targets) = loss_fn(output, *targets)`, as a module to capture."""
+
+    @staticmethod
+    def module(loss_fn):
+        import torch
+
+        class LossOf(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.loss_fn = loss_fn
+
+            def forward(self, output, *targets):
+                return self.loss_fn(output, *targets)
+
+        return LossOf()
+
+
+@dataclass(eq=False)  # hashed by identity, so jax.jit closes over it
+class QatLossProgram:
+    """Model (fake int8) then loss, with JaxProgram's call convention for `TrainStep`."""
+
+    model: JaxProgram
+    loss: JaxProgram
+    plan: QuantPoints
+    ema_decay: float
+    params: dict = field(init=False)
+    buffers: dict = field(init=False)
+
+    def __post_init__(self):
+        self.params = {MODEL_PREFIX + k: v for k, v in self.model.params.items()}
+        self.buffers = {MODEL_PREFIX + k: v for k, v in self.model.buffers.items()}
+        self.buffers.update({RANGE_PREFIX + p: jnp.zeros(2, jnp.float32) for p in self.plan.points})
+        self.buffers[_KNOWN] = jnp.zeros((), jnp.bool_)
+        self.inputs = list(self.model.inputs) + list(self.loss.inputs[1:])
+        self.outputs = list(self.loss.outputs)
+
+    def model_outputs(self, params, buffers, *inputs, rng_key=None, update: bool = False):
+        """(new buffers, model outputs) with int8 faked; `update` moves the ranges (training)."""
+        model_params = {k[len(MODEL_PREFIX):]: v for k, v in params.items() if k.startswith(MODEL_PREFIX)}
+        model_buffers = {k[len(MODEL_PREFIX):]: v for k, v in buffers.items() if k.startswith(MODEL_PREFIX)}
+        ranges = {p: buffers[RANGE_PREFIX + p] for p in self.plan.points}
+        known = buffers[_KNOWN]
+        hook = FakeQuantHook(self.plan, ranges, use_batch=jnp.logical_not(known))
+        new_model_buffers, outputs = self.model.call_transformed(model_params, model_buffers, *inputs, rng_key=rng_key, transform=hook)
+        new_buffers = dict(buffers)
+        new_buffers.update({MODEL_PREFIX + k: v for k, v in new_model_buffers.items()})
+        if update:
+            for point, batch in hook.observed.items():
+                moved = self.ema_decay * ranges[point] + (1.0 - self.ema_decay) * batch
+                new_buffers[RANGE_PREFIX + point] = jnp.where(known, moved, batch)
+            new_buffers[_KNOWN] = jnp.ones((), jnp.bool_)
+        return new_buffers, outputs
+
+    def __call__(self, params, buffers, *batch, rng_key=None):
+        n = len(self.model.inputs)
+        new_buffers, outputs = self.model_outputs(params, buffers, *batch[:n], rng_key=rng_key, update=True)
+        _, loss = self.loss({}, {}, outputs[0], *batch[n:], rng_key=rng_key)
+        return new_buffers, loss
+
+
+class QatTrainStep(TrainStep):
+    """A `TrainStep` whose forward fakes int8; adds `quantized_outputs` and `program()`."""
+
+    def __init__(self, qat: QatLossProgram, tx, trainable, *, model, example_inputs, eval_points: QuantPoints, **kwargs):
+        super().__init__(qat, tx, trainable, n_inputs=len(example_inputs), **kwargs)
+        self._model = model
+        self._example_inputs = tuple(example_inputs)
+        self._eval_points = eval_points
+        self._forward = jax.jit(lambda params, buffers, *x: qat.model_outputs(params, buffers, *x, rng_key=jax.random.key(0))[1])
+
+    @property
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """The trained [min, max] of every quantization point (host floats)."""
+        host = jax.device_get(self.state["buffers"])
+        return {k[len(RANGE_PREFIX):]: (float(v[0]), float(v[1])) for k, v in host.items() if k.startswith(RANGE_PREFIX)}
+
+    def quantized_outputs(self, *inputs: Any) -> list[np.ndarray]:
+        """The model's outputs with int8 faked at the trained ranges (eval: no range update)."""
+        if not bool(jax.device_get(self.state["buffers"][_KNOWN])):
+            raise UserError("No training step has run yet, so there are no activation ranges to fake int8 with.")
+        specs = self.jax_program.model.inputs
+        arrays = [host_to_jax(v, s.name) for v, s in zip(inputs, specs)]
+        return [np.asarray(o) for o in self._forward(self.state["params"], self.state["buffers"], *arrays)]
+
+    def program(self, batch_size: int | None = None):
+        """The trained model's eval-mode Program, carrying the trained activation ranges;
+        `batch_size` re-captures it for another batch (1 for a device), else the example's."""
+        from tpuedge.shared_ir.capture import export
+
+        ranges = self.ranges
+        if not bool(jax.device_get(self.state["buffers"][_KNOWN])):
+            raise UserError("No training step has run yet: train the step before taking its program().")
+        model = copy.deepcopy(self._model)
+        self.sync_to(model)
+        inputs = self._example_inputs if batch_size is None else tuple(x[:1].expand(batch_size, *x.shape[1:]) for x in self._example_inputs)
+        program = export(model.eval(), inputs, name=type(model).__name__.lower())
+        points = quant_points(program)
+        if points.points != self._eval_points.points:
+            raise UserError(
+                "The trained model's eval-mode graph quantizes at other nodes than the one training faked "
+                f"({', '.join(sorted(set(points.points) ^ set(self._eval_points.points)))}); keep its forward free of "
+                "data-dependent branches so both captures agree."
+            )
+        return program.with_activation_ranges(ActivationRanges({p: ranges[p] for p in points.points}, points.inherits))
+
+
+def qat_train_step(
+    model, loss_fn: Callable, make_optax: Callable, inputs: Sequence[Any], targets: Sequence[Any], config: "QatConfig",
+    **step_kwargs: Any,
+) -> QatTrainStep:
+    """Build the QAT step (`train_step(..., quantize="int8")` calls this)."""
+    import torch
+
+    from tpuedge.shared_ir.capture import export
+    train_program = export(model, tuple(inputs), training=True, name=type(model).__name__.lower() + "_train")
+    eval_program = export(model, tuple(inputs), training=False, name=type(model).__name__.lower())
+    _check_supported(eval_program)
+    plan, eval_points = quant_points(train_program), quant_points(eval_program)
+    if set(eval_points.points) - set(plan.points):
+        raise UserError(
+            "The model's training-mode and eval-mode graphs differ at the quantized nodes "
+            f"({', '.join(sorted(set(eval_points.points) - set(plan.points)))}), so training can't fake the int8 the "
+            "edge graph will run; quantize='int8' needs a model whose train and eval graphs match (no BatchNorm)."
+        )
+    with torch.no_grad():
+        output = model(*inputs)
+    if not isinstance(output, torch.Tensor):
+        raise UserError("quantize='int8' training takes a model with one tensor output (the loss reads it).")
+    loss_program = export(_LossOf.module(loss_fn), (output, *targets), name="loss")
+    qat = QatLossProgram(to_jax(train_program), to_jax(loss_program), plan, config.ema_decay)
+    tx, trainable = make_optax(list(qat.params))
+    return QatTrainStep(qat, tx, trainable, model=model, example_inputs=inputs, eval_points=eval_points, **step_kwargs)
+
+
+
+@dataclass(frozen=True)
+class QatConfig:
+    """`train_step(..., quantize=QatConfig(ema_decay=0.9))`: int8 QAT with its range options.
+
+    ema_decay: how much of the old range each step keeps (0: the last batch's range).
+    """
+
+    ema_decay: float = 0.99
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise UserError(f"ema_decay must be in [0, 1), got {self.ema_decay}.")
+
+
+def qat_config(quantize: Any, precision: str) -> QatConfig:
+    """`quantize=` as a QatConfig: "int8", an int8 per-channel QuantConfig, or a QatConfig."""
+    from tpuedge.quantize.config import QuantConfig
+
+    if precision != "f32":
+        raise UserError("quantize='int8' training runs in f32 (fake int8 over bf16 would not be the edge int8); drop precision=.")
+    if isinstance(quantize, QatConfig):
+        return quantize
+    config = QuantConfig(scheme="int8") if quantize == "int8" else quantize
+    if not isinstance(config, QuantConfig) or config.scheme != "int8" or not config.per_channel:
+        raise UserError(
+            f"train_step(quantize={quantize!r}) takes \"int8\", a QuantConfig(scheme='int8') with per-channel weights, "
+            "or a QatConfig: quantization-aware training fakes the static int8 the mcu and android int8 builds run."
+        )
+    return QatConfig()

@@ -1,0 +1,76 @@
+"""`train_step(model, loss_fn, optimizer, example_batch)`: the front door of cloud training.
+
+It captures model and loss (tpuedge.cloud.train_capture), maps the optimizer and scheduler to
+optax, and returns a `TrainStep` (tpuedge.cloud.train), or with `quantize="int8"` a
+`QatTrainStep` (tpuedge.cloud.qat). See tpuedge.cloud.train's docstring for how a step works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tpuedge.cloud.interpreter import to_jax
+from tpuedge.cloud.optimizers import to_optax
+from tpuedge.cloud.schedules import torch_schedules
+from tpuedge.cloud.train import MODEL_PREFIX, TrainStep
+from tpuedge.cloud.train_capture import loss_program, split_batch
+from tpuedge.shared_ir.errors import UserError
+
+__all__ = ["train_step"]
+
+
+def train_step(
+    model,
+    loss_fn: Callable,
+    optimizer: Any,
+    example_batch: Sequence[Any],
+    mesh: Any = None,
+    *,
+    n_inputs: int | None = None,
+    seed: int = 0,
+    scheduler: Any = None,
+    precision: str = "f32",
+    quantize: Any = None,
+) -> TrainStep:
+    """Build a jitted training step for `model` (see the module docstring).
+
+    model: a torch.nn.Module (its current weights are the starting point).
+    loss_fn: torch code `loss_fn(outputs, *targets) -> scalar` (a function or an nn.Module).
+    optimizer: torch.optim.SGD / Adam / AdamW over the model's parameters (hyperparameters read
+        once), or an optax transform.
+    example_batch: `(inputs..., targets...)` with `n_inputs` inputs (default 1), or
+        `((inputs...), (targets...))`; its shapes are the step's shapes.
+    mesh: None, "data:8", "fsdp:8", "data:2,fsdp:4" or a jax Mesh (see `tpuedge.cloud.mesh`).
+    scheduler: a torch.optim.lr_scheduler scheduler of `optimizer` (StepLR, MultiStepLR,
+        ConstantLR, LinearLR, ExponentialLR, CosineAnnealingLR, OneCycleLR, SequentialLR), stepped
+        once per train step on device (see `tpuedge.cloud.schedules`).
+    precision: "f32", or "bf16": bf16 compute (the step is captured under torch's CPU autocast,
+        so matmuls and convolutions run in bf16 and autocast's f32 ops stay f32) with f32 master
+        weights, gradients and optimizer state. Matches torch autocast training within 1e-2.
+    quantize: None, or "int8" (an int8 QuantConfig, a cloud.qat.QatConfig) for quantization-aware training: the
+        forward fakes the edge targets' int8 and `step.program()` carries the trained ranges
+        (see `tpuedge.cloud.qat`).
+    """
+    flat, n = split_batch(example_batch, n_inputs)
+    schedules = torch_schedules(scheduler, optimizer)
+    limits = [s.max_steps for s in schedules if s.max_steps is not None]
+    common = dict(mesh=mesh, seed=seed, scheduled=bool(schedules), max_steps=min(limits) if limits else None)
+    if quantize is not None:
+        from tpuedge.cloud.qat import qat_config, qat_train_step
+
+        config = qat_config(quantize, precision)
+        names = {id(p): MODEL_PREFIX + name for name, p in model.named_parameters()}
+        return qat_train_step(model, loss_fn, lambda params: to_optax(optimizer, names, params, schedules),
+                              flat[:n], flat[n:], config, **common)
+    program = loss_program(model, loss_fn, flat, n, precision=precision)
+    jp = to_jax(program)
+    if len(jp.outputs) != 1:
+        raise UserError("loss_fn must return one scalar tensor; reduce it with .mean() or .sum().")
+    names_by_param = {id(p): MODEL_PREFIX + name for name, p in model.named_parameters()}
+    tx, trainable = to_optax(optimizer, names_by_param, list(jp.params), schedules)
+    return TrainStep(
+        jp, tx, trainable, n_inputs=n,
+        eval_program_factory=lambda: loss_program(model, loss_fn, flat, n, training=False, precision=precision),
+        **common,
+    )
