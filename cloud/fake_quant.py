@@ -52,6 +52,7 @@ class FakeQuantHook:
     def __init__(self, plan: QuantPoints, ranges: dict[str, Any], use_batch: Any = False):
         self._points = set(plan.points)
         self._weights = plan.weights
+        self._fixed = plan.fixed
         self._ranges = ranges
         self._use_batch = use_batch
         self.observed: dict[str, Any] = {}
@@ -61,6 +62,8 @@ class FakeQuantHook:
             return fake_quant_weight(value, self._weights[key]) if key in self._weights else value
         if key not in self._points or not hasattr(value, "dtype") or not jnp.issubdtype(value.dtype, jnp.floating):
             return value
+        if key in self._fixed:  # the kernel's own output range, not a statistic
+            return fake_quant_activation(value, *self._fixed[key])
         batch = jax.lax.stop_gradient(jnp.stack([jnp.min(value), jnp.max(value)]).astype(jnp.float32))
         self.observed[key] = batch
         lo_hi = jnp.where(self._use_batch, batch, self._ranges[key])

@@ -82,7 +82,7 @@ class QatLossProgram:
     def __post_init__(self):
         self.params = {MODEL_PREFIX + k: v for k, v in self.model.params.items()}
         self.buffers = {MODEL_PREFIX + k: v for k, v in self.model.buffers.items()}
-        self.buffers.update({RANGE_PREFIX + p: jnp.zeros(2, jnp.float32) for p in self.plan.points})
+        self.buffers.update({RANGE_PREFIX + p: jnp.asarray(self.plan.fixed.get(p, (0.0, 0.0)), jnp.float32) for p in self.plan.points})
         self.buffers[_KNOWN] = jnp.zeros((), jnp.bool_)
         self.inputs = list(self.model.inputs) + list(self.loss.inputs[1:])
         self.outputs = list(self.loss.outputs)
@@ -114,8 +114,10 @@ class QatLossProgram:
 class QatTrainStep(TrainStep):
     """A `TrainStep` whose forward fakes int8; adds `quantized_outputs` and `program()`."""
 
-    def __init__(self, qat: QatLossProgram, tx, trainable, *, model, example_inputs, eval_points: QuantPoints, **kwargs):
+    def __init__(self, qat: QatLossProgram, tx, trainable, *, model, example_inputs, eval_points: QuantPoints,
+                 target: str | None, **kwargs):
         super().__init__(qat, tx, trainable, n_inputs=len(example_inputs), **kwargs)
+        self._target = target
         self._model = model
         self._example_inputs = tuple(example_inputs)
         self._eval_points = eval_points
@@ -146,7 +148,7 @@ class QatTrainStep(TrainStep):
         model = copy.deepcopy(self._model)
         self.sync_to(model)
         inputs = self._example_inputs if batch_size is None else tuple(x[:1].expand(batch_size, *x.shape[1:]) for x in self._example_inputs)
-        program = export(model.eval(), inputs, name=type(model).__name__.lower())
+        program = _rewritten(export(model.eval(), inputs, name=type(model).__name__.lower()), self._target)
         points = quant_points(program)
         if points.points != self._eval_points.points:
             raise UserError(
@@ -165,8 +167,9 @@ def qat_train_step(
     import torch
 
     from tpuedge.shared_ir.capture import export
-    train_program = export(model, tuple(inputs), training=True, name=type(model).__name__.lower() + "_train")
-    eval_program = export(model, tuple(inputs), training=False, name=type(model).__name__.lower())
+    name = type(model).__name__.lower()
+    train_program = _rewritten(export(model, tuple(inputs), training=True, name=name + "_train"), config.target)
+    eval_program = _rewritten(export(model, tuple(inputs), training=False, name=name), config.target)
     _check_supported(eval_program)
     plan, eval_points = quant_points(train_program), quant_points(eval_program)
     if set(eval_points.points) - set(plan.points):
@@ -182,7 +185,17 @@ def qat_train_step(
     loss_program = export(_LossOf.module(loss_fn), (output, *targets), name="loss")
     qat = QatLossProgram(to_jax(train_program), to_jax(loss_program), plan, config.ema_decay)
     tx, trainable = make_optax(list(qat.params))
-    return QatTrainStep(qat, tx, trainable, model=model, example_inputs=inputs, eval_points=eval_points, **step_kwargs)
+    return QatTrainStep(qat, tx, trainable, model=model, example_inputs=inputs, eval_points=eval_points,
+                        target=config.target, **step_kwargs)
+
+
+def _rewritten(program, target: str | None):
+    """`program` after `target`'s own IR rewrites (node names kept), as that target will build it."""
+    from tpuedge.shared_ir.program import Program
+    from tpuedge.shared_ir.targets import get_target
+
+    rewrite = get_target(target).capability().rewrite if target else None
+    return Program(rewrite(program.exported_program), name=program.name) if rewrite else program
 
 
 
@@ -191,9 +204,14 @@ class QatConfig:
     """`train_step(..., quantize=QatConfig(ema_decay=0.9))`: int8 QAT with its range options.
 
     ema_decay: how much of the old range each step keeps (0: the last batch's range).
+    target: the edge target whose own IR rewrites (mcu: LSTM/GRU unrolled into cells,
+        hardsigmoid as relu6, ...) are applied before training, so int8 is faked on the graph
+        that target converts and every tensor of its int8 model gets a trained range. Its
+        program() then is that rewritten graph; android int8 builds take it too.
     """
 
     ema_decay: float = 0.99
+    target: str | None = "mcu"  # whose IR rewrites the trained graph gets (None: none)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.ema_decay < 1.0:

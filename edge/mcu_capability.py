@@ -19,8 +19,9 @@ from tpuedge.shared_ir.targets import Capability
 __all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins"]
 
 
-def mcu_passes(gelu_form: str = "sigmoid"):
-    """The IR passes every mcu build runs, in order."""
+def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
+    """The IR passes every mcu build runs, in order; `layout=False` leaves out the one that only
+    reorders data for NHWC (it permutes a Linear's weight, so a graph that trains must not get it)."""
     from tpuedge.shared_ir.passes import PassManager
     from tpuedge.shared_ir.passes.casts import CanonicalCasts
     from tpuedge.shared_ir.passes.clamp_bounds import OneSidedClamps
@@ -39,7 +40,7 @@ def mcu_passes(gelu_form: str = "sigmoid"):
     return PassManager(
         [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
          HardSigmoidAsRelu6(), PowersAsProducts(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
-         FlattenAsNHWC(), PReluAsMinimum()]
+         *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 
 
@@ -104,6 +105,7 @@ def mcu_capability() -> Capability:
         notes=notes,
         suggestions=suggestions,
         rewrite_notes=_rewrite_notes,
+        rewrite=lambda exported_program: mcu_passes(layout=False).run(exported_program)[0],
     )
 
 

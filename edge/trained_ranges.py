@@ -21,6 +21,13 @@ __all__ = ["TensorRanges", "tensor_ranges", "require_complete", "trained_range_s
 TRAINED_RANGES_SOURCE = "none: every activation range comes from training (the Program's activation_ranges)"
 
 
+_SAME_GRID_OPS = {"SLICE", "STRIDED_SLICE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "GATHER", "SPLIT",
+                  "SPLIT_V", "UNPACK", "MAX_POOL_2D"}
+
+
+_RESHAPING_OPS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE"}
+
+
 @dataclass(frozen=True)
 class TensorRanges:
     ranges: dict[str, tuple[float, float]]  # tflite tensor name -> (min, max)
@@ -54,6 +61,17 @@ def tensor_ranges(float_tflite: bytes, program, ranges) -> TensorRanges:
         trained = ranges.ranges.get(inherits.get(node, node)) or ranges.range_of(node)
         if trained is not None:
             found[graph.tensors[tensor].name] = trained
+    # a tensor only cut or moved out of one the converter split up (an unrolled sequence's time
+    # steps) keeps its input's int8 grid, as its IR node keeps its source's
+    for op in graph.ops:
+        source = graph.tensors[op.inputs[0]].name if op.inputs else None
+        if op.name in _SAME_GRID_OPS and source in found:
+            for out in op.outputs:
+                found.setdefault(graph.tensors[out].name, found[source])
+    for op in reversed(graph.ops):  # and a tensor only reshaped into a placed one holds its values
+        target = graph.tensors[op.outputs[0]].name if op.outputs else None
+        if op.name in _RESHAPING_OPS and target in found and op.inputs:
+            found.setdefault(graph.tensors[op.inputs[0]].name, found[target])
     produced = {t for op in graph.ops for t in op.outputs} | set(graph.inputs)
     unplaced = tuple(
         t.name for t in graph.tensors if t.index in produced and t.dtype == "float32" and t.name not in found

@@ -12,6 +12,7 @@ Where an int8 TFLite graph holds an int8 tensor, as the converter and ai-edge-qu
   - ops that only move or select values (reshape, flatten, permute, max pooling, dropout in
     eval) keep their input's int8 values: they inherit its range and are not points.
 Weights: per-output-channel symmetric int8 for every conv and linear weight (axis 0).
+Sigmoid, tanh and softmax outputs have the fixed ranges TFLite's int8 kernels impose.
 
 The int8 scheme for a range is ai-edge-quantizer's (`int8_affine`): the range is widened to
 hold 0, scale = (max - min) / 255, zero point = rint(-128 - min / scale).
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ActivationRanges", "QuantPoints", "quant_points", "int8_affine", "INT8_MIN", "INT8_MAX", "WEIGHT_MAX"]
+__all__ = ["ActivationRanges", "QuantPoints", "quant_points", "int8_affine", "FIXED_RANGES", "INT8_MIN", "INT8_MAX", "WEIGHT_MAX"]
 
 INT8_MIN, INT8_MAX = -128, 127
 WEIGHT_MAX = 127  # symmetric weights use [-127, 127]
@@ -37,13 +38,21 @@ _SAME_GRID = {
     "aten.transpose.int", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default", "aten.t.default",
     "aten.max_pool2d.default", "aten.max_pool1d.default", "aten.adaptive_max_pool2d.default",
     "aten.dropout.default", "aten.clone.default", "aten.contiguous.default", "aten.expand.default",
-    "aten.alias.default", "_operator.getitem",
+    "aten.alias.default", "_operator.getitem", "aten.select.int", "aten.slice.Tensor", "aten.narrow.default",
+    "aten.unbind.int", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default",
+    "aten.squeeze.default", "aten.unflatten.int", "aten.view_as.default", "aten.reshape_as.default",
 }
 # activations the converter folds into the op before them, and the ops it folds them into
 _FUSED_ACTIVATIONS = {"aten.relu.default", "aten.relu_.default", "aten.relu6.default", "aten.hardtanh.default"}
 _FUSING_PRODUCERS = {
     "aten.conv1d.default", "aten.conv2d.default", "aten.linear.default", "aten.add.Tensor", "aten.sub.Tensor",
     "aten.mul.Tensor", "aten.addmm.default", "aten.mm.default",
+}
+# ops whose int8 output the TFLite kernels fix whatever the data: LOGISTIC and SOFTMAX scale
+# 1/256 zero point -128 ([0, 255/256]), TANH scale 1/128 zero point 0 ([-1, 127/128])
+FIXED_RANGES = {
+    "aten.sigmoid.default": (0.0, 255 / 256), "aten.softmax.int": (0.0, 255 / 256),
+    "aten._softmax.default": (0.0, 255 / 256), "aten.tanh.default": (-1.0, 127 / 128),
 }
 _WEIGHTED = {"aten.conv1d.default": 1, "aten.conv2d.default": 1, "aten.linear.default": 1}  # op -> weight arg
 
@@ -63,6 +72,7 @@ class QuantPoints:
     points: tuple[str, ...]  # IR node names (model inputs included), graph order
     inherits: dict[str, str] = field(default_factory=dict)  # non-point node -> the point whose grid it keeps
     weights: dict[str, int] = field(default_factory=dict)  # parameter state name -> channel axis
+    fixed: dict[str, tuple[float, float]] = field(default_factory=dict)  # point -> the range its kernel fixes
 
 
 def _key(node) -> str:
@@ -82,6 +92,7 @@ def quant_points(program) -> QuantPoints:
     points: list[str] = []
     inherits: dict[str, str] = {}
     weights: dict[str, int] = {}
+    fixed: dict[str, tuple[float, float]] = {}
 
     def is_float(node) -> bool:
         val = node.meta.get("val")
@@ -107,7 +118,9 @@ def quant_points(program) -> QuantPoints:
         if key in _FUSING_PRODUCERS and len(users) == 1 and _key(users[0]) in _FUSED_ACTIVATIONS:
             continue  # its activation's output is the int8 tensor
         points.append(node.name)
-    return QuantPoints(tuple(points), inherits, weights)
+        if key in FIXED_RANGES:
+            fixed[node.name] = FIXED_RANGES[key]
+    return QuantPoints(tuple(points), inherits, weights, fixed)
 
 
 @dataclass(frozen=True)

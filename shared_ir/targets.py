@@ -64,6 +64,10 @@ class Capability:
     # What the target's own rewrites will change in this program (not problems: the build
     # does them and announces their measured cost), e.g. "rewrote 1 GELU op(s) as ...".
     rewrite_notes: Callable[[Any], list[str]] | None = None
+    # The target's own IR rewrites of ops, ExportedProgram -> ExportedProgram (None: it has
+    # none), without layout-only ones that permute weights. Quantization-aware training applies
+    # them so it fakes int8 on the ops the target builds, and trains weights it can sync back.
+    rewrite: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)

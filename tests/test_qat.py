@@ -172,3 +172,42 @@ def test_trained_program_builds_android_int8_with_the_trained_ranges(trained, tm
     litert = np.concatenate([artifact.run(x_test[i : i + 1])[0] for i in range(64)])
     scale, _ = int8_affine(*program.activation_ranges.ranges["linear_1"])
     assert (np.abs(litert - fake_quant) / scale <= 1.0 + 1e-4).mean() >= 0.99
+
+
+class RowLSTM(nn.Module):
+    """Digits read row by row by an LSTM, with a hardsigmoid gate: both are rewritten by the mcu passes."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 16, batch_first=True)
+        self.gate = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        h = out[:, -1]
+        return self.head(h * F.hardsigmoid(self.gate(h)))
+
+
+def test_qat_trains_on_the_graph_mcu_builds(tmp_path):
+    """The mcu rewrites (LSTM unrolled into cells, hardsigmoid as relu6) run before training,
+    so every tensor of the int8 model has a trained range; sigmoid/tanh take the kernels' fixed ones."""
+    from model import digits_split
+
+    x_train, y_train, x_test, y_test = (a[:, 0] if a.ndim == 4 else a for a in digits_split())
+    torch.manual_seed(0)
+    model = RowLSTM()
+    example = (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
+    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2), example, quantize="int8")
+    for i in range(0, 640, 64):
+        step(x_train[i : i + 64], y_train[i : i + 64])
+    assert {r for p, r in step.jax_program.plan.fixed.items() if p.startswith("sigmoid")} == {(0.0, 255 / 256)}
+    program = step.program(batch_size=1)
+    assert "aten.lstm.input" not in program.op_histogram  # trained on the unrolled cells
+    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", eval=(x_test[:64], y_test[:64]), allow_below_budget=True)
+    recipe = json.loads((tmp_path / "mcu" / "manifest.json").read_text())["quantization"]["recipe"]
+    assert recipe["activation_ranges"]["tensors_without"] == []
+    fake_quant = step.quantized_outputs(x_test[:64])[0]
+    tflm = np.concatenate([artifact.run(x_test[i : i + 1])[0] for i in range(64)])
+    # recurrence compounds the kernels' rounding (LOGISTIC/TANH tables), so top-1, not 1 LSB
+    assert (tflm.argmax(1) == fake_quant.argmax(1)).mean() >= 0.95
