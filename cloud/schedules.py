@@ -18,7 +18,6 @@ phase table otherwise); torch's recursive updates agree with them up to float ro
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -173,8 +172,8 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):
 
 @lowering("aten.sort.default", "aten.sort.stable")
 def sort(x, dim=-1, descending=False, stable=None):
-    if isinstance(dim, bool):  # sort.stable(self, *, stable, dim, descending) positional quirk
-        stable, dim = dim, -1
+    if isinstance(dim, bool):  # sort.stable(self, *, stable, dim, descending) positional quirk; always stable below
+        dim = -1
     dim = normalize_dim(dim, x.ndim)
     if x.ndim == 0:
         return x, jnp.zeros((), _index_dtype())
