@@ -4,7 +4,7 @@ A captured ATen op is supported when every TFLite builtin litert-torch lowers it
 strict-int8 TFLM model: TFLM has an int8 kernel for it AND ai-edge-quantizer quantizes it to
 int8 (`mcu_int8_problem`, from edge/data/tflm_ops.json, checked against the real interpreter,
 quantizer and converter). The build checks the converted model's builtins with the same rule.
-Before that the mcu pipeline rewrites the IR (`mcu_passes`): no-op casts, eval-mode dropout and
+Before that the mcu pipeline rewrites the IR (`mcu_passes`): autocast regions are inlined, no-op casts, eval-mode dropout and
 input-independent ops vanish, reflect/replicate padding becomes slices + concatenation, GELU (no
 kernel) an approximation, hardsigmoid relu6(x + 3) / 6, powers, square roots and 2-norms products
 and RSQRT. The check applies the same passes the build applies, so `tpuedge check --target mcu`
@@ -23,6 +23,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     """The IR passes every mcu build runs, in order; `layout=False` leaves out the one that only
     reorders data for NHWC (it permutes a Linear's weight, so a graph that trains must not get it)."""
     from tpuedge.shared_ir.passes import PassManager
+    from tpuedge.shared_ir.passes.autocast_regions import InlineAutocastRegions
     from tpuedge.shared_ir.passes.casts import CanonicalCasts
     from tpuedge.shared_ir.passes.clamp_bounds import OneSidedClamps
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
@@ -38,7 +39,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
 
     return PassManager(
-        [CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
+        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
          HardSigmoidAsRelu6(), PowersAsProducts(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
