@@ -120,6 +120,10 @@ def format_report(manifest: dict, summary, model_path: Path) -> str:
             + ("  strict-int8" if cfg.get("strict_int8") else "")
             + ("  channels-last (NHWC inputs)" if cfg.get("channels_last") else "")
         )
+        from tpuedge.edge.trained_ranges import ranges_line
+
+        trained = ranges_line(recipe)
+        lines += [trained] if trained else []
     if recipe.get("auto"):
         from tpuedge.quantize.auto import auto_table, candidates_from_json
 

@@ -64,6 +64,10 @@ class McuArtifact:
             lines.append(f"  rewrite: {r['description']}; cost vs original float: {r['accuracy_cost_text']}")
         ops = ", ".join(f"{o['op']}x{o['count']}" for o in m["tflm_ops"])
         lines.append(f"  TFLite-Micro ops ({len(m['tflm_ops'])}): {ops}")
+        from tpuedge.edge.trained_ranges import ranges_line
+
+        trained = ranges_line(m["quantization"]["recipe"])
+        lines += [trained] if trained else []
         io = m["quantization"]["io"]
         lines.append(
             "  I/O: "

@@ -16,7 +16,7 @@ import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["TensorRanges", "tensor_ranges", "require_complete", "trained_range_samples", "TRAINED_RANGES_SOURCE"]
+__all__ = ["TensorRanges", "tensor_ranges", "require_complete", "trained_range_samples", "ranges_line", "TRAINED_RANGES_SOURCE"]
 
 TRAINED_RANGES_SOURCE = "none: every activation range comes from training (the Program's activation_ranges)"
 
@@ -101,3 +101,12 @@ def trained_range_samples(program, evaluation, target: str) -> list:
             "(in Python: eval=(inputs, labels)). No range is taken from them."
         )
     return evaluation.samples
+
+
+def ranges_line(recipe: dict) -> str | None:
+    """The build report's line for a model whose activation ranges came from training."""
+    entry = recipe.get("activation_ranges")
+    if not entry:
+        return None
+    return (f"  activation ranges: trained ({entry['source']}), {entry['tensors_with_trained_ranges']} tensor(s), "
+            f"sha256 {entry['sha256'][:12]}; no calibration data")

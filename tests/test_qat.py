@@ -143,6 +143,7 @@ def test_trained_program_builds_for_mcu_without_calibration_and_matches_fake_qua
     recipe = json.loads((out / "manifest.json").read_text())["quantization"]["recipe"]
     assert recipe["activation_ranges"]["tensors_without"] == []
     assert recipe["activation_ranges"]["sha256"] == program.activation_ranges.digest
+    assert "activation ranges: trained" in artifact.report()
 
     n = 256
     fake_quant = np.concatenate([step.quantized_outputs(x_test[i : i + 64])[0] for i in range(0, n, 64)])
@@ -168,6 +169,7 @@ def test_trained_program_builds_android_int8_with_the_trained_ranges(trained, tm
     artifact = tpuedge.build(program, "android", out, quantize="int8", eval=(x_test, y_test))
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["recipe"]["activation_ranges"]["sha256"] == program.activation_ranges.digest
+    assert "activation ranges: trained" in artifact.report()
     fake_quant = step.quantized_outputs(x_test[:64])[0]
     litert = np.concatenate([artifact.run(x_test[i : i + 1])[0] for i in range(64)])
     scale, _ = int8_affine(*program.activation_ranges.ranges["linear_1"])
