@@ -112,16 +112,25 @@ class QatLossProgram:
 
 
 class QatTrainStep(TrainStep):
-    """A `TrainStep` whose forward fakes int8; adds `quantized_outputs` and `program()`."""
+    """A `TrainStep` whose forward fakes int8; adds `quantized_outputs` and `program()`.
+    `evaluate(*batch)` gives the eval-mode (loss, outputs) with int8 faked at the current ranges."""
 
-    def __init__(self, qat: QatLossProgram, tx, trainable, *, model, example_inputs, eval_points: QuantPoints,
+    def __init__(self, qat: QatLossProgram, tx, trainable, *, model, example_inputs, evaluator: QatLossProgram,
                  target: str | None, **kwargs):
         super().__init__(qat, tx, trainable, n_inputs=len(example_inputs), **kwargs)
         self._target = target
         self._model = model
         self._example_inputs = tuple(example_inputs)
-        self._eval_points = eval_points
-        self._forward = jax.jit(lambda params, buffers, *x: qat.model_outputs(params, buffers, *x, rng_key=jax.random.key(0))[1])
+        self._evaluator = evaluator  # the eval-mode capture (no dropout), the same ranges and weights
+
+        def evaluate(params, buffers, *batch):
+            n = len(evaluator.model.inputs)
+            _, outputs = evaluator.model_outputs(params, buffers, *batch[:n], rng_key=jax.random.key(0))
+            if len(batch) == n:
+                return None, outputs
+            return evaluator.loss({}, {}, outputs[0], *batch[n:], rng_key=jax.random.key(0))[1][0], outputs
+
+        self._eval_jitted = jax.jit(evaluate)
 
     @property
     def ranges(self) -> dict[str, tuple[float, float]]:
@@ -133,9 +142,14 @@ class QatTrainStep(TrainStep):
         """The model's outputs with int8 faked at the trained ranges (eval: no range update)."""
         if not bool(jax.device_get(self.state["buffers"][_KNOWN])):
             raise UserError("No training step has run yet, so there are no activation ranges to fake int8 with.")
-        specs = self.jax_program.model.inputs
+        specs = self._evaluator.model.inputs
         arrays = [host_to_jax(v, s.name) for v, s in zip(inputs, specs)]
-        return [np.asarray(o) for o in self._forward(self.state["params"], self.state["buffers"], *arrays)]
+        if len(arrays) != len(specs) or any(tuple(a.shape) != tuple(s.shape) for a, s in zip(arrays, specs)):
+            raise UserError(
+                f"quantized_outputs takes the step's input shapes ({', '.join(s.describe() for s in specs)}), got "
+                f"{[list(a.shape) for a in arrays]}; feed batches of the training batch size."
+            )
+        return [np.asarray(o) for o in self._eval_jitted(self.state["params"], self.state["buffers"], *arrays)[1]]
 
     def program(self, batch_size: int | None = None):
         """The trained model's eval-mode Program, carrying the trained activation ranges;
@@ -150,10 +164,10 @@ class QatTrainStep(TrainStep):
         inputs = self._example_inputs if batch_size is None else tuple(x[:1].expand(batch_size, *x.shape[1:]) for x in self._example_inputs)
         program = _rewritten(export(model.eval(), inputs, name=type(model).__name__.lower()), self._target)
         points = quant_points(program)
-        if points.points != self._eval_points.points:
+        if points.points != self._evaluator.plan.points:
             raise UserError(
                 "The trained model's eval-mode graph quantizes at other nodes than the one training faked "
-                f"({', '.join(sorted(set(points.points) ^ set(self._eval_points.points)))}); keep its forward free of "
+                f"({', '.join(sorted(set(points.points) ^ set(self._evaluator.plan.points)))}); keep its forward free of "
                 "data-dependent branches so both captures agree."
             )
         return program.with_activation_ranges(ActivationRanges({p: ranges[p] for p in points.points}, points.inherits))
@@ -183,9 +197,11 @@ def qat_train_step(
     if not isinstance(output, torch.Tensor):
         raise UserError("quantize='int8' training takes a model with one tensor output (the loss reads it).")
     loss_program = export(_LossOf.module(loss_fn), (output, *targets), name="loss")
-    qat = QatLossProgram(to_jax(train_program), to_jax(loss_program), plan, config.ema_decay)
+    loss = to_jax(loss_program)
+    qat = QatLossProgram(to_jax(train_program), loss, plan, config.ema_decay)
+    evaluator = QatLossProgram(to_jax(eval_program), loss, eval_points, config.ema_decay)
     tx, trainable = make_optax(list(qat.params))
-    return QatTrainStep(qat, tx, trainable, model=model, example_inputs=inputs, eval_points=eval_points,
+    return QatTrainStep(qat, tx, trainable, model=model, example_inputs=inputs, evaluator=evaluator,
                         target=config.target, **step_kwargs)
 
 

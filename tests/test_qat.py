@@ -97,6 +97,11 @@ def test_ranges_start_at_the_first_batch_then_move_by_ema():
     fast(x1, y)
     fast(x2, y)
     assert fast.ranges["x"][1] == pytest.approx(0.5 * float(x1.max()) + 0.5 * float(x2.max()), rel=1e-5)
+    loss, outputs = step.evaluate(x1, y)  # eval mode, int8 faked at the ranges as they stand
+    np.testing.assert_allclose(np.asarray(outputs[0]), step.quantized_outputs(x1.numpy())[0], rtol=1e-6)
+    assert float(loss) == pytest.approx(float(F.cross_entropy(torch.tensor(np.asarray(outputs[0])), y)), rel=1e-5)
+    with pytest.raises(UserError, match="input shapes"):
+        step.quantized_outputs(x1.numpy()[:3])
 
 
 def test_quantize_option_is_checked():
