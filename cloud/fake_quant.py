@@ -7,7 +7,8 @@
 - gradients pass straight through (the rounding's gradient is taken as 1).
 
 `FakeQuantHook` applies them at the `QuantPoints` of the program (a `JaxProgram.call_transformed`
-transform) and records each point's batch [min, max] for the range statistics.
+transform) and records each point's batch [min, max] for the range statistics; with learned
+ranges (`QatConfig(ranges="learned")`) the ranges are parameters and get gradients instead.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 
 from tpuedge.quantize.activation_ranges import INT8_MAX, INT8_MIN, WEIGHT_MAX, QuantPoints, int8_affine
 
-__all__ = ["fake_quant_weight", "fake_quant_activation", "FakeQuantHook"]
+__all__ = ["fake_quant_weight", "fake_quant_activation", "fake_quant_activation_learned", "FakeQuantHook"]
 
 
 def _straight_through(x, quantized):
@@ -42,6 +43,17 @@ def fake_quant_activation(x, lo, hi):
     return _straight_through(x, ((q - zero) * scale).astype(x.dtype))
 
 
+def fake_quant_activation_learned(x, lo, hi):
+    """`fake_quant_activation` with a gradient for the range too (LSQ-style): the rounding is
+    straight-through, the clamp is not, and the step size carries the range's gradient."""
+    lo, hi = jnp.minimum(lo, 0.0), jnp.maximum(hi, 0.0)
+    scale = jnp.maximum(hi - lo, 1e-9) / (INT8_MAX - INT8_MIN)
+    zero = jax.lax.stop_gradient(jnp.round(INT8_MIN - lo / scale))
+    scaled = x / scale
+    q = jnp.clip(scaled + jax.lax.stop_gradient(jnp.round(scaled) - scaled) + zero, INT8_MIN, INT8_MAX)
+    return ((q - zero) * scale).astype(x.dtype)
+
+
 class FakeQuantHook:
     """The transform for one call: fakes int8 at the points with `ranges`; records batch ranges.
 
@@ -49,12 +61,13 @@ class FakeQuantHook:
     own batch range instead (the first training step, before any range is known).
     """
 
-    def __init__(self, plan: QuantPoints, ranges: dict[str, Any], use_batch: Any = False):
+    def __init__(self, plan: QuantPoints, ranges: dict[str, Any], use_batch: Any = False, learned: bool = False):
         self._points = set(plan.points)
         self._weights = plan.weights
         self._fixed = plan.fixed
         self._ranges = ranges
         self._use_batch = use_batch
+        self._activation = fake_quant_activation_learned if learned else fake_quant_activation
         self.observed: dict[str, Any] = {}
 
     def __call__(self, kind: str, key: str, value):
@@ -66,5 +79,5 @@ class FakeQuantHook:
             return fake_quant_activation(value, *self._fixed[key])
         batch = jax.lax.stop_gradient(jnp.stack([jnp.min(value), jnp.max(value)]).astype(jnp.float32))
         self.observed[key] = batch
-        lo_hi = jnp.where(self._use_batch, batch, self._ranges[key])
-        return fake_quant_activation(value, lo_hi[0], lo_hi[1])
+        lo_hi = jnp.where(self._use_batch, batch, self._ranges.get(key, batch))
+        return self._activation(value, lo_hi[0], lo_hi[1])

@@ -199,4 +199,7 @@ def to_optax(
     trainable = [n for n in param_names if n in labels]
     if len(transforms) == 1:
         return next(iter(transforms.values())), trainable
-    return optax.multi_transform(transforms, {n: labels[n] for n in trainable}), trainable
+    first = next(iter(transforms))
+    # labels from the tree given, so the transform also runs inside an outer multi_transform
+    # (QAT's learned ranges), whose masked tree carries names this optimizer does not own
+    return optax.multi_transform(transforms, lambda tree: {n: labels.get(n, first) for n in tree}), trainable

@@ -76,13 +76,16 @@ class QatLossProgram:
     loss: JaxProgram
     plan: QuantPoints
     ema_decay: float
+    learned: bool = False
     params: dict = field(init=False)
     buffers: dict = field(init=False)
 
     def __post_init__(self):
         self.params = {MODEL_PREFIX + k: v for k, v in self.model.params.items()}
         self.buffers = {MODEL_PREFIX + k: v for k, v in self.model.buffers.items()}
-        self.buffers.update({RANGE_PREFIX + p: jnp.asarray(self.plan.fixed.get(p, (0.0, 0.0)), jnp.float32) for p in self.plan.points})
+        for p in self.plan.points:  # learned ranges are parameters (fixed ones never are)
+            state = self.params if self.learned and p not in self.plan.fixed else self.buffers
+            state[RANGE_PREFIX + p] = jnp.asarray(self.plan.fixed.get(p, (0.0, 0.0)), jnp.float32)
         self.buffers[_KNOWN] = jnp.zeros((), jnp.bool_)
         self.inputs = list(self.model.inputs) + list(self.loss.inputs[1:])
         self.outputs = list(self.loss.outputs)
@@ -91,18 +94,28 @@ class QatLossProgram:
         """(new buffers, model outputs) with int8 faked; `update` moves the ranges (training)."""
         model_params = {k[len(MODEL_PREFIX):]: v for k, v in params.items() if k.startswith(MODEL_PREFIX)}
         model_buffers = {k[len(MODEL_PREFIX):]: v for k, v in buffers.items() if k.startswith(MODEL_PREFIX)}
-        ranges = {p: buffers[RANGE_PREFIX + p] for p in self.plan.points}
+        ranges = {p: {**buffers, **params}[RANGE_PREFIX + p] for p in self.plan.points}
         known = buffers[_KNOWN]
-        hook = FakeQuantHook(self.plan, ranges, use_batch=jnp.logical_not(known))
+        hook = FakeQuantHook(self.plan, ranges, use_batch=jnp.logical_not(known), learned=self.learned)
         new_model_buffers, outputs = self.model.call_transformed(model_params, model_buffers, *inputs, rng_key=rng_key, transform=hook)
         new_buffers = dict(buffers)
         new_buffers.update({MODEL_PREFIX + k: v for k, v in new_model_buffers.items()})
-        if update:
+        if update and not self.learned:
             for point, batch in hook.observed.items():
                 moved = self.ema_decay * ranges[point] + (1.0 - self.ema_decay) * batch
                 new_buffers[RANGE_PREFIX + point] = jnp.where(known, moved, batch)
             new_buffers[_KNOWN] = jnp.ones((), jnp.bool_)
         return new_buffers, outputs
+
+    def start_ranges(self, *inputs) -> None:
+        """Learned ranges start at these inputs' batch min/max (one eval-free forward)."""
+        hook = FakeQuantHook(self.plan, {}, use_batch=True)
+        model_params = {k[len(MODEL_PREFIX):]: v for k, v in self.params.items() if k.startswith(MODEL_PREFIX)}
+        model_buffers = {k[len(MODEL_PREFIX):]: v for k, v in self.buffers.items() if k.startswith(MODEL_PREFIX)}
+        self.model.call_transformed(model_params, model_buffers, *inputs, rng_key=jax.random.key(0), transform=hook)
+        for point, batch in hook.observed.items():
+            self.params[RANGE_PREFIX + point] = batch
+        self.buffers[_KNOWN] = jnp.ones((), jnp.bool_)
 
     def __call__(self, params, buffers, *batch, rng_key=None):
         n = len(self.model.inputs)
@@ -135,7 +148,7 @@ class QatTrainStep(TrainStep):
     @property
     def ranges(self) -> dict[str, tuple[float, float]]:
         """The trained [min, max] of every quantization point (host floats)."""
-        host = jax.device_get(self.state["buffers"])
+        host = jax.device_get({**self.state["buffers"], **self.state["params"]})
         return {k[len(RANGE_PREFIX):]: (float(v[0]), float(v[1])) for k, v in host.items() if k.startswith(RANGE_PREFIX)}
 
     def quantized_outputs(self, *inputs: Any) -> list[np.ndarray]:
@@ -198,9 +211,20 @@ def qat_train_step(
         raise UserError("quantize='int8' training takes a model with one tensor output (the loss reads it).")
     loss_program = export(_LossOf.module(loss_fn), (output, *targets), name="loss")
     loss = to_jax(loss_program)
-    qat = QatLossProgram(to_jax(train_program), loss, plan, config.ema_decay)
-    evaluator = QatLossProgram(to_jax(eval_program), loss, eval_points, config.ema_decay)
-    tx, trainable = make_optax(list(qat.params))
+    learned = config.ranges == "learned"
+    qat = QatLossProgram(to_jax(train_program), loss, plan, config.ema_decay, learned)
+    evaluator = QatLossProgram(to_jax(eval_program), loss, eval_points, config.ema_decay, learned)
+    tx, trainable = make_optax([n for n in qat.params if not n.startswith(RANGE_PREFIX)])
+    if learned:
+        import optax
+
+        qat.start_ranges(*[host_to_jax(x, s.name) for x, s in zip(inputs, qat.model.inputs)])
+        ranges = [n for n in qat.params if n.startswith(RANGE_PREFIX)]
+        tx = optax.multi_transform(
+            {"model": tx, "ranges": optax.adam(config.range_lr)},
+            lambda tree: {n: "ranges" if n.startswith(RANGE_PREFIX) else "model" for n in tree},
+        )
+        trainable = trainable + ranges
     return QatTrainStep(qat, tx, trainable, model=model, example_inputs=inputs, evaluator=evaluator,
                         target=config.target, **step_kwargs)
 
@@ -220,6 +244,9 @@ class QatConfig:
     """`train_step(..., quantize=QatConfig(ema_decay=0.9))`: int8 QAT with its range options.
 
     ema_decay: how much of the old range each step keeps (0: the last batch's range).
+    ranges: "ema" (each point's range follows its batch min/max by the moving average) or
+        "learned" (ranges start at the example batch's min/max and are trained with the loss's
+        gradient through the int8 step size, as in LSQ, by Adam at `range_lr`).
     target: the edge target whose own IR rewrites (mcu: LSTM/GRU unrolled into cells,
         hardsigmoid as relu6, ...) are applied before training, so int8 is faked on the graph
         that target converts and every tensor of its int8 model gets a trained range. Its
@@ -228,10 +255,16 @@ class QatConfig:
 
     ema_decay: float = 0.99
     target: str | None = "mcu"  # whose IR rewrites the trained graph gets (None: none)
+    ranges: str = "ema"  # "ema" (statistics) or "learned" (parameters with LSQ-style gradients)
+    range_lr: float = 1e-3  # Adam's learning rate for learned ranges
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.ema_decay < 1.0:
             raise UserError(f"ema_decay must be in [0, 1), got {self.ema_decay}.")
+        if self.ranges not in ("ema", "learned"):
+            raise UserError(f"QatConfig(ranges={self.ranges!r}): choose \"ema\" or \"learned\".")
+        if self.range_lr <= 0:
+            raise UserError(f"range_lr must be positive, got {self.range_lr}.")
 
 
 def qat_config(quantize: Any, precision: str) -> QatConfig:

@@ -218,3 +218,30 @@ def test_qat_trains_on_the_graph_mcu_builds(tmp_path):
     tflm = np.concatenate([artifact.run(x_test[i : i + 1])[0] for i in range(64)])
     # recurrence compounds the kernels' rounding (LOGISTIC/TANH tables), so top-1, not 1 LSB
     assert (tflm.argmax(1) == fake_quant.argmax(1)).mean() >= 0.95
+
+
+def test_learned_ranges_train_and_deploy_within_one_step(tmp_path):
+    """QatConfig(ranges="learned"): ranges are parameters with LSQ-style gradients; the mcu build
+    still follows the fake-quant eval within 1 LSB."""
+    from model import digits_split
+
+    x_train, y_train, x_test, y_test = digits_split()
+    torch.manual_seed(0)
+    model = SmallCNN()
+    example = (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
+    config = tpuedge.cloud.QatConfig(ranges="learned", range_lr=1e-2)
+    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-3), example, quantize=config)
+    start = dict(step.ranges)
+    assert start["x"] == pytest.approx((float(x_train[:64].min()), float(x_train[:64].max())))
+    for _ in range(3):
+        for i in range(0, len(x_train) - 63, 64):
+            step(x_train[i : i + 64], y_train[i : i + 64])
+    moved = [p for p in start if abs(step.ranges[p][1] - start[p][1]) > 1e-3]
+    assert "relu" in moved and "linear_1" in moved  # the loss's gradient reached the ranges
+    program = step.program(batch_size=1)
+    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", eval=(x_test, y_test), allow_below_budget=True)
+    fake_quant = step.quantized_outputs(x_test[:64])[0]
+    tflm = np.concatenate([artifact.run(x_test[i : i + 1].transpose(0, 2, 3, 1))[0] for i in range(64)])
+    scale, _ = int8_affine(*program.activation_ranges.ranges["linear_1"])
+    assert (np.abs(tflm - fake_quant) / scale <= 1.0 + 1e-4).mean() >= 0.99
+    assert (tflm.argmax(1) == y_test[:64]).mean() > 0.8
