@@ -68,6 +68,11 @@ class _LossOf:
         return LossOf()
 
 
+def _model_state(state: dict) -> dict:
+    """The model's own entries of a step's params or buffers, without the "model." prefix."""
+    return {k[len(MODEL_PREFIX):]: v for k, v in state.items() if k.startswith(MODEL_PREFIX)}
+
+
 @dataclass(eq=False)  # hashed by identity, so jax.jit closes over it
 class QatLossProgram:
     """Model (fake int8) then loss, with JaxProgram's call convention for `TrainStep`."""
@@ -92,8 +97,7 @@ class QatLossProgram:
 
     def model_outputs(self, params, buffers, *inputs, rng_key=None, update: bool = False):
         """(new buffers, model outputs) with int8 faked; `update` moves the ranges (training)."""
-        model_params = {k[len(MODEL_PREFIX):]: v for k, v in params.items() if k.startswith(MODEL_PREFIX)}
-        model_buffers = {k[len(MODEL_PREFIX):]: v for k, v in buffers.items() if k.startswith(MODEL_PREFIX)}
+        model_params, model_buffers = _model_state(params), _model_state(buffers)
         ranges = {p: {**buffers, **params}[RANGE_PREFIX + p] for p in self.plan.points}
         known = buffers[_KNOWN]
         hook = FakeQuantHook(self.plan, ranges, use_batch=jnp.logical_not(known), learned=self.learned)
@@ -110,9 +114,7 @@ class QatLossProgram:
     def start_ranges(self, *inputs) -> None:
         """Learned ranges start at these inputs' batch min/max (one eval-free forward)."""
         hook = FakeQuantHook(self.plan, {}, use_batch=True)
-        model_params = {k[len(MODEL_PREFIX):]: v for k, v in self.params.items() if k.startswith(MODEL_PREFIX)}
-        model_buffers = {k[len(MODEL_PREFIX):]: v for k, v in self.buffers.items() if k.startswith(MODEL_PREFIX)}
-        self.model.call_transformed(model_params, model_buffers, *inputs, rng_key=jax.random.key(0), transform=hook)
+        self.model.call_transformed(_model_state(self.params), _model_state(self.buffers), *inputs, rng_key=jax.random.key(0), transform=hook)
         for point, batch in hook.observed.items():
             self.params[RANGE_PREFIX + point] = batch
         self.buffers[_KNOWN] = jnp.ones((), jnp.bool_)
