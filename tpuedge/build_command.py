@@ -99,6 +99,17 @@ def make_build_command() -> click.Command:
         spec = _model_arg(model)
         options = resolve_build_options(target, given, config)
         out = out or config.get("out", target) or Path("build") / spec_name(spec) / target
+        from tpuedge import build_replay
+
+        limit = config.get("cache_size")
+        key = None if no_cache else build_replay.replay_key(spec, target, options)
+        replayed = build_replay.replay(key, Path(out), limit) if key else None
+        if replayed is not None:  # nothing imported, nothing rebuilt: the remembered folder, byte for byte
+            console = _console()
+            console.print(replayed)
+            console.print(f"cache: hit {build_replay.STAGE} ({build_replay.cache_folder(limit)})", soft_wrap=True)
+            console.print(f"wrote {out}")
+            return
         if options.get("batch") and not spec.endswith(".pt2"):
             # a factory's module can be re-traced at the batch asked for (a .pt2 only rebinds if its graph allows)
             from tpuedge.cloud.batch_rebind import export_factory_at_batch
@@ -106,10 +117,13 @@ def make_build_command() -> click.Command:
             program = export_factory_at_batch(spec, options["batch"])
         else:
             program = load_program(spec)
-        with build_session(enabled=not no_cache, limit=config.get("cache_size")) as cache:
+        with build_session(enabled=not no_cache, limit=limit) as cache:
             artifact = program.lower(target, **options).compile(Path(out))
         console = _console()
-        console.print(artifact.report() if hasattr(artifact, "report") else repr(artifact))
+        report = artifact.report() if hasattr(artifact, "report") else repr(artifact)
+        console.print(report)
+        if key:
+            build_replay.remember(key, Path(out), report, limit)
         console.print(cache.describe(), soft_wrap=True)  # not in the manifest: a hit gives the same bytes as a cold build
         console.print(f"wrote {out}")
 
