@@ -37,20 +37,17 @@ def fake_quant_weight(w, axis: int = 0):
 
 
 def fake_quant_activation(x, lo, hi):
-    """Asymmetric per-tensor int8 over [lo, hi], straight-through."""
-    scale, zero = int8_affine(lo, hi, jnp)
-    q = jnp.clip(jnp.round(x / scale) + zero, INT8_MIN, INT8_MAX)
-    return _straight_through(x, ((q - zero) * scale).astype(x.dtype))
+    """Asymmetric per-tensor int8 over [lo, hi], straight-through (no gradient to the range)."""
+    return _straight_through(x, jax.lax.stop_gradient(fake_quant_activation_learned(x, lo, hi)))
 
 
 def fake_quant_activation_learned(x, lo, hi):
-    """`fake_quant_activation` with a gradient for the range too (LSQ-style): the rounding is
+    """The same int8 values with a gradient for the range too (LSQ-style): the rounding is
     straight-through, the clamp is not, and the step size carries the range's gradient."""
-    lo, hi = jnp.minimum(lo, 0.0), jnp.maximum(hi, 0.0)
-    scale = jnp.maximum(hi - lo, 1e-9) / (INT8_MAX - INT8_MIN)
-    zero = jax.lax.stop_gradient(jnp.round(INT8_MIN - lo / scale))
+    scale, zero = int8_affine(lo, hi, jnp)
+    zero = jax.lax.stop_gradient(zero)
     scaled = x / scale
-    q = jnp.clip(scaled + jax.lax.stop_gradient(jnp.round(scaled) - scaled) + zero, INT8_MIN, INT8_MAX)
+    q = jnp.clip(_straight_through(scaled, jnp.round(scaled)) + zero, INT8_MIN, INT8_MAX)
     return ((q - zero) * scale).astype(x.dtype)
 
 

@@ -185,7 +185,7 @@ class QatTrainStep(TrainStep):
                 f"({', '.join(sorted(set(points.points) ^ set(self._evaluator.plan.points)))}); keep its forward free of "
                 "data-dependent branches so both captures agree."
             )
-        return program.with_activation_ranges(ActivationRanges({p: ranges[p] for p in points.points}, points.inherits))
+        return program.with_activation_ranges(ActivationRanges({p: ranges[p] for p in points.points}))
 
 
 def qat_train_step(

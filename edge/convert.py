@@ -184,7 +184,9 @@ def program_to_tflite(
             "pass --calibration data.npz (arrays keyed by input name), a .npy, a folder, or module:function."
         )
     float_runner = LiteRTRunner(base)
-    cal_samples = _quantizer_samples(calibration, float_runner.inputs, config.channels_last)
+    # trained ranges replace every calibrated one: a single sample gives the quantizer its entries
+    cal_samples = _quantizer_samples(calibration[:1] if trained_ranges is not None else calibration,
+                                     float_runner.inputs, config.channels_last)
     groups, scopes = find_sensitive_groups(base)
     all_int8 = quantizer_recipe(config)
     with stage_progress(f"{program.name}: calibration on {len(cal_samples)} sample(s)"):

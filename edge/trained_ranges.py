@@ -21,11 +21,11 @@ __all__ = ["TensorRanges", "tensor_ranges", "require_complete", "trained_range_s
 TRAINED_RANGES_SOURCE = "none: every activation range comes from training (the Program's activation_ranges)"
 
 
-_SAME_GRID_OPS = {"SLICE", "STRIDED_SLICE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "GATHER", "SPLIT",
-                  "SPLIT_V", "UNPACK", "MAX_POOL_2D"}
-
-
+# builtins whose output holds its input's values rearranged (not verify's data-movement set: a
+# CAST there changes the dtype, and a bool or int tensor takes no range) ...
 _RESHAPING_OPS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE"}
+# ... and those that hold a selection of them: both keep the input's int8 grid
+_SAME_GRID_OPS = _RESHAPING_OPS | {"SLICE", "STRIDED_SLICE", "GATHER", "SPLIT", "SPLIT_V", "UNPACK", "MAX_POOL_2D"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def tensor_ranges(float_tflite: bytes, program, ranges) -> TensorRanges:
     source = TfliteLayerSource(float_tflite, program, layers, micro=False)
     # one sample inside the trained input ranges: its values only settle which node a tensor holds
     rng = np.random.default_rng(0)
-    sample = [rng.uniform(*(ranges.range_of(s.name) or (-1.0, 1.0)), size=tuple(s.shape)).astype(s.dtype) for s in program.inputs]
+    sample = [rng.uniform(*ranges.ranges.get(s.name, (-1.0, 1.0)), size=tuple(s.shape)).astype(s.dtype) for s in program.inputs]
     reference = IntermediateRecorder(program)(*sample)
     runtime = source.tensor_values(sample, [c.tensor for c in source.candidates])
     placed = best_candidates(source.candidates, reference, runtime)
@@ -58,16 +58,16 @@ def tensor_ranges(float_tflite: bytes, program, ranges) -> TensorRanges:
     # a node keeps is read from the program built, the ranges from training
     inherits = quant_points(program).inherits
     for tensor, (node, _) in placed.items():
-        trained = ranges.ranges.get(inherits.get(node, node)) or ranges.range_of(node)
+        trained = ranges.ranges.get(inherits.get(node, node))
         if trained is not None:
             found[graph.tensors[tensor].name] = trained
     # a tensor only cut or moved out of one the converter split up (an unrolled sequence's time
     # steps) keeps its input's int8 grid, as its IR node keeps its source's
     for op in graph.ops:
-        source = graph.tensors[op.inputs[0]].name if op.inputs else None
-        if op.name in _SAME_GRID_OPS and source in found:
+        first_input = graph.tensors[op.inputs[0]].name if op.inputs else None
+        if op.name in _SAME_GRID_OPS and first_input in found:
             for out in op.outputs:
-                found.setdefault(graph.tensors[out].name, found[source])
+                found.setdefault(graph.tensors[out].name, found[first_input])
     for op in reversed(graph.ops):  # and a tensor only reshaped into a placed one holds its values
         target = graph.tensors[op.outputs[0]].name if op.outputs else None
         if op.name in _RESHAPING_OPS and target in found and op.inputs:

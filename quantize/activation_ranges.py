@@ -125,30 +125,18 @@ def quant_points(program) -> QuantPoints:
 
 @dataclass(frozen=True)
 class ActivationRanges:
-    """Trained (or measured) [min, max] per quantization point of one Program."""
+    """Trained (or measured) [min, max] per quantization point of one Program. A node that is not
+    a point keeps the grid of the point `quant_points(program).inherits` names for it."""
 
     ranges: dict[str, tuple[float, float]]  # point -> (min, max)
-    inherits: dict[str, str] = field(default_factory=dict)
     source: str = "quantization-aware training (EMA of batch min/max)"
 
-    def range_of(self, node: str) -> tuple[float, float] | None:
-        """The range whose int8 grid `node`'s value lies on (its own, or the point it inherits)."""
-        return self.ranges.get(self.inherits.get(node, node))
-
     def to_json(self) -> dict:
-        return {
-            "source": self.source,
-            "ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in self.ranges.items()},
-            "inherits": dict(self.inherits),
-        }
+        return {"source": self.source, "ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in self.ranges.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> "ActivationRanges":
-        return cls(
-            {k: (float(lo), float(hi)) for k, (lo, hi) in data["ranges"].items()},
-            dict(data.get("inherits", {})),
-            data.get("source", cls.source),
-        )
+        return cls({k: (float(lo), float(hi)) for k, (lo, hi) in data["ranges"].items()}, data.get("source", cls.source))
 
     @property
     def digest(self) -> str:

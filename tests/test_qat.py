@@ -116,6 +116,12 @@ def test_quantize_option_is_checked():
         tpuedge.cloud.train_step(with_bn, F.cross_entropy, torch.optim.SGD(with_bn.parameters(), lr=0.1), batch, quantize="int8")
 
 
+def _steps_off(runtime_outputs, fake_quant, program, output: str = "linear_1") -> np.ndarray:
+    """|runtime - fake-quant eval| in int8 steps of the output's trained range."""
+    scale, _ = int8_affine(*program.activation_ranges.ranges[output])
+    return np.abs(runtime_outputs - fake_quant) / scale
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A float-trained SmallCNN fine-tuned with int8 faked (digits), and its trained Program."""
@@ -153,8 +159,7 @@ def test_trained_program_builds_for_mcu_without_calibration_and_matches_fake_qua
     n = 256
     fake_quant = np.concatenate([step.quantized_outputs(x_test[i : i + 64])[0] for i in range(0, n, 64)])
     tflm = np.concatenate([artifact.run(x_test[i : i + 1].transpose(0, 2, 3, 1))[0] for i in range(n)])
-    scale, _ = int8_affine(*program.activation_ranges.ranges["linear_1"])
-    lsb = np.abs(tflm - fake_quant) / scale
+    lsb = _steps_off(tflm, fake_quant, program)
     assert (lsb <= 1.0 + 1e-4).mean() >= 0.99, f"max {lsb.max():.2f} LSB"
     assert (tflm.argmax(1) == y_test[:n]).mean() > 0.9
 
@@ -177,8 +182,7 @@ def test_trained_program_builds_android_int8_with_the_trained_ranges(trained, tm
     assert "activation ranges: trained" in artifact.report()
     fake_quant = step.quantized_outputs(x_test[:64])[0]
     litert = np.concatenate([artifact.run(x_test[i : i + 1])[0] for i in range(64)])
-    scale, _ = int8_affine(*program.activation_ranges.ranges["linear_1"])
-    assert (np.abs(litert - fake_quant) / scale <= 1.0 + 1e-4).mean() >= 0.99
+    assert (_steps_off(litert, fake_quant, program) <= 1.0 + 1e-4).mean() >= 0.99
 
 
 class RowLSTM(nn.Module):
@@ -242,6 +246,5 @@ def test_learned_ranges_train_and_deploy_within_one_step(tmp_path):
     artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", eval=(x_test, y_test), allow_below_budget=True)
     fake_quant = step.quantized_outputs(x_test[:64])[0]
     tflm = np.concatenate([artifact.run(x_test[i : i + 1].transpose(0, 2, 3, 1))[0] for i in range(64)])
-    scale, _ = int8_affine(*program.activation_ranges.ranges["linear_1"])
-    assert (np.abs(tflm - fake_quant) / scale <= 1.0 + 1e-4).mean() >= 0.99
+    assert (_steps_off(tflm, fake_quant, program) <= 1.0 + 1e-4).mean() >= 0.99
     assert (tflm.argmax(1) == y_test[:64]).mean() > 0.8
