@@ -6,7 +6,7 @@ int8 (`mcu_int8_problem`, from edge/data/tflm_ops.json, checked against the real
 quantizer and converter). The build checks the converted model's builtins with the same rule.
 Before that the mcu pipeline rewrites the IR (`mcu_passes`): autocast regions are inlined, no-op casts, eval-mode dropout and
 input-independent ops vanish, reflect/replicate padding becomes slices + concatenation, GELU (no
-kernel) an approximation, hardsigmoid relu6(x + 3) / 6, powers, square roots and 2-norms products
+kernel) an approximation, SiLU x * sigmoid(x), hardsigmoid relu6(x + 3) / 6, powers, square roots and 2-norms products
 and RSQRT. The check applies the same passes the build applies, so `tpuedge check --target mcu`
 and `tpuedge build --target mcu` never disagree.
 """
@@ -37,10 +37,11 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
+    from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
 
     return PassManager(
         [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
-         HardSigmoidAsRelu6(), PowersAsProducts(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), PowersAsProducts(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 
