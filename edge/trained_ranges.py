@@ -24,8 +24,10 @@ TRAINED_RANGES_SOURCE = "none: every activation range comes from training (the P
 # builtins whose output holds its input's values rearranged (not verify's data-movement set: a
 # CAST there changes the dtype, and a bool or int tensor takes no range) ...
 _RESHAPING_OPS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE"}
-# ... and those that hold a selection of them: both keep the input's int8 grid
-_SAME_GRID_OPS = _RESHAPING_OPS | {"SLICE", "STRIDED_SLICE", "GATHER", "SPLIT", "SPLIT_V", "UNPACK", "MAX_POOL_2D"}
+# ... and those that hold a selection of them, or them padded with zeros (a strided conv's
+# explicit PAD: 0 is on every grid, int8_affine widens each range to hold it): all keep the
+# input's int8 grid
+_SAME_GRID_OPS = _RESHAPING_OPS | {"SLICE", "STRIDED_SLICE", "GATHER", "SPLIT", "SPLIT_V", "UNPACK", "MAX_POOL_2D", "PAD"}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from tpuedge.quantize.metrics import SNR_CAP_DB, ErrorAccumulator
 from tpuedge.verify.runner import (
     call_batch,
     call_chunks,
-    inverse_permutation,
     layout_permutation,
     single_torch_thread,
 )
@@ -217,11 +216,10 @@ class TfliteLayerSource:
         self._matches = resolve_matches(self._graph, self._candidates, reference, runtime)
 
     def values(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        from tpuedge.verify.tflite_graph import to_ir_layout
+
         got = self.tensor_values(inputs, [m.tensor for m in self._matches])
-        return {
-            m.node: np.transpose(got[m.tensor], inverse_permutation(m.perm)) if m.perm else got[m.tensor]
-            for m in self._matches
-        }
+        return {m.node: to_ir_layout(got[m.tensor], m.perm, self._layers[m.node].shape) for m in self._matches}
 
 
 def _source_for(artifact, program, layers: dict[str, IRLayer]) -> _LayerSource:

@@ -4,7 +4,7 @@ The converter keeps no fx node names in the flatbuffer, but litert-torch names e
 after the `nn_module_stack` scopes of the IR nodes it was lowered from (fused ops may join
 the scopes with ";"). `match_tensors` walks the ops in execution order; an op's output may
 hold any IR node downstream of the op's already-placed inputs that lies in one of the
-tensor's scopes and has the tensor's shape (IR layout or channels-last), or a BatchNorm /
+tensor's scopes and has the tensor's shape (IR layout, channels-last, or without size-1 axes), or a BatchNorm /
 activation folded right after such a node. Ops that only move data (QUANTIZE, TRANSPOSE,
 RESHAPE of a layout) hold their input's node. `resolve_matches` then picks, per tensor, the
 candidate whose value is closest on one sample.
@@ -21,12 +21,13 @@ from tpuedge.verify.runner import inverse_permutation, layout_permutation
 
 __all__ = [
     "TfliteTensor", "TfliteOp", "TfliteGraph", "TensorMatch", "TensorCandidates",
-    "read_graph", "match_tensors", "best_candidates", "resolve_matches", "dequantize", "counterpart_nodes",
+    "read_graph", "match_tensors", "best_candidates", "resolve_matches", "dequantize", "counterpart_nodes", "to_ir_layout",
 ]
 
 # Relative error (|got - ref| / |ref|) above which a runtime tensor is taken to hold another
 # value than the candidate node's, not a noisy copy of it: worse than a tensor of zeros.
 _UNRELATED = 1.0
+_DROPPED_AXES_TIE = 1e-9  # more than best_candidates' tie tolerance, far less than any real error
 
 # Ops that move or re-encode a value without computing a new one.
 _DATA_MOVEMENT_OPS = {"QUANTIZE", "DEQUANTIZE", "TRANSPOSE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST"}
@@ -136,10 +137,23 @@ _FUSABLE_OPS = {
 }
 
 
+def _unit_axes_dropped(ir_shape, runtime_shape) -> bool:
+    """The runtime shape is the IR's without some of its size-1 axes: a FULLY_CONNECTED on a
+    (1, T, C) input yields (T, C). The same values, in the same order."""
+    return len(runtime_shape) < len(ir_shape) and [d for d in ir_shape if d != 1] == [d for d in runtime_shape if d != 1]
+
+
+def to_ir_layout(value: np.ndarray, perm: tuple[int, ...], ir_shape) -> np.ndarray:
+    """A runtime tensor's value in its IR node's layout: the channels-last permutation undone,
+    and the size-1 axes the converter dropped put back."""
+    got = np.transpose(value, inverse_permutation(perm)) if perm else value
+    return got.reshape(ir_shape) if _unit_axes_dropped(ir_shape, got.shape) else got
+
+
 def _choose_perm(ir_shape, tensor: TfliteTensor, op_name: str, seed_perm: tuple[int, ...] | None):
     perm = layout_permutation(ir_shape, tensor.shape)
     if perm is None:
-        return None
+        return () if _unit_axes_dropped(ir_shape, tensor.shape) else None
     channels_last = (0, *range(2, len(ir_shape)), 1) if len(ir_shape) >= 3 else None
     ambiguous = perm == () and channels_last is not None and layout_permutation(
         [ir_shape[p] for p in channels_last], tensor.shape
@@ -270,11 +284,13 @@ def best_candidates(
             ref = reference.get(name)
             if ref is None or value is None:
                 continue
-            got = np.transpose(value, inverse_permutation(perm)) if perm else value
+            got = to_ir_layout(value, perm, ref.shape)
             if got.shape != ref.shape:
                 continue
             scale = float(np.linalg.norm(ref)) or 1.0
-            err = float(np.linalg.norm(got - ref)) / scale
+            # a node of the tensor's own rank wins a tie against one it only matches with
+            # size-1 axes put back (the mask a CAST yields, not that mask broadcast to 4-D)
+            err = float(np.linalg.norm(got - ref)) / scale + (_DROPPED_AXES_TIE if value.ndim != ref.ndim else 0.0)
             if err <= best_err * (1 + 1e-6) + 1e-12:
                 best, best_err = (name, perm), min(err, best_err)
         if best is not None and best_err <= _UNRELATED:
