@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ActivationRanges", "QuantPoints", "quant_points", "int8_affine", "FIXED_RANGES", "INT8_MIN", "INT8_MAX", "WEIGHT_MAX"]
+__all__ = ["ActivationRanges", "QuantPoints", "quant_points", "int8_affine", "FIXED_RANGES", "SAME_GRID_OPS", "INT8_MIN", "INT8_MAX", "WEIGHT_MAX"]
 
 INT8_MIN, INT8_MAX = -128, 127
 WEIGHT_MAX = 127  # symmetric weights use [-127, 127]
 
 # ops whose output holds (a selection of) its first input's values: same int8 grid
-_SAME_GRID = {
+SAME_GRID_OPS = {
     "aten.view.default", "aten.reshape.default", "aten.flatten.using_ints", "aten.permute.default",
     "aten.transpose.int", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default", "aten.t.default",
     "aten.max_pool2d.default", "aten.max_pool1d.default", "aten.adaptive_max_pool2d.default",
@@ -111,7 +111,7 @@ def quant_points(program) -> QuantPoints:
             if getattr(weight, "name", None) in params:
                 weights[params[weight.name]] = 0
         source = node.args[0] if node.args and hasattr(node.args[0], "name") else None
-        if key in _SAME_GRID and source is not None:
+        if key in SAME_GRID_OPS and source is not None:
             inherits[node.name] = inherits.get(source.name, source.name)
             continue
         users = list(node.users)

@@ -213,13 +213,13 @@ class TfliteLayerSource:
         from tpuedge.verify.tflite_graph import resolve_matches
 
         runtime = self.tensor_values(inputs, [c.tensor for c in self._candidates])
-        self._matches = resolve_matches(self._graph, self._candidates, reference, runtime)
+        self._matches = resolve_matches(self._graph, self._candidates, reference, runtime, self._layers)
 
     def values(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
         from tpuedge.verify.tflite_graph import to_ir_layout
 
         got = self.tensor_values(inputs, [m.tensor for m in self._matches])
-        return {m.node: to_ir_layout(got[m.tensor], m.perm, self._layers[m.node].shape) for m in self._matches}
+        return {m.node: to_ir_layout(got[m.tensor], m.perm, self._layers[m.node].shape) / m.scale for m in self._matches}
 
 
 def _source_for(artifact, program, layers: dict[str, IRLayer]) -> _LayerSource:

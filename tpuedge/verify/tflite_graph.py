@@ -28,6 +28,8 @@ __all__ = [
 # value than the candidate node's, not a noisy copy of it: worse than a tensor of zeros.
 _UNRELATED = 1.0
 _DROPPED_AXES_TIE = 1e-9  # more than best_candidates' tie tolerance, far less than any real error
+_SCALED_TIE = 1e-6  # a fit that needs a constant factor loses a tie against one that does not
+_FOLDED_FACTOR = 0.25  # |log2| of the smallest factor taken for a folded constant (x0.84 or x1.19)
 
 # Ops that move or re-encode a value without computing a new one.
 _DATA_MOVEMENT_OPS = {"QUANTIZE", "DEQUANTIZE", "TRANSPOSE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST"}
@@ -63,11 +65,14 @@ class TfliteGraph:
 
 @dataclass(frozen=True)
 class TensorMatch:
-    """Runtime tensor `tensor` holds IR node `node`'s value, transposed by `perm` (IR -> runtime)."""
+    """Runtime tensor `tensor` holds IR node `node`'s value, transposed by `perm` (IR -> runtime)
+    and multiplied by `scale` (a constant the converter folded in: attention's 1/sqrt(d) split
+    over the query and key projections)."""
 
     tensor: int
     node: str
     perm: tuple[int, ...]
+    scale: float = 1.0
 
 
 def read_graph(model_bytes: bytes) -> TfliteGraph:
@@ -148,6 +153,21 @@ def to_ir_layout(value: np.ndarray, perm: tuple[int, ...], ir_shape) -> np.ndarr
     and the size-1 axes the converter dropped put back."""
     got = np.transpose(value, inverse_permutation(perm)) if perm else value
     return got.reshape(ir_shape) if _unit_axes_dropped(ir_shape, got.shape) else got
+
+
+def _other_layouts(ir_shape, tensor: TfliteTensor) -> list[tuple[int, ...]]:
+    """The other axis orders that give the IR shape the tensor's shape, for up to 4 axes (a
+    key transposed for its matmul, heads-last attention): which one holds the node's values is
+    settled by value, like the node itself."""
+    import itertools
+
+    rank = len(ir_shape)
+    if rank != len(tensor.shape) or rank > 4:
+        return []
+    return [
+        perm for perm in itertools.permutations(range(rank))
+        if perm != tuple(range(rank)) and tuple(ir_shape[p] for p in perm) == tuple(tensor.shape)
+    ]
 
 
 def _choose_perm(ir_shape, tensor: TfliteTensor, op_name: str, seed_perm: tuple[int, ...] | None):
@@ -253,9 +273,11 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
             def fitting(names: list[str]) -> list[tuple[str, tuple[int, ...]]]:
                 fits = []
                 for name in sorted(dict.fromkeys(names), key=order.__getitem__):
-                    perm = _choose_perm(layers[name].shape, tensor, op.name, seed_perm) if name in layers else None
-                    if perm is not None:
-                        fits.append((name, perm))
+                    if name not in layers:
+                        continue
+                    perm = _choose_perm(layers[name].shape, tensor, op.name, seed_perm)
+                    others = [p for p in _other_layouts(layers[name].shape, tensor) if p != perm and op.name == "TRANSPOSE"]
+                    fits += [(name, p) for p in ([perm] if perm is not None else []) + others]
                 return fits
 
             candidates = fitting(names)
@@ -264,6 +286,57 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
             if candidates:
                 found[out] = TensorCandidates(out, op.name, tuple(candidates))
     return sorted(found.values(), key=lambda c: _position(graph, c.tensor))
+
+
+@dataclass(frozen=True)
+class _Fit:
+    node: str
+    perm: tuple[int, ...]
+    err: float  # |value / scale - node's value| / |node's value| on the sample
+    scale: float = 1.0
+
+
+def _fits(entry: TensorCandidates, value, reference: dict[str, np.ndarray], *, scaled: bool) -> list[_Fit]:
+    """How well one runtime tensor holds each of its candidates, in candidate order; `scaled`
+    also tries the value times a constant (the least-squares one), kept where it fits better."""
+    out = []
+    for name, perm in entry.candidates:
+        ref = reference.get(name)
+        if ref is None or value is None:
+            continue
+        got = to_ir_layout(value, perm, ref.shape)
+        if got.shape != ref.shape:
+            continue
+        norm = float(np.linalg.norm(ref)) or 1.0
+        # a node of the tensor's own rank wins a tie against one it only matches with
+        # size-1 axes put back (the mask a CAST yields, not that mask broadcast to 4-D)
+        tie = _DROPPED_AXES_TIE if value.ndim != ref.ndim else 0.0
+        fit = _Fit(name, perm, float(np.linalg.norm(got - ref)) / norm + tie)
+        dot = float(np.vdot(ref, ref))
+        if scaled and dot > 0 and fit.err > _SCALED_TIE:
+            factor = float(np.vdot(got, ref)) / dot
+            # a folded constant, not a quantized tensor's small gain error (that is what the
+            # comparison is there to show): far from 1, and the fit much closer for it
+            if factor > 0 and abs(np.log2(factor)) > _FOLDED_FACTOR:
+                err = float(np.linalg.norm(got / factor - ref)) / norm + tie + _SCALED_TIE
+                if err < fit.err / 4:
+                    fit = _Fit(name, perm, err, factor)
+        out.append(fit)
+    return out
+
+
+def _ties(err: float, best_err: float) -> bool:
+    return err <= best_err * (1 + 1e-6) + 1e-12
+
+
+def _best(fits: list[_Fit]) -> _Fit | None:
+    """The closest fit (a tie goes to the later node), if it is closer than a tensor of zeros;
+    its `err` is the smallest of the tie."""
+    best, best_err = None, np.inf
+    for fit in fits:
+        if _ties(fit.err, best_err):
+            best, best_err = fit, min(fit.err, best_err)
+    return None if best is None or best_err > _UNRELATED else _Fit(best.node, best.perm, best_err, best.scale)
 
 
 def best_candidates(
@@ -278,23 +351,9 @@ def best_candidates(
     """
     best_of: dict[int, tuple[str, tuple[int, ...]]] = {}
     for entry in found:
-        value = runtime.get(entry.tensor)
-        best, best_err = None, np.inf
-        for name, perm in entry.candidates:
-            ref = reference.get(name)
-            if ref is None or value is None:
-                continue
-            got = to_ir_layout(value, perm, ref.shape)
-            if got.shape != ref.shape:
-                continue
-            scale = float(np.linalg.norm(ref)) or 1.0
-            # a node of the tensor's own rank wins a tie against one it only matches with
-            # size-1 axes put back (the mask a CAST yields, not that mask broadcast to 4-D)
-            err = float(np.linalg.norm(got - ref)) / scale + (_DROPPED_AXES_TIE if value.ndim != ref.ndim else 0.0)
-            if err <= best_err * (1 + 1e-6) + 1e-12:
-                best, best_err = (name, perm), min(err, best_err)
-        if best is not None and best_err <= _UNRELATED:
-            best_of[entry.tensor] = best
+        best = _best(_fits(entry, runtime.get(entry.tensor), reference, scaled=False))
+        if best is not None:
+            best_of[entry.tensor] = (best.node, best.perm)
     return best_of
 
 
@@ -303,15 +362,33 @@ def resolve_matches(
     found: list[TensorCandidates],
     reference: dict[str, np.ndarray],
     runtime: dict[int, np.ndarray],
+    layers: dict[str, IRLayer],
 ) -> list[TensorMatch]:
-    """Pick each tensor's node by value on one sample (`best_candidates`), then keep one tensor
-    per node: the LAST that holds it. An op lowered to several ops (LayerNorm as mean, sub,
-    mul, ...) yields its value in the group's last tensor; a quantized input's QUANTIZE output
-    comes after the float input; layout copies hold the same value anyway.
+    """Pick each tensor's node by value on one sample, then keep one tensor per node: the LAST
+    that holds it. An op lowered to several ops (LayerNorm as mean, sub, mul, ...) yields its
+    value in the group's last tensor; a quantized input's QUANTIZE output comes after the float
+    input; layout copies hold the same value anyway.
+
+    Unlike `best_candidates` (which places ranges, where only the node's own values will do), a
+    tensor may hold its node times a constant the converter folded in (attention's 1/sqrt(d)
+    split over the query and key projections); the comparison divides it out. A tensor also
+    stands for the candidates that tie with its node where one of the two only moves the
+    other's values (a view, a transpose, an attention output reshaped for the next Linear):
+    they hold the same numbers by construction, so the one tensor is compared against each.
     """
+    from tpuedge.quantize.activation_ranges import SAME_GRID_OPS
+
     chosen: dict[str, TensorMatch] = {}
-    for tensor, (name, perm) in best_candidates(found, reference, runtime).items():
-        chosen[name] = TensorMatch(tensor, name, perm)
+    for entry in found:
+        fits = _fits(entry, runtime.get(entry.tensor), reference, scaled=True)
+        best = _best(fits)
+        if best is None:
+            continue
+        moves = layers[best.node].op in SAME_GRID_OPS
+        for fit in fits:
+            if fit.node != best.node and (moves or layers[fit.node].op in SAME_GRID_OPS) and _ties(fit.err, best.err):
+                chosen[fit.node] = TensorMatch(entry.tensor, fit.node, fit.perm, fit.scale)
+        chosen[best.node] = TensorMatch(entry.tensor, best.node, best.perm, best.scale)
     return list(chosen.values())
 
 
