@@ -88,14 +88,21 @@ def _private_copy(exported_program):
     return exported_program._update(graph_module, copy.deepcopy(exported_program.graph_signature))
 
 
-def _decompose(exported_program):
+def litert_ir_passes(exported_program):
+    """The IR passes every LiteRT lowering applies first (android and mcu alike), as a new
+    program: PReLU as one form, attention-mask constants bounded. Per-layer verify takes its
+    reference from the same program, so a bounded mask is not reported as an error."""
     from tpuedge.shared_ir.passes.mask_bound import FiniteMaskBound
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
 
-    _quiet()
-    # IR passes every LiteRT lowering needs (android and mcu alike; each returns a new program)
     exported_program, _ = PReluAsMinimum()(exported_program)
     exported_program, _ = FiniteMaskBound()(exported_program)
+    return exported_program
+
+
+def _decompose(exported_program):
+    _quiet()
+    exported_program = litert_ir_passes(exported_program)
     with litert_session(), _cia_ops_materialized_once():
         from litert_torch import fx_infra
 

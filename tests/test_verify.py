@@ -423,7 +423,7 @@ def test_per_layer_reaches_inside_a_bert_encoder(tmp_path):
     assert result.layers.counterparts == len(counterparts | compared) and compared <= counterparts
     # measured 48 of 60 (43 before heads-layout transposes, folded attention scales and
     # value-moving ties were matched; 3 before that)
-    assert coverage >= 0.8, (coverage, sorted(counterparts - compared))
+    assert coverage >= 0.8, (coverage, " ".join(sorted(counterparts - compared)))
     by_op = {}
     for layer in result.layers.layers:
         by_op.setdefault(layers[layer.node].op, []).append(layer)

@@ -22,7 +22,7 @@ import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.verify.data import VerifyData
-from tpuedge.verify.ir_values import IntermediateRecorder, IRLayer
+from tpuedge.verify.ir_values import IntermediateRecorder, IRLayer, ir_layers
 from tpuedge.quantize.metrics import SNR_CAP_DB, ErrorAccumulator
 from tpuedge.verify.runner import (
     call_batch,
@@ -305,9 +305,17 @@ def accumulate_layers(
 
 def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_LAYER_SAMPLES) -> LayerReport:
     """Compare every layer `artifact`'s runtime exposes with the IR, on the first `samples` samples."""
-    recorder = IntermediateRecorder(program)
-    layers = recorder.layers
+    layers = ir_layers(program)
     source = _source_for(artifact, program, layers)
+    reference_program = program
+    if getattr(artifact, "layer_runtime", None) in ("litert", "tflite-micro"):
+        # values from the IR the converter saw: the same outputs and node names, but an
+        # attention mask's -inf already bounded (else every masked logit reads as an error)
+        from tpuedge.edge.litert_lowering import litert_ir_passes
+        from tpuedge.shared_ir.program import Program
+
+        reference_program = Program(litert_ir_passes(program.exported_program), name=program.name)
+    recorder = IntermediateRecorder(reference_program)
     subset = data.head(samples)
     batch = call_batch(program.inputs, subset.count, subset.whole_calls)
     accumulators: dict[str, ErrorAccumulator] = {}

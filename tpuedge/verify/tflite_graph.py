@@ -29,6 +29,8 @@ __all__ = [
 _UNRELATED = 1.0
 _DROPPED_AXES_TIE = 1e-9  # more than best_candidates' tie tolerance, far less than any real error
 _SCALED_TIE = 1e-6  # a fit that needs a constant factor loses a tie against one that does not
+_LATER_SLACK = 0.1  # how much further from a node a later tensor may be and still stand for it
+_SCALED_MIN_SIZE = 64  # a factor fits any tensor of one value: only larger ones can show a fold
 _FOLDED_FACTOR = 0.25  # |log2| of the smallest factor taken for a folded constant (x0.84 or x1.19)
 
 # Ops that move or re-encode a value without computing a new one.
@@ -313,7 +315,7 @@ def _fits(entry: TensorCandidates, value, reference: dict[str, np.ndarray], *, s
         tie = _DROPPED_AXES_TIE if value.ndim != ref.ndim else 0.0
         fit = _Fit(name, perm, float(np.linalg.norm(got - ref)) / norm + tie)
         dot = float(np.vdot(ref, ref))
-        if scaled and dot > 0 and fit.err > _SCALED_TIE:
+        if scaled and dot > 0 and fit.err > _SCALED_TIE and ref.size >= _SCALED_MIN_SIZE:
             factor = float(np.vdot(got, ref)) / dot
             # a folded constant, not a quantized tensor's small gain error (that is what the
             # comparison is there to show): far from 1, and the fit much closer for it
@@ -365,9 +367,9 @@ def resolve_matches(
     layers: dict[str, IRLayer],
 ) -> list[TensorMatch]:
     """Pick each tensor's node by value on one sample, then keep one tensor per node: the LAST
-    that holds it. An op lowered to several ops (LayerNorm as mean, sub, mul, ...) yields its
-    value in the group's last tensor; a quantized input's QUANTIZE output comes after the float
-    input; layout copies hold the same value anyway.
+    that holds it about as well as the earlier ones. An op lowered to several ops (LayerNorm as
+    mean, sub, mul, ...) yields its value in the group's last tensor; a quantized input's
+    QUANTIZE output comes after the float input; layout copies hold the same value anyway.
 
     Unlike `best_candidates` (which places ranges, where only the node's own values will do), a
     tensor may hold its node times a constant the converter folded in (attention's 1/sqrt(d)
@@ -378,7 +380,15 @@ def resolve_matches(
     """
     from tpuedge.quantize.activation_ranges import SAME_GRID_OPS
 
-    chosen: dict[str, TensorMatch] = {}
+    chosen: dict[str, tuple[float, TensorMatch]] = {}
+
+    def keep(fit: _Fit, tensor: int) -> None:
+        # the last tensor that holds the node about as well (a quantized input's QUANTIZE output
+        # after the float input): an unrelated tensor that only just beats zeros never
+        # displaces the node's own
+        if fit.node not in chosen or fit.err <= chosen[fit.node][0] + _LATER_SLACK:
+            chosen[fit.node] = (fit.err, TensorMatch(tensor, fit.node, fit.perm, fit.scale))
+
     for entry in found:
         fits = _fits(entry, runtime.get(entry.tensor), reference, scaled=True)
         best = _best(fits)
@@ -387,9 +397,9 @@ def resolve_matches(
         moves = layers[best.node].op in SAME_GRID_OPS
         for fit in fits:
             if fit.node != best.node and (moves or layers[fit.node].op in SAME_GRID_OPS) and _ties(fit.err, best.err):
-                chosen[fit.node] = TensorMatch(entry.tensor, fit.node, fit.perm, fit.scale)
-        chosen[best.node] = TensorMatch(entry.tensor, best.node, best.perm, best.scale)
-    return list(chosen.values())
+                keep(fit, entry.tensor)
+        keep(best, entry.tensor)
+    return [match for _, match in chosen.values()]
 
 
 def _position(graph: TfliteGraph, tensor_index: int) -> int:
