@@ -44,7 +44,7 @@ def tensor_ranges(float_tflite: bytes, program, ranges) -> TensorRanges:
     from tpuedge.quantize.activation_ranges import quant_points
     from tpuedge.verify.ir_values import IntermediateRecorder, ir_layers
     from tpuedge.verify.per_layer import TfliteLayerSource
-    from tpuedge.verify.tflite_graph import best_candidates
+    from tpuedge.verify.tflite_matches import best_candidates
 
     layers = ir_layers(program)
     source = TfliteLayerSource(float_tflite, program, layers, micro=False)

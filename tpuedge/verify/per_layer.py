@@ -210,7 +210,7 @@ class TfliteLayerSource:
 
     def prepare(self, reference: dict[str, np.ndarray], inputs: list[np.ndarray]) -> None:
         """Settle which IR node each runtime tensor holds, by value on this one sample."""
-        from tpuedge.verify.tflite_graph import resolve_matches
+        from tpuedge.verify.tflite_matches import resolve_matches
 
         runtime = self.tensor_values(inputs, [c.tensor for c in self._candidates])
         self._matches = resolve_matches(self._graph, self._candidates, reference, runtime, self._layers)
