@@ -1,19 +1,26 @@
 """`nn.LSTM` and `nn.GRU` layers (aten.lstm.input, aten.gru.input) unrolled over time into cells.
 
-    for each layer, each direction, each time step t (backwards for the reverse direction):
-        LSTM: gates = x_t W_ih^T + b_ih + h W_hh^T + b_hh; i, f, g, o = quarters
+    for each layer and direction, the input projection once over all time steps:
+        LSTM: P = x W_ih^T + b_ih + b_hh;    GRU: P = x W_ih^T + b_ih
+    then for each time step t (backwards for the reverse direction), with P_t its slice:
+        LSTM: gates = P_t + h W_hh^T; i, f, g, o = quarters
               c = sigmoid(f) * c + sigmoid(i) * tanh(g);  h = sigmoid(o) * tanh(c)
-        GRU:  r = sigmoid(x W_ir + b_ir + h W_hr + b_hr);  z = sigmoid(... W_iz ... W_hz ...)
-              n = tanh(x W_in + b_in + r * (h W_hn + b_hn));  h = n + z * (h - n)
+        GRU:  r = sigmoid(P_r + h W_hr + b_hr);  z = sigmoid(P_z + h W_hz + b_hz)
+              n = tanh(P_n + r * (h W_hn + b_hn));  h = n + z * (h - n)
     output = the h of every step, stacked on the time axis (directions concatenated);
     h_n (and c_n) = each layer and direction's last state
 
 TFLite-Micro has no kernel for a whole recurrent layer that ai-edge-quantizer turns into int8,
 and litert-torch lowers these ops to one; written out, every op is FULLY_CONNECTED, ADD, MUL,
-slices, LOGISTIC or TANH, each with an int8 kernel, and the numbers are torch's own formula
-(exact in float). The graph grows with the sequence length (one cell per step and layer), which
-is what a microcontroller runs anyway. Left alone: training-mode dropout between layers,
-projections (`proj_size`), and inputs that are not [batch, time, features] / [time, batch, features].
+slices, LOGISTIC or TANH, each with an int8 kernel, and the numbers are torch's formula (exact
+in float up to the order of the bias additions). The graph grows with the sequence length (one
+cell per step and layer), which is what a microcontroller runs anyway. The input projection is
+hoisted out of the recurrence because an int8 FULLY_CONNECTED stores its bias as int32 on the
+scale of its input: one per step (each step's input has its own scale) made the zoo's 16-unit
+LSTM over 8 steps carry eight int32 bias copies and their per-channel quantization tables. The
+LSTM's recurrent projection then has no bias at all; the GRU's keeps b_hh, which its n gate
+scales by r. Left alone: training-mode dropout between layers, projections (`proj_size`), and
+inputs that are not [batch, time, features] / [time, batch, features].
 """
 
 from __future__ import annotations
@@ -33,9 +40,13 @@ def _quarters(graph, aten, gates, hidden: int, parts: int) -> list:
 
 def lstm_step(graph, aten, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
     """One LSTM cell step: (h', c')."""
+    return _lstm_gates_step(graph, aten, call_with_val(graph, aten.linear.default, x, w_ih, b_ih), h, c, w_hh, b_hh)
+
+
+def _lstm_gates_step(graph, aten, x_gates, h, c, w_hh, b_hh=None):
+    """One LSTM cell step from the input's projection x W_ih^T (+ biases): (h', c')."""
     hidden = h.meta["val"].shape[-1]
-    gates = call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.linear.default, x, w_ih, b_ih),
-                          call_with_val(graph, aten.linear.default, h, w_hh, b_hh))
+    gates = call_with_val(graph, aten.add.Tensor, x_gates, call_with_val(graph, aten.linear.default, h, w_hh, b_hh))
     i, f, g, o = _quarters(graph, aten, gates, hidden, 4)
     i, f, o = (call_with_val(graph, aten.sigmoid.default, q) for q in (i, f, o))
     g = call_with_val(graph, aten.tanh.default, g)
@@ -45,9 +56,10 @@ def lstm_step(graph, aten, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
     return h_new, c_new
 
 
-def _gru_step(graph, aten, x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+def _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hh=None):
+    """One GRU step from the input's projection x W_ih^T + b_ih: h'."""
     hidden = h.meta["val"].shape[-1]
-    xr, xz, xn = _quarters(graph, aten, call_with_val(graph, aten.linear.default, x, w_ih, b_ih), hidden, 3)
+    xr, xz, xn = _quarters(graph, aten, x_gates, hidden, 3)
     hr, hz, hn = _quarters(graph, aten, call_with_val(graph, aten.linear.default, h, w_hh, b_hh), hidden, 3)
     r = call_with_val(graph, aten.sigmoid.default, call_with_val(graph, aten.add.Tensor, xr, hr))
     z = call_with_val(graph, aten.sigmoid.default, call_with_val(graph, aten.add.Tensor, xz, hz))
@@ -79,16 +91,20 @@ def _unroll(graph, aten, node, lstm: bool):
         outputs = []
         for direction in range(directions):
             cell = layer * directions + direction
-            weights = params[cell * per_cell:(cell + 1) * per_cell]
+            w_ih, w_hh, b_ih, b_hh = (*params[cell * per_cell:(cell + 1) * per_cell], None, None)[:4]
             h = call_with_val(graph, aten.select.int, h0, 0, cell)
             c = call_with_val(graph, aten.select.int, c0, 0, cell) if lstm else None
+            # the input projection of every step at once (one int32 bias, not one per step)
+            projected = call_with_val(graph, aten.linear.default, layer_in, w_ih, b_ih)
+            if lstm and b_hh is not None:
+                projected = call_with_val(graph, aten.add.Tensor, projected, b_hh)
             per_step = [None] * steps
             for t in (range(steps) if direction == 0 else reversed(range(steps))):
-                x_t = call_with_val(graph, aten.select.int, layer_in, time_dim, t)
+                x_gates = call_with_val(graph, aten.select.int, projected, time_dim, t)
                 if lstm:
-                    h, c = lstm_step(graph, aten, x_t, h, c, *weights)
+                    h, c = _lstm_gates_step(graph, aten, x_gates, h, c, w_hh)
                 else:
-                    h = _gru_step(graph, aten, x_t, h, *weights)
+                    h = _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hh)
                 per_step[t] = h
             outputs.append(call_with_val(graph, aten.stack.default, per_step, time_dim))
             h_last.append(h)
