@@ -1,7 +1,7 @@
 """`nn.LSTM` and `nn.GRU` layers (aten.lstm.input, aten.gru.input) unrolled over time into cells.
 
     for each layer and direction, the input projection once over all time steps:
-        LSTM: P = x W_ih^T + b_ih + b_hh;    GRU: P = x W_ih^T + b_ih
+        LSTM: P = x W_ih^T + (b_ih + b_hh);  GRU: P = x W_ih^T + b_ih
     then for each time step t (backwards for the reverse direction), with P_t its slice:
         LSTM: gates = P_t + h W_hh^T; i, f, g, o = quarters
               c = sigmoid(f) * c + sigmoid(i) * tanh(g);  h = sigmoid(o) * tanh(c)
@@ -94,10 +94,10 @@ def _unroll(graph, aten, node, lstm: bool):
             w_ih, w_hh, b_ih, b_hh = (*params[cell * per_cell:(cell + 1) * per_cell], None, None)[:4]
             h = call_with_val(graph, aten.select.int, h0, 0, cell)
             c = call_with_val(graph, aten.select.int, c0, 0, cell) if lstm else None
-            # the input projection of every step at once (one int32 bias, not one per step)
-            projected = call_with_val(graph, aten.linear.default, layer_in, w_ih, b_ih)
-            if lstm and b_hh is not None:
-                projected = call_with_val(graph, aten.add.Tensor, projected, b_hh)
+            # the input projection of every step at once (one int32 bias, not one per step); the
+            # LSTM's two biases summed, an add of constants the converter folds into that bias
+            bias = call_with_val(graph, aten.add.Tensor, b_ih, b_hh) if lstm and b_hh is not None else b_ih
+            projected = call_with_val(graph, aten.linear.default, layer_in, w_ih, bias)
             per_step = [None] * steps
             for t in (range(steps) if direction == 0 else reversed(range(steps))):
                 x_gates = call_with_val(graph, aten.select.int, projected, time_dim, t)
