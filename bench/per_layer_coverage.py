@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TRANSFORMERS = ("minilm_l6", "hf_distilbert", "hf_vit", "deit_tiny_patch16_224", "hf_whisper_encoder")
+TRANSFORMERS = ("minilm_l6", "hf_distilbert", "hf_vit", "timm_deit_tiny_patch16_224", "hf_whisper_encoder")
 CALIBRATION, EVALUATION = 16, 4
 
 
@@ -31,7 +31,7 @@ def measure(name: str, scheme: str, work: Path) -> dict:
     from tpuedge.verify.ir_values import ir_layers
     from zoo_models import ZOO
 
-    entry = ZOO[name if name in ZOO else f"timm_{name}"]
+    entry = ZOO[name]
     module, example = entry.build()
     program = tpuedge.export(module, example, name=entry.name)
     calibration = entry.samples(CALIBRATION, 1)[0] if scheme == "int8" else None
@@ -71,7 +71,7 @@ def main(argv=None) -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print()
-    print(f"| model | weights | scheme | compared / counterparts | coverage | min SNR dB | first ranked |")
+    print("| model | weights | scheme | compared / counterparts | coverage | min SNR dB | first ranked |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:

@@ -61,12 +61,10 @@ def _digit_rows():
     return x_train[:, 0], y_train, x_test[:, 0], y_test
 
 
-def _float_trained(model, x_train, y_train, epochs: int = 25):
+def _float_trained(model_class, x_train, y_train, epochs: int = 25):
     """Float training in torch (fast here): QAT fine-tunes a trained model."""
     torch.manual_seed(0)
-    for module in model.modules():
-        if hasattr(module, "reset_parameters"):
-            module.reset_parameters()
+    model = model_class()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     x, y = torch.from_numpy(x_train), torch.from_numpy(y_train)
     order = torch.Generator().manual_seed(0)
@@ -81,7 +79,7 @@ def _float_trained(model, x_train, y_train, epochs: int = 25):
 @pytest.mark.parametrize("model_class, data", [(SwishSignal, _signals), (RowAttention, _digit_rows)])
 def test_qat_program_of_the_model_builds_for_mcu_with_every_range_trained(model_class, data, tmp_path):
     x_train, y_train, x_test, y_test = data()
-    model = _float_trained(model_class(), x_train, y_train)
+    model = _float_trained(model_class, x_train, y_train)
     example = (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
     step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-4), example, quantize="int8")
     for i in range(0, len(x_train) - 63, 64):  # one epoch of QAT
@@ -93,7 +91,7 @@ def test_qat_program_of_the_model_builds_for_mcu_with_every_range_trained(model_
     fake_quant = np.concatenate([step.quantized_outputs(x_test[i : i + 64])[0] for i in range(0, 256, 64)])
     tflm = np.concatenate([artifact.run(x_test[i : i + 1])[0] for i in range(256)])
     agreement = (tflm.argmax(1) == fake_quant.argmax(1)).mean()
-    assert agreement >= 0.95  # measured 99.6% (SwishSignal) and 97.3% (RowAttention)
+    assert agreement >= 0.95, agreement
 
 
 def test_per_layer_verify_compares_every_linear_of_attention(tmp_path):

@@ -213,7 +213,7 @@ class TfliteLayerSource:
         from tpuedge.verify.tflite_matches import resolve_matches
 
         runtime = self.tensor_values(inputs, [c.tensor for c in self._candidates])
-        self._matches = resolve_matches(self._graph, self._candidates, reference, runtime, self._layers)
+        self._matches = resolve_matches(self._candidates, reference, runtime, self._layers)
 
     def values(self, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
         from tpuedge.verify.tflite_graph import to_ir_layout

@@ -13,6 +13,7 @@ candidate it holds, by value on one sample.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,8 +142,6 @@ def _other_layouts(ir_shape, tensor: TfliteTensor) -> list[tuple[int, ...]]:
     """The other axis orders that give the IR shape the tensor's shape, for up to 4 axes (a
     key transposed for its matmul, heads-last attention): which one holds the node's values is
     settled by value, like the node itself."""
-    import itertools
-
     rank = len(ir_shape)
     if rank != len(tensor.shape) or rank > 4:
         return []

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpuedge.verify.ir_values import IRLayer
-from tpuedge.verify.tflite_graph import TensorCandidates, TfliteGraph, to_ir_layout
+from tpuedge.verify.tflite_graph import TensorCandidates, to_ir_layout
 
 __all__ = ["TensorMatch", "best_candidates", "resolve_matches"]
 
@@ -58,14 +58,14 @@ def _fits(entry: TensorCandidates, value, reference: dict[str, np.ndarray], *, s
         got = to_ir_layout(value, perm, ref.shape)
         if got.shape != ref.shape:
             continue
-        norm = float(np.linalg.norm(ref)) or 1.0
+        ref_norm = float(np.linalg.norm(ref))
+        norm = ref_norm or 1.0
         # a node of the tensor's own rank wins a tie against one it only matches with
         # size-1 axes put back (the mask a CAST yields, not that mask broadcast to 4-D)
         tie = _DROPPED_AXES_TIE if value.ndim != ref.ndim else 0.0
         fit = _Fit(name, perm, float(np.linalg.norm(got - ref)) / norm + tie)
-        dot = float(np.vdot(ref, ref))
-        if scaled and dot > 0 and fit.err > _SCALED_TIE and ref.size >= _SCALED_MIN_SIZE:
-            factor = float(np.vdot(got, ref)) / dot
+        if scaled and ref_norm > 0 and fit.err > _SCALED_TIE and ref.size >= _SCALED_MIN_SIZE:
+            factor = float(np.vdot(got, ref)) / ref_norm**2
             # a folded constant, not a quantized tensor's small gain error (that is what the
             # comparison is there to show): far from 1, and the fit much closer for it
             if factor > 0 and abs(np.log2(factor)) > _FOLDED_FACTOR:
@@ -109,7 +109,6 @@ def best_candidates(
 
 
 def resolve_matches(
-    graph: TfliteGraph,
     found: list[TensorCandidates],
     reference: dict[str, np.ndarray],
     runtime: dict[int, np.ndarray],
