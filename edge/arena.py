@@ -65,8 +65,9 @@ class TflmFailure:
         if self.kind == "missing-kernel":
             what = f"TFLite-Micro has no kernel for {self.op}"
         elif "kMaxInputNum" in self.detail:  # TFLM's CONCATENATION/PACK take at most 10 inputs
-            what = (f"TFLite-Micro's {self.op} kernel takes at most 10 inputs and the model gives it more (a wide "
-                    "reflect/replicate padding becomes one slice per padded position)")
+            what = (f"TFLite-Micro's {self.op} kernel takes at most 10 inputs and the model gives it more (a "
+                    "torch.cat or torch.stack of more than 10 tensors: join them in groups of at most 10, each "
+                    "group followed by an op such as a ReLU, since the converter merges directly nested ones)")
         else:
             what = f"TFLite-Micro's {self.op} kernel refused the model's int8 tensors"
         return UserError(

@@ -77,10 +77,9 @@ def test_reflect_padded_cnn_builds_for_mcu_and_matches_float_in_tflm(tmp_path):
     assert cos > 0.98, cos
 
 
-def test_a_pad_wider_than_tflms_concatenation_says_so(tmp_path):
-    """silero-vad reflects 64 samples each side: one CONCATENATION of 129 inputs, which
-    TFLite-Micro refuses (at most 10). The error names that limit, not 'int8 tensors'."""
-    from tpuedge.shared_ir.errors import UserError
+def test_a_pad_wider_than_tflms_concatenation_is_one_gather(tmp_path):
+    """silero-vad reflects 64 samples each side. As slices that is one CONCATENATION of 129
+    inputs, which TFLite-Micro refuses (at most 10): a dim padded that wide is one GATHER_ND."""
 
     class WidePad(torch.nn.Module):
         def __init__(self):
@@ -92,7 +91,31 @@ def test_a_pad_wider_than_tflms_concatenation_says_so(tmp_path):
 
     torch.manual_seed(0)
     program = tpuedge.export(WidePad().eval(), (torch.zeros(1, 1, 64),), name="wide_pad")
-    cal = [[x] for x in np.random.default_rng(0).standard_normal((40, 1, 1, 64)).astype(np.float32)]
-    with pytest.raises(UserError, match=r"CONCATENATION kernel takes at most 10 inputs .*kMaxInputNum"):
+    rewritten, result = PadAsSlices()(ExplicitPad()(program.exported_program)[0])
+    x = torch.randn(1, 1, 64)
+    torch.testing.assert_close(rewritten.module()(x)[0], program.exported_program.module()(x)[0], rtol=0, atol=0)
+    rng = np.random.default_rng(0)
+    cal = [[x] for x in rng.standard_normal((40, 1, 1, 64)).astype(np.float32)]
+    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=cal)
+    ops = {o["op"] for o in art.manifest["tflm_ops"]}
+    assert "GATHER_ND" in ops and "CONCATENATION" not in ops and "SELECT" not in ops
+    test = rng.standard_normal((32, 1, 1, 64)).astype(np.float32)
+    ref = np.stack([program.run(t)[0] for t in test]).ravel()
+    got = np.stack([art.run(t)[0] for t in test]).ravel()
+    assert float(ref @ got / np.linalg.norm(ref) / np.linalg.norm(got)) > 0.99
+
+
+def test_a_concatenation_of_more_than_ten_tensors_says_so(tmp_path):
+    """A torch.cat of 12 tensors is one CONCATENATION of 12 inputs, which TFLite-Micro refuses:
+    the error names that limit and the way out, and nothing is written."""
+    from tpuedge.shared_ir.errors import UserError
+
+    class WideCat(torch.nn.Module):
+        def forward(self, x):
+            return torch.cat([x * (i + 1) for i in range(12)], dim=1)
+
+    program = tpuedge.export(WideCat().eval(), (torch.zeros(1, 4),), name="wide_cat")
+    cal = [[x] for x in np.random.default_rng(0).standard_normal((40, 1, 4)).astype(np.float32)]
+    with pytest.raises(UserError, match=r"CONCATENATION kernel takes at most 10 inputs .*groups of at most 10"):
         tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=cal)
     assert not (tmp_path / "mcu").exists()

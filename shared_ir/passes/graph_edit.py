@@ -76,11 +76,13 @@ def finish(ep: Any) -> Any:
     return ep
 
 
-def rewrite_calls(exported_program: Any, found: list, rewrite) -> tuple[Any, int]:
+def rewrite_calls(exported_program: Any, found: list, rewrite, *, with_program: bool = False) -> tuple[Any, int]:
     """The loop every rewriting pass shares: on a copy of the program, each node of `found`
     (call_function nodes of `exported_program`) is replaced by what `rewrite(graph, node)`
     builds in its place (`built_in_place_of`): one node, or a tuple whose items replace the
     node's `getitem` users (LSTM: output, h, c); None leaves the node as it is.
+    `with_program=True` calls `rewrite(program, graph, node)` with the copy being edited, for a
+    rewrite that adds constants to it (`constant_fold.lift_constant`).
     Returns (program, how many were rewritten); the input program itself when none was."""
     if not found:
         return exported_program, 0
@@ -90,7 +92,7 @@ def rewrite_calls(exported_program: Any, found: list, rewrite) -> tuple[Any, int
     count = 0
     for node in [n for n in graph.nodes if n.name in names]:
         with built_in_place_of(node):
-            out = rewrite(graph, node)
+            out = rewrite(ep, graph, node) if with_program else rewrite(graph, node)
         if out is None:
             continue
         count += 1

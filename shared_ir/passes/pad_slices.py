@@ -6,6 +6,12 @@ columns, so each padded dim becomes a concatenation of one-wide slices (STRIDED_
 the input (CONCATENATION): exact in float and in int8 (slices and concatenation move values,
 they compute nothing). Runs after `ExplicitPad`, which names the mode in the op.
 
+A dim padded by more than 9 positions in all would need a concatenation of more than 10
+inputs, which TFLite-Micro's CONCATENATION refuses (`kMaxInputNum`), and the converter merges a
+tree of smaller concatenations back into one. Such a dim is one GATHER (`index_select`) of the
+input along it (`x[..., positions]`), with the output's source positions as a constant: as
+exact, one op (silero-vad reflects 64 samples each side).
+
     reflect   (l=2): [x2, x1 | x0 x1 ... xn | xn-1, xn-2]
     replicate (l=2): [x0, x0 | x0 x1 ... xn | xn, xn]
     circular  (l=2): [xn-1, xn | x0 x1 ... xn | x0, x1]
@@ -16,9 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, rewrite_calls
+from tpuedge.shared_ir.passes.constant_fold import lift_constant
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
-__all__ = ["PadAsSlices"]
+__all__ = ["PadAsSlices", "MAX_CONCAT_INPUTS"]
+
+MAX_CONCAT_INPUTS = 10  # TFLite-Micro's kMaxInputNum (kernels/concatenation.cc)
 
 
 def _pad_ops():
@@ -60,12 +69,12 @@ class PadAsSlices:
         ]
         modes: dict[str, int] = {}
 
-        def rewrite(graph, node):
+        def rewrite(program, graph, node):
             mode = _mode(node, ops)
             modes[mode] = modes.get(mode, 0) + 1
-            return self._emit(graph, node, mode)
+            return self._emit(program, graph, node, mode)
 
-        ep, count = rewrite_calls(exported_program, found, rewrite)
+        ep, count = rewrite_calls(exported_program, found, rewrite, with_program=True)
         if not count:
             return exported_program, PassResult(self.name, 0, "no reflect/replicate/circular padding in the program")
         what = ", ".join(f"{m} x{c}" for m, c in sorted(modes.items()))
@@ -77,7 +86,7 @@ class PadAsSlices:
         )
 
     @staticmethod
-    def _emit(graph, node, mode):
+    def _emit(program, graph, node, mode):
         import torch
 
         aten = torch.ops.aten
@@ -91,6 +100,11 @@ class PadAsSlices:
             dim = val.dim() - 1 - pair
             size = val.shape[dim]
             lefts, rights = _border_indices(mode, size, left, right)
+            if left + right + 1 > MAX_CONCAT_INPUTS:
+                positions = torch.tensor(lefts + list(range(size)) + rights, dtype=torch.int64)
+                index = lift_constant(program, f"_{node.name}_pad_dim{dim}", positions, y)
+                y = call_with_val(graph, aten.index.Tensor, y, [None] * dim + [index])
+                continue
             parts = []
             for index in lefts + [None] + rights:
                 if index is None:
