@@ -17,7 +17,11 @@ def decompose_to_core_aten(exported_program: Any) -> Any:
     """The one decomposition the cloud backend applies: `run_decompositions()` with torch's
     default (core ATen) table. It also functionalizes: BatchNorm running-stat updates become
     BUFFER_MUTATION outputs. Returns a new ExportedProgram; the input is left as captured."""
-    return exported_program.run_decompositions()
+    import warnings
+
+    with warnings.catch_warnings():  # torch's pytree warns about its own LeafSpec while it copies the program
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+        return exported_program.run_decompositions()
 
 
 def cloud_capability() -> Capability:

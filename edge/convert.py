@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tpuedge.quantize.config import QuantConfig
-from tpuedge.quantize.recipes import choose_precisions, scheme_summary
+from tpuedge.quantize.recipes import choose_precisions, scheme_summary, upgrade_ranked
 from tpuedge.shared_ir.errors import InternalError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -225,40 +225,103 @@ def program_to_tflite(
     def evaluate(assignment: dict[str, str]) -> float:
         return measure(assignment).centered_cosine
 
+    # where all-int8 misses the target, the IR's costliest points go int16 first (not under
+    # --strict-int8, whose reported cost compares it with this default recipe)
+    ranked: dict = {"assignment": {}, "report": None, "non_int8": []}
+    if not config.strict_int8 or report_strict_cost:
+        with stage_progress(f"{program.name}: all-int8 candidate", total=1) as step:
+            all_int8 = evaluate({})
+        if all_int8 < config.target_cosine:
+            ranked = _upgrade_ranked_points(program, base, calibration, eval_samples, scopes, evaluate, all_int8, config)
+
+    def with_ranked(assignment: dict[str, str]) -> float:
+        return evaluate({**ranked["assignment"], **assignment})
+
     # at most: all-int8, each group at int16 and at float, then each group's upgrade in turn
     with stage_progress(f"{program.name}: int8 search over {len(groups)} op group(s)", total=1 + 3 * len(groups)) as step:
-        plan = choose_precisions(groups, evaluate, strict_int8=config.strict_int8, target_cosine=config.target_cosine)
-        mixed = (choose_precisions(groups, evaluate, strict_int8=False, target_cosine=config.target_cosine)
+        plan = choose_precisions(groups, evaluate if config.strict_int8 else with_ranked,
+                                 strict_int8=config.strict_int8, target_cosine=config.target_cosine)
+        mixed = (choose_precisions(groups, with_ranked, strict_int8=False, target_cosine=config.target_cosine)
                  if config.strict_int8 and report_strict_cost else None)
-    final = built[_key(plan.assignment)]
+    ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
+    assignment = plan.assignment if config.strict_int8 else {**ranked["assignment"], **plan.assignment}
+    final = built[_key(assignment)]
     recipe.update(
         {
             "quantizer": "ai-edge-quantizer",
-            "quantizer_recipe": quantizer_recipe(config, plan.assignment, scopes),
+            "quantizer_recipe": quantizer_recipe(config, assignment, scopes),
             "calibration_samples": len(calibration),
             "search": {
                 "metric": "centered cosine vs the float IR on calibration samples",
                 "samples": len(eval_samples),
                 "target_cosine": config.target_cosine,
-                "all_int8_cosine": _round(plan.all_int8_cosine),
+                "all_int8_cosine": _round(measured[_key({})].centered_cosine if _key({}) in measured else plan.all_int8_cosine),
                 "final_cosine": _round(plan.final_cosine),
                 "evaluations": len(measured),
                 "strict_int8": config.strict_int8,
                 "inputs": "calibration samples (the search's own)",
                 "candidates": _candidates(measured),
             },
+            "sensitivity": None if config.strict_int8 else ranked["report"],
             "decisions": [d.to_json() for d in plan.decisions],
-            "non_int8_ops": [
+            "non_int8_ops": ranked_ops + [
                 {"group": d.group, "kind": d.kind, "precision": d.precision, "ops": list(d.ops), "why": d.reason}
                 for d in plan.non_int8
             ],
         }
     )
     if mixed is not None:
-        recipe["strict_int8_cost"] = _strict_cost(measure(plan.assignment), measure(mixed.assignment), mixed, len(eval_samples))
+        mixed_assignment = {**ranked["assignment"], **mixed.assignment}
+        mixed_ops = [{"group": o["group"], "kind": o["kind"], "precision": o["precision"]} for o in ranked["non_int8"]]
+        mixed_ops += [{"group": d.group, "kind": d.kind, "precision": d.precision} for d in mixed.non_int8]
+        recipe["strict_int8_cost"] = _strict_cost(measure(plan.assignment), measure(mixed_assignment), mixed_ops, len(eval_samples))
         recipe["search"]["evaluations"] = len(measured)
         recipe["search"]["candidates"] = _candidates(measured)
     return ConvertedModel(final, recipe, base, config)
+
+
+def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scopes, evaluate, all_int8: float, config) -> dict:
+    """Rank every int8 point of the IR by its own cost (quantize/sensitivity.py), then give the
+    costliest points' ops int16 activations, a growing prefix at a time, by measured cosine.
+    `scopes` gains the ranked groups. Returns the assignment chosen and the report for the recipe."""
+    from tpuedge.edge.litert_lowering import litert_ir_passes
+    from tpuedge.edge.quantizer_recipes import ranked_groups
+    from tpuedge.quantize.sensitivity import RANKING_SAMPLES, rank_quant_points
+    from tpuedge.shared_ir.progress import stage_progress
+    from tpuedge.shared_ir.program import Program
+
+    measure_on = eval_samples[:RANKING_SAMPLES]
+    with stage_progress(f"{program.name}: int8 sensitivity of every IR point ({len(measure_on)} samples)", total=1):
+        # the program the converter saw (attention masks bounded), so ranges are the calibrated ones
+        lowered = Program(litert_ir_passes(program.exported_program), name=program.name)
+        try:
+            ranking = rank_quant_points(lowered, calibration, measure_on)
+        except (UserError, InternalError) as exc:  # the JAX lowering can't run it: the kind-based search still does
+            return {"assignment": {}, "report": {"unavailable": " ".join(str(exc).split())[:400]}, "non_int8": []}
+    groups, group_scopes = ranked_groups(base, ranking)
+    scopes.update(group_scopes)
+    with stage_progress(f"{program.name}: int16 for the top-ranked of {len(groups)} point(s)", total=len(groups)):
+        assignment, cosine, tried = upgrade_ranked(groups, evaluate, all_int8, target_cosine=config.target_cosine)
+    by_key = {g.key: g for g in groups}
+    report = {
+        "method": "each IR quantization point alone in fake int8 (JAX lowering, calibrated min/max ranges), "
+                  "1 - mean per-sample cosine of the outputs vs float",
+        "samples": len(measure_on),
+        "inputs": "calibration samples (the search's own)",
+        "top": [s.to_json() for s in ranking[:10]],
+        "groups": [g.key for g in groups],
+        "prefixes_tried": [{"int16_groups": k, "centered_cosine": _round(c)} for k, c in tried],
+        "chosen": sum(by_key[key].kind == "ranked" for key in assignment),
+    }
+    points = sum(by_key[key].kind == "ranked" for key in assignment)
+    non_int8 = [
+        {"group": key, "kind": by_key[key].kind, "precision": precision, "ops": list(by_key[key].ops),
+         "why": (f"ranked among the {points} costliest IR points in int8" if precision == "int16" else
+                 "writes a model output from a ranked point's value (float keeps the output float)")
+                + f"; model cosine {_round(all_int8)} -> {_round(cosine)}"}
+        for key, precision in assignment.items()
+    ]
+    return {"assignment": assignment, "report": report, "non_int8": non_int8}
 
 
 def _with_trained_ranges(program, config, quantize, base: bytes, calibration, trained, recipe: dict) -> ConvertedModel:
@@ -283,7 +346,7 @@ def _with_trained_ranges(program, config, quantize, base: bytes, calibration, tr
     return ConvertedModel(data, recipe, base, config)
 
 
-def _strict_cost(strict, mixed, mixed_plan, samples: int) -> dict:
+def _strict_cost(strict, mixed, mixed_ops: list[dict], samples: int) -> dict:
     """Strict int8 next to the default mixed recipe on the same samples (cost = mixed - strict)."""
 
     def diff(name: str) -> float | None:
@@ -295,7 +358,7 @@ def _strict_cost(strict, mixed, mixed_plan, samples: int) -> dict:
         "inputs": "calibration samples (the search's), LiteRT vs the float IR",
         "strict_int8": strict.to_json(),
         "mixed": mixed.to_json(),
-        "mixed_non_int8_ops": [{"group": d.group, "kind": d.kind, "precision": d.precision} for d in mixed_plan.non_int8],
+        "mixed_non_int8_ops": mixed_ops,
         "cost": {
             "centered_cosine": diff("centered_cosine"),
             "cosine": diff("cosine"),

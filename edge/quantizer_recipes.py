@@ -14,7 +14,7 @@ from tpuedge.quantize.config import QuantConfig
 from tpuedge.quantize.recipes import SensitiveGroup
 from tpuedge.shared_ir.errors import InternalError
 
-__all__ = ["find_sensitive_groups", "quantizer_recipe", "run_quantizer", "GroupScopes", "QuantizerError"]
+__all__ = ["find_sensitive_groups", "ranked_groups", "quantizer_recipe", "run_quantizer", "GroupScopes", "QuantizerError"]
 
 # group key -> the ops' scopes (as ai-edge-quantizer computes them) and their op names
 GroupScopes = dict[str, list[tuple[str, str]]]
@@ -74,6 +74,53 @@ def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], Gr
     return result, {key: members for key, (_, members) in groups.items()}
 
 
+def ranked_groups(float_tflite: bytes, ranking, *, limit: int = 24, floor: float = 2e-4):
+    """Groups for the IR points `ranking` (quantize/sensitivity.py, most sensitive first) puts
+    above `floor` loss (and 1% of the first's). A point's group is the flatbuffer ops of its own
+    module scope (litert-torch writes the module path into tensor names) and the ops that read
+    their outputs: a 16-bit tensor only helps if the ops reading it take 16 bits too (an int8
+    op requantizes its input to int8). An op already in a higher-ranked group is not repeated
+    (upgrades go in rank order); one in a kind-based group may be (its later recipe entry wins)."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+
+    from tpuedge.edge import tflite_file
+
+    model = tflite_file.read_model(float_tflite)
+    subgraph = model.subgraphs[0]
+    op_names = tflite_file.operator_names(model)
+    ops = [(tfl.get_op_scope(op, subgraph.tensors), op_names[op.opcodeIndex], op) for op in subgraph.operators or []]
+    readers: dict[int, list[int]] = {}
+    for i, (_, _, op) in enumerate(ops):
+        for t in op.inputs if op.inputs is not None else ():
+            readers.setdefault(int(t), []).append(i)
+    by_module: dict[str, list[int]] = {}
+    for i, (scope, _, _) in enumerate(ops):
+        by_module.setdefault(_module_path(scope), []).append(i)
+    # an op that writes a model output and reads a ranked point's value becomes a float island
+    # instead (kind "ranked_output"): 16-bit there would leave the model's output 16-bit, since
+    # ai-edge-quantizer keeps float I/O for 8-bit tensors only, and 8-bit would undo the upgrade
+    outputs = {int(t) for t in subgraph.outputs}
+    writes_output = {i for i, (_, _, op) in enumerate(ops) if outputs & {int(t) for t in op.outputs}}
+    taken: set[str] = set()
+    worst = ranking[0].loss if ranking else 0.0
+    groups, scopes = [], {}
+    for point in ranking:
+        if sum(g.kind == "ranked" for g in groups) >= limit or point.loss < max(floor, 0.01 * worst):
+            break
+        producers = by_module.get(point.scope, []) if point.scope else []
+        members: dict[bool, list[tuple[str, str]]] = {False: [], True: []}
+        for i in producers + [r for p in producers for t in ops[p][2].outputs for r in readers.get(int(t), [])]:
+            scope, name, _ = ops[i]
+            if scope not in taken:
+                taken.add(scope)
+                members[i in writes_output].append((scope, name))
+        for at_output, kind, key in ((False, "ranked", f"ranked:{point.node}"), (True, "ranked_output", f"ranked:{point.node}:output")):
+            if members[at_output]:
+                groups.append(SensitiveGroup(key, kind, tuple(f"{op} {_module_path(s)}" for s, op in members[at_output])))
+                scopes[key] = members[at_output]
+    return groups, scopes
+
+
 def _scope_regex(scopes: list[tuple[str, str]]) -> str:
     return "^(?:" + "|".join(re.escape(scope) for scope, _ in scopes) + ")$"
 
@@ -94,9 +141,6 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
         rm.add_dynamic_config(".*", "*", num_bits=8, granularity=gran)
     elif config.scheme == "int8":
         rm.add_static_config(".*", "*", activation_num_bits=8, weight_num_bits=8, weight_granularity=gran)
-        if config.io_dtype == "float32":
-            rm.add_quantization_config(".*", "INPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
-            rm.add_quantization_config(".*", "OUTPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
         for key, precision in sorted((assignment or {}).items()):
             if precision == "int8":
                 continue
@@ -105,6 +149,9 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
                 rm.add_static_config(regex, "*", activation_num_bits=16, weight_num_bits=8, weight_granularity=gran)
             else:
                 rm.add_quantization_config(regex, "*", algorithm_key=AlgorithmName.NO_QUANTIZE)
+        if config.io_dtype == "float32":  # last: a later entry wins, and a group may hold the op at an output
+            rm.add_quantization_config(".*", "INPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
+            rm.add_quantization_config(".*", "OUTPUT", algorithm_key=AlgorithmName.NO_QUANTIZE)
     else:
         return []
     return rm.get_quantization_recipe()

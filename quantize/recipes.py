@@ -20,6 +20,7 @@ __all__ = [
     "OpDecision",
     "PrecisionPlan",
     "choose_precisions",
+    "upgrade_ranked",
     "scheme_summary",
 ]
 
@@ -31,7 +32,11 @@ SENSITIVE_KINDS = {
     "gelu": "a non-linearity with a small negative lobe",
     "attention_matmul": "activation x activation matmul: both sides carry quantization error",
     "recurrent_state": "state fed back through time accumulates quantization error",
+    "ranked": "an op the IR sensitivity ranking (quantize/sensitivity.py) puts among the costliest in int8",
+    "ranked_output": "an op writing a model output that reads a ranked op's value: float, so the output stays float",
 }
+# how many of the ranked groups `upgrade_ranked` tries at once, in turn
+_RANKED_PREFIXES = (1, 2, 4, 8, 12, 16, 24)
 
 # A group is upgraded only when that buys at least this much cosine (measured, not assumed).
 _MIN_GAIN = 1e-4
@@ -179,3 +184,35 @@ def scheme_summary(scheme: str, *, per_channel: bool = True, io_dtype: str = "fl
             "io": io_dtype,
         },
     }[scheme]
+
+
+def upgrade_ranked(
+    groups: Sequence[SensitiveGroup],
+    evaluate: Callable[[dict[str, str]], float],
+    all_int8: float,
+    *,
+    target_cosine: float,
+) -> tuple[dict[str, str], float, list[tuple[int, float]]]:
+    """int16 activations for the first k "ranked" groups of `groups` (most sensitive first, each
+    with its "ranked_output" companion as a float island), k growing until the measured cosine
+    meets `target_cosine`: a handful of measurements however many groups there are. Returns
+    (assignment, its cosine, [(k, cosine) measured]); the empty assignment (all-int8, `all_int8`)
+    when no prefix measured better by at least 1e-4."""
+    steps: list[list[SensitiveGroup]] = []
+    for g in groups:
+        if g.kind == "ranked" or not steps:
+            steps.append([g])
+        else:
+            steps[-1].append(g)
+    best: tuple[dict[str, str], float] = ({}, all_int8)
+    tried: list[tuple[int, float]] = []
+    prefixes = sorted({k for k in _RANKED_PREFIXES if k < len(steps)} | ({len(steps)} if steps else set()))
+    for k in prefixes:
+        assignment = {g.key: "float" if g.kind == "ranked_output" else "int16" for step in steps[:k] for g in step}
+        cosine = evaluate(assignment)
+        tried.append((k, cosine))
+        if cosine > best[1] + _MIN_GAIN:
+            best = (assignment, cosine)
+        if cosine >= target_cosine:
+            break
+    return best[0], best[1], tried

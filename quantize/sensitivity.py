@@ -1,0 +1,149 @@
+"""Per-node int8 sensitivity on the IR: which quantization points cost the model's accuracy.
+
+One instrumented lowering of the Program to JAX (cloud/interpreter.py) fakes int8 at every
+quantization point (`activation_ranges.quant_points`) behind a gate per point, with the
+ranges the edge calibration would give (global min/max over the samples). Compiled once,
+it is run with one point's gate open at a time: the drop in mean per-sample cosine of the
+outputs against float is that point's sensitivity. Every point is scored (not a whitelist
+of op kinds): on a pretrained BERT-style encoder the damage is in the residual additions and
+the FFN output projections, whose outlier channels stretch the int8 range (`bench` numbers
+in docs/quantization.md), ops no kind-based grouping picks.
+
+Each point carries its module scope in the form litert-torch writes into tensor names
+("pkg.Class_attr/..."), so an edge build can find the flatbuffer ops a point became.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PointSensitivity", "rank_quant_points", "module_scope", "RANKING_SAMPLES"]
+
+RANKING_SAMPLES = 16  # samples each point's cost is measured on (one run per point)
+
+
+@dataclass(frozen=True)
+class PointSensitivity:
+    node: str  # IR node name (a quantization point)
+    op: str  # its ATen op
+    loss: float  # 1 - mean per-sample cosine of the outputs with only this point in int8
+    low: float  # the calibrated range used
+    high: float
+    scope: str  # module scope, litert-torch's tensor-name form ("" for the top module)
+    source: str  # model source line
+
+    def to_json(self) -> dict:
+        return {"node": self.node, "op": self.op, "loss": round(self.loss, 6), "range": [round(self.low, 4), round(self.high, 4)],
+                "scope": self.scope, "source": self.source}
+
+
+def module_scope(node: Any) -> str:
+    """The node's module path as litert-torch names tensors: "pkg.Class_attr/pkg.Class_attr" (the
+    root module has no attribute), from torch.export's nn_module_stack."""
+    parts = []
+    for path, kind in (node.meta.get("nn_module_stack") or {}).values():
+        if isinstance(kind, str):  # a program loaded from a .pt2 keeps the class's qualified name
+            name = kind
+        elif kind.__module__ == "builtins":
+            name = kind.__qualname__
+        else:
+            name = f"{kind.__module__}.{kind.__qualname__}"
+        parts.append(name + (f"_{path.split('.')[-1]}" if path else ""))
+    return "/".join(parts)
+
+
+def _stack(samples: list, index: int):
+    import jax.numpy as jnp
+
+    arrays = [np.asarray(s[index]) for s in samples]
+    arrays = [a.astype(np.int32) if a.dtype == np.int64 else a for a in arrays]
+    return jnp.stack([jnp.asarray(a) for a in arrays])
+
+
+def _mean_cosine(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
+    """Mean over outputs of the mean per-sample cosine (the accuracy budget's measure)."""
+    scores = []
+    for a, b in zip(ref, got):
+        a = np.asarray(a, np.float64).reshape(a.shape[0], -1)
+        b = np.asarray(b, np.float64).reshape(b.shape[0], -1)
+        norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+        cos = np.where(norms > 0, np.sum(a * b, axis=1) / np.maximum(norms, 1e-30), 1.0)
+        scores.append(float(np.mean(cos)))
+    return float(np.mean(scores))
+
+
+def rank_quant_points(program: Any, calibration: list, measure: list | None = None) -> list[PointSensitivity]:
+    """Every float quantization point of `program`, most sensitive first.
+
+    calibration: samples (lists of arrays with a batch dim of 1) that set the ranges;
+    measure: samples the cosine is measured on (default: the calibration samples).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from tpuedge.cloud.fake_quant import fake_quant_activation
+    from tpuedge.cloud.interpreter import to_jax
+    from tpuedge.quantize.activation_ranges import quant_points
+    from tpuedge.shared_ir.sources import node_source
+
+    measure = measure or calibration
+    jp = to_jax(program)
+    plan = quant_points(program)
+    points = list(plan.points)
+    index = {p: i for i, p in enumerate(points)}
+    key = jax.random.key(0)
+    n_inputs = len(program.inputs)
+
+    def observe(params, buffers, *inputs):
+        seen: dict[str, Any] = {}
+
+        def hook(kind, name, value):
+            if kind in ("node", "input") and name in index and jnp.issubdtype(value.dtype, jnp.floating):
+                seen[name] = jnp.stack([jnp.min(value), jnp.max(value)])
+            return value
+
+        jp.call_transformed(params, buffers, *inputs, rng_key=key, transform=hook)
+        return seen
+
+    observed = jax.jit(jax.vmap(observe, in_axes=(None, None) + (0,) * n_inputs))(
+        jp.params, jp.buffers, *[_stack(calibration, i) for i in range(n_inputs)]
+    )
+    ranges = {p: (float(jnp.min(v[:, 0])), float(jnp.max(v[:, 1]))) for p, v in observed.items()}
+    ranges.update(plan.fixed)
+    lows = jnp.asarray([ranges.get(p, (0.0, 0.0))[0] for p in points], jnp.float32)
+    highs = jnp.asarray([ranges.get(p, (0.0, 0.0))[1] for p in points], jnp.float32)
+
+    def gated(params, buffers, gate, *inputs):
+        def hook(kind, name, value):
+            if kind in ("node", "input") and name in index and jnp.issubdtype(value.dtype, jnp.floating):
+                i = index[name]
+                return value + gate[i] * (fake_quant_activation(value, lows[i], highs[i]) - value)
+            return value
+
+        return jp.call_transformed(params, buffers, *inputs, rng_key=key, transform=hook)[1]
+
+    run = jax.jit(jax.vmap(gated, in_axes=(None, None, None) + (0,) * n_inputs))
+    inputs = [_stack(measure, i) for i in range(n_inputs)]
+    closed = jnp.zeros(len(points), jnp.float32)
+    reference = [np.asarray(o) for o in run(jp.params, jp.buffers, closed, *inputs)]
+    nodes = {n.name: n for n in program.exported_program.graph.nodes}
+    ranked = []
+    for i, point in enumerate(points):
+        if point not in observed and point not in plan.fixed:
+            continue  # not a float value on this path (an integer input)
+        got = [np.asarray(o) for o in run(jp.params, jp.buffers, closed.at[i].set(1.0), *inputs)]
+        node = nodes.get(point)
+        ranked.append(PointSensitivity(
+            node=point,
+            op=str(getattr(node, "target", "input")) if node is not None and node.op == "call_function" else "input",
+            loss=max(0.0, 1.0 - _mean_cosine(reference, got)),
+            low=ranges[point][0],
+            high=ranges[point][1],
+            scope=module_scope(node) if node is not None else "",
+            source=(node_source(node) or "") if node is not None else "",
+        ))
+    ranked.sort(key=lambda s: -s.loss)
+    return ranked
