@@ -246,8 +246,19 @@ class McuLowered:
         kind, floats, outputs, labels = measured
         return enforce_budget(
             self.budget, name=self.program.name, target="mcu", reference=floats, candidate=outputs, inputs=kind,
-            labels=labels, recipe=recipe, summary=compare_outputs(floats, outputs),
+            labels=labels, recipe=recipe, summary=compare_outputs(floats, outputs), costliest=self._costliest_points,
         )
+
+    def _costliest_points(self) -> list[dict]:
+        """The IR points of the rewritten program ranked by their own int8 cost (for a build below
+        its budget: where the error comes from); none when the JAX lowering can't run it."""
+        from tpuedge.quantize.sensitivity import RANKING_SAMPLES, rank_quant_points
+
+        try:
+            ranking = rank_quant_points(self.rewritten, self.calibration, self.calibration[:RANKING_SAMPLES])
+        except (UserError, InternalError):
+            return []
+        return [s.to_json() for s in ranking[:10]]
 
     def _verify(self, runtime: "McuRuntimes") -> tuple[dict, tuple]:
         """TFLM vs LiteRT (LSB) and vs the float Program: on --eval data, else on the calibration samples

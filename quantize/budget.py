@@ -169,12 +169,16 @@ def check_budget(
 
 
 def enforce_budget(
-    budget: AccuracyBudget, *, name: str, target: str, reference, candidate, inputs: str, labels, recipe: dict, summary
+    budget: AccuracyBudget, *, name: str, target: str, reference, candidate, inputs: str, labels, recipe: dict, summary,
+    costliest=None,
 ) -> dict:
     """check_budget, then BudgetError (exit 1, before anything is written) unless --allow-below-budget;
-    returns the manifest's accuracy_budget entry."""
+    returns the manifest's accuracy_budget entry. costliest: called only for that error when the
+    recipe ranks no IR points itself, returns `PointSensitivity` JSON rows, most costly first."""
     result = check_budget(budget, reference, candidate, inputs=inputs, labels=labels)
     if not result.passed and not budget.allow_below:
+        if costliest is not None and not (recipe.get("sensitivity") or {}).get("top"):
+            recipe = {**recipe, "sensitivity": {"top": costliest()}}
         raise budget_error(name, target, result, recipe, summary)
     return result.to_json(written_below=not result.passed)
 
@@ -204,6 +208,11 @@ def budget_error(name: str, target: str, result: BudgetResult, recipe: dict, sum
         lines += [_row(c["recipe"], c.get("sample_cosine"), c["centered_cosine"], c.get("top1_agreement")) for c in candidates]
     lines.append(f" the recipe built ({recipe.get('scheme')}), on {result.samples} {result.inputs}:")
     lines.append(_row(f"scheme {recipe.get('scheme')}", summary.sample_cosine, summary.centered_cosine, summary.top1_agreement))
+    top = (recipe.get("sensitivity") or {}).get("top") or []
+    if top:
+        lines.append("Where int8 costs most (each IR point alone in fake int8: 1 - cosine of the outputs, its range, source):")
+        lines += [f"  {p['node']} ({p['op']}) {p['loss']:.4f}, range [{p['range'][0]:.3g}, {p['range'][1]:.3g}]"
+                  + (f" at {p['source']}" if p.get("source") else "") for p in top[:5]]
     other = (
         "--quantize auto (which also tries dynamic-int8, fp16 and float)" if target == "android"
         else "--target android, where sensitive ops may stay float or int16"

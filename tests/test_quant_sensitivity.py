@@ -89,3 +89,17 @@ def test_an_outlier_residual_stream_meets_the_int8_budget(outlier_program, tmp_p
     assert any(t.type == 7 for t in graph.tensors)  # TensorType.INT16
     # and the output stays float (I/O float32): the op writing it is a float island, not 16-bit
     assert [graph.tensors[i].type for i in graph.outputs] == [0]  # TensorType.FLOAT32
+
+
+def test_an_mcu_build_below_budget_says_where_int8_costs_most(outlier_program, tmp_path):
+    """mcu is strict int8, so the outlier stream misses the budget there: the error lists the
+    costliest IR points (the ones holding the big channel first), with range and source line."""
+    from tpuedge.shared_ir.errors import BudgetError
+
+    with pytest.raises(BudgetError) as caught:
+        tpuedge.build(outlier_program, "mcu", tmp_path / "mcu", calibration=_samples(48, 2))
+    text = str(caught.value)
+    lines = text.split("Where int8 costs most", 1)[1].splitlines()[1:4]
+    assert all(any(f"  {node} (aten." in line for node in ("mul", "add", "add_1")) for line in lines), text
+    assert "test_quant_sensitivity.py" in lines[0] and "range [" in lines[0]
+    assert not (tmp_path / "mcu").exists()
