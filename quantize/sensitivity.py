@@ -33,7 +33,7 @@ class PointSensitivity:
     low: float  # the calibrated range used
     high: float
     scope: str  # module scope, litert-torch's tensor-name form ("" for the top module)
-    source: str  # model source line
+    source: str  # model source line (the file's name only: manifests must not depend on the working folder)
 
     def to_json(self) -> dict:
         return {"node": self.node, "op": self.op, "loss": round(self.loss, 6), "range": [round(self.low, 4), round(self.high, 4)],
@@ -143,7 +143,7 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
             low=ranges[point][0],
             high=ranges[point][1],
             scope=module_scope(node) if node is not None else "",
-            source=(node_source(node) or "") if node is not None else "",
+            source=(node_source(node, bare=True) or "") if node is not None else "",
         ))
     ranked.sort(key=lambda s: -s.loss)
     return ranked

@@ -27,14 +27,16 @@ def _short(path: str) -> str:
     return rel if not rel.startswith("..") else path
 
 
-def _format(file: str, line: str, fn: str, code: str) -> str:
+def _format(file: str, line: str, fn: str, code: str, *, bare: bool = False) -> str:
     code = code.strip()
-    text = f"{_short(file)}:{line} in {fn}"
+    text = f"{os.path.basename(file) if bare else _short(file)}:{line} in {fn}"
     return f"{text} ({code})" if code else text
 
 
-def node_source(node) -> str | None:
-    """"models/net.py:42 in forward (return F.gelu(x))" for the innermost model frame."""
+def node_source(node, *, bare: bool = False) -> str | None:
+    """"models/net.py:42 in forward (return F.gelu(x))" for the innermost model frame; the path is
+    relative to the working directory, or just the file's name with `bare` (for artifacts, whose
+    bytes must not depend on where the build ran)."""
     trace = node.meta.get("stack_trace") if hasattr(node, "meta") else None
     if not trace:
         return None
@@ -43,7 +45,7 @@ def node_source(node) -> str | None:
         return None
     user = [m for m in frames if not _is_library(m["file"])]
     m = (user or frames)[-1]
-    return _format(m["file"], m["line"], m["fn"], m["code"])
+    return _format(m["file"], m["line"], m["fn"], m["code"], bare=bare)
 
 
 def user_frame_from_traceback(tb) -> str | None:

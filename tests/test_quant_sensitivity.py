@@ -101,5 +101,20 @@ def test_an_mcu_build_below_budget_says_where_int8_costs_most(outlier_program, t
     text = str(caught.value)
     lines = text.split("Where int8 costs most", 1)[1].splitlines()[1:4]
     assert all(any(f"  {node} (aten." in line for node in ("mul", "add", "add_1")) for line in lines), text
-    assert "test_quant_sensitivity.py" in lines[0] and "range [" in lines[0]
+    assert " at test_quant_sensitivity.py:" in lines[0] and "range [" in lines[0]
     assert not (tmp_path / "mcu").exists()
+
+
+def test_the_ranking_in_the_manifest_does_not_depend_on_the_working_folder(outlier_program, tmp_path, monkeypatch):
+    """The manifest names each ranked point's source by file name, not by a path relative to the
+    working folder: the same build run from two folders writes the same bytes."""
+    from pathlib import Path
+
+    manifests = []
+    for where in (Path(__file__).resolve().parents[1], tmp_path):
+        monkeypatch.chdir(where)
+        out = tmp_path / f"from_{len(manifests)}"
+        tpuedge.build(outlier_program, "android", out, quantize="int8", calibration=_samples(48, 2))
+        manifests.append((out / "manifest.json").read_bytes())
+    assert manifests[0] == manifests[1]
+    assert b"test_quant_sensitivity.py:" in manifests[0]
