@@ -1,7 +1,7 @@
 """`--quantize auto` on LiteRT: build every candidate scheme, measure it, keep the one the rule picks.
 
-Each candidate is converted exactly as `--quantize SCHEME` would convert it (the int8 one runs
-its per-op precision search on the calibration samples), then run in the LiteRT interpreter on
+Each candidate is converted as `--quantize SCHEME` would convert it (the int8 one runs its
+per-op precision search on the calibration samples, without the IR ranking), then run in the LiteRT interpreter on
 the build's accuracy samples (held out from calibration, or --eval data) against the float IR,
 and timed with `median_latency_ms` on one of them. `quantize.auto.choose_recipe` decides.
 
@@ -53,7 +53,9 @@ def build_auto(
     with stage_progress(f"{program.name}: --quantize auto", total=len(schemes) + 1) as step:
         for scheme in schemes:
             step(f"{scheme}: convert and measure")
-            converted = convert_for_android(program, config.replace(scheme=scheme), calibration if scheme == "int8" else None)
+            # the int8 candidate without the IR ranking (quantize/config.py: rank_points says why)
+            converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False),
+                                            calibration if scheme == "int8" else None)
             runner = LiteRTRunner(converted.tflite)
             outputs[scheme] = [runner.run(x) for x in samples]
             results[scheme] = check_budget(budget, reference, outputs[scheme], inputs=accuracy.kind, labels=labels)

@@ -233,7 +233,7 @@ def program_to_tflite(
     # where all-int8 misses the target, the IR's costliest points go int16 first (not under
     # --strict-int8, whose reported cost compares it with this default recipe)
     ranked: dict = {"assignment": {}, "report": None, "non_int8": []}
-    if not config.strict_int8 or report_strict_cost:
+    if config.rank_points and (not config.strict_int8 or report_strict_cost):
         with stage_progress(f"{program.name}: all-int8 candidate", total=1) as step:
             all_int8 = evaluate({})
         if all_int8 < config.target_cosine:
@@ -308,6 +308,7 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
     with stage_progress(f"{program.name}: int16 for the top-ranked of {len(groups)} point(s)", total=len(groups)):
         assignment, cosine, tried = upgrade_ranked(groups, evaluate, all_int8, target_cosine=config.target_cosine)
     by_key = {g.key: g for g in groups}
+    points = sum(by_key[key].kind == "ranked" for key in assignment)
     report = {
         "method": "each IR quantization point alone in fake int8 (JAX lowering, calibrated min/max ranges), "
                   "1 - mean per-sample cosine of the outputs vs float",
@@ -316,9 +317,8 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
         "top": [s.to_json() for s in ranking[:10]],
         "groups": [g.key for g in groups],
         "prefixes_tried": [{"int16_groups": k, "centered_cosine": _round(c)} for k, c in tried],
-        "chosen": sum(by_key[key].kind == "ranked" for key in assignment),
+        "chosen": points,
     }
-    points = sum(by_key[key].kind == "ranked" for key in assignment)
     non_int8 = [
         {"group": key, "kind": by_key[key].kind, "precision": precision, "ops": list(by_key[key].ops),
          "why": (f"ranked among the {points} costliest IR points in int8" if precision == "int16" else

@@ -118,3 +118,12 @@ def test_the_ranking_in_the_manifest_does_not_depend_on_the_working_folder(outli
         manifests.append((out / "manifest.json").read_bytes())
     assert manifests[0] == manifests[1]
     assert b"test_quant_sensitivity.py:" in manifests[0]
+
+
+def test_auto_measures_its_int8_candidate_without_the_ranking(outlier_program, tmp_path):
+    """--quantize auto keeps its int8 candidate as the search alone makes it (rank_points off, see
+    quantize/config.py): no ranked group in it, and the outlier model's int8 misses the budget there."""
+    art = tpuedge.build(outlier_program, "android", tmp_path / "auto", quantize="auto", calibration=_samples(48, 2))
+    [int8] = [c for c in art.manifest["recipe"]["auto"]["candidates"] if c["scheme"] == "int8"]
+    assert int8["detail"] == "every op int8" and not int8["met_budget"]  # ranked, two groups would be int16/float
+    assert art.manifest["recipe"]["auto"]["chosen"] != "int8"
