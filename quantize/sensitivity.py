@@ -56,23 +56,17 @@ def module_scope(node: Any) -> str:
 
 
 def _stack(samples: list, index: int):
-    import jax.numpy as jnp
+    """Input `index` of every sample, stacked on a new batch axis, as the cloud backend feeds it."""
+    from tpuedge.cloud.interpreter import host_to_jax
 
-    arrays = [np.asarray(s[index]) for s in samples]
-    arrays = [a.astype(np.int32) if a.dtype == np.int64 else a for a in arrays]
-    return jnp.stack([jnp.asarray(a) for a in arrays])
+    return host_to_jax(np.stack([np.asarray(s[index]) for s in samples]), f"input {index}")
 
 
 def _mean_cosine(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
     """Mean over outputs of the mean per-sample cosine (the accuracy budget's measure)."""
-    scores = []
-    for a, b in zip(ref, got):
-        a = np.asarray(a, np.float64).reshape(a.shape[0], -1)
-        b = np.asarray(b, np.float64).reshape(b.shape[0], -1)
-        norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-        cos = np.where(norms > 0, np.sum(a * b, axis=1) / np.maximum(norms, 1e-30), 1.0)
-        scores.append(float(np.mean(cos)))
-    return float(np.mean(scores))
+    from tpuedge.quantize.metrics import mean_sample_cosine
+
+    return float(np.mean([mean_sample_cosine(a, b) for a, b in zip(ref, got)]))
 
 
 def rank_quant_points(program: Any, calibration: list, measure: list | None = None) -> list[PointSensitivity]:
