@@ -166,3 +166,14 @@ def test_check_verdict_equals_the_real_build_for_every_op(probe_results):
     # Both verdicts occur: the probes exercise the rule, they don't all pass or all fail.
     verdicts = {r["build_ok"] for r in probe_results.values()}
     assert verdicts == {True, False}
+
+
+@pytest.mark.slow  # shares the conversion above
+def test_the_builds_builtin_rule_accepts_every_branch_tflm_ran(probe_results):
+    """The mcu build refuses a converted model by its builtins (edge/data/tflm_ops.json). A builtin
+    that ran in TFLite-Micro on int8 tensors must pass that rule, or `check` passes a model the
+    build then refuses: STRIDED_SLICE (a stepped slice) and PADV2 (a padded max-pool) were."""
+    from tpuedge.edge.mcu_capability import unsupported_builtins
+
+    refused = {name: unsupported_builtins(r["builtins"]) for name, r in probe_results.items() if r["build_ok"]}
+    assert {name: why for name, why in refused.items() if why} == {}
