@@ -18,10 +18,16 @@ from typing import Any
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.graph_edit import finish, replace_node
 
-__all__ = ["FoldConstants", "MAX_FOLDED_ELEMENTS", "lift_constant"]
+__all__ = ["FoldConstants", "MAX_FOLDED_ELEMENTS", "lift_constant", "constant_values"]
 
 # a folded constant may hold up to this many elements, or as many as its largest constant operand
 MAX_FOLDED_ELEMENTS = 1 << 16
+
+
+def constant_values(ep) -> dict[str, Any]:
+    """Placeholder name -> value, for every input of `ep` that is a constant (a parameter, an
+    unmutated buffer, a lifted constant)."""
+    return _constant_placeholders(ep)
 
 
 def _constant_placeholders(ep) -> dict[str, Any]:
@@ -45,8 +51,27 @@ def _foldable_op(node) -> bool:
         isinstance(target, torch._ops.OpOverload)
         and target.namespace == "aten"
         and torch.Tag.nondeterministic_seeded not in target.tags
-        and not target._schema.is_mutable
+        and (not target._schema.is_mutable or _private_in_place(node))
         and isinstance(node.meta.get("val"), torch.Tensor)
+    )
+
+
+def _private_in_place(node) -> bool:
+    """An in-place op (`x.add_(y)`, T5's relative position buckets) on a value nothing else
+    reads: the same as its out-of-place form, so it folds too (evaluated on a copy). Folding
+    only its operand left a constant the op then mutated, which litert-torch refuses."""
+    import torch
+
+    schema = node.target._schema
+    mutated = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    first = node.args[0] if node.args else None
+    return (
+        schema.name.endswith("_")
+        and len(mutated) == 1
+        and mutated[0].name == schema.arguments[0].name
+        and isinstance(first, torch.fx.Node)
+        and first.op == "call_function"
+        and len(first.users) == 1
     )
 
 
@@ -66,6 +91,8 @@ def _evaluate(ep) -> dict[str, Any]:
         if node.meta["val"].numel() > max(MAX_FOLDED_ELEMENTS, largest):
             continue
         args, kwargs = map_arg((node.args, node.kwargs), lambda n: values[n.name])
+        if node.target._schema.is_mutable:  # a private in-place op: mutate a copy, never the folded value
+            args = (args[0].clone(), *args[1:])
         with torch.no_grad():
             values[node.name] = node.target(*args, **kwargs).detach().clone().contiguous()
     return values
