@@ -54,3 +54,50 @@ def test_unknown_form_is_a_user_error():
 
 def test_mcu_check_sees_the_rewritten_program(gelu_program):
     assert gelu_program.check("mcu") == []  # GELU is rewritten the same way the build does
+
+
+class _WrittenOutGelu(torch.nn.Module):
+    """GPT-2's `gelu_new` (ALBERT's default activation), ops instead of F.gelu."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        x = self.linear(x)
+        return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def test_written_out_tanh_gelu_keeps_its_function():
+    from tpuedge.shared_ir.passes.gelu_rewrite import TanhGeluArrangement
+    from tpuedge.shared_ir.passes.powers import PowersAsProducts
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_WrittenOutGelu().eval(), (torch.zeros(4, 16),), name="gelu_new")
+    ep, results = PassManager([PowersAsProducts(), TanhGeluArrangement()]).run(program.exported_program)
+    assert results[1].changed == 1
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32) * 3
+    np.testing.assert_allclose(Program(ep, name="arranged").run(x)[0], program.run(x)[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("model, gelu", [("written out", "sigmoid"), ("F.gelu", "tanh")])
+def test_tanh_gelus_build_for_mcu_as_tanh_not_as_a_gelu_op(tmp_path, model, gelu):
+    """The converter fused both back into one GELU op (no TFLite-Micro kernel): `--gelu tanh`
+    and GPT-2-style models were refused by the mcu build."""
+
+    class _FGelu(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return F.gelu(self.linear(x))
+
+    torch.manual_seed(0)
+    module = _WrittenOutGelu() if model == "written out" else _FGelu()
+    program = tpuedge.export(module.eval(), (torch.zeros(4, 16),), name="gelu")
+    np.savez(tmp_path / "cal.npz", x=np.random.default_rng(0).standard_normal((32, 4, 16)).astype(np.float32))
+    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=str(tmp_path / "cal.npz"), gelu=gelu)
+    ops = {o["op"] for o in art.manifest["tflm_ops"]}
+    assert "TANH" in ops and "GELU" not in ops
+    assert art.manifest["accuracy_budget"]["met"]
