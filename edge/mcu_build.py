@@ -39,6 +39,7 @@ def _r(x: float | None, digits: int = 6) -> float | None:
 def strict_int8_tflite(rewritten: "Program", config, calibration, trained_ranges=None) -> tuple[Any, bytes, list[int]]:
     """(converted, tflite with every buffer inline, indices of the buffers moved inline)."""
     from tpuedge.edge.convert import program_to_tflite
+    from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
 
     converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges)
@@ -46,6 +47,9 @@ def strict_int8_tflite(rewritten: "Program", config, calibration, trained_ranges
     tflite = inline_buffers(converted.tflite)
     if external_buffers(tflite):
         raise InternalError(f"{rewritten.name}: buffers {external_buffers(tflite)} are still outside the flatbuffer after inlining")
+    tflite, rewritten_forms = tflm_forms(tflite)
+    if rewritten_forms:
+        converted.recipe["tflm_forms"] = rewritten_forms
     return converted, tflite, moved
 
 

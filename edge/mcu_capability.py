@@ -5,7 +5,7 @@ strict-int8 TFLM model: TFLM has an int8 kernel for it AND ai-edge-quantizer qua
 int8 (`mcu_int8_problem`, from edge/data/tflm_ops.json, checked against the real interpreter,
 quantizer and converter). The build checks the converted model's builtins with the same rule.
 Before that the mcu pipeline rewrites the IR (`mcu_passes`): autocast regions are inlined, no-op casts, eval-mode dropout and
-input-independent ops vanish, reflect/replicate padding becomes slices + concatenation, GELU (no
+input-independent ops vanish, a gather by constant aranges becomes a view, reflect/replicate padding becomes slices + concatenation, GELU (no
 kernel) an approximation, SiLU x * sigmoid(x), hardsigmoid relu6(x + 3) / 6, powers, square roots and 2-norms products
 and RSQRT. The check applies the same passes the build applies, so `tpuedge check --target mcu`
 and `tpuedge build --target mcu` never disagree.
@@ -29,8 +29,9 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
-    from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite
+    from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite, TanhGeluArrangement
     from tpuedge.shared_ir.passes.hardsigmoid import HardSigmoidAsRelu6
+    from tpuedge.shared_ir.passes.index_as_view import ConstantIndexAsView
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
@@ -40,8 +41,8 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
 
     return PassManager(
-        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), PowersAsProducts(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
+        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ConstantIndexAsView(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 

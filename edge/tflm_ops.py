@@ -28,6 +28,8 @@ __all__ = [
 DATA_PATH = Path(__file__).with_name("data") / "tflm_ops.json"
 # Inserted by the quantizer itself to re-scale int8 tensors, never lowered from an ATen op.
 _QUANTIZER_OWN = frozenset({"QUANTIZE"})
+# Left in float by the quantizer, then stored in int8 by the mcu build (edge/tflm_forms.py).
+_FOLDED_TO_INT8 = frozenset({"EMBEDDING_LOOKUP"})
 
 
 @lru_cache(maxsize=1)
@@ -53,6 +55,10 @@ def quantizer_int8() -> frozenset[str]:
 
 def mcu_int8_problem(builtin: str) -> str | None:
     """Why `builtin` can't run in a strict-int8 TFLite-Micro model, or None when it can."""
+    from tpuedge.edge.tflm_forms import REPLACED  # the mcu build rewrites these before TFLM sees them
+
+    if builtin in REPLACED:
+        return mcu_int8_problem(REPLACED[builtin])
     entry = tflm_ops().get(builtin)
     if entry is None:
         return tflm_missing().get(builtin) or f"TFLite-Micro has no {builtin} kernel"
@@ -60,6 +66,6 @@ def mcu_int8_problem(builtin: str) -> str | None:
         return None
     if not entry.get("int8"):
         return f"TFLite-Micro's {builtin} kernel takes no int8 tensors"
-    if builtin not in quantizer_int8():
+    if builtin not in quantizer_int8() | _FOLDED_TO_INT8:
         return f"ai-edge-quantizer leaves {builtin} in float (no int8 recipe for it), and TFLite-Micro runs only integer graphs"
     return None

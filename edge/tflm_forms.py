@@ -1,0 +1,125 @@
+"""The converter's int8 model rewritten into forms TFLite-Micro runs, exactly (`tflm_forms`).
+
+- SELECT becomes SELECT_V2. The converter writes SELECT for a `torch.where` over equal shapes;
+  TFLM has only SELECT_V2, which computes the same thing (and also broadcasts).
+- Embedding tables are stored in int8: a float lookup folded into its QUANTIZE (below).
+
+
+litert-torch lowers `nn.Embedding` to EMBEDDING_LOOKUP, and ai-edge-quantizer's static int8
+recipe leaves that op in float: the strict int8 model then holds a float32 table, an op that
+computes in float (which the mcu build refuses) and a QUANTIZE of the rows it looked up.
+Quantizing a row after looking it up equals looking it up in a table quantized the same way, so
+the table is written in int8 with that QUANTIZE's scale and zero point, the lookup writes the
+QUANTIZE's int8 output itself, and the QUANTIZE goes: the same int8 values bit for bit, a
+quarter of the table's bytes, and TFLM's int8 EMBEDDING_LOOKUP (a row copy) runs it.
+
+Only the plain case is folded: a float32 constant table that nothing else reads, whose looked-up
+rows only one per-tensor int8 QUANTIZE reads. Anything else is left as converted, so the build's
+float-op check still reports it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpuedge.edge import tflite_file
+
+__all__ = ["tflm_forms", "fold_lookup_quantize", "select_as_select_v2", "REPLACED"]
+
+# builtins the converter writes and `tflm_forms` replaces: their rule is that of the replacement
+REPLACED = {"SELECT": "SELECT_V2"}
+
+
+def tflm_forms(tflite: bytes) -> tuple[bytes, dict[str, int]]:
+    """(the model in forms TFLM runs, {what changed: how many}) -- only non-zero counts."""
+    tflite, selects = select_as_select_v2(tflite)
+    tflite, lookups = fold_lookup_quantize(tflite)
+    return tflite, {k: v for k, v in (("select_as_select_v2", selects), ("int8_lookup_tables", lookups)) if v}
+
+
+def select_as_select_v2(tflite: bytes) -> tuple[bytes, int]:
+    """(the model with every SELECT a SELECT_V2, how many ops changed)."""
+    model = tflite_file.read_model(tflite)
+    schema = tflite_file.schema
+    names = tflite_file.operator_names(model)
+    codes = {i for i, name in enumerate(names) if name == "SELECT"}
+    if not codes:
+        return tflite, 0
+    for i in codes:
+        code = model.operatorCodes[i]
+        code.builtinCode = schema.BuiltinOperator.SELECT_V2
+        code.deprecatedBuiltinCode = min(schema.BuiltinOperator.SELECT_V2, schema.BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)
+        code.version = 1
+    changed = 0
+    for graph in model.subgraphs:
+        for op in graph.operators:
+            if op.opcodeIndex in codes:
+                op.builtinOptionsType = schema.BuiltinOptions.SelectV2Options
+                op.builtinOptions = schema.SelectV2OptionsT()
+                changed += 1
+    return tflite_file.write_model(model), changed
+
+
+def fold_lookup_quantize(tflite: bytes) -> tuple[bytes, int]:
+    """(the model with each foldable float lookup + QUANTIZE as one int8 lookup, how many were folded)."""
+    model = tflite_file.read_model(tflite)
+    names = tflite_file.operator_names(model)
+    schema = tflite_file.schema
+    folded = 0
+    for graph in model.subgraphs:
+        readers: dict[int, list[int]] = {}
+        for i, op in enumerate(graph.operators):
+            for t in op.inputs:
+                readers.setdefault(int(t), []).append(i)
+        outputs = {int(t) for t in graph.outputs}
+        drop: set[int] = set()
+        for op in graph.operators:
+            if names[op.opcodeIndex] != "EMBEDDING_LOOKUP":
+                continue
+            table, rows = int(op.inputs[1]), int(op.outputs[0])
+            quantize = _sole_quantize(graph, names, readers.get(rows, []), rows in outputs)
+            if quantize is None or readers.get(table) != [graph.operators.index(op)]:
+                continue
+            table_tensor = graph.tensors[table]
+            buffer = model.buffers[table_tensor.buffer]
+            if table_tensor.type != schema.TensorType.FLOAT32 or not tflite_file.is_constant(model, table_tensor):
+                continue
+            if sum(1 for t in graph.tensors if t.buffer == table_tensor.buffer) != 1:
+                continue  # a buffer shared with another tensor keeps its float bytes
+            target = graph.tensors[int(quantize.outputs[0])]
+            scale, zero, _ = tflite_file.tensor_quantization(target)
+            buffer.data = _quantize_as_tflm(np.frombuffer(bytes(bytearray(buffer.data)), np.float32), scale[0], zero[0])
+            table_tensor.type = schema.TensorType.INT8
+            table_tensor.quantization = _per_tensor(schema, float(scale[0]), int(zero[0]))
+            op.outputs = np.array([int(quantize.outputs[0])], np.int32)
+            drop.add(graph.operators.index(quantize))
+            folded += 1
+        graph.operators = [op for i, op in enumerate(graph.operators) if i not in drop]
+    return (tflite_file.write_model(model), folded) if folded else (tflite, 0)
+
+
+def _sole_quantize(graph, names: list[str], reader_ops: list[int], is_output: bool):
+    """The one per-tensor int8 QUANTIZE that is the rows' only reader, or None."""
+    if is_output or len(reader_ops) != 1:
+        return None
+    op = graph.operators[reader_ops[0]]
+    if names[op.opcodeIndex] != "QUANTIZE":
+        return None
+    out = graph.tensors[int(op.outputs[0])]
+    scale, _, _ = tflite_file.tensor_quantization(out)
+    if out.type != tflite_file.schema.TensorType.INT8 or scale.size != 1:
+        return None
+    return op
+
+
+def _quantize_as_tflm(values: np.ndarray, scale: float, zero: int) -> np.ndarray:
+    """QUANTIZE's arithmetic (float32 division, rounding half away from zero), as uint8 bytes."""
+    scaled = values / np.float32(scale)
+    rounded = np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5))
+    return np.clip(rounded + zero, -128, 127).astype(np.int8).view(np.uint8)
+
+
+def _per_tensor(schema, scale: float, zero: int):
+    q = schema.QuantizationParametersT()
+    q.scale, q.zeroPoint, q.quantizedDimension = [scale], [zero], 0
+    return q
