@@ -21,6 +21,10 @@ GroupScopes = dict[str, list[tuple[str, str]]]
 
 _NORM_MODULES = re.compile(r"(LayerNorm|RMSNorm|GroupNorm)_?([^/;]*)$")
 _RECURRENT_MODULES = re.compile(r"(LSTM|GRU|RNN)_?([^/;]*)$")
+# ops with weights: a normalization never lowers to one. The converter can name a layer's
+# output after the norm before it (MiniLM's query/key/value projections read
+# ".../LayerNorm_LayerNorm;;...Linear_query"): grouped with the norm, they went float with it.
+_WEIGHTED_OPS = frozenset({"FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D"})
 
 
 def _module_path(scope: str) -> str:
@@ -60,7 +64,7 @@ def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], Gr
         norm, recurrent = _NORM_MODULES.search(module), _RECURRENT_MODULES.search(module)
         if recurrent and "/" in path:
             add(f"recurrent_state:{_instance_key(path)}", "recurrent_state", scope, name)
-        elif norm and "/" in path:
+        elif norm and "/" in path and name not in _WEIGHTED_OPS:
             add(f"layer_norm:{_instance_key(path)}", "layer_norm", scope, name)
         elif name == "RSQRT":
             add(f"layer_norm:op{index}", "layer_norm", scope, name)

@@ -84,3 +84,50 @@ def test_layer_norm_groups_are_one_per_module_instance():
     assert len(norms) == 3, [g.key for g in norms]
     assert len({g.key for g in groups}) == len(groups) == len(scopes)
     assert all("Block_" in g.key for g in norms)
+
+
+def test_a_layer_named_after_the_norm_before_it_stays_out_of_the_norm_group():
+    """The converter named MiniLM's query/key/value projections after the LayerNorm before them
+    (".../LayerNorm_LayerNorm;;...Linear_query"); grouped with that norm, they went float with
+    it, weights included: 12 float32 384x384 matrices in an "int8" model (1.26x its parameters)."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from tpuedge.edge import tflite_file
+    from tpuedge.edge.convert import float_tflite
+    from tpuedge.edge.quantizer_recipes import find_sensitive_groups
+    from tpuedge.shared_ir.program import Program
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.LayerNorm = nn.LayerNorm(16)  # noqa: N815 - the HF attribute name
+            self.query = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.query(self.LayerNorm(x))
+
+    torch.manual_seed(0)
+    program = Program(torch.export.export(Block().eval(), (torch.randn(1, 4, 16),)), name="norm_then_linear")
+    model = tflite_file.read_model(float_tflite(program))
+    graph, names = model.subgraphs[0], tflite_file.operator_names(model)
+    norm_name = next(tflite_file.text(graph.tensors[int(op.outputs[0])].name) for op in graph.operators
+                     if names[op.opcodeIndex] == "MEAN")
+    (fc,) = [op for op in graph.operators if names[op.opcodeIndex] == "FULLY_CONNECTED"]
+    out = graph.tensors[int(fc.outputs[0])]
+    out.name = (norm_name.split(";")[0] + ";;" + tflite_file.text(out.name)).encode()  # the converter's fused name
+    groups, _ = find_sensitive_groups(tflite_file.write_model(model))
+    (norm,) = [g for g in groups if g.kind == "layer_norm"]
+    assert not [op for op in norm.ops if op.startswith("FULLY_CONNECTED")]
+
+
+def test_the_search_aims_at_the_budget_metric_too():
+    """MTCNN's P-Net: the search met its target on the centered cosine while the budget's mean
+    per-sample cosine stayed at 0.98969, so the build failed a budget the search never saw."""
+    from tpuedge.edge.convert import search_score
+    from tpuedge.quantize.metrics import AccuracySummary
+
+    common = dict(max_abs_error=0.1, output_range=1.0, cosine=0.999, top1_agreement=None, samples=8)
+    assert search_score(AccuracySummary(centered_cosine=0.996, sample_cosine=0.9897, **common)) == 0.9897
+    assert search_score(AccuracySummary(centered_cosine=0.990, sample_cosine=0.9990, **common)) == 0.990
+    assert search_score(AccuracySummary(centered_cosine=0.993, **common)) == 0.993  # not measured: centered alone
