@@ -228,7 +228,9 @@ def program_to_tflite(
         return measured[key]
 
     def evaluate(assignment: dict[str, str]) -> float:
-        return measure(assignment).centered_cosine
+        # the budget is every output's mean per-sample cosine: aiming at the centered cosine alone
+        # let a recipe pass the search and miss the budget (MTCNN's P-Net: 0.98969 < 0.99)
+        return search_score(measure(assignment))
 
     # where all-int8 misses the target, the IR's costliest points go int16 first (not under
     # --strict-int8, whose reported cost compares it with this default recipe)
@@ -257,10 +259,10 @@ def program_to_tflite(
             "quantizer_recipe": quantizer_recipe(config, assignment, scopes),
             "calibration_samples": len(calibration),
             "search": {
-                "metric": "centered cosine vs the float IR on calibration samples",
+                "metric": "the lower of the centered cosine and the worst output's mean per-sample cosine, vs the float IR on calibration samples",
                 "samples": len(eval_samples),
                 "target_cosine": config.target_cosine,
-                "all_int8_cosine": _round(measured[_key({})].centered_cosine if _key({}) in measured else plan.all_int8_cosine),
+                "all_int8_cosine": _round(search_score(measured[_key({})]) if _key({}) in measured else plan.all_int8_cosine),
                 "final_cosine": _round(plan.final_cosine),
                 "evaluations": len(measured),
                 "strict_int8": config.strict_int8,
@@ -316,7 +318,7 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
         "inputs": "calibration samples (the search's own)",
         "top": [s.to_json() for s in ranking[:10]],
         "groups": [g.key for g in groups],
-        "prefixes_tried": [{"int16_groups": k, "centered_cosine": _round(c)} for k, c in tried],
+        "prefixes_tried": [{"int16_groups": k, "search_score": _round(c)} for k, c in tried],
         "chosen": points,
     }
     non_int8 = [
@@ -371,6 +373,13 @@ def _strict_cost(strict, mixed, mixed_ops: list[dict], samples: int) -> dict:
             "max_abs_error_ratio": _round(strict.max_abs_error / mixed.max_abs_error) if mixed.max_abs_error else None,
         },
     }
+
+
+def search_score(summary) -> float:
+    """What the int8 search maximizes: the lower of the centered cosine and the worst output's
+    mean per-sample cosine (the budget's metric)."""
+    sample = summary.sample_cosine
+    return summary.centered_cosine if sample is None else min(summary.centered_cosine, sample)
 
 
 def _candidates(measured: dict) -> list[dict]:
