@@ -215,9 +215,15 @@ class McuLowered:
         sg = model.subgraphs[0]
         io = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
         names = tflite_file.operator_names(model)
+        readers: dict[int, list[str]] = {}
+        for op in sg.operators:
+            for t in op.inputs:
+                readers.setdefault(int(t), []).append(names[op.opcodeIndex])
         float_ops: dict[str, int] = {}
         for op in sg.operators:
             outputs = [int(o) for o in op.outputs]
+            if _integer_to_int8_cast(sg, names[op.opcodeIndex], op, readers):
+                continue
             if any(o not in io and tflite_file.dtype_name(sg.tensors[o].type) in ("float32", "float16") for o in outputs):
                 float_ops[names[op.opcodeIndex]] = float_ops.get(names[op.opcodeIndex], 0) + 1
         if len(float_ops) > 1:  # a DEQUANTIZE only feeds a float op, which is reported itself
@@ -306,6 +312,19 @@ class McuLowered:
             report[label] = entry
             measured = (kind, floats, tflm_float, labels)
         return report, measured
+
+
+def _integer_to_int8_cast(graph, name: str, op, readers: dict[int, list[str]]) -> bool:
+    """A CAST of integer data (an int mask, `mask.to(torch.float32)`) to float whose value only
+    QUANTIZE reads: a conversion at the edge of the int8 graph, which TFLite-Micro runs (CAST,
+    then QUANTIZE), not float compute. `check` passes these casts, and the build refused them."""
+    from tpuedge.edge import tflite_file
+
+    if name != "CAST" or len(op.inputs) != 1 or len(op.outputs) != 1:
+        return False
+    source, value = int(op.inputs[0]), int(op.outputs[0])
+    integer = tflite_file.dtype_name(graph.tensors[source].type) in ("int8", "int16", "int32", "int64", "uint8", "bool")
+    return integer and bool(readers.get(value)) and all(r == "QUANTIZE" for r in readers[value])
 
 
 def _layout_spec(spec, channels_last: bool) -> dict:

@@ -147,3 +147,21 @@ def test_an_in_place_op_on_a_folded_constant_folds_with_it(tmp_path):
     np.savez(tmp_path / "cal.npz", x=np.random.default_rng(1).standard_normal((32, 8, 8)).astype(np.float32))
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=str(tmp_path / "cal.npz"))
     assert art.manifest["accuracy_budget"]["met"]
+
+
+class _MaskCast(torch.nn.Module):
+    """`mask.to(torch.float32)` of an integer input: a CAST whose float value only QUANTIZE reads."""
+
+    def forward(self, x, mask):
+        return x * mask.to(torch.float32).unsqueeze(-1) + 0.5
+
+
+def test_a_cast_of_integer_input_builds_as_check_says(tmp_path):
+    """check passed it, and the build refused the CAST as float compute (DeBERTa-v2's mask)."""
+    program = tpuedge.export(_MaskCast().eval(), (torch.randn(1, 8, 4), torch.ones(1, 8, dtype=torch.long)), name="mask_cast")
+    assert program.check("mcu") == []
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "cal.npz", x=rng.standard_normal((32, 8, 4)).astype(np.float32), mask=rng.integers(0, 2, (32, 8)))
+    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=str(tmp_path / "cal.npz"))
+    assert "CAST" in {o["op"] for o in art.manifest["tflm_ops"]}
+    assert art.manifest["accuracy_budget"]["met"]
