@@ -315,16 +315,17 @@ class McuLowered:
 
 
 def _integer_to_int8_cast(graph, name: str, op, readers: dict[int, list[str]]) -> bool:
-    """A CAST of integer data (an int mask, `mask.to(torch.float32)`) to float whose value only
-    QUANTIZE reads: a conversion at the edge of the int8 graph, which TFLite-Micro runs (CAST,
-    then QUANTIZE), not float compute. `check` passes these casts, and the build refused them."""
+    """A CAST of int32 data (an int mask, `mask.to(torch.float32)`; the converter gives 64-bit
+    inputs 32 bits) to float whose value only QUANTIZE reads: a conversion at the edge of the
+    int8 graph, which TFLite-Micro runs (CAST, then QUANTIZE; tests/test_mcu_text_forms.py), not
+    float compute. `check` passes these casts, and the build refused them."""
     from tpuedge.edge import tflite_file
 
     if name != "CAST" or len(op.inputs) != 1 or len(op.outputs) != 1:
         return False
     source, value = int(op.inputs[0]), int(op.outputs[0])
-    integer = tflite_file.dtype_name(graph.tensors[source].type) in ("int8", "int16", "int32", "int64", "uint8", "bool")
-    return integer and bool(readers.get(value)) and all(r == "QUANTIZE" for r in readers[value])
+    int32 = tflite_file.dtype_name(graph.tensors[source].type) == "int32"
+    return int32 and bool(readers.get(value)) and all(r == "QUANTIZE" for r in readers[value])
 
 
 def _layout_spec(spec, channels_last: bool) -> dict:

@@ -4,7 +4,6 @@
   TFLM has only SELECT_V2, which computes the same thing (and also broadcasts).
 - Embedding tables are stored in int8: a float lookup folded into its QUANTIZE (below).
 
-
 litert-torch lowers `nn.Embedding` to EMBEDDING_LOOKUP, and ai-edge-quantizer's static int8
 recipe leaves that op in float: the strict int8 model then holds a float32 table, an op that
 computes in float (which the mcu build refuses) and a QUANTIZE of the rows it looked up.
