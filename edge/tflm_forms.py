@@ -23,27 +23,23 @@ import numpy as np
 
 from tpuedge.edge import tflite_file
 
-__all__ = ["tflm_forms", "fold_lookup_quantize", "select_as_select_v2", "REPLACED"]
-
-# builtins the converter writes and `tflm_forms` replaces: their rule is that of the replacement
-REPLACED = {"SELECT": "SELECT_V2"}
+__all__ = ["tflm_forms"]
 
 
 def tflm_forms(tflite: bytes) -> tuple[bytes, dict[str, int]]:
-    """(the model in forms TFLM runs, {what changed: how many}) -- only non-zero counts."""
-    tflite, selects = select_as_select_v2(tflite)
-    tflite, lookups = fold_lookup_quantize(tflite)
-    return tflite, {k: v for k, v in (("select_as_select_v2", selects), ("int8_lookup_tables", lookups)) if v}
-
-
-def select_as_select_v2(tflite: bytes) -> tuple[bytes, int]:
-    """(the model with every SELECT a SELECT_V2, how many ops changed)."""
+    """(the model in forms TFLM runs, {what changed: how many}) -- only non-zero counts; the
+    input bytes themselves when nothing changed. edge/tflm_ops.py's rule knows both rewrites."""
     model = tflite_file.read_model(tflite)
+    changes = {"select_as_select_v2": _select_as_select_v2(model), "int8_lookup_tables": _fold_lookup_quantize(model)}
+    changes = {k: v for k, v in changes.items() if v}
+    return (tflite_file.write_model(model) if changes else tflite), changes
+
+
+def _select_as_select_v2(model) -> int:
+    """Every SELECT becomes a SELECT_V2, in place; how many ops changed."""
     schema = tflite_file.schema
     names = tflite_file.operator_names(model)
     codes = {i for i, name in enumerate(names) if name == "SELECT"}
-    if not codes:
-        return tflite, 0
     for i in codes:
         code = model.operatorCodes[i]
         code.builtinCode = schema.BuiltinOperator.SELECT_V2
@@ -56,12 +52,13 @@ def select_as_select_v2(tflite: bytes) -> tuple[bytes, int]:
                 op.builtinOptionsType = schema.BuiltinOptions.SelectV2Options
                 op.builtinOptions = schema.SelectV2OptionsT()
                 changed += 1
-    return tflite_file.write_model(model), changed
+    return changed
 
 
-def fold_lookup_quantize(tflite: bytes) -> tuple[bytes, int]:
-    """(the model with each foldable float lookup + QUANTIZE as one int8 lookup, how many were folded)."""
-    model = tflite_file.read_model(tflite)
+def _fold_lookup_quantize(model) -> int:
+    """Each foldable float lookup + QUANTIZE becomes one int8 lookup, in place; how many."""
+    from tpuedge.quantize.affine import quantize as affine_quantize
+
     names = tflite_file.operator_names(model)
     schema = tflite_file.schema
     folded = 0
@@ -72,12 +69,12 @@ def fold_lookup_quantize(tflite: bytes) -> tuple[bytes, int]:
                 readers.setdefault(int(t), []).append(i)
         outputs = {int(t) for t in graph.outputs}
         drop: set[int] = set()
-        for op in graph.operators:
+        for index, op in enumerate(graph.operators):
             if names[op.opcodeIndex] != "EMBEDDING_LOOKUP":
                 continue
             table, rows = int(op.inputs[1]), int(op.outputs[0])
             quantize = _sole_quantize(graph, names, readers.get(rows, []), rows in outputs)
-            if quantize is None or readers.get(table) != [graph.operators.index(op)]:
+            if quantize is None or readers.get(table) != [index]:
                 continue
             table_tensor = graph.tensors[table]
             buffer = model.buffers[table_tensor.buffer]
@@ -87,14 +84,15 @@ def fold_lookup_quantize(tflite: bytes) -> tuple[bytes, int]:
                 continue  # a buffer shared with another tensor keeps its float bytes
             target = graph.tensors[int(quantize.outputs[0])]
             scale, zero, _ = tflite_file.tensor_quantization(target)
-            buffer.data = _quantize_as_tflm(np.frombuffer(bytes(bytearray(buffer.data)), np.float32), scale[0], zero[0])
+            table_values = np.frombuffer(bytes(bytearray(buffer.data)), np.float32)
+            buffer.data = affine_quantize(table_values, scale[0], zero[0], np.int8, ties="away").view(np.uint8)  # as TFLM's QUANTIZE
             table_tensor.type = schema.TensorType.INT8
             table_tensor.quantization = _per_tensor(schema, float(scale[0]), int(zero[0]))
             op.outputs = np.array([int(quantize.outputs[0])], np.int32)
-            drop.add(graph.operators.index(quantize))
+            drop.add(readers[rows][0])  # the QUANTIZE, the rows' one reader
             folded += 1
         graph.operators = [op for i, op in enumerate(graph.operators) if i not in drop]
-    return (tflite_file.write_model(model), folded) if folded else (tflite, 0)
+    return folded
 
 
 def _sole_quantize(graph, names: list[str], reader_ops: list[int], is_output: bool):
@@ -109,13 +107,6 @@ def _sole_quantize(graph, names: list[str], reader_ops: list[int], is_output: bo
     if out.type != tflite_file.schema.TensorType.INT8 or scale.size != 1:
         return None
     return op
-
-
-def _quantize_as_tflm(values: np.ndarray, scale: float, zero: int) -> np.ndarray:
-    """QUANTIZE's arithmetic (float32 division, rounding half away from zero), as uint8 bytes."""
-    scaled = values / np.float32(scale)
-    rounded = np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5))
-    return np.clip(rounded + zero, -128, 127).astype(np.int8).view(np.uint8)
 
 
 def _per_tensor(schema, scale: float, zero: int):

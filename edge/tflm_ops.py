@@ -28,8 +28,11 @@ __all__ = [
 DATA_PATH = Path(__file__).with_name("data") / "tflm_ops.json"
 # Inserted by the quantizer itself to re-scale int8 tensors, never lowered from an ATen op.
 _QUANTIZER_OWN = frozenset({"QUANTIZE"})
-# Left in float by the quantizer, then stored in int8 by the mcu build (edge/tflm_forms.py).
+# What the mcu build's edge/tflm_forms.py does to the converted model before TFLM sees it:
+# EMBEDDING_LOOKUP, left in float by the quantizer, gets an int8 table; SELECT becomes
+# SELECT_V2, whose rule it then follows.
 _FOLDED_TO_INT8 = frozenset({"EMBEDDING_LOOKUP"})
+_REPLACED = {"SELECT": "SELECT_V2"}
 
 
 @lru_cache(maxsize=1)
@@ -55,10 +58,8 @@ def quantizer_int8() -> frozenset[str]:
 
 def mcu_int8_problem(builtin: str) -> str | None:
     """Why `builtin` can't run in a strict-int8 TFLite-Micro model, or None when it can."""
-    from tpuedge.edge.tflm_forms import REPLACED  # the mcu build rewrites these before TFLM sees them
-
-    if builtin in REPLACED:
-        return mcu_int8_problem(REPLACED[builtin])
+    if builtin in _REPLACED:
+        return mcu_int8_problem(_REPLACED[builtin])
     entry = tflm_ops().get(builtin)
     if entry is None:
         return tflm_missing().get(builtin) or f"TFLite-Micro has no {builtin} kernel"

@@ -29,7 +29,7 @@ class _Lookup(torch.nn.Module):
 def test_lookup_fold_is_bit_exact_and_stores_the_table_in_int8():
     from tpuedge.edge import tflite_file
     from tpuedge.edge.convert import program_to_tflite
-    from tpuedge.edge.tflm_forms import fold_lookup_quantize
+    from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tflm_runtime import TflmRunner
     from tpuedge.quantize.config import QuantConfig
 
@@ -38,8 +38,8 @@ def test_lookup_fold_is_bit_exact_and_stores_the_table_in_int8():
     calibration = [[np.random.default_rng(k).integers(0, VOCAB, (1, 8))] for k in range(16)]
     config = QuantConfig(scheme="int8", strict_int8=True, io_dtype="int8")
     converted = program_to_tflite(program, config, calibration, target="mcu").tflite
-    folded, count = fold_lookup_quantize(converted)
-    assert count == 1
+    folded, forms = tflm_forms(converted)
+    assert forms["int8_lookup_tables"] == 1
     assert tflite_file.operator_names(tflite_file.read_model(converted)).count("QUANTIZE") >= 1
     model = tflite_file.read_model(folded)
     graph = model.subgraphs[0]

@@ -27,10 +27,6 @@ MAX_FOLDED_ELEMENTS = 1 << 16
 def constant_values(ep) -> dict[str, Any]:
     """Placeholder name -> value, for every input of `ep` that is a constant (a parameter, an
     unmutated buffer, a lifted constant)."""
-    return _constant_placeholders(ep)
-
-
-def _constant_placeholders(ep) -> dict[str, Any]:
     from torch.export.graph_signature import InputKind
 
     mutated = set(ep.graph_signature.buffers_to_mutate.values())
@@ -80,7 +76,7 @@ def _evaluate(ep) -> dict[str, Any]:
     import torch
     from torch.fx.node import map_arg
 
-    values = _constant_placeholders(ep)
+    values = constant_values(ep)
     for node in ep.graph.nodes:
         if node.op != "call_function" or not _foldable_op(node):
             continue
