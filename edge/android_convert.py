@@ -1,4 +1,4 @@
-"""One android conversion: program_to_tflite plus android's own IR rewrite for static int8.
+"""One android conversion: program_to_tflite plus android's own IR rewrites for static int8.
 
 Used by a plain `--quantize SCHEME` build and by each of `--quantize auto`'s candidates, so the
 two convert alike.
@@ -12,32 +12,41 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["convert_for_android", "with_int8_tables"]
+__all__ = ["convert_for_android", "int8_rewrites"]
 
 
 def convert_for_android(program: "Program", config, calibration, **options: Any):
-    """program_to_tflite, with android's own IR rewrite for static int8: embedding tables as
-    gathers, stored in int8 (`with_int8_tables`); the recipe lists it."""
+    """program_to_tflite, with android's own IR rewrites for static int8 (`int8_rewrites`); the
+    recipe lists them."""
     from tpuedge.edge.convert import program_to_tflite
 
     rewrites: list[dict] = []
     if config.scheme == "int8":
-        program, rewrites = with_int8_tables(program)
+        program, rewrites = int8_rewrites(program)
     converted = program_to_tflite(program, config, calibration, target="android", **options)
     if not rewrites:
         return converted
     return dataclasses.replace(converted, recipe={**converted.recipe, "ir_rewrites": rewrites})
 
 
-def with_int8_tables(program: "Program") -> tuple["Program", list[dict]]:
-    """`program` with its embedding tables as gathers, which LiteRT's static int8 recipe stores
-    in int8 (shared_ir/passes/embedding_gather.py); same numbers, its own float model. Android's
-    static int8 builds use it; TFLite-Micro's int8 GATHER_ND over token ids does not run, so mcu
-    keeps the lookup (and refuses it in its check). Returns (program, the pass results)."""
+def int8_rewrites(program: "Program") -> tuple["Program", list[dict]]:
+    """`program` rewritten for LiteRT's static int8 recipe, same numbers, its own float model:
+    - embedding tables as gathers, which the recipe stores in int8 (shared_ir/passes/embedding_gather.py;
+      TFLite-Micro's int8 GATHER_ND over token ids does not run, so mcu folds its lookups instead);
+    - LSTM and GRU layers unrolled with the input projection hoisted out of the recurrence
+      (shared_ir/passes/recurrent_layers.py, which mcu applies too). litert-torch's own unrolling
+      adds the bias at every step, and an int8 FULLY_CONNECTED stores its bias as int32 on its
+      input's scale: one int32 copy and its per-channel table per step and layer.
+    Returns (program, the results of the passes that changed something)."""
     from tpuedge.shared_ir.passes.embedding_gather import EmbeddingAsGather
+    from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
     from tpuedge.shared_ir.program import Program
 
-    ep, result = EmbeddingAsGather()(program.exported_program)
-    if not result.changed:
+    ep, results = program.exported_program, []
+    for rewrite in (EmbeddingAsGather(), UnrollRecurrentLayers()):
+        ep, result = rewrite(ep)
+        if result.changed:
+            results.append(result.to_json())
+    if not results:
         return program, []
-    return Program(ep, name=program.name), [result.to_json()]
+    return Program(ep, name=program.name), results

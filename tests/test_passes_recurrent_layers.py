@@ -94,3 +94,38 @@ def test_the_input_projection_is_computed_once_per_layer_and_direction():
     biased = [n for n in linears if len(n.args) > 2 and n.args[2] is not None]
     assert len(biased) == 4  # 2 layers x 2 directions: the input projections over all 7 steps
     assert len(linears) == 4 + 2 * 2 * 7  # and one bias-free recurrent projection per step
+
+
+class _Reader(torch.nn.Module):
+    """An LSTM or GRU over 9 steps, its last output -> 3 classes."""
+
+    def __init__(self, cell: str):
+        super().__init__()
+        self.rnn = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(6, 8, batch_first=True)
+        self.fc = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.fc(out[:, -1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell,gates", [("lstm", 4), ("gru", 3)])
+def test_an_android_int8_recurrent_layer_stores_one_gate_bias_not_one_per_step(tmp_path, cell, gates):
+    """Old code, 9 int32 gate-bias copies (one per step, each on its step's input scale) with
+    their per-channel tables: the LSTM's from litert-torch's own unrolling (android did not
+    unroll on the IR), the GRU's from its recurrent projection's b_hh. Now the input
+    projection's one."""
+    from tpuedge.edge import tflite_file
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Reader(cell).eval(), (torch.zeros(1, 9, 6),), name=f"reader_{cell}")
+    cal = [[x] for x in np.random.default_rng(0).standard_normal((32, 1, 9, 6)).astype(np.float32)]
+    artifact = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=cal)
+    assert artifact.manifest["accuracy_budget"]["met"]
+    assert [r["pass"] for r in artifact.manifest["recipe"]["ir_rewrites"]] == ["unroll-recurrent-layers"]
+    model = tflite_file.read_model((tmp_path / "int8" / "model.tflite").read_bytes())
+    gate_biases = [t for t in model.subgraphs[0].tensors
+                   if tflite_file.dtype_name(t.type) == "int32" and list(t.shape) == [gates * 8]
+                   and tflite_file.is_constant(model, t)]
+    assert len(gate_biases) == 1

@@ -1,11 +1,11 @@
 """`nn.LSTM` and `nn.GRU` layers (aten.lstm.input, aten.gru.input) unrolled over time into cells.
 
     for each layer and direction, the input projection once over all time steps:
-        LSTM: P = x W_ih^T + (b_ih + b_hh);  GRU: P = x W_ih^T + b_ih
+        LSTM: P = x W_ih^T + (b_ih + b_hh);  GRU: P = x W_ih^T + (b_ih + [b_hr, b_hz, 0])
     then for each time step t (backwards for the reverse direction), with P_t its slice:
         LSTM: gates = P_t + h W_hh^T; i, f, g, o = quarters
               c = sigmoid(f) * c + sigmoid(i) * tanh(g);  h = sigmoid(o) * tanh(c)
-        GRU:  r = sigmoid(P_r + h W_hr + b_hr);  z = sigmoid(P_z + h W_hz + b_hz)
+        GRU:  r = sigmoid(P_r + h W_hr);  z = sigmoid(P_z + h W_hz)
               n = tanh(P_n + r * (h W_hn + b_hn));  h = n + z * (h - n)
     output = the h of every step, stacked on the time axis (directions concatenated);
     h_n (and c_n) = each layer and direction's last state
@@ -18,8 +18,9 @@ cell per step and layer), which is what a microcontroller runs anyway. The input
 hoisted out of the recurrence because an int8 FULLY_CONNECTED stores its bias as int32 on the
 scale of its input: one per step (each step's input has its own scale) made the zoo's 16-unit
 LSTM over 8 steps carry eight int32 bias copies and their per-channel quantization tables. The
-LSTM's recurrent projection then has no bias at all; the GRU's keeps b_hh, which its n gate
-scales by r. Left alone: training-mode dropout between layers, projections (`proj_size`), and
+recurrent projections have no bias either: the LSTM's b_hh and the GRU's b_hr, b_hz join the
+input projection's bias, and the GRU's b_hn, which its n gate scales by r, is one ADD of a
+constant (an int8 ADD's constant is one tensor, whatever the step's scale). Left alone: training-mode dropout between layers, projections (`proj_size`), and
 inputs that are not [batch, time, features] / [time, batch, features].
 """
 
@@ -56,11 +57,13 @@ def _lstm_gates_step(graph, aten, x_gates, h, c, w_hh, b_hh=None):
     return h_new, c_new
 
 
-def _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hh=None):
-    """One GRU step from the input's projection x W_ih^T + b_ih: h'."""
+def _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn=None):
+    """One GRU step from the input's projection x W_ih^T + b_ih + [b_hr, b_hz, 0]: h'."""
     hidden = h.meta["val"].shape[-1]
     xr, xz, xn = _quarters(graph, aten, x_gates, hidden, 3)
-    hr, hz, hn = _quarters(graph, aten, call_with_val(graph, aten.linear.default, h, w_hh, b_hh), hidden, 3)
+    hr, hz, hn = _quarters(graph, aten, call_with_val(graph, aten.linear.default, h, w_hh), hidden, 3)
+    if b_hn is not None:
+        hn = call_with_val(graph, aten.add.Tensor, hn, b_hn)
     r = call_with_val(graph, aten.sigmoid.default, call_with_val(graph, aten.add.Tensor, xr, hr))
     z = call_with_val(graph, aten.sigmoid.default, call_with_val(graph, aten.add.Tensor, xz, hz))
     n = call_with_val(graph, aten.tanh.default,
@@ -68,6 +71,21 @@ def _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hh=None):
     # (1 - z) * n + z * h, written n + z * (h - n): no constant 1, one MUL fewer
     return call_with_val(graph, aten.add.Tensor, n,
                          call_with_val(graph, aten.mul.Tensor, z, call_with_val(graph, aten.sub.Tensor, h, n)))
+
+
+def _input_projection_bias(graph, aten, b_ih, b_hh, lstm: bool):
+    """(the input projection's bias, the GRU's b_hn or None): the LSTM's b_ih + b_hh; the GRU's
+    b_ih + [b_hr, b_hz, 0], since only b_hn sits inside r * (...)."""
+    if b_hh is None:
+        return b_ih, None
+    if lstm:
+        return call_with_val(graph, aten.add.Tensor, b_ih, b_hh), None
+    hidden = b_hh.meta["val"].shape[0] // 3
+    rz = call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.slice.Tensor, b_ih, 0, 0, 2 * hidden),
+                       call_with_val(graph, aten.slice.Tensor, b_hh, 0, 0, 2 * hidden))
+    n_ih = call_with_val(graph, aten.slice.Tensor, b_ih, 0, 2 * hidden, 3 * hidden)
+    b_hn = call_with_val(graph, aten.slice.Tensor, b_hh, 0, 2 * hidden, 3 * hidden)
+    return call_with_val(graph, aten.cat.default, [rz, n_ih]), b_hn
 
 
 def _layer_args(node, lstm: bool):
@@ -94,9 +112,10 @@ def _unroll(graph, aten, node, lstm: bool):
             w_ih, w_hh, b_ih, b_hh = (*params[cell * per_cell:(cell + 1) * per_cell], None, None)[:4]
             h = call_with_val(graph, aten.select.int, h0, 0, cell)
             c = call_with_val(graph, aten.select.int, c0, 0, cell) if lstm else None
-            # the input projection of every step at once (one int32 bias, not one per step); the
-            # LSTM's two biases summed, an add of constants the converter folds into that bias
-            bias = call_with_val(graph, aten.add.Tensor, b_ih, b_hh) if lstm and b_hh is not None else b_ih
+            # the input projection of every step at once (one int32 bias, not one per step),
+            # carrying the recurrent biases outside a product: ops on constants, which the
+            # converter folds into that one bias
+            bias, b_hn = _input_projection_bias(graph, aten, b_ih, b_hh, lstm)
             projected = call_with_val(graph, aten.linear.default, layer_in, w_ih, bias)
             per_step = [None] * steps
             for t in (range(steps) if direction == 0 else reversed(range(steps))):
@@ -104,7 +123,7 @@ def _unroll(graph, aten, node, lstm: bool):
                 if lstm:
                     h, c = _lstm_gates_step(graph, aten, x_gates, h, c, w_hh)
                 else:
-                    h = _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hh)
+                    h = _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn)
                 per_step[t] = h
             outputs.append(call_with_val(graph, aten.stack.default, per_step, time_dim))
             h_last.append(h)
