@@ -47,6 +47,10 @@ __all__ = [
 # model of LARGE_MODEL_PARAMETERS or more, where one candidate's LiteRT run costs 0.1-0.2 s per
 # sample (a 22M-parameter encoder with int16 and float islands) and the search measures ~100.
 SEARCH_SAMPLES = 64
+# activation-range estimates measured against min/max when all-int8 misses the target; one
+# is kept only if it scores this much better (a tie keeps min/max, which clips nothing)
+ESTIMATED_RANGES = ("mse", "percentile")
+_MIN_RANGE_GAIN = 1e-4
 LARGE_MODEL_PARAMETERS = 5_000_000
 LARGE_MODEL_SEARCH_SAMPLES = 16
 _FLOAT_CACHE: "OrderedDict[tuple[str, bool], bytes]" = OrderedDict()
@@ -209,35 +213,49 @@ def program_to_tflite(
                        "calibration": data_digest(calibration), "channels_last": config.channels_last}
 
     step = None  # the search's progress row, set below
+    chosen = {"ranges": "min-max"}  # the activation-range method, chosen by measurement below
 
-    def measure(assignment: dict[str, str]):
-        key = _key(assignment)
+    def measure(assignment: dict[str, str], ranges: str | None = None):
+        ranges = ranges or chosen["ranges"]
+        key = _key(assignment, ranges)
         if key not in measured:
             step(key or "all int8")
             entries = quantizer_recipe(config, assignment, scopes)
 
             def build_and_score() -> tuple[bytes, dict]:
-                data = quantize(entries)
+                data = quantize(entries, ranges)
                 runner = LiteRTRunner(data)
                 return data, asdict(compare_outputs(reference(), [runner.run(x) for x in eval_inputs]))
 
-            parts = {**candidate_parts, "recipe": entries}
+            parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {})}
             built[key], score = cached_stage("quant_candidate", parts, build_and_score,
                                              encode=encode_blob_and_json, decode=decode_blob_and_json)
             measured[key] = AccuracySummary(**score)
         return measured[key]
 
-    def evaluate(assignment: dict[str, str]) -> float:
+    def evaluate(assignment: dict[str, str], ranges: str | None = None) -> float:
         # the budget reads every output's mean per-sample cosine: the search aims at it too, so it
         # never stops on a score the budget does not read
-        return search_score(measure(assignment))
+        return search_score(measure(assignment, ranges))
+
+    # where all-int8 with min/max ranges misses the target, the ranges estimated from histograms
+    # are measured too (quantize/range_estimation.py), and the best all-int8 sets the search's ranges
+    with stage_progress(f"{program.name}: all-int8 candidate", total=1) as step:
+        range_scores = {"min-max": evaluate({})}
+    if range_scores["min-max"] < config.target_cosine:
+        with stage_progress(f"{program.name}: activation ranges from histograms", total=1 + len(ESTIMATED_RANGES)) as step:
+            step("histograms of the calibration activations")
+            quantize.estimate_ranges(cal_samples, ESTIMATED_RANGES)
+            for method in ESTIMATED_RANGES:
+                range_scores[method] = evaluate({}, method)
+                if range_scores[method] > range_scores[chosen["ranges"]] + _MIN_RANGE_GAIN:
+                    chosen["ranges"] = method
 
     # where all-int8 misses the target, the IR's costliest points go int16 first (not under
     # --strict-int8, whose reported cost compares it with this default recipe)
     ranked: dict = {"assignment": {}, "report": None, "non_int8": []}
     if config.rank_points and (not config.strict_int8 or report_strict_cost):
-        with stage_progress(f"{program.name}: all-int8 candidate", total=1) as step:
-            all_int8 = evaluate({})
+        all_int8 = range_scores[chosen["ranges"]]
         if all_int8 < config.target_cosine:
             ranked = _upgrade_ranked_points(program, base, calibration, eval_samples, scopes, evaluate, all_int8, config)
 
@@ -252,7 +270,10 @@ def program_to_tflite(
                  if config.strict_int8 and report_strict_cost else None)
     ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
     assignment = plan.assignment if config.strict_int8 else {**ranked["assignment"], **plan.assignment}
-    final = built[_key(assignment)]
+    final_cosine = plan.final_cosine
+    if not config.strict_int8 and ranked.get("groups") and final_cosine < config.target_cosine:
+        assignment, final_cosine, ranked_ops = _float_ranked_points(program, ranked, evaluate, assignment, final_cosine, config)
+    final = built[_key(assignment, chosen["ranges"])]
     recipe.update(
         {
             "quantizer": "ai-edge-quantizer",
@@ -262,12 +283,19 @@ def program_to_tflite(
                 "metric": "the lower of the centered cosine and the worst output's mean per-sample cosine, vs the float IR on calibration samples",
                 "samples": len(eval_samples),
                 "target_cosine": config.target_cosine,
-                "all_int8_cosine": _round(search_score(measured[_key({})]) if _key({}) in measured else plan.all_int8_cosine),
-                "final_cosine": _round(plan.final_cosine),
+                "all_int8_cosine": _round(range_scores[chosen["ranges"]]),
+                "final_cosine": _round(final_cosine),
                 "evaluations": len(measured),
                 "strict_int8": config.strict_int8,
                 "inputs": "calibration samples (the search's own)",
                 "candidates": _candidates(measured),
+            },
+            "calibrated_ranges": {
+                "method": chosen["ranges"],
+                "all_int8_by_method": {m: _round(v) for m, v in range_scores.items()},
+                "how": "per-tensor min/max over the calibration samples; where all-int8 missed the target, "
+                       "also MSE-optimal and 0.01%/99.99% percentile ranges from each activation's histogram "
+                       "(model outputs keep min/max), the best all-int8 score chosen",
             },
             "sensitivity": None if config.strict_int8 else ranked["report"],
             "decisions": [d.to_json() for d in plan.decisions],
@@ -304,7 +332,7 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
         try:
             ranking = rank_quant_points(lowered, calibration, measure_on)
         except (UserError, InternalError) as exc:  # the JAX lowering can't run it: the kind-based search still does
-            return {"assignment": {}, "report": {"unavailable": " ".join(str(exc).split())[:400]}, "non_int8": []}
+            return {"assignment": {}, "report": {"unavailable": " ".join(str(exc).split())[:400]}, "non_int8": [], "groups": []}
     groups, group_scopes = ranked_groups(base, ranking)
     scopes.update(group_scopes)
     with stage_progress(f"{program.name}: int16 for the top-ranked of {len(groups)} point(s)", total=len(groups)):
@@ -328,7 +356,29 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
                 + f"; model cosine {_round(all_int8)} -> {_round(cosine)}"}
         for key, precision in assignment.items()
     ]
-    return {"assignment": assignment, "report": report, "non_int8": non_int8}
+    return {"assignment": assignment, "report": report, "non_int8": non_int8, "groups": groups}
+
+
+def _float_ranked_points(program, ranked: dict, evaluate, assignment: dict, cosine: float, config):
+    """The search's last resort (float islands allowed): the top-ranked points as float islands on
+    top of `assignment`, which int16 and the kind groups left short of the target. Returns
+    (assignment, its cosine, the ranked groups' non-int8 entries); the report gains the prefixes tried."""
+    from tpuedge.quantize.recipes import float_ranked
+    from tpuedge.shared_ir.progress import stage_progress
+
+    groups = ranked["groups"]
+    with stage_progress(f"{program.name}: float islands for the top-ranked of {len(groups)} point(s)", total=1):
+        floated, floated_cosine, tried = float_ranked(groups, evaluate, assignment, cosine, target_cosine=config.target_cosine)
+    ranked["report"]["float_prefixes_tried"] = [{"float_groups": k, "search_score": _round(c)} for k, c in tried]
+    if floated == assignment:
+        return assignment, cosine, ranked["non_int8"]
+    by_key = {g.key: g for g in groups}
+    why = f"int16 and the op groups left the model at {_round(cosine)}; float islands for the costliest points: {_round(floated_cosine)}"
+    entries = [e for e in ranked["non_int8"] if floated.get(e["group"]) == e["precision"]]
+    entries += [{"group": key, "kind": by_key[key].kind, "precision": precision, "ops": list(by_key[key].ops), "why": why}
+                for key, precision in floated.items()
+                if key in by_key and precision != "int8" and assignment.get(key) != precision]
+    return floated, floated_cosine, entries
 
 
 def _with_trained_ranges(program, config, quantize, base: bytes, calibration, trained, recipe: dict) -> ConvertedModel:
@@ -391,8 +441,9 @@ def _candidates(measured: dict) -> list[dict]:
     ]
 
 
-def _key(assignment: dict[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(assignment.items()) if v != "int8")
+def _key(assignment: dict[str, str], ranges: str = "min-max") -> str:
+    key = ",".join(f"{k}={v}" for k, v in sorted(assignment.items()) if v != "int8")
+    return key if ranges == "min-max" else f"{key or 'all int8'} [{ranges} ranges]"
 
 
 def _round(x: float | None) -> float | None:

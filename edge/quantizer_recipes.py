@@ -196,6 +196,7 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         self._float = bytes(float_tflite)
         self._quantizer = quantizer.Quantizer(bytearray(float_tflite))
         self._calibration = None
+        self._estimated: dict[str, dict] = {}
         self.log: list[str] = []  # what ai-edge-quantizer printed, step by step
 
     def calibrate(self, recipe: list[dict], samples: list[dict]) -> None:
@@ -225,6 +226,22 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
             "calibration", parts, statistics, encode=encode_array_tree, decode=decode_array_tree
         )
 
+    def estimate_ranges(self, samples: list[dict], methods: tuple[str, ...]) -> None:
+        """Also calibrate each activation by `methods` (quantize/range_estimation.py), on the
+        samples `calibrate` used; the model's outputs keep min/max (clipping a classifier's
+        largest logit would clip the answer). After `calibrate`."""
+        from tpuedge.edge import tflite_file
+        from tpuedge.edge.activation_histograms import estimated_calibrations
+        from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_array_tree, encode_array_tree
+
+        def estimates() -> dict:
+            graph = tflite_file.read_model(self._float).subgraphs[0]
+            keep = {tflite_file.text(graph.tensors[i].name) for i in graph.outputs}
+            return estimated_calibrations(self._float, samples, self._calibration, methods, keep)
+
+        parts = {"float": hashlib.sha256(self._float).hexdigest(), "methods": list(methods), "samples": data_digest(samples)}
+        self._estimated = cached_stage("range_estimates", parts, estimates, encode=encode_array_tree, decode=decode_array_tree)
+
     def override_ranges(self, ranges: dict[str, tuple[float, float]]) -> None:
         """Replace calibrated [min, max] of the named tensors (trained ranges; after `calibrate`)."""
         import numpy as np
@@ -235,12 +252,15 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
             qsvs[name] = {**qsvs.get(name, {}), "min": np.full(shape, lo, np.float32), "max": np.full(shape, hi, np.float32)}
         self._calibration = qsvs
 
-    def __call__(self, recipe: list[dict]) -> bytes:
+    def __call__(self, recipe: list[dict], ranges: str = "min-max") -> bytes:
+        """The model quantized by `recipe`, with activation ranges by `ranges` (min/max, or a
+        method `estimate_ranges` was given)."""
+        calibration = self._calibration if ranges == "min-max" else self._estimated[ranges]
         self._quantizer.load_quantization_recipe(recipe)
         # enable_progress_bar does not reach its transformation step, which draws a bar on
         # stderr for models over 100 tensors: held like the rest of its output
         result = _quantizer_step(
-            self.log, "quantizing with the recipe", self._quantizer.quantize, self._calibration,
+            self.log, "quantizing with the recipe", self._quantizer.quantize, calibration,
             enable_progress_bar=False, enable_progress_report=False,
         )
         return bytes(result.quantized_model)

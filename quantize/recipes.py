@@ -21,6 +21,7 @@ __all__ = [
     "PrecisionPlan",
     "choose_precisions",
     "upgrade_ranked",
+    "float_ranked",
     "scheme_summary",
 ]
 
@@ -198,17 +199,38 @@ def upgrade_ranked(
     meets `target_cosine`: a handful of measurements however many groups there are. Returns
     (assignment, its cosine, [(k, cosine) measured]); the empty assignment (all-int8, `all_int8`)
     when no prefix measured better by at least 1e-4."""
+    return _ranked_prefixes(groups, evaluate, {}, all_int8, "int16", target_cosine)
+
+
+def float_ranked(
+    groups: Sequence[SensitiveGroup],
+    evaluate: Callable[[dict[str, str]], float],
+    start: dict[str, str],
+    start_cosine: float,
+    *,
+    target_cosine: float,
+) -> tuple[dict[str, str], float, list[tuple[int, float]]]:
+    """The last resort where int16 and the kind groups left the model short of `target_cosine`
+    (float islands allowed): the first k "ranked" groups of `groups` as float islands on top of
+    `start`, k growing as in `upgrade_ranked`. Float costs size and speed, so it comes after
+    every int8/int16 recipe. Returns (assignment, its cosine, [(k, cosine) measured]); `start`
+    when no prefix measured better by at least 1e-4."""
+    return _ranked_prefixes(groups, evaluate, start, start_cosine, "float", target_cosine)
+
+
+def _ranked_prefixes(groups, evaluate, start: dict[str, str], start_cosine: float, precision: str, target_cosine: float):
     steps: list[list[SensitiveGroup]] = []
     for g in groups:
         if g.kind == "ranked" or not steps:
             steps.append([g])
         else:
             steps[-1].append(g)
-    best: tuple[dict[str, str], float] = ({}, all_int8)
+    best: tuple[dict[str, str], float] = (start, start_cosine)
     tried: list[tuple[int, float]] = []
     prefixes = sorted({k for k in _RANKED_PREFIXES if k < len(steps)} | ({len(steps)} if steps else set()))
     for k in prefixes:
-        assignment = {g.key: "float" if g.kind == "ranked_output" else "int16" for step in steps[:k] for g in step}
+        upgrade = {g.key: "float" if g.kind == "ranked_output" else precision for step in steps[:k] for g in step}
+        assignment = {**start, **upgrade}
         cosine = evaluate(assignment)
         tried.append((k, cosine))
         if cosine > best[1] + _MIN_GAIN:

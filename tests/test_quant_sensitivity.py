@@ -1,5 +1,6 @@
 """Int8 sensitivity over every IR point (quantize/sensitivity.py) and the int16 upgrade of the
-costliest ones in the android int8 search (quantize/recipes.upgrade_ranked, edge/convert.py)."""
+costliest ones in the android int8 search (quantize/recipes.upgrade_ranked, edge/convert.py), and
+float islands for them as the search's last resort (quantize/recipes.float_ranked)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 import tpuedge
 from tpuedge.quantize.activation_ranges import quant_points
-from tpuedge.quantize.recipes import SensitiveGroup, upgrade_ranked
+from tpuedge.quantize.recipes import SensitiveGroup, float_ranked, upgrade_ranked
 from tpuedge.quantize.sensitivity import rank_quant_points
 
 
@@ -69,6 +70,23 @@ def test_upgrade_ranked_stops_at_the_target_and_never_returns_worse():
     # no prefix better than all-int8: nothing is upgraded
     assignment, cosine, _ = upgrade_ranked(groups, lambda a: 0.7, 0.80, target_cosine=0.995)
     assert assignment == {} and cosine == 0.80
+
+
+def test_float_ranked_goes_on_top_of_the_search_and_never_returns_worse():
+    groups = [SensitiveGroup(f"ranked:p{i}", "ranked") for i in range(10)]
+    start = {"ranked:p0": "int16", "softmax:op3": "int16"}  # what int16 and the kind groups chose
+    scores = {1: 0.97, 2: 0.996}
+
+    def evaluate(assignment):
+        assert assignment["softmax:op3"] == "int16"  # kept from the search before
+        return scores[sum(v == "float" for v in assignment.values())]
+
+    assignment, cosine, tried = float_ranked(groups, evaluate, start, 0.96, target_cosine=0.995)
+    assert assignment == {"ranked:p0": "float", "ranked:p1": "float", "softmax:op3": "int16"} and cosine == 0.996
+    assert tried == [(1, 0.97), (2, 0.996)]
+    # no prefix better than where the search stood: nothing changes
+    assignment, cosine, _ = float_ranked(groups, lambda a: 0.9, start, 0.96, target_cosine=0.995)
+    assert assignment == start and cosine == 0.96
 
 
 def test_an_outlier_residual_stream_meets_the_int8_budget(outlier_program, tmp_path):

@@ -1,0 +1,68 @@
+"""Histograms of a float flatbuffer's activations over the calibration samples, and the ranges
+quantize/range_estimation.py reads from them, in the form ai-edge-quantizer takes its
+calibration (tensor name -> {"min", "max"}).
+
+The float model runs in LiteRT with every intermediate tensor kept (reference kernels, no
+delegate), one sample at a time; each tensor's values are counted over the [min, max] that
+min/max calibration found, so no sample's values are stored.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from tpuedge.edge.tool_output import held_tool_output
+from tpuedge.quantize.range_estimation import Histogram, estimate_range
+
+__all__ = ["estimated_calibrations"]
+
+
+def _interpreter(float_tflite: bytes):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    with held_tool_output("LiteRT"), warnings.catch_warnings():
+        # LiteRT warns that preserving every tensor is for debugging: keeping them is the point
+        warnings.filterwarnings("ignore", message=".*preserve_all_tensors.*")
+        interpreter = Interpreter(
+            model_content=float_tflite,
+            experimental_preserve_all_tensors=True,
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            num_threads=1,
+        )
+        interpreter.allocate_tensors()
+    return interpreter
+
+
+def estimated_calibrations(float_tflite: bytes, samples: list[dict], min_max: dict, methods: tuple[str, ...],
+                           keep: set[str]) -> dict[str, dict]:
+    """method -> a copy of `min_max` (ai-edge-quantizer's calibration of `float_tflite` on
+    `samples`) with each per-tensor activation range replaced by `method`'s estimate. Tensors
+    named in `keep` (the model's outputs) and per-channel entries keep min/max."""
+    from tpuedge.edge.litert_lowering import SIGNATURE_KEY
+
+    interpreter = _interpreter(bytes(float_tflite))
+    index = {}
+    for detail in interpreter.get_tensor_details():
+        index.setdefault(detail["name"], []).append(detail["index"])
+    histograms: dict[str, tuple[int, Histogram]] = {}
+    for name, qsv in min_max.items():
+        if name in keep or len(index.get(name, ())) != 1 or np.size(qsv.get("min")) != 1:
+            continue
+        histograms[name] = (index[name][0], Histogram(float(np.min(qsv["min"])), float(np.max(qsv["max"]))))
+    run = interpreter.get_signature_runner(SIGNATURE_KEY)
+    for sample in samples:
+        with held_tool_output("LiteRT"):
+            run(**sample)
+        for tensor, histogram in histograms.values():
+            histogram.add(interpreter.get_tensor(tensor))
+    result = {}
+    for method in methods:
+        calibration = dict(min_max)
+        for name, (_, histogram) in histograms.items():
+            low, high = estimate_range(histogram, method)
+            shape = np.shape(min_max[name]["min"])
+            calibration[name] = {**min_max[name], "min": np.full(shape, low, np.float32), "max": np.full(shape, high, np.float32)}
+        result[method] = calibration
+    return result
