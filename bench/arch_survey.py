@@ -4,10 +4,16 @@
     python bench/arch_survey.py                  # every architecture below (a few minutes)
     python bench/arch_survey.py tv_swin_t timm_levit_128s
 
+    python bench/arch_survey.py --build          # also convert each: android int8 and mcu (about an hour)
+
 Random-init torchvision and timm models at small input sizes: no conversion, no weights that
 matter, so it is cheap enough to run over dozens of architectures and find the ops a target
 refuses (or a check that raises) before anyone builds. The zoo (bench/zoo.py) then measures the
-models it finds worth building. Writes bench/results/arch_survey.json.
+models it finds worth building. With --build each model is also built, as a user would, for
+android (static int8) and mcu (esp32s3), calibrated on 16 photo crops and written even below
+its accuracy budget (random weights: the cosine says whether it runs, not what a trained model
+scores): a check that passes and a build that fails is the finding. Writes
+bench/results/arch_survey.json.
 """
 
 from __future__ import annotations
@@ -79,7 +85,35 @@ def build(name: str):
     return make().eval(), (torch.randn(1, 3, side, side),)
 
 
-def survey(name: str) -> dict:
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:240]}"
+
+
+def _built(program, target: str, side: int) -> str:
+    """'ok <cosine>', 'does not fit: ...' (converted and run, too big for the board) or the error."""
+    import tempfile
+
+    import zoo_data
+
+    import tpuedge
+    from tpuedge.shared_ir.errors import UserError
+
+    calibration = [[x[None]] for x in zoo_data.image_crops(16, side, 1)]
+    options = {"quantize": "int8"} if target == "android" else {"board": "esp32s3", "eval": "none"}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            artifact = tpuedge.build(program, target, f"{tmp}/out", calibration=calibration, allow_below_budget=True, **options)
+        except UserError as exc:
+            if "does not fit" in str(exc):
+                return f"does not fit: {' '.join(str(exc).split())[:160]}"
+            return _first_line(exc)
+        except Exception as exc:  # noqa: BLE001 - a build that fails is the finding
+            return _first_line(exc)
+    cosines = artifact.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]
+    return f"ok {min(cosines):.4f}" if cosines else "ok"
+
+
+def survey(name: str, build_targets: tuple[str, ...] = ()) -> dict:
     import tpuedge
 
     start, row = time.perf_counter(), {"model": name}
@@ -92,6 +126,8 @@ def survey(name: str) -> dict:
                 row[target] = [f"{p.subject}: {p.message}" for p in program.check(target)]
             except Exception as exc:  # noqa: BLE001 - a check that raises is a finding too
                 row[target] = [f"check raised {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"]
+        for target in build_targets:
+            row[f"build {target}"] = _built(program, target, ARCHITECTURES[name][2])
     except Exception as exc:  # noqa: BLE001 - so is a model that does not export
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     row["seconds"] = round(time.perf_counter() - start, 1)
@@ -101,6 +137,7 @@ def survey(name: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", help=f"default: all {len(ARCHITECTURES)}")
+    parser.add_argument("--build", action="store_true", help="also build each for android int8 and mcu")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "arch_survey.json")
     opts = parser.parse_args()
     unknown = sorted(set(opts.models) - set(ARCHITECTURES))
@@ -108,10 +145,11 @@ def main() -> None:
         parser.error(f"unknown architecture(s) {', '.join(unknown)}; known: {', '.join(ARCHITECTURES)}")
     rows = []
     for name in opts.models or list(ARCHITECTURES):
-        row = survey(name)
+        row = survey(name, ("android", "mcu") if opts.build else ())
         rows.append(row)
         verdicts = [row["error"]] if "error" in row else [
             f"{t}: {'ok' if not row[t] else '; '.join(p.split(':')[0] for p in row[t])}" for t in TARGETS]
+        verdicts += [f"{key}: {value[:120]}" for key, value in row.items() if key.startswith("build ")]
         print(f"{name:<34} {' | '.join(verdicts)}", flush=True)
     clean = {t: sum(1 for r in rows if "error" not in r and not r[t]) for t in TARGETS}
     print("clean: " + ", ".join(f"{t} {n}/{len(rows)}" for t, n in clean.items()))
