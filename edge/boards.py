@@ -8,10 +8,11 @@ user's error (exit 2) with the numbers and what to try.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["check_int8_weights_fit", "Board", "BOARDS", "resolve_board", "budget_check", "boards_that_fit", "RESERVE"]
+__all__ = ["check_int8_weights_fit", "check_int8_activations_fit", "activation_lower_bound", "Board", "BOARDS", "resolve_board", "budget_check", "boards_that_fit", "RESERVE"]
 
 # Share of flash/RAM left for the application, TFLM's kernels, stack and I/O buffers.
 RESERVE = 0.25
@@ -137,5 +138,69 @@ def check_int8_weights_fit(board: Board | None, parameters: int) -> None:
         f"parameters take at least {parameters / 2**20:.1f} MiB of flash as int8 weights, and {what} bytes "
         f"({round(RESERVE * 100)}% is kept for firmware). Nothing was converted or written. Try: a smaller model "
         "(fewer layers or channels, a distilled variant), --target android, or --flash-kb/--ram-kb for a bigger part."
+    )
+
+
+# ops TFLite-Micro runs with input and output in the arena at once (never in place, never fused
+# away); an activation the converter fuses (relu) or a view it drops is not among them
+_BUFFERED_OPS = {
+    "aten.conv1d.default", "aten.conv2d.default", "aten.linear.default", "aten.addmm.default", "aten.mm.default",
+    "aten.bmm.default", "aten.matmul.default", "aten.max_pool2d.default", "aten.avg_pool2d.default",
+    "aten.adaptive_avg_pool2d.default", "aten.mean.dim", "aten.cat.default", "aten.softmax.int",
+    "aten._softmax.default",
+}
+
+
+def activation_lower_bound(program) -> tuple[int, Any]:
+    """(bytes, node): the most int8 bytes one op of `program` holds in the arena at once, its
+    output plus its biggest activation input, over the ops in _BUFFERED_OPS. A lower bound of
+    the arena TFLite-Micro measures: both are live while the op runs, and int8 is one byte."""
+    import math
+
+    # values computed from a model input: the rest (weights, constants and ops on them) the
+    # converter folds into flash
+    live = set(program.exported_program.graph_signature.user_inputs)
+
+    def nbytes(value) -> int:
+        shape = getattr(getattr(value, "meta", {}).get("val"), "shape", None)
+        if shape is None or not all(isinstance(d, int) for d in shape):  # not a tensor, or a symbolic size
+            return 0
+        return math.prod(shape)
+
+    best: tuple[int, Any] = (0, None)
+    for node in program.exported_program.graph.nodes:
+        if node.op != "call_function" or not any(a.name in live for a in node.all_input_nodes):
+            continue
+        live.add(node.name)
+        if str(node.target) not in _BUFFERED_OPS:
+            continue
+        inputs = [a for a in node.all_input_nodes if a.name in live]
+        held = nbytes(node) + max((nbytes(a) for a in inputs), default=0)
+        if held > best[0]:
+            best = (held, node)
+    return best
+
+
+def check_int8_activations_fit(board: Board | None, program) -> None:
+    """Before any conversion: a model one of whose ops needs more int8 activation bytes at once
+    (`activation_lower_bound`) than the board's RAM, or every built-in board's when none is
+    named, is exit 2 with the numbers and the op's source line; measuring its arena would take a
+    whole int8 conversion to say the same."""
+    from tpuedge.shared_ir.sources import node_source
+
+    held, node = activation_lower_bound(program)
+    boards = [board] if board is not None else list(BOARDS.values())
+    if node is None or any(held <= b.ram_budget for b in boards):
+        return
+    biggest = max(boards, key=lambda b: b.ram_budget)
+    what = f"{board.name} leaves {board.ram_budget:,}" if board is not None else (
+        f"the biggest built-in board, {biggest.name}, leaves {biggest.ram_budget:,}")
+    source = node_source(node)
+    raise UserError(
+        f"The model does not fit {board.name if board is not None else 'any built-in board'}: its {node.target} "
+        f"{node.name}{f' at {source}' if source else ''} holds at least {held:,} bytes of int8 activations at once "
+        f"(its input and output), more than the tensor arena can have: {what} bytes of RAM "
+        f"({round(RESERVE * 100)}% is kept for stack and buffers). Nothing was converted or written. Try: a smaller "
+        "input (activations scale with it), fewer channels in the early layers, --target android, or --ram-kb for a bigger part."
     )
 

@@ -76,7 +76,7 @@ class McuLowered:
         max_drop: float | None = None,
         allow_below_budget: bool = False,
     ):
-        from tpuedge.edge.boards import check_int8_weights_fit, resolve_board
+        from tpuedge.edge.boards import check_int8_activations_fit, check_int8_weights_fit, resolve_board
         from tpuedge.edge.c_array import symbols_for
         from tpuedge.edge.mcu_evaluation import evaluation_from
         from tpuedge.edge.mcu_capability import mcu_passes
@@ -95,6 +95,7 @@ class McuLowered:
             min_calibration_samples=_MIN_CALIBRATION,
         )
         check_int8_weights_fit(self.board, program.parameter_count)  # the budget answers before any op
+        check_int8_activations_fit(self.board, program)
         problems = program.check("mcu")
         if problems:
             raise ProblemsError(

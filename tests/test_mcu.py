@@ -83,6 +83,15 @@ def test_arena_is_the_bisected_minimum(digits_mcu):
     assert art.recommended_arena_bytes >= 1.1 * measured
 
 
+def test_the_activation_lower_bound_is_below_the_measured_arena(digits_mcu):
+    """What the build refuses a model on before converting it never exceeds what TFLite-Micro measures."""
+    from tpuedge.edge.boards import activation_lower_bound
+
+    lowered, art = digits_mcu
+    held, node = activation_lower_bound(lowered.program)
+    assert node is not None and 0 < held <= art.arena_bytes
+
+
 def test_model_data_cc_compiles_and_holds_the_model(digits_mcu, tmp_path):
     _, art = digits_mcu
     cc = (art.directory / "model_data.cc").read_text()

@@ -157,6 +157,34 @@ def test_a_model_whose_int8_weights_fit_no_board_is_told_so_before_its_ops(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+def test_a_model_whose_activations_fit_no_board_is_told_so_before_converting(tmp_path):
+    """A convolution over a 160x160 image holds 76,800 + 409,600 int8 bytes while it runs, more
+    RAM than any built-in board leaves. Old code: the whole int8 conversion, search and TFLite-Micro
+    arena probe ran (minutes on a MobileNetV2 at 224) and then said "does not fit"; or, below
+    its accuracy budget, said that instead. Now `lower` says so, naming the op and its line."""
+    import torch
+
+    import tpuedge
+    from tpuedge.shared_ir.errors import UserError
+
+    class Wide(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(x).mean((2, 3))
+
+    program = tpuedge.export(Wide().eval(), (torch.zeros(1, 3, 160, 160),), name="wide")
+    calibration = [[np.zeros((1, 3, 160, 160), np.float32)]] * 16
+    with pytest.raises(UserError, match=r"does not fit any built-in board: its aten.conv2d.default conv2d at "
+                                        r"\S*test_mcu_rewrite_and_errors.py:\d+ .* holds at least 486,400 bytes"):
+        program.lower("mcu", calibration=calibration)
+    with pytest.raises(UserError, match=r"does not fit rp2040: .* rp2040 leaves 202,752 bytes of RAM"):
+        program.lower("mcu", board="rp2040", calibration=calibration)
+    program.lower("mcu", flash_kb=1024, ram_kb=1024, calibration=calibration)  # 1 MB of RAM may fit it: no error here
+
+
 def test_arena_probe_survives_a_size_that_crashes_tflite_micro(tmp_path):
     """TFLite-Micro's host interpreter segfaults on this 3-layer MLP's int8 model at exactly a
     2048-byte arena (2304 fails cleanly, 3072 runs). Probed in this process, the build died
