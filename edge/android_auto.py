@@ -53,8 +53,9 @@ def build_auto(
     with stage_progress(f"{program.name}: --quantize auto", total=len(schemes) + 1) as step:
         for scheme in schemes:
             step(f"{scheme}: convert and measure")
-            # the int8 candidate without the IR ranking (quantize/config.py: rank_points says why)
-            converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False),
+            # the int8 candidate without the IR ranking and with one precision per op kind
+            # (quantize/config.py: rank_points and group_by_kind say why)
+            converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
                                             calibration if scheme == "int8" else None)
             runner = LiteRTRunner(converted.tflite)
             outputs[scheme] = [runner.run(x) for x in samples]

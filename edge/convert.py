@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tpuedge.quantize.config import QuantConfig
-from tpuedge.quantize.recipes import choose_precisions, scheme_summary, upgrade_ranked
+from tpuedge.quantize.recipes import choose_precisions, merge_by_kind, scheme_summary, upgrade_ranked
 from tpuedge.shared_ir.errors import InternalError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -262,14 +262,20 @@ def program_to_tflite(
     def with_ranked(assignment: dict[str, str]) -> float:
         return evaluate({**ranked["assignment"], **assignment})
 
+    # the groups searched: each op group, or one per kind (config.group_by_kind)
+    search_groups, expand = merge_by_kind(groups) if config.group_by_kind else (groups, dict)
+
+    def searched(score):
+        return lambda assignment: score(expand(assignment))
+
     # at most: all-int8, each group at int16 and at float, then each group's upgrade in turn
-    with stage_progress(f"{program.name}: int8 search over {len(groups)} op group(s)", total=1 + 3 * len(groups)) as step:
-        plan = choose_precisions(groups, evaluate if config.strict_int8 else with_ranked,
+    with stage_progress(f"{program.name}: int8 search over {len(search_groups)} op group(s)", total=1 + 3 * len(search_groups)) as step:
+        plan = choose_precisions(search_groups, searched(evaluate if config.strict_int8 else with_ranked),
                                  strict_int8=config.strict_int8, target_cosine=config.target_cosine)
-        mixed = (choose_precisions(groups, with_ranked, strict_int8=False, target_cosine=config.target_cosine)
+        mixed = (choose_precisions(search_groups, searched(with_ranked), strict_int8=False, target_cosine=config.target_cosine)
                  if config.strict_int8 and report_strict_cost else None)
     ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
-    assignment = plan.assignment if config.strict_int8 else {**ranked["assignment"], **plan.assignment}
+    assignment = expand(plan.assignment) if config.strict_int8 else {**ranked["assignment"], **expand(plan.assignment)}
     final_cosine = plan.final_cosine
     if not config.strict_int8 and ranked.get("groups") and final_cosine < config.target_cosine:
         assignment, final_cosine, ranked_ops = _float_ranked_points(program, ranked, evaluate, assignment, final_cosine, config)
@@ -306,10 +312,10 @@ def program_to_tflite(
         }
     )
     if mixed is not None:
-        mixed_assignment = {**ranked["assignment"], **mixed.assignment}
+        mixed_assignment = {**ranked["assignment"], **expand(mixed.assignment)}
         mixed_ops = [{"group": o["group"], "kind": o["kind"], "precision": o["precision"]} for o in ranked["non_int8"]]
         mixed_ops += [{"group": d.group, "kind": d.kind, "precision": d.precision} for d in mixed.non_int8]
-        recipe["strict_int8_cost"] = _strict_cost(measure(plan.assignment), measure(mixed_assignment), mixed_ops, len(eval_samples))
+        recipe["strict_int8_cost"] = _strict_cost(measure(expand(plan.assignment)), measure(mixed_assignment), mixed_ops, len(eval_samples))
         recipe["search"]["evaluations"] = len(measured)
         recipe["search"]["candidates"] = _candidates(measured)
     return ConvertedModel(final, recipe, base, config)

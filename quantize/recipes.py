@@ -22,6 +22,7 @@ __all__ = [
     "choose_precisions",
     "upgrade_ranked",
     "float_ranked",
+    "merge_by_kind",
     "scheme_summary",
 ]
 
@@ -170,6 +171,29 @@ def choose_precisions(
         OpDecision(g.key, g.kind, assignment[g.key], reasons[g.key], measured[g.key], g.ops) for g in groups
     ]
     return PrecisionPlan(assignment, decisions, c0, current, count)
+
+
+def merge_by_kind(groups: Sequence[SensitiveGroup]) -> tuple[list[SensitiveGroup], Callable[[dict[str, str]], dict[str, str]]]:
+    """One group per kind ("kind:layer_norm" holds every LayerNorm), for a search that measures a
+    handful of recipes instead of three per group: `choose_precisions` over ViT-tiny's 73 groups
+    measured about 150. Returns (the merged groups, a function that turns an assignment of
+    merged keys into one of the original keys)."""
+    members: dict[str, list[SensitiveGroup]] = {}
+    for g in groups:
+        members.setdefault(g.kind, []).append(g)
+    merged = [SensitiveGroup(f"kind:{kind}", kind, tuple(op for g in gs for op in g.ops)) for kind, gs in members.items()]
+
+    def expand(assignment: dict[str, str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, precision in assignment.items():
+            kind = key.removeprefix("kind:")
+            for g in members.get(kind, []) if key.startswith("kind:") else []:
+                out[g.key] = precision
+            if not key.startswith("kind:"):
+                out[key] = precision
+        return out
+
+    return merged, expand
 
 
 def scheme_summary(scheme: str, *, per_channel: bool = True, io_dtype: str = "float32") -> dict:

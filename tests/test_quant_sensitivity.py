@@ -145,3 +145,15 @@ def test_auto_measures_its_int8_candidate_without_the_ranking(outlier_program, t
     [int8] = [c for c in art.manifest["recipe"]["auto"]["candidates"] if c["scheme"] == "int8"]
     assert int8["detail"] == "every op int8" and not int8["met_budget"]  # ranked, two groups would be int16/float
     assert art.manifest["recipe"]["auto"]["chosen"] != "int8"
+
+
+def test_merge_by_kind_gives_every_group_of_a_kind_its_kinds_precision():
+    from tpuedge.quantize.recipes import merge_by_kind
+
+    groups = [SensitiveGroup("layer_norm:a", "layer_norm", ("ADD a",)), SensitiveGroup("softmax:op3", "softmax", ("SOFTMAX",)),
+              SensitiveGroup("layer_norm:b", "layer_norm", ("ADD b",))]
+    merged, expand = merge_by_kind(groups)
+    assert [(g.key, g.ops) for g in merged] == [("kind:layer_norm", ("ADD a", "ADD b")), ("kind:softmax", ("SOFTMAX",))]
+    assert expand({"kind:layer_norm": "int16", "kind:softmax": "int8"}) == {
+        "layer_norm:a": "int16", "layer_norm:b": "int16", "softmax:op3": "int8"}
+    assert expand({"ranked:x": "float"}) == {"ranked:x": "float"}  # keys of no kind pass through
