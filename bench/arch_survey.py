@@ -10,9 +10,11 @@ Random-init torchvision and timm models at small input sizes: no conversion, no 
 matter, so it is cheap enough to run over dozens of architectures and find the ops a target
 refuses (or a check that raises) before anyone builds. The zoo (bench/zoo.py) then measures the
 models it finds worth building. With --build each model is also built, as a user would, for
-android (static int8) and mcu (esp32s3), calibrated on 16 photo crops and written even below
-its accuracy budget (random weights: the cosine says whether it runs, not what a trained model
-scores): a check that passes and a build that fails is the finding. Writes
+android (static int8, `--strict-int8`: the converter and the quantizer without the per-op
+search, which random weights would send through every recipe) and mcu (esp32s3), calibrated on
+16 photo crops and written even below its accuracy budget (random weights: the cosine says
+whether it runs, not what a trained model scores): a check that passes and a build that fails
+is the finding. Writes
 bench/results/arch_survey.json.
 """
 
@@ -99,7 +101,7 @@ def _built(program, target: str, side: int) -> str:
     from tpuedge.shared_ir.errors import UserError
 
     calibration = [[x[None]] for x in zoo_data.image_crops(16, side, 1)]
-    options = {"quantize": "int8"} if target == "android" else {"board": "esp32s3", "eval": "none"}
+    options = {"quantize": "int8", "strict_int8": True} if target == "android" else {"board": "esp32s3", "eval": "none"}
     with tempfile.TemporaryDirectory() as tmp:
         try:
             artifact = tpuedge.build(program, target, f"{tmp}/out", calibration=calibration, allow_below_budget=True, **options)
@@ -137,7 +139,7 @@ def survey(name: str, build_targets: tuple[str, ...] = ()) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", help=f"default: all {len(ARCHITECTURES)}")
-    parser.add_argument("--build", action="store_true", help="also build each for android int8 and mcu")
+    parser.add_argument("--build", action="store_true", help="also build each for android (strict int8) and mcu")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "arch_survey.json")
     opts = parser.parse_args()
     unknown = sorted(set(opts.models) - set(ARCHITECTURES))
