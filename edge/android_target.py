@@ -238,7 +238,7 @@ class AndroidLowered:
 
             trained = program.activation_ranges if self.uses_trained_ranges else None
             converted = convert_for_android(program, config, self.calibration, report_strict_cost=trained is None,
-                                            trained_ranges=trained)
+                                            trained_ranges=trained, budget_cosine=self.budget.min_cosine)
             runner = LiteRTRunner(converted.tflite)
             outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
             accuracy = compare_outputs(reference, outputs)

@@ -74,7 +74,9 @@ def outlier_program(digits_model):
 def outlier_android(outlier_program, calibration, tmp_path_factory):
     return tpuedge.build(
         outlier_program, "android", tmp_path_factory.mktemp("o") / "android", quantize="int8",
-        calibration=calibration, per_channel=False, allow_below_budget=True,  # broken on purpose: verify must catch it
+        # broken on purpose, verify must catch it: per-tensor weights, and strict int8 so the search
+        # can't rescue the outlier channel with an int16 or float island
+        calibration=calibration, per_channel=False, strict_int8=True, allow_below_budget=True,
     )
 
 
