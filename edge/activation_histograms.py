@@ -2,37 +2,20 @@
 quantize/range_estimation.py reads from them, in the form ai-edge-quantizer takes its
 calibration (tensor name -> {"min", "max"}).
 
-The float model runs in LiteRT with every intermediate tensor kept (reference kernels, no
-delegate), one sample at a time; each tensor's values are counted over the [min, max] that
-min/max calibration found, so no sample's values are stored.
+The float model runs in LiteRT with every intermediate tensor kept
+(`litert_runtime.preserving_interpreter`), one sample at a time; each tensor's values are
+counted over the [min, max] that min/max calibration found, so no sample's values are stored.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
+from tpuedge.edge.litert_runtime import preserving_interpreter
 from tpuedge.edge.tool_output import held_tool_output
 from tpuedge.quantize.range_estimation import Histogram, estimate_range
 
 __all__ = ["estimated_calibrations"]
-
-
-def _interpreter(float_tflite: bytes):
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    with held_tool_output("LiteRT"), warnings.catch_warnings():
-        # LiteRT warns that preserving every tensor is for debugging: keeping them is the point
-        warnings.filterwarnings("ignore", message=".*preserve_all_tensors.*")
-        interpreter = Interpreter(
-            model_content=float_tflite,
-            experimental_preserve_all_tensors=True,
-            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-            num_threads=1,
-        )
-        interpreter.allocate_tensors()
-    return interpreter
 
 
 def estimated_calibrations(float_tflite: bytes, samples: list[dict], min_max: dict, methods: tuple[str, ...],
@@ -42,7 +25,8 @@ def estimated_calibrations(float_tflite: bytes, samples: list[dict], min_max: di
     named in `keep` (the model's outputs) and per-channel entries keep min/max."""
     from tpuedge.edge.litert_lowering import SIGNATURE_KEY
 
-    interpreter = _interpreter(bytes(float_tflite))
+    float_tflite = bytes(float_tflite)  # alive while the interpreter reads it
+    interpreter = preserving_interpreter(float_tflite)
     index = {}
     for detail in interpreter.get_tensor_details():
         index.setdefault(detail["name"], []).append(detail["index"])

@@ -10,10 +10,14 @@ and the benchmark):
     runner.inputs / runner.outputs   # TensorInfo(name, shape, dtype, scale, zero_point)
 
 Inputs are given in the model's input order (the Program's input order).
+
+`preserving_interpreter(tflite_bytes)`: a bare LiteRT interpreter whose intermediate tensors
+stay readable after `invoke` (per-layer verify, the activation histograms of the int8 search).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,7 +27,26 @@ from tpuedge.edge.tool_output import held_tool_output, tail
 from tpuedge.quantize import affine
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["LiteRTRunner"]
+__all__ = ["LiteRTRunner", "preserving_interpreter"]
+
+
+def preserving_interpreter(tflite_bytes: bytes):
+    """An allocated LiteRT interpreter over `tflite_bytes` that keeps every intermediate tensor
+    (reference kernels, one thread, no delegate: a delegated partition keeps none of its own).
+    The caller keeps `tflite_bytes` alive while it uses the interpreter."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    with held_tool_output("LiteRT"), warnings.catch_warnings():
+        # LiteRT warns that preserving every tensor is for debugging: keeping them is the point
+        warnings.filterwarnings("ignore", message=".*preserve_all_tensors.*")
+        interpreter = Interpreter(
+            model_content=tflite_bytes,
+            experimental_preserve_all_tensors=True,
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            num_threads=1,
+        )
+        interpreter.allocate_tensors()
+    return interpreter
 
 
 def _to_model(x: np.ndarray, info: TensorInfo) -> np.ndarray:

@@ -148,19 +148,10 @@ class TfliteLayerSource:
                 intrepreter_config=runtime.InterpreterConfig.kPreserveAllTensors,
             )
         else:
-            import warnings
+            from tpuedge.edge.litert_runtime import preserving_interpreter
 
-            from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-            with warnings.catch_warnings():  # "preserve_all_tensors is for debugging": that's us
-                warnings.simplefilter("ignore")
-                self._interpreter = Interpreter(
-                    model_content=model_bytes,
-                    experimental_preserve_all_tensors=True,
-                    experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-                    num_threads=1,
-                )
-            self._interpreter.allocate_tensors()
+            self._model_bytes = model_bytes  # alive while the interpreter reads it
+            self._interpreter = preserving_interpreter(model_bytes)
 
     @property
     def graph(self):
