@@ -123,18 +123,27 @@ def budget_check(board: Board | None, model_bytes: int, arena_bytes: int) -> dic
     )
 
 
+def _over_every_board(board: Board | None, need: int, budget: str) -> tuple[str | None, str]:
+    """(None, "") when `need` bytes fit `board`'s `budget` ("flash_budget" or "ram_budget"), or
+    some built-in board's when none is named; else (what does not fit, "<board> leaves N")."""
+    boards = [board] if board is not None else list(BOARDS.values())
+    if any(need <= getattr(b, budget) for b in boards):
+        return None, ""
+    if board is not None:
+        return board.name, f"{board.name} leaves {getattr(board, budget):,}"
+    biggest = max(boards, key=lambda b: getattr(b, budget))
+    return "any built-in board", f"the biggest built-in board, {biggest.name}, leaves {getattr(biggest, budget):,}"
+
+
 def check_int8_weights_fit(board: Board | None, parameters: int) -> None:
     """Before any conversion: a model whose int8 weights alone (one byte per parameter, a lower
     bound of its flash) exceed the board's flash, or every built-in board's when none is named,
     is exit 2 with the numbers; the budget, not an op, is then its answer."""
-    boards = [board] if board is not None else list(BOARDS.values())
-    if any(parameters <= b.flash_budget for b in boards):
+    where, what = _over_every_board(board, parameters, "flash_budget")
+    if where is None:
         return
-    biggest = max(boards, key=lambda b: b.flash_budget)
-    what = f"{board.name} leaves {board.flash_budget:,}" if board is not None else (
-        f"the biggest built-in board, {biggest.name}, leaves {biggest.flash_budget:,}")
     raise UserError(
-        f"The model does not fit {board.name if board is not None else 'any built-in board'}: its {parameters:,} "
+        f"The model does not fit {where}: its {parameters:,} "
         f"parameters take at least {parameters / 2**20:.1f} MiB of flash as int8 weights, and {what} bytes "
         f"({round(RESERVE * 100)}% is kept for firmware). Nothing was converted or written. Try: a smaller model "
         "(fewer layers or channels, a distilled variant), --target android, or --flash-kb/--ram-kb for a bigger part."
@@ -189,15 +198,12 @@ def check_int8_activations_fit(board: Board | None, program) -> None:
     from tpuedge.shared_ir.sources import node_source
 
     held, node = activation_lower_bound(program)
-    boards = [board] if board is not None else list(BOARDS.values())
-    if node is None or any(held <= b.ram_budget for b in boards):
+    where, what = _over_every_board(board, held, "ram_budget") if node is not None else (None, "")
+    if where is None:
         return
-    biggest = max(boards, key=lambda b: b.ram_budget)
-    what = f"{board.name} leaves {board.ram_budget:,}" if board is not None else (
-        f"the biggest built-in board, {biggest.name}, leaves {biggest.ram_budget:,}")
     source = node_source(node)
     raise UserError(
-        f"The model does not fit {board.name if board is not None else 'any built-in board'}: its {node.target} "
+        f"The model does not fit {where}: its {node.target} "
         f"{node.name}{f' at {source}' if source else ''} holds at least {held:,} bytes of int8 activations at once "
         f"(its input and output), more than the tensor arena can have: {what} bytes of RAM "
         f"({round(RESERVE * 100)}% is kept for stack and buffers). Nothing was converted or written. Try: a smaller "

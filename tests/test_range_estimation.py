@@ -3,8 +3,6 @@ search (edge/convert.py): measured against min/max on the whole model, the best 
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -80,5 +78,5 @@ def test_the_int8_search_keeps_estimated_ranges_where_they_measure_better(tmp_pa
     assert ranges["method"] == max(scores, key=scores.get) != "min-max"
     assert scores[ranges["method"]] > scores["min-max"] + 0.01
     assert artifact.manifest["accuracy_budget"]["met"]
-    candidates = json.loads((tmp_path / "int8" / "manifest.json").read_text())["recipe"]["search"]["candidates"]
+    candidates = artifact.manifest["recipe"]["search"]["candidates"]
     assert {c["recipe"] for c in candidates} >= {"all int8", "all int8 [mse ranges]", "all int8 [percentile ranges]"}
