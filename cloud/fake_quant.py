@@ -9,6 +9,9 @@
 `FakeQuantHook` applies them at the `QuantPoints` of the program (a `JaxProgram.call_transformed`
 transform) and records each point's batch [min, max] for the range statistics; with learned
 ranges (`QatConfig(ranges="learned")`) the ranges are parameters and get gradients instead.
+With `integer=True` (the eval) a point whose int8 kernel is known is computed with that
+kernel's arithmetic (cloud/int8_arithmetic.py): int32 bias, fixed-point rescaling and its two
+roundings, so the eval predicts TFLite's int8 outputs value for value, not only near them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from tpuedge.cloud.int8_arithmetic import kernel_output
 from tpuedge.quantize.activation_ranges import INT8_MAX, INT8_MIN, WEIGHT_MAX, QuantPoints, int8_affine
 
 __all__ = ["fake_quant_weight", "fake_quant_activation", "fake_quant_activation_learned", "FakeQuantHook"]
@@ -58,8 +62,12 @@ class FakeQuantHook:
     own batch range instead (the first training step, before any range is known).
     """
 
-    def __init__(self, plan: QuantPoints, ranges: dict[str, Any], use_batch: Any = False, learned: bool = False):
+    def __init__(self, plan: QuantPoints, ranges: dict[str, Any], use_batch: Any = False, learned: bool = False,
+                 integer: bool = False):
         self._points = set(plan.points)
+        self._kernels = plan.kernels if integer else {}
+        self._params: dict[str, Any] = {}  # what the kernels read: the float parameters,
+        self._values: dict[str, Any] = {}  # and each node's value as passed on (a kernel's producer: its float sum)
         self._weights = plan.weights
         self._fixed = plan.fixed
         self._ranges = ranges
@@ -68,6 +76,23 @@ class FakeQuantHook:
         self.observed: dict[str, Any] = {}
 
     def __call__(self, kind: str, key: str, value):
+        if not self._kernels:
+            return self._fake(kind, key, value)
+        if kind == "param":
+            self._params[key] = value
+        self._values[key] = value
+        if key in self._kernels:
+            value = kernel_output(self._kernels[key], self._values, self._params, self._grid, key)
+        else:
+            value = self._fake(kind, key, value)
+        self._values[key] = value
+        return value
+
+    def _grid(self, point: str):
+        lo, hi = self._fixed[point] if point in self._fixed else self._ranges[point]
+        return int8_affine(lo, hi, jnp)
+
+    def _fake(self, kind: str, key: str, value):
         if kind == "param":
             return fake_quant_weight(value, self._weights[key]) if key in self._weights else value
         if key not in self._points or not hasattr(value, "dtype") or not jnp.issubdtype(value.dtype, jnp.floating):

@@ -95,12 +95,13 @@ class QatLossProgram:
         self.inputs = list(self.model.inputs) + list(self.loss.inputs[1:])
         self.outputs = list(self.loss.outputs)
 
-    def model_outputs(self, params, buffers, *inputs, rng_key=None, update: bool = False):
-        """(new buffers, model outputs) with int8 faked; `update` moves the ranges (training)."""
+    def model_outputs(self, params, buffers, *inputs, rng_key=None, update: bool = False, integer: bool = False):
+        """(new buffers, model outputs) with int8 faked; `update` moves the ranges (training);
+        `integer` computes the points whose int8 kernel is known with its arithmetic (the eval)."""
         model_params, model_buffers = _model_state(params), _model_state(buffers)
         ranges = {p: {**buffers, **params}[RANGE_PREFIX + p] for p in self.plan.points}
         known = buffers[_KNOWN]
-        hook = FakeQuantHook(self.plan, ranges, use_batch=jnp.logical_not(known), learned=self.learned)
+        hook = FakeQuantHook(self.plan, ranges, use_batch=jnp.logical_not(known), learned=self.learned, integer=integer)
         new_model_buffers, outputs = self.model.call_transformed(model_params, model_buffers, *inputs, rng_key=rng_key, transform=hook)
         new_buffers = dict(buffers)
         new_buffers.update({MODEL_PREFIX + k: v for k, v in new_model_buffers.items()})
@@ -128,7 +129,8 @@ class QatLossProgram:
 
 class QatTrainStep(TrainStep):
     """A `TrainStep` whose forward fakes int8; adds `quantized_outputs` and `program()`.
-    `evaluate(*batch)` gives the eval-mode (loss, outputs) with int8 faked at the current ranges."""
+    `evaluate(*batch)` gives the eval-mode (loss, outputs) with int8 faked at the current ranges,
+    in the int8 kernels' own arithmetic where it is known (cloud/int8_arithmetic.py)."""
 
     def __init__(self, qat: QatLossProgram, tx, trainable, *, model, example_inputs, evaluator: QatLossProgram,
                  target: str | None, **kwargs):
@@ -140,7 +142,7 @@ class QatTrainStep(TrainStep):
 
         def evaluate(params, buffers, *batch):
             n = len(evaluator.model.inputs)
-            _, outputs = evaluator.model_outputs(params, buffers, *batch[:n], rng_key=jax.random.key(0))
+            _, outputs = evaluator.model_outputs(params, buffers, *batch[:n], rng_key=jax.random.key(0), integer=True)
             if len(batch) == n:
                 return None, outputs
             return evaluator.loss({}, {}, outputs[0], *batch[n:], rng_key=jax.random.key(0))[1][0], outputs

@@ -13,6 +13,8 @@ Where an int8 TFLite graph holds an int8 tensor, as the converter and ai-edge-qu
     eval) keep their input's int8 values: they inherit its range and are not points.
 Weights: per-output-channel symmetric int8 for every conv and linear weight (axis 0).
 Sigmoid, tanh and softmax outputs have the fixed ranges TFLite's int8 kernels impose.
+Where the int8 kernel computing a point is known (conv, linear, mul, add, mean), its
+arithmetic is recorded too (quantize/integer_kernels.py), so an eval can reproduce it.
 
 The int8 scheme for a range is ai-edge-quantizer's (`int8_affine`): the range is widened to
 hold 0, scale = (max - min) / 255, zero point = rint(-128 - min / scale).
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from tpuedge.quantize.integer_kernels import IntegerKernel, integer_kernels
 
 __all__ = ["ActivationRanges", "QuantPoints", "quant_points", "int8_affine", "FIXED_RANGES", "SAME_GRID_OPS", "INT8_MIN", "INT8_MAX", "WEIGHT_MAX"]
 
@@ -73,6 +77,7 @@ class QuantPoints:
     inherits: dict[str, str] = field(default_factory=dict)  # non-point node -> the point whose grid it keeps
     weights: dict[str, int] = field(default_factory=dict)  # parameter state name -> channel axis
     fixed: dict[str, tuple[float, float]] = field(default_factory=dict)  # point -> the range its kernel fixes
+    kernels: dict[str, IntegerKernel] = field(default_factory=dict)  # point -> its int8 kernel's arithmetic, where known
 
 
 def _key(node) -> str:
@@ -120,7 +125,7 @@ def quant_points(program) -> QuantPoints:
         points.append(node.name)
         if key in FIXED_RANGES:
             fixed[node.name] = FIXED_RANGES[key]
-    return QuantPoints(tuple(points), inherits, weights, fixed)
+    return QuantPoints(tuple(points), inherits, weights, fixed, integer_kernels(ep.graph, tuple(points), inherits, params))
 
 
 @dataclass(frozen=True)

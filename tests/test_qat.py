@@ -160,7 +160,7 @@ def test_trained_program_builds_for_mcu_without_calibration_and_matches_fake_qua
     fake_quant = np.concatenate([step.quantized_outputs(x_test[i : i + 64])[0] for i in range(0, n, 64)])
     tflm = np.concatenate([artifact.run(x_test[i : i + 1].transpose(0, 2, 3, 1))[0] for i in range(n)])
     lsb = _steps_off(tflm, fake_quant, program)
-    assert (lsb <= 1.0 + 1e-4).mean() >= 0.99, f"max {lsb.max():.2f} LSB"
+    assert (lsb < 1e-3).mean() >= 0.999, f"identical on {(lsb < 1e-3).mean():.4f}, max {lsb.max():.2f} LSB"  # the kernels' arithmetic
     assert (tflm.argmax(1) == y_test[:n]).mean() > 0.9
 
 
