@@ -74,6 +74,7 @@ class FakeQuantHook:
         self._use_batch = use_batch
         self._activation = fake_quant_activation_learned if learned else fake_quant_activation
         self.observed: dict[str, Any] = {}
+        self._used: dict[str, Any] = {}  # point -> the [min, max] its fake int8 used this call
 
     def __call__(self, kind: str, key: str, value):
         if not self._kernels:
@@ -81,15 +82,15 @@ class FakeQuantHook:
         if kind == "param":
             self._params[key] = value
         self._values[key] = value
-        if key in self._kernels:
-            value = kernel_output(self._kernels[key], self._values, self._params, self._grid, key)
-        else:
-            value = self._fake(kind, key, value)
-        self._values[key] = value
-        return value
+        faked = self._fake(kind, key, value)
+        if key in self._kernels:  # the kernel's values, with the fake int8's gradient (straight through)
+            exact = kernel_output(self._kernels[key], self._values, self._params, self._grid, key)
+            faked = faked + jax.lax.stop_gradient(exact - faked)
+        self._values[key] = faked
+        return faked
 
     def _grid(self, point: str):
-        lo, hi = self._fixed[point] if point in self._fixed else self._ranges[point]
+        lo, hi = self._fixed.get(point) or self._used[point]
         return int8_affine(lo, hi, jnp)
 
     def _fake(self, kind: str, key: str, value):
@@ -101,5 +102,5 @@ class FakeQuantHook:
             return fake_quant_activation(value, *self._fixed[key])
         batch = jax.lax.stop_gradient(jnp.stack([jnp.min(value), jnp.max(value)]).astype(jnp.float32))
         self.observed[key] = batch
-        lo_hi = jnp.where(self._use_batch, batch, self._ranges.get(key, batch))
+        lo_hi = self._used[key] = jnp.where(self._use_batch, batch, self._ranges.get(key, batch))
         return self._activation(value, lo_hi[0], lo_hi[1])

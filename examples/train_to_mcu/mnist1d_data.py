@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["mnist1d_split"]
+__all__ = ["mnist1d_split", "mnist1d_validation"]
 
 
 @lru_cache(maxsize=1)
@@ -19,3 +19,15 @@ def mnist1d_split():
     data = make_dataset(get_dataset_args())
     return (data["x"].astype(np.float32)[:, None], data["y"].astype(np.int64),
             data["x_test"].astype(np.float32)[:, None], data["y_test"].astype(np.int64))
+
+
+@lru_cache(maxsize=1)
+def mnist1d_validation(count: int = 512, seed: int = 1):
+    """(x, y): `count` more signals drawn the same way with another seed (the published set
+    uses 42): data that neither training nor the test split has seen, to choose settings by."""
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    args = get_dataset_args()
+    args.seed, args.num_samples = seed, 2000  # 2000 draws: the set's own normalization is close to the published one's
+    data = make_dataset(args)
+    return data["x"][:count].astype(np.float32)[:, None], data["y"][:count].astype(np.int64)
