@@ -96,6 +96,22 @@ def test_the_input_projection_is_computed_once_per_layer_and_direction():
     assert len(linears) == 4 + 2 * 2 * 7  # and one bias-free recurrent projection per step
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_zero_initial_state_leaves_no_recurrent_term_at_the_first_step(cell):
+    """Without hx the state starts at zeros: old code multiplied them (a FULLY_CONNECTED of a
+    zero constant, then an ADD and, for the LSTM, a MUL of zeros, per layer and direction)."""
+    torch.manual_seed(0)
+    module = _Seq(cell, 2, True, False, False, True).eval()
+    program = tpuedge.export(module, (torch.zeros(7, 2, 6),), name=f"{cell}_seq")
+    ep, _ = UnrollRecurrentLayers()(program.exported_program)
+    linears = [n for n in ep.graph.nodes if n.target == torch.ops.aten.linear.default]
+    assert len(linears) == 4 + 2 * 2 * 6  # the projections, and a recurrent one from the second step on
+    assert not [n for n in ep.graph.nodes if n.target == torch.ops.aten.zeros.default and n.users]
+    x = np.random.default_rng(2).standard_normal((7, 2, 6)).astype(np.float32)
+    for want, got in zip(program.run(x), Program(ep, name="unrolled").run(x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 class _Reader(torch.nn.Module):
     """An LSTM or GRU over 9 steps, its last output -> 3 classes."""
 

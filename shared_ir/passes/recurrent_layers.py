@@ -10,6 +10,11 @@
     output = the h of every step, stacked on the time axis (directions concatenated);
     h_n (and c_n) = each layer and direction's last state
 
+When the initial state is zeros (no hx given, the usual case), the first step has no recurrent
+term: LSTM gates = P_t, c = sigmoid(i) * tanh(g); GRU r, z, n from P_t alone (n from r * b_hn),
+h = n - z * n. Written with zeros, the int8 graph kept a FULLY_CONNECTED of a zero constant, an
+ADD and a MUL of zeros per layer and direction, each rounding once more.
+
 TFLite-Micro has no kernel for a whole recurrent layer that ai-edge-quantizer turns into int8,
 and litert-torch lowers these ops to one; written out, every op is FULLY_CONNECTED, ADD, MUL,
 slices, LOGISTIC or TANH, each with an int8 kernel, and the numbers are torch's formula (exact
@@ -44,23 +49,32 @@ def lstm_step(graph, aten, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
     return _lstm_gates_step(graph, aten, call_with_val(graph, aten.linear.default, x, w_ih, b_ih), h, c, w_hh, b_hh)
 
 
-def _lstm_gates_step(graph, aten, x_gates, h, c, w_hh, b_hh=None):
-    """One LSTM cell step from the input's projection x W_ih^T (+ biases): (h', c')."""
-    hidden = h.meta["val"].shape[-1]
-    gates = call_with_val(graph, aten.add.Tensor, x_gates, call_with_val(graph, aten.linear.default, h, w_hh, b_hh))
+def _lstm_gates_step(graph, aten, x_gates, h, c, w_hh, b_hh=None, hidden: int | None = None):
+    """One LSTM cell step from the input's projection x W_ih^T (+ biases): (h', c'); h and c
+    None: a zero state (the first step's, without hx)."""
+    hidden = hidden or h.meta["val"].shape[-1]
+    gates = x_gates if h is None else call_with_val(
+        graph, aten.add.Tensor, x_gates, call_with_val(graph, aten.linear.default, h, w_hh, b_hh))
     i, f, g, o = _quarters(graph, aten, gates, hidden, 4)
     i, f, o = (call_with_val(graph, aten.sigmoid.default, q) for q in (i, f, o))
     g = call_with_val(graph, aten.tanh.default, g)
-    c_new = call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.mul.Tensor, f, c),
-                          call_with_val(graph, aten.mul.Tensor, i, g))
+    c_new = call_with_val(graph, aten.mul.Tensor, i, g)
+    if c is not None:
+        c_new = call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.mul.Tensor, f, c), c_new)
     h_new = call_with_val(graph, aten.mul.Tensor, o, call_with_val(graph, aten.tanh.default, c_new))
     return h_new, c_new
 
 
-def _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn=None):
-    """One GRU step from the input's projection x W_ih^T + b_ih + [b_hr, b_hz, 0]: h'."""
-    hidden = h.meta["val"].shape[-1]
+def _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn=None, hidden: int | None = None):
+    """One GRU step from the input's projection x W_ih^T + b_ih + [b_hr, b_hz, 0]: h'; h None:
+    a zero state (the first step's, without hx)."""
+    hidden = hidden or h.meta["val"].shape[-1]
     xr, xz, xn = _quarters(graph, aten, x_gates, hidden, 3)
+    if h is None:
+        r, z = (call_with_val(graph, aten.sigmoid.default, q) for q in (xr, xz))
+        inner = xn if b_hn is None else call_with_val(graph, aten.add.Tensor, xn, call_with_val(graph, aten.mul.Tensor, r, b_hn))
+        n = call_with_val(graph, aten.tanh.default, inner)
+        return call_with_val(graph, aten.sub.Tensor, n, call_with_val(graph, aten.mul.Tensor, z, n))
     hr, hz, hn = _quarters(graph, aten, call_with_val(graph, aten.linear.default, h, w_hh), hidden, 3)
     if b_hn is not None:
         hn = call_with_val(graph, aten.add.Tensor, hn, b_hn)
@@ -95,9 +109,26 @@ def _layer_args(node, lstm: bool):
     return x, h0, c0, list(params), bool(has_biases), int(layers), bool(train), bool(bidirectional), bool(batch_first)
 
 
-def _unroll(graph, aten, node, lstm: bool):
+_ZERO_FACTORIES = {"aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default"}
+
+
+def _is_zeros(program, node) -> bool:
+    """Whether `node` is all zeros whatever the input: a zeros factory, or a constant of zeros."""
+    from tpuedge.shared_ir.op_registry import op_key
+
+    if node.op == "call_function":
+        return op_key(node.target) in _ZERO_FACTORIES
+    if node.op != "placeholder":
+        return False
+    target = next((s.target for s in program.graph_signature.input_specs if s.arg.name == node.name), None)
+    value = program.constants[target] if target in program.constants else program.state_dict.get(target)
+    return value is not None and not bool(value.any())
+
+
+def _unroll(program, graph, aten, node, lstm: bool):
     """The replacement values (output, h_n[, c_n]), or None to leave the node."""
     x, h0, c0, params, has_biases, layers, train, bidirectional, batch_first = _layer_args(node, lstm)
+    zero_start = _is_zeros(program, h0) and (not lstm or _is_zeros(program, c0))
     directions = 2 if bidirectional else 1
     per_cell = 4 if has_biases else 2
     if (train and layers > 1) or len(params) != layers * directions * per_cell or x.meta["val"].dim() != 3:
@@ -110,8 +141,12 @@ def _unroll(graph, aten, node, lstm: bool):
         for direction in range(directions):
             cell = layer * directions + direction
             w_ih, w_hh, b_ih, b_hh = (*params[cell * per_cell:(cell + 1) * per_cell], None, None)[:4]
-            h = call_with_val(graph, aten.select.int, h0, 0, cell)
-            c = call_with_val(graph, aten.select.int, c0, 0, cell) if lstm else None
+            hidden = h0.meta["val"].shape[-1]
+            if zero_start:  # the first step starts from nothing (no constant zeros in the graph)
+                h = c = None
+            else:
+                h = call_with_val(graph, aten.select.int, h0, 0, cell)
+                c = call_with_val(graph, aten.select.int, c0, 0, cell) if lstm else None
             # the input projection of every step at once (one int32 bias, not one per step),
             # carrying the recurrent biases outside a product: ops on constants, which the
             # converter folds into that one bias
@@ -121,9 +156,9 @@ def _unroll(graph, aten, node, lstm: bool):
             for t in (range(steps) if direction == 0 else reversed(range(steps))):
                 x_gates = call_with_val(graph, aten.select.int, projected, time_dim, t)
                 if lstm:
-                    h, c = _lstm_gates_step(graph, aten, x_gates, h, c, w_hh)
+                    h, c = _lstm_gates_step(graph, aten, x_gates, h, c, w_hh, hidden=hidden)
                 else:
-                    h = _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn)
+                    h = _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn, hidden=hidden)
                 per_step[t] = h
             outputs.append(call_with_val(graph, aten.stack.default, per_step, time_dim))
             h_last.append(h)
@@ -145,8 +180,8 @@ class UnrollRecurrentLayers:
         kinds = {aten.lstm.input: "lstm", aten.gru.input: "gru"}
         unrolled: dict[str, int] = {}
 
-        def rewrite(graph, node):
-            results = _unroll(graph, aten, node, lstm=node.target == aten.lstm.input)
+        def rewrite(program, graph, node):
+            results = _unroll(program, graph, aten, node, lstm=node.target == aten.lstm.input)
             if results is not None:
                 unrolled[kinds[node.target]] = unrolled.get(kinds[node.target], 0) + 1
             return results
@@ -154,7 +189,7 @@ class UnrollRecurrentLayers:
         found = call_functions(exported_program, set(kinds))
         if not found:
             return exported_program, PassResult(self.name, 0, "no LSTM or GRU layer in the program")
-        ep, count = rewrite_calls(exported_program, found, rewrite)
+        ep, count = rewrite_calls(exported_program, found, rewrite, with_program=True)
         if not count:
             return exported_program, PassResult(self.name, 0, "no LSTM or GRU layer it can unroll")
         what = ", ".join(f"{k} x{v}" for k, v in sorted(unrolled.items()))
