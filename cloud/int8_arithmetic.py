@@ -48,12 +48,22 @@ def _levels(value, scale):
     return jnp.round(value / scale)
 
 
+def _operands(kernel: IntegerKernel, values, grid) -> list[tuple[Any, Any]]:
+    """(integer levels, scale) of each input of the kernel."""
+    operands = []
+    for name, source_grid in zip(kernel.inputs, kernel.grids):
+        input_scale, _ = grid(source_grid)
+        operands.append((_levels(values[name], input_scale), input_scale))
+    return operands
+
+
 def kernel_output(kernel: IntegerKernel, values: Mapping[str, Any], params: Mapping[str, Any],
                   grid: Callable[[str], tuple[Any, Any]], point: str):
     """The dequantized int8 output of `point` as its TFLite kernel computes it.
 
-    values: node name -> value (inputs already on their int8 grids; the producer's float sum);
-    params: state name -> the float parameter; grid(point) -> (scale, zero point).
+    values: node or parameter name -> value as the hook passed it on (inputs on their int8 grids,
+    the producer's float sum, a bias as is); params: state name -> the float parameter (the
+    weight before its fake int8); grid(point) -> (scale, zero point).
     """
     scale, zero = grid(point)
     if kernel.kind == "weighted":
@@ -64,20 +74,18 @@ def kernel_output(kernel: IntegerKernel, values: Mapping[str, Any], params: Mapp
         shape = [1] * produced.ndim
         shape[kernel.channel_axis] = -1
         sum_scale = (input_scale * weight_scale).reshape(shape)
-        bias = params[kernel.bias].reshape(shape) if kernel.bias else 0.0
+        bias = values[kernel.bias].reshape(shape) if kernel.bias else 0.0
         # the float sum holds bias + an integer sum of products; the int8 kernel adds the bias as int32
         total = jnp.round((produced - bias) / sum_scale) + jnp.round(bias / sum_scale)
         levels = requantize(total, sum_scale / scale)
     elif kernel.kind == "mul":
-        (scale_a, _), (scale_b, _) = grid(kernel.grids[0]), grid(kernel.grids[1])
-        product = _levels(values[kernel.inputs[0]], scale_a) * _levels(values[kernel.inputs[1]], scale_b)
-        levels = requantize(product, scale_a * scale_b / scale)
+        (levels_a, scale_a), (levels_b, scale_b) = _operands(kernel, values, grid)
+        levels = requantize(levels_a * levels_b, scale_a * scale_b / scale)
     elif kernel.kind == "add":
-        (scale_a, _), (scale_b, _) = grid(kernel.grids[0]), grid(kernel.grids[1])
+        (levels_a, scale_a), (levels_b, scale_b) = _operands(kernel, values, grid)
         common = 2.0 * jnp.maximum(scale_a, scale_b)
         up = 2.0**_ADD_LEFT_SHIFT
-        total = (requantize(_levels(values[kernel.inputs[0]], scale_a) * up, scale_a / common)
-                 + requantize(_levels(values[kernel.inputs[1]], scale_b) * up, scale_b / common))
+        total = requantize(levels_a * up, scale_a / common) + requantize(levels_b * up, scale_b / common)
         levels = requantize(total, common / (up * scale))
     elif kernel.kind == "mean":
         input_scale, _ = grid(kernel.grids[0])

@@ -10,7 +10,8 @@ Where an int8 TFLite graph holds an int8 tensor, as the converter and ai-edge-qu
     activation the converter fuses into it (conv/linear/add -> relu): there the activation's
     output is the one int8 tensor;
   - ops that only move or select values (reshape, flatten, permute, max pooling, dropout in
-    eval) keep their input's int8 values: they inherit its range and are not points.
+    eval) keep their input's int8 values: they inherit its range and are not points;
+  - ops on constants alone are folded by the converter: not points.
 Weights: per-output-channel symmetric int8 for every conv and linear weight (axis 0).
 Sigmoid, tanh and softmax outputs have the fixed ranges TFLite's int8 kernels impose.
 Where the int8 kernel computing a point is known (conv, linear, mul, add, mean), its
@@ -103,12 +104,20 @@ def quant_points(program) -> QuantPoints:
         val = node.meta.get("val")
         return hasattr(val, "dtype") and val.dtype.is_floating_point
 
+    constant: set[str] = set()  # nodes that read no model input: the converter folds them
     for node in ep.graph.nodes:
         if node.op == "placeholder":
             if node.name in user_inputs and is_float(node):
                 points.append(node.name)
+            else:
+                constant.add(node.name)
             continue
-        if node.op != "call_function" or not is_float(node):
+        if node.op != "call_function":
+            continue
+        if all(a.name in constant for a in node.all_input_nodes):
+            constant.add(node.name)  # e.g. an LSTM's two biases summed: one int32 bias in the int8 graph
+            continue
+        if not is_float(node):
             continue
         key = _key(node)
         if key in _WEIGHTED and len(node.args) > _WEIGHTED[key]:

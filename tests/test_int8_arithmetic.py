@@ -76,6 +76,22 @@ def test_kernels_are_read_off_the_ir():
     assert kernels["linear"].channel_axis == -1 and kernels["linear"].bias == "head.bias"
 
 
+def test_ops_on_constants_alone_are_not_quantization_points():
+    """An LSTM's two biases summed are one int32 bias in the int8 graph (the converter folds
+    the ADD); old code made the sum a point, so QAT rounded that bias to int8."""
+    from tpuedge.cloud.qat import _rewritten
+
+    lstm = nn.LSTM(8, 16, batch_first=True)
+    program = _rewritten(tpuedge.export(lstm.eval(), (torch.zeros(1, 4, 8),)), "mcu")
+    plan = quant_points(program)
+    nodes = {n.name: n for n in program.exported_program.graph.nodes}
+    projection = next(k for k in plan.kernels.values() if k.kind == "weighted" and k.bias in nodes)
+    assert projection.bias not in plan.points  # the folded bias, read as it is
+    params = {s.arg.name for s in program.exported_program.graph_signature.input_specs if s.arg.name != "input"}
+    assert not [p for p in plan.points if p in nodes and nodes[p].op == "call_function"
+                and all(a.name in params for a in nodes[p].all_input_nodes)]
+
+
 def test_qat_eval_predicts_tflite_micro_value_for_value(tmp_path):
     from model import digits_split  # examples/digits/model.py
 
