@@ -11,6 +11,9 @@ each point's batch [min, max]; later steps move them by an exponential moving av
 
 `step.program()` is the trained model's eval-mode Program carrying those ranges: an mcu or
 android int8 build of it needs no calibration data and uses exactly them.
+
+A BatchNorm after a convolution is folded into it first, as the int8 graph folds it
+(cloud/qat_batchnorm.py): the step trains a copy of the model without those BatchNorms.
 """
 
 from __future__ import annotations
@@ -43,10 +46,10 @@ def _check_supported(program) -> None:
             from tpuedge.shared_ir.sources import node_source
 
             raise UserError(
-                f"quantize='int8' training can't take BatchNorm yet ({node.name}, {node_source(node) or 'no source line'}): "
-                "the int8 graph folds it into the convolution's weights, which training would have to fake too. "
-                "Fold it first (torch.nn.utils.fusion.fuse_conv_bn_eval on the trained float model) and train the "
-                "folded model with quantize='int8'."
+                f"quantize='int8' training can't take this BatchNorm ({node.name}, {node_source(node) or 'no source line'}): "
+                "QAT folds a BatchNorm into the convolution whose output it rescales, as the int8 graph does, and this one "
+                "follows no convolution of its own (or its module runs twice). Fold or remove it in the float model "
+                "before training with quantize='int8'."
             )
 
 
@@ -133,10 +136,11 @@ class QatTrainStep(TrainStep):
     in the int8 kernels' own arithmetic where it is known (cloud/int8_arithmetic.py)."""
 
     def __init__(self, qat: QatLossProgram, tx, trainable, *, model, example_inputs, evaluator: QatLossProgram,
-                 target: str | None, **kwargs):
+                 target: str | None, folded_batchnorm: Sequence[tuple[str, str]] = (), **kwargs):
         super().__init__(qat, tx, trainable, n_inputs=len(example_inputs), **kwargs)
         self._target = target
-        self._model = model
+        self._model = model  # the user's model, or its copy with BatchNorm folded in
+        self.folded_batchnorm = list(folded_batchnorm)  # (convolution, BatchNorm) module paths
         self._example_inputs = tuple(example_inputs)
         self._evaluator = evaluator  # the eval-mode capture (no dropout), the same ranges and weights
 
@@ -168,6 +172,25 @@ class QatTrainStep(TrainStep):
             )
         return [np.asarray(o) for o in self._eval_jitted(self.state["params"], self.state["buffers"], *arrays)[1]]
 
+    def trained_module(self):
+        """A copy of the trained model (with BatchNorm folded into its convolutions, if it had any)."""
+        model = copy.deepcopy(self._model)
+        super().sync_to(model)
+        return model
+
+    def sync_to(self, model) -> None:
+        import torch
+
+        if self.folded_batchnorm and not all(isinstance(model.get_submodule(bn), torch.nn.Identity)
+                                             for _, bn in self.folded_batchnorm):
+            raise UserError(
+                "This QAT step trained the model with its BatchNorm folded into the convolutions before them "
+                f"({', '.join(f'{bn} into {conv}' for conv, bn in self.folded_batchnorm)}), as the int8 graph holds "
+                "them, so its parameters don't fit the model's BatchNorm layers. Take step.trained_module() (a torch "
+                "copy) or step.program() (to build) instead."
+            )
+        super().sync_to(model)
+
     def program(self, batch_size: int | None = None):
         """The trained model's eval-mode Program, carrying the trained activation ranges;
         `batch_size` re-captures it for another batch (1 for a device), else the example's."""
@@ -176,8 +199,7 @@ class QatTrainStep(TrainStep):
         ranges = self.ranges
         if not bool(jax.device_get(self.state["buffers"][_KNOWN])):
             raise UserError("No training step has run yet: train the step before taking its program().")
-        model = copy.deepcopy(self._model)
-        self.sync_to(model)
+        model = self.trained_module()
         inputs = self._example_inputs if batch_size is None else tuple(x[:1].expand(batch_size, *x.shape[1:]) for x in self._example_inputs)
         program = _rewritten(export(model.eval(), inputs, name=type(model).__name__.lower()), self._target)
         points = quant_points(program)
@@ -194,11 +216,19 @@ def qat_train_step(
     model, loss_fn: Callable, make_optax: Callable, inputs: Sequence[Any], targets: Sequence[Any], config: "QatConfig",
     **step_kwargs: Any,
 ) -> QatTrainStep:
-    """Build the QAT step (`train_step(..., quantize="int8")` calls this)."""
+    """Build the QAT step (`train_step(..., quantize="int8")` calls this). `make_optax(param
+    names, {id(torch parameter): name})` maps the user's optimizer onto the step's parameters."""
     import torch
 
+    from tpuedge.cloud.qat_batchnorm import conv_batchnorm_pairs, fold_batchnorm
     from tpuedge.shared_ir.capture import export
     name = type(model).__name__.lower()
+    user_params = dict(model.named_parameters())
+    names_by_param = {id(p): MODEL_PREFIX + n for n, p in user_params.items()}
+    pairs = conv_batchnorm_pairs(export(model, tuple(inputs), training=False, name=name))
+    if pairs:  # train the convolutions as the int8 graph holds them: BatchNorm folded in
+        model, aliases = fold_batchnorm(model, pairs)
+        names_by_param.update({id(user_params[old]): MODEL_PREFIX + new for new, old in aliases.items() if old in user_params})
     train_program = _rewritten(export(model, tuple(inputs), training=True, name=name + "_train"), config.target)
     eval_program = _rewritten(export(model, tuple(inputs), training=False, name=name), config.target)
     _check_supported(eval_program)
@@ -218,7 +248,7 @@ def qat_train_step(
     learned = config.ranges == "learned"
     qat = QatLossProgram(to_jax(train_program), loss, plan, config.ema_decay, learned)
     evaluator = QatLossProgram(to_jax(eval_program), loss, eval_points, config.ema_decay, learned)
-    tx, trainable = make_optax([n for n in qat.params if not n.startswith(RANGE_PREFIX)])
+    tx, trainable = make_optax([n for n in qat.params if not n.startswith(RANGE_PREFIX)], names_by_param)
     if learned:
         import optax
 
@@ -230,7 +260,7 @@ def qat_train_step(
         )
         trainable = trainable + ranges
     return QatTrainStep(qat, tx, trainable, model=model, example_inputs=inputs, evaluator=evaluator,
-                        target=config.target, **step_kwargs)
+                        target=config.target, folded_batchnorm=pairs, **step_kwargs)
 
 
 def _rewritten(program, target: str | None):

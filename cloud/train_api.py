@@ -60,8 +60,7 @@ def train_step(
         from tpuedge.cloud.qat import qat_config, qat_train_step
 
         config = qat_config(quantize, precision)
-        names = {id(p): MODEL_PREFIX + name for name, p in model.named_parameters()}
-        return qat_train_step(model, loss_fn, lambda params: to_optax(optimizer, names, params, schedules),
+        return qat_train_step(model, loss_fn, lambda params, names: to_optax(optimizer, names, params, schedules),
                               flat[:n], flat[n:], config, **common)
     program = loss_program(model, loss_fn, flat, n, precision=precision)
     jp = to_jax(program)

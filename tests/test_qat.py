@@ -111,9 +111,59 @@ def test_quantize_option_is_checked():
         tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1), batch, quantize="fp16")
     with pytest.raises(UserError, match="ema_decay"):
         tpuedge.cloud.QatConfig(ema_decay=1.0)
-    with_bn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(144, 10))
-    with pytest.raises(UserError, match="fuse_conv_bn_eval"):
-        tpuedge.cloud.train_step(with_bn, F.cross_entropy, torch.optim.SGD(with_bn.parameters(), lr=0.1), batch, quantize="int8")
+    # a BatchNorm after a Linear has no convolution to fold into
+    lone_bn = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10))
+    with pytest.raises(UserError, match="follows no convolution"):
+        tpuedge.cloud.train_step(lone_bn, F.cross_entropy, torch.optim.SGD(lone_bn.parameters(), lr=0.1), batch, quantize="int8")
+
+
+class BatchNormCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        return self.fc(F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2).flatten(1))
+
+
+def test_batchnorm_is_folded_into_its_convolution_and_trained_there(tmp_path):
+    """Old code refused BatchNorm (fold it yourself). Now QAT trains the folded convolutions, as
+    the int8 graph holds them: the optimizer reaches the bias folding creates, the user's model
+    keeps its BatchNorm, and TFLite-Micro computes what the eval predicts."""
+    from model import digits_split
+
+    x_train, y_train, x_test, y_test = digits_split()
+    torch.manual_seed(0)
+    model = BatchNormCNN()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    float_step = tpuedge.cloud.train_step(model, F.cross_entropy, optimizer, (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64])))
+    for i in range(0, len(x_train) - 63, 64):
+        float_step(x_train[i : i + 64], y_train[i : i + 64])
+    float_step.sync_to(model)
+    example = (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
+    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-3), example, quantize="int8")
+    assert step.folded_batchnorm == [("conv1", "bn1"), ("conv2", "bn2")]
+    assert "model.conv1.bias" in step.trainable  # made by folding; trained as bn1.bias was
+    start = np.asarray(step.state["params"]["model.conv1.bias"]).copy()
+    for i in range(0, len(x_train) - 63, 64):
+        step(x_train[i : i + 64], y_train[i : i + 64])
+    assert np.abs(np.asarray(step.state["params"]["model.conv1.bias"]) - start).max() > 0
+    with pytest.raises(UserError, match="trained_module"):
+        step.sync_to(model)
+    assert isinstance(model.bn1, nn.BatchNorm2d) and isinstance(step.trained_module().bn1, nn.Identity)
+    program = step.program(batch_size=1)
+    assert not [k for k in program.op_histogram if "batch_norm" in k]
+    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", eval=(x_test, y_test), allow_below_budget=True)
+    predicted = step.quantized_outputs(x_test[:64])[0]
+    tflm = np.concatenate([artifact.run(x_test[i : i + 1].transpose(0, 2, 3, 1))[0] for i in range(64)])
+    steps_off = _steps_off(tflm, predicted, program, output="linear")
+    assert (steps_off < 1e-3).mean() >= 0.99, f"identical on {(steps_off < 1e-3).mean():.4f}"
+    assert (tflm.argmax(1) == y_test[:64]).mean() > 0.8
 
 
 def _steps_off(runtime_outputs, fake_quant, program, output: str = "linear_1") -> np.ndarray:

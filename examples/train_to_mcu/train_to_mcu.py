@@ -55,7 +55,7 @@ CALIBRATION = 200
 
 class SwishDSCNN(nn.Module):
     """stem conv, three strided depthwise + pointwise blocks, SiLU after each conv, average pool,
-    classifier (no BatchNorm: see the README)."""
+    classifier (no BatchNorm, to keep it small)."""
 
     def __init__(self, width: int = 32, blocks: int = 3):
         super().__init__()
