@@ -11,7 +11,7 @@ So the QAT model's eval reproduces the kernels' arithmetic where it knows it
     per-channel int8 weight, int32 bias on the scale input x weight;
   - "mul": MUL of two int8 tensors;
   - "add": ADD of two int8 tensors (each rescaled to twice the larger scale, 20 bits up);
-  - "mean": MEAN over some axes;
+  - "mean": MEAN over some axes (global average pooling too, which the converter makes a MEAN);
   - each may be followed by an activation the converter fuses (relu, relu6, hardtanh),
     which becomes a clamp of the int8 result.
 
@@ -76,6 +76,8 @@ def _kernel(producer, grid_of, params: dict[str, str]) -> IntegerKernel | None:
         if None in grids:
             return None  # a constant operand: how the converter quantizes it is not known here
         return IntegerKernel(_TWO_TENSORS[key], producer.name, tuple(a.name for a in args), grids)
+    if key == "aten.adaptive_avg_pool2d.default" and grid_of(args[0]) is not None and tuple(args[1]) in ((1, 1), (1,)):
+        return IntegerKernel("mean", producer.name, (args[0].name,), (grid_of(args[0]),), dims=(2, 3))
     if key == "aten.mean.dim" and grid_of(args[0]) is not None:
         rank = len(args[0].meta["val"].shape)
         dims = tuple(sorted(d % rank for d in args[1]))

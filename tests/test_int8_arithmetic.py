@@ -74,6 +74,9 @@ def test_kernels_are_read_off_the_ir():
     }
     assert kernels["relu_2"].grids == ("relu", "conv2d_2") and kernels["mean"].dims == (2, 3)
     assert kernels["linear"].channel_axis == -1 and kernels["linear"].bias == "head.bias"
+    pooled = tpuedge.export(nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1)).eval(), (torch.zeros(1, 1, 8, 8),))
+    pool = quant_points(pooled).kernels["adaptive_avg_pool2d"]
+    assert (pool.kind, pool.dims, pool.grids) == ("mean", (2, 3), ("relu",))
 
 
 def test_ops_on_constants_alone_are_not_quantization_points():
