@@ -14,6 +14,12 @@ channels_last). Scheme "int8" needs it; the others ignore it except for the reco
 Pipeline: the Program's ExportedProgram -> litert-torch (its decomposition table, FX passes,
 flatbuffer export) -> float .tflite -> ai-edge-quantizer recipe (fp16 weights / dynamic int8 /
 static int8 with a per-op precision search measured against the float IR).
+
+Static int8, where all-int8 misses the target, measures remedies before the search: estimated
+activation ranges (MSE, percentile) and cross-layer equalization of conv/linear pairs across
+a relu (shared_ir/passes/cross_layer_equalization.py). Each is kept only if it scores better;
+an equalized program is then converted in the user's program's place (the manifest says so,
+and per-layer verify compares against it).
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ SEARCH_SAMPLES = 64
 # is kept only if it scores _MIN_RANGE_GAIN better (a tie keeps min/max, which clips nothing)
 ESTIMATED_RANGES = ("mse", "percentile")
 _MIN_RANGE_GAIN = 1e-4
+# cross-layer equalization is kept only if its all-int8 beats the best ranges' by this much
+# (a near tie keeps the user's own weights, which per-layer verify compares one for one)
+_MIN_EQUALIZED_GAIN = 1e-3
 # the float-island last resort aims this far above the budget on the search's own samples: the
 # held-out samples the budget reads score lower (ShuffleNetV2-x0.5 by 0.001, MiniLM's old recipe
 # passed 8 held-out samples and scored 0.9885 on 32 others)
@@ -152,6 +161,7 @@ def program_to_tflite(
     target: str | None = None,
     trained_ranges: Any = None,
     budget_cosine: float | None = None,
+    equalize: bool = True,
 ) -> ConvertedModel:
     """Lower `program` to LiteRT and quantize it per `config` (see the module docstring).
 
@@ -164,6 +174,8 @@ def program_to_tflite(
     budget_cosine: the build's accuracy budget (worst output's mean per-sample cosine). Where the
     search ends below it (plus a margin for held-out samples), the top-ranked points become
     float islands (`_float_ranked_points`); None: no such last resort.
+    equalize: where all-int8 misses the target, also measure the program after cross-layer
+    equalization (`_equalized_candidate`); False for that program itself.
     """
     if config.scheme == "auto":  # a choice among conversions, made by the target (edge/android_auto.py)
         raise InternalError("program_to_tflite converts one scheme; resolve --quantize auto with edge.android_auto.build_auto")
@@ -259,6 +271,19 @@ def program_to_tflite(
                 if range_scores[method] > range_scores[chosen["ranges"]] + _MIN_RANGE_GAIN:
                     chosen["ranges"] = method
 
+    # where all-int8 misses the target, the same function with its channels equalized across
+    # relus may quantize better: measured, and converted instead when it does
+    best_all_int8 = max(range_scores.values())
+    if equalize and best_all_int8 < config.target_cosine:
+        equalized = _equalized_candidate(program, config, calibration, eval_samples, reference, best_all_int8, target)
+        if equalized is not None and equalized["report"]["kept"]:
+            converted = program_to_tflite(equalized["program"], config, calibration, report_strict_cost=report_strict_cost,
+                                          target=target, budget_cosine=budget_cosine, equalize=False)
+            converted.recipe["cross_layer_equalization"] = equalized["report"]
+            return converted
+        if equalized is not None:
+            recipe["cross_layer_equalization"] = equalized["report"]
+
     # where all-int8 misses the target, the IR's costliest points go int16 first (not under
     # --strict-int8, whose reported cost compares it with this default recipe)
     ranked: dict = {"assignment": {}, "report": None, "non_int8": []}
@@ -334,6 +359,31 @@ def program_to_tflite(
         recipe["search"]["evaluations"] = len(measured)
         recipe["search"]["candidates"] = _candidates(measured)
     return ConvertedModel(final, recipe, base, config)
+
+
+def _equalized_candidate(program, config, calibration, eval_samples, reference, best: float, target) -> dict | None:
+    """{"program": the program after cross-layer equalization, "report": what was measured, with
+    "kept": whether its all-int8 (min/max ranges) beats `best`, this program's best all-int8, by
+    _MIN_EQUALIZED_GAIN}; None when no pair can be equalized."""
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.quantize.metrics import compare_outputs
+    from tpuedge.shared_ir.passes.cross_layer_equalization import CrossLayerEqualization
+    from tpuedge.shared_ir.program import Program
+
+    exported, result = CrossLayerEqualization()(program.exported_program)
+    if not result.changed:
+        return None
+    equalized = Program(exported, name=program.name)
+    base = float_tflite(equalized, channels_last=config.channels_last, target=target)
+    quantize = run_quantizer(base)
+    entries = quantizer_recipe(config)
+    quantize.calibrate(entries, _quantizer_samples(calibration, LiteRTRunner(base).inputs, config.channels_last))
+    runner = LiteRTRunner(quantize(entries))
+    score = search_score(compare_outputs(reference(), [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in eval_samples]))
+    return {"program": equalized, "report": {"pairs": result.changed, "all_int8_cosine_before": _round(best),
+                                              "all_int8_cosine_equalized": _round(score),
+                                              "kept": score >= best + _MIN_EQUALIZED_GAIN}}
 
 
 def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scopes, evaluate, all_int8: float, config) -> dict:

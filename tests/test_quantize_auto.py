@@ -37,11 +37,11 @@ def test_without_calibration_only_schemes_that_need_none_are_candidates():
 @pytest.fixture(scope="module")
 def outlier(tmp_path_factory):
     """A model per-tensor int8 breaks (test_accuracy_budget.py's planted-outlier MLP)."""
-    from test_accuracy_budget import OUTLIER_MODEL
+    from test_accuracy_budget import OUTLIER_MODEL, outlier_inputs
 
     work = tmp_path_factory.mktemp("auto")
     (work / "outlier.py").write_text(OUTLIER_MODEL)
-    np.save(work / "cal.npy", np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32))
+    np.save(work / "cal.npy", outlier_inputs())
     return work
 
 

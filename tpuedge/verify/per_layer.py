@@ -294,6 +294,13 @@ def accumulate_layers(
         accumulators.setdefault(node, ErrorAccumulator()).update(reference[node], value)
 
 
+def _equalized(manifest: dict) -> bool:
+    """Whether the build kept cross-layer equalization (edge/convert.py): android's manifest holds
+    the recipe at the top, mcu's under "quantization"."""
+    recipe = manifest.get("recipe") or (manifest.get("quantization") or {}).get("recipe") or {}
+    return bool((recipe.get("cross_layer_equalization") or {}).get("kept"))
+
+
 def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_LAYER_SAMPLES) -> LayerReport:
     """Compare every layer `artifact`'s runtime exposes with the IR, on the first `samples` samples."""
     layers = ir_layers(program)
@@ -305,7 +312,12 @@ def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_
         from tpuedge.edge.litert_lowering import litert_ir_passes
         from tpuedge.shared_ir.program import Program
 
-        reference_program = Program(litert_ir_passes(program.exported_program), name=program.name)
+        exported = program.exported_program
+        if _equalized(artifact.manifest):  # the build converted the program with its channels rescaled
+            from tpuedge.shared_ir.passes.cross_layer_equalization import CrossLayerEqualization
+
+            exported, _ = CrossLayerEqualization()(exported)
+        reference_program = Program(litert_ir_passes(exported), name=program.name)
     recorder = IntermediateRecorder(reference_program)
     subset = data.head(samples)
     batch = call_batch(program.inputs, subset.count, subset.whole_calls)
