@@ -275,7 +275,9 @@ def program_to_tflite(
     # relus may quantize better: measured, and converted instead when it does
     best_all_int8 = max(range_scores.values())
     if equalize and best_all_int8 < config.target_cosine:
-        equalized = _equalized_candidate(program, config, calibration, eval_samples, reference, best_all_int8, target)
+        with stage_progress(f"{program.name}: all-int8 after cross-layer equalization", total=1) as step:
+            step("equalize, convert, calibrate, score")
+            equalized = _equalized_candidate(program, config, calibration, eval_samples, reference, best_all_int8, target)
         if equalized is not None and equalized["report"]["kept"]:
             converted = program_to_tflite(equalized["program"], config, calibration, report_strict_cost=report_strict_cost,
                                           target=target, budget_cosine=budget_cosine, equalize=False)
