@@ -225,12 +225,14 @@ def qat_train_step(
     name = type(model).__name__.lower()
     user_params = dict(model.named_parameters())
     names_by_param = {id(p): MODEL_PREFIX + n for n, p in user_params.items()}
-    pairs = conv_batchnorm_pairs(export(model, tuple(inputs), training=False, name=name))
-    if pairs:  # train the convolutions as the int8 graph holds them: BatchNorm folded in
+    eval_capture = export(model, tuple(inputs), training=False, name=name)
+    pairs = conv_batchnorm_pairs(eval_capture)
+    if pairs:  # train the convolutions as the int8 graph holds them: BatchNorm folded in (a new capture)
         model, aliases = fold_batchnorm(model, pairs)
         names_by_param.update({id(user_params[old]): MODEL_PREFIX + new for new, old in aliases.items() if old in user_params})
+        eval_capture = export(model, tuple(inputs), training=False, name=name)
     train_program = _rewritten(export(model, tuple(inputs), training=True, name=name + "_train"), config.target)
-    eval_program = _rewritten(export(model, tuple(inputs), training=False, name=name), config.target)
+    eval_program = _rewritten(eval_capture, config.target)
     _check_supported(eval_program)
     plan, eval_points = quant_points(train_program), quant_points(eval_program)
     if set(eval_points.points) - set(plan.points):

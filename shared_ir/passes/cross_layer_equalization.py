@@ -41,6 +41,15 @@ def _groups(node) -> int:
     return int(node.args[6]) if _op(node) != "aten.linear.default" and len(node.args) > 6 else 1
 
 
+def _scale(state: dict, target: str, by, axis: int) -> None:
+    """state[target] times `by` along `axis`, as a new parameter (the input program keeps its own)."""
+    import torch
+
+    shape = [1] * state[target].dim()
+    shape[axis] = -1
+    state[target] = torch.nn.Parameter(state[target].detach() * by.reshape(shape), requires_grad=state[target].requires_grad)
+
+
 class CrossLayerEqualization:
     name = "cross-layer-equalization"
 
@@ -94,17 +103,9 @@ class CrossLayerEqualization:
             live = (r1 > _FLOOR) & (r2 > _FLOOR)
             s = torch.where(live, torch.sqrt(r1 / torch.where(live, r2, 1.0)), torch.ones_like(r1))
 
-            def scaled(node, by, axis=0):
-                target = params[node.name]
-                shape = [1] * state[target].dim()
-                shape[axis] = -1
-                state[target] = torch.nn.Parameter(state[target].detach() * by.reshape(shape), requires_grad=state[target].requires_grad)
-
             last = norm if norm is not None else a  # the affine op whose output channel i is divided by s_i
-            scaled(last.args[1], 1.0 / s)
-            if norm is not None:
-                scaled(norm.args[2], 1.0 / s)
-            elif bias is not None:
-                scaled(bias, 1.0 / s)
-            scaled(b.args[1], s, axis=1)
+            last_bias = norm.args[2] if norm is not None else bias
+            for node, by, axis in ((last.args[1], 1.0 / s, 0), (last_bias, 1.0 / s, 0), (b.args[1], s, 1)):
+                if node is not None:
+                    _scale(state, params[node.name], by, axis)
         return ep, PassResult(self.name, len(chains), f"equalized {len(chains)} conv/linear pair(s) across a relu")
