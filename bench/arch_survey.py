@@ -6,9 +6,10 @@
 
     python bench/arch_survey.py --build          # also convert each: android int8 and mcu (about an hour)
 
-Random-init torchvision and timm models at small input sizes: no conversion, no weights that
-matter, so it is cheap enough to run over dozens of architectures and find the ops a target
-refuses (or a check that raises) before anyone builds. The zoo (bench/zoo.py) then measures the
+Random-init torchvision and timm models at small input sizes (BatchNorm statistics re-estimated
+on 32 photo crops, as in the zoo): no conversion, no weights that matter, so it is cheap enough
+to run over dozens of architectures and find the ops a target refuses (or a check that raises)
+before anyone builds. The zoo (bench/zoo.py) then measures the
 models it finds worth building. With --build each model is also built, as a user would, for
 android (static int8, `--strict-int8`: the converter and the quantizer without the per-op
 search, which random weights would send through every recipe) and mcu (esp32s3), calibrated on
@@ -72,7 +73,7 @@ ARCHITECTURES = {
 def build(name: str):
     import torch
 
-    from zoo_models import torchvision_models
+    from zoo_models import torchvision_models, with_image_statistics
 
     library, arch, side, kwargs = ARCHITECTURES[name]
     models = torchvision_models()
@@ -84,7 +85,10 @@ def build(name: str):
         namespace = models.segmentation if library == "tv.segmentation" else models
         make = lambda: getattr(namespace, arch)(weights=None, **kwargs)  # noqa: E731
     torch.manual_seed(0)
-    return make().eval(), (torch.randn(1, 3, side, side),)
+    # BatchNorm statistics re-estimated on photo crops, as the zoo does: with the init's (mean 0,
+    # variance 1) a deep random net's output collapses to a constant and every int8 cosine is noise
+    module = with_image_statistics(make().eval(), side)
+    return module, (torch.randn(1, 3, side, side),)
 
 
 def _first_line(exc: BaseException) -> str:

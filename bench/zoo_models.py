@@ -145,7 +145,7 @@ def _seeded(make):
 BN_SEED = 3  # calibration draws seed 1 and evaluation seed 2
 
 
-def _with_image_statistics(module, size: int):
+def with_image_statistics(module, size: int):
     """A random-init net whose BatchNorm statistics are re-estimated on 32 photo crops (seed 3).
 
     With the init's running statistics (mean 0, variance 1) activations shrink or grow layer
@@ -174,7 +174,7 @@ def _tv(arch: str, size: int = 224):
         import torch
 
         module = _seeded(lambda: getattr(torchvision_models(), arch)(weights=None))
-        module = _with_image_statistics(module, size)
+        module = with_image_statistics(module, size)
         return module, (torch.from_numpy(zoo_data.image_crops(1, size, 0)),)
 
     return ZooModel(f"tv_{arch}", "vision-cnn", "torchvision 0.28", "random", build, _images(size))
@@ -188,7 +188,7 @@ def _timm(arch: str, size: int, family: str):
         import timm
 
         module = _seeded(lambda: timm.create_model(arch, pretrained=False))
-        module = _with_image_statistics(module, size)
+        module = with_image_statistics(module, size)
         return module, (torch.from_numpy(zoo_data.image_crops(1, size, 0)),)
 
     return ZooModel(f"timm_{arch}", family, "timm 1.0", "random", build, _images(size))
