@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import tpuedge
+from tpuedge.edge.tflite_inspect import summarize_tflite
 from tpuedge.quantize.activation_ranges import quant_points
 from tpuedge.quantize.recipes import SensitiveGroup, float_ranked, upgrade_ranked
 from tpuedge.quantize.sensitivity import rank_quant_points
@@ -135,6 +136,10 @@ def test_float_islands_are_the_last_resort_when_int16_is_not_enough(tmp_path):
     floated = [o for o in recipe["non_int8_ops"] if o["kind"] == "ranked"]
     assert floated and all(o["precision"] == "float" for o in floated)
     assert art.manifest["accuracy_budget"]["met"] and art.manifest["accuracy"]["inputs"] == "held out from calibration"
+    # the island computing the output (the head) keeps its weights int8: float32 only for its bias
+    # (old code: the head's 16x4 weight matrix stored as float32, islands grew the file)
+    weights = summarize_tflite((tmp_path / "int8" / "model.tflite").read_bytes()).weight_dtypes
+    assert weights["int8"] == 16 * 16 + 16 * 16 + 16 * 4 and weights.get("float32", 0) <= 4 * 4, weights
 
 
 def test_an_mcu_build_below_budget_says_where_int8_costs_most(outlier_program, tmp_path):
