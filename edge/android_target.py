@@ -59,7 +59,7 @@ class AndroidTarget(Target):
             BuildOption(
                 "eval",
                 "evaluation data for the build's accuracy check and its budget, `file.py:function` returning "
-                "(inputs, labels); without it: a held-out tail of the calibration data, else random inputs (a smoke check)",
+                "(inputs, labels) or an .npz of inputs keyed by input name plus an optional `labels` array; without it: a held-out tail of the calibration data, else random inputs (a smoke check)",
                 str,
                 None,
             ),

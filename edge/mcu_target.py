@@ -45,7 +45,8 @@ class McuTarget(Target):
             ),
             BuildOption(
                 "eval",
-                "Labelled evaluation data, `file.py:function` returning (inputs, labels), on which TFLM accuracy is "
+                "Labelled evaluation data, `file.py:function` returning (inputs, labels) or an .npz of inputs keyed by "
+                "input name plus an optional `labels` array, on which TFLM accuracy is "
                 "measured; without it (or with `none`) accuracy is measured on a held-out tail of the calibration data.",
             ),
             BuildOption("board", "Board whose flash/RAM budget the model must fit.", BOARD_NAMES),

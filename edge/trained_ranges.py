@@ -100,7 +100,7 @@ def trained_range_samples(program, evaluation, target: str) -> list:
         raise UserError(
             f"{program.name} carries trained activation ranges, so the {target} int8 build needs no --calibration, but it "
             "still measures the accuracy budget on real inputs: pass --eval file.py:function returning (inputs, labels) "
-            "(in Python: eval=(inputs, labels)). No range is taken from them."
+            "or an .npz of inputs keyed by input name (in Python: eval=(inputs, labels)). No range is taken from them."
         )
     return evaluation.samples
 

@@ -65,7 +65,8 @@ class AccuracyBudget:
             if not has_labels:
                 raise UserError(
                     f"--max-drop {max_drop} compares task accuracy, which needs labelled evaluation data, and none was "
-                    "given: pass --eval file.py:function returning (inputs, labels), or drop --max-drop."
+                    "given: pass --eval file.py:function returning (inputs, labels) or an .npz with a `labels` array, or drop "
+                    "--max-drop."
                 )
         return cls(min_cosine, None if min_top1 is None else float(min_top1),
                    None if max_drop is None else float(max_drop), bool(allow_below_budget))

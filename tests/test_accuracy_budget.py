@@ -129,6 +129,29 @@ def test_max_drop_checks_task_accuracy_on_labelled_eval_data(outlier, tmp_path):
         program.lower("android", quantize="int8", calibration=cal, max_drop=1.0)
 
 
+def test_eval_npz_with_labels_sets_task_accuracy_from_the_cli(outlier, tmp_path):
+    """--eval data.npz: the inputs keyed by input name, labels under `labels` (old code: the path was
+    read as a Python factory and the build exited 2 with "names no factory function")."""
+    work, program, cal = outlier
+    labels = np.argmax(np.concatenate([program.run(x[None])[0] for x in cal]), axis=-1)  # float accuracy 100%
+    np.savez(tmp_path / "eval.npz", **{program.inputs[0].name: cal, "labels": labels})
+    common = ("build", f"{work / 'outlier.py'}:build", "--target", "android", "--no-cache", "--eval", str(tmp_path / "eval.npz"))
+
+    code, stdout, err = run_cli(*common, "--quantize", "none", "--max-drop", "1", "--out", str(tmp_path / "float"))
+    assert code == 0, (stdout, err)
+    entry = json.loads((tmp_path / "float" / "manifest.json").read_text())["accuracy_budget"]
+    assert entry["inputs"] == "eval data" and entry["samples"] == len(cal) and entry["measured"]["drop_points"] == 0.0
+
+    code, _, err = run_cli(*common, "--quantize", "int8", "--no-per-channel", "--calibration", str(work / "cal.npy"),
+                           "--min-cosine", "0", "--max-drop", "5", "--out", str(tmp_path / "int8"))
+    assert code == 1 and "points > 5" in err, err  # the labels were read: the task accuracy fell
+
+    np.savez(tmp_path / "bad.npz", **{program.inputs[0].name: cal, "labels": labels.astype(np.float32)})
+    code, _, err = run_cli(*common[:-1], str(tmp_path / "bad.npz"), "--quantize", "none", "--out", str(tmp_path / "bad"))
+    assert code == 2 and "'labels' must hold one integer class index per sample" in err, err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_float_build_meets_the_default_on_smoke_inputs(outlier, tmp_path):
     _, program, _ = outlier
     art = tpuedge.build(program, "android", tmp_path / "f", quantize="none")
