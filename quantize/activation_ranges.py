@@ -107,11 +107,11 @@ def quant_points(program) -> QuantPoints:
     constant: set[str] = set()  # nodes that read no model input: the converter folds them
     for node in ep.graph.nodes:
         if node.op == "placeholder":
-            if node.name in user_inputs and is_float(node):
-                points.append(node.name)
-            else:
+            if node.name not in user_inputs:
                 constant.add(node.name)
-            continue
+            elif is_float(node):
+                points.append(node.name)
+            continue  # an integer input (token ids) is no point, but what it reaches is no constant
         if node.op != "call_function":
             continue
         if all(a.name in constant for a in node.all_input_nodes):
