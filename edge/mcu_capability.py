@@ -34,6 +34,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.index_as_view import ConstantIndexAsView
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
+    from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
@@ -42,7 +43,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
 
     return PassManager(
         [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ConstantIndexAsView(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), NormalizeAsRsqrt(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 
