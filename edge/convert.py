@@ -192,7 +192,7 @@ def program_to_tflite(
         return ConvertedModel(base, recipe, base, config)
 
     # imported here: a float build never pays for the quantizer
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
     from tpuedge.edge.quantizer_recipes import find_sensitive_groups, quantizer_recipe, run_quantizer
     from tpuedge.quantize.metrics import AccuracySummary, compare_outputs
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
@@ -245,7 +245,11 @@ def program_to_tflite(
             def build_and_score() -> tuple[bytes, dict]:
                 data = quantize(entries, ranges)
                 runner = LiteRTRunner(data)
-                return data, asdict(compare_outputs(reference(), [runner.run(x) for x in eval_inputs]))
+                try:
+                    outputs = [runner.run(x) for x in eval_inputs]
+                except ModelRunError:  # a kernel refused its int8 values: a recipe that can't ship scores worst
+                    return data, asdict(AccuracySummary.failed_to_run(len(eval_inputs)))
+                return data, asdict(compare_outputs(reference(), outputs))
 
             parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {})}
             built[key], score = cached_stage("quant_candidate", parts, build_and_score,

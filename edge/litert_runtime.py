@@ -25,9 +25,15 @@ import numpy as np
 from tpuedge.edge.tflite_inspect import TensorInfo
 from tpuedge.edge.tool_output import held_tool_output, tail
 from tpuedge.quantize import affine
-from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.errors import InternalError, UserError
 
-__all__ = ["LiteRTRunner", "preserving_interpreter"]
+__all__ = ["LiteRTRunner", "ModelRunError", "preserving_interpreter"]
+
+
+class ModelRunError(InternalError):
+    """LiteRT loaded a model and then refused to run it: a kernel's own check failed on the
+    values it met (an int8 DIV whose divisor rounds to its zero point). The int8 search counts
+    such a candidate as failed; anywhere else it is a model tpuedge should not have built."""
 
 
 def preserving_interpreter(tflite_bytes: bytes):
@@ -136,7 +142,10 @@ class LiteRTRunner:
                     )
                 x = x.astype(want)
             self._interp.set_tensor(detail["index"], np.ascontiguousarray(x))
-        self._interp.invoke()
+        try:
+            self._interp.invoke()
+        except RuntimeError as exc:
+            raise ModelRunError(f"LiteRT stopped running the model: {' '.join(str(exc).split())}") from exc
         return [np.array(self._interp.get_tensor(d["index"])) for d in self._out]
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -215,6 +215,11 @@ class AccuracySummary:
     samples: int
     sample_cosine: float | None = None  # lowest over outputs of mean_sample_cosine (None: not measured)
 
+    @classmethod
+    def failed_to_run(cls, samples: int) -> "AccuracySummary":
+        """A candidate the runtime refused to run: the worst score there is (cosine -1)."""
+        return cls(0.0, 0.0, -1.0, -1.0, 0.0, samples, -1.0)
+
     def to_json(self) -> dict:
         return {k: (None if v is None else (round(float(v), 7) if isinstance(v, float) else v)) for k, v in asdict(self).items()}
 

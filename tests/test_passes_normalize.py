@@ -86,3 +86,31 @@ def test_int8_builds_of_a_normalized_head_run(target, tmp_path):
     assert "DIV" not in ops and ops.get("RSQRT") == 1, ops
     budget = art.manifest["accuracy_budget"]
     assert budget["met"] if target == "android" else np.isfinite(budget["measured"]["sample_cosine_per_output"][0])
+
+
+class _Shares(torch.nn.Module):
+    """Each token's share of its own sum: a division no pass rewrites, whose divisor (a short
+    token's sum) rounds to the int8 zero point."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16, bias=False)
+
+    def forward(self, x):
+        y = torch.relu(self.fc(x)) + 1e-6
+        return y / y.sum(-1, keepdim=True)
+
+
+def test_a_candidate_litert_refuses_to_run_is_a_failed_recipe_not_a_crash(tmp_path):
+    """Old code: the all-int8 candidate's DIV stopped LiteRT and the build died with a RuntimeError
+    traceback. Now a candidate LiteRT refuses scores worst, the search goes on, and a build that
+    finds nothing runnable and accurate enough exits 1 with the table saying which were refused."""
+    from tpuedge.shared_ir.errors import BudgetError
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Shares().eval(), (torch.zeros(1, 8, 16),), name="shares")
+    with pytest.raises(BudgetError) as caught:
+        tpuedge.build(program, "android", tmp_path / "out", quantize="int8", calibration=_tokens(48, 0))
+    table = str(caught.value).split("Recipes tried", 1)[1]
+    assert "all int8" in table and "LiteRT refused to run it" in table.splitlines()[3], table
+    assert not (tmp_path / "out").exists()
