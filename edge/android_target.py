@@ -212,7 +212,8 @@ class AndroidLowered:
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
         from tpuedge.edge.convert import tflite_layout_inputs
-        from tpuedge.edge.litert_runtime import LiteRTRunner
+        from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
+        from tpuedge.shared_ir.errors import BudgetError
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
@@ -240,7 +241,15 @@ class AndroidLowered:
             converted = convert_for_android(program, config, self.calibration, report_strict_cost=trained is None,
                                             trained_ranges=trained, budget_cosine=self.budget.min_cosine)
             runner = LiteRTRunner(converted.tflite)
-            outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
+            try:
+                outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
+            except ModelRunError as exc:  # runs on the search's samples, a kernel refuses these
+                raise BudgetError(
+                    f"{program.name}: the android {config.scheme} model stops LiteRT on the {chosen.kind} the budget is "
+                    f"measured on ({exc}), so nothing was written and the output folder is as it was. An int8 kernel "
+                    "refused its values (a DIV whose divisor rounds to zero). Try --quantize auto or dynamic-int8, or "
+                    "calibration data that covers those inputs."
+                ) from None
             accuracy = compare_outputs(reference, outputs)
             budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
                 self.budget, name=program.name, target="android", reference=reference, candidate=outputs,

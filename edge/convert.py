@@ -249,6 +249,8 @@ def program_to_tflite(
                     outputs = [runner.run(x) for x in eval_inputs]
                 except ModelRunError:  # a kernel refused its int8 values: a recipe that can't ship scores worst
                     return data, asdict(AccuracySummary.failed_to_run(len(eval_inputs)))
+                if not all(np.isfinite(o).all() for sample in outputs for o in sample):
+                    return data, asdict(AccuracySummary.failed_to_run(len(eval_inputs)))  # inf/NaN (a float DIV by 0)
                 return data, asdict(compare_outputs(reference(), outputs))
 
             parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {})}

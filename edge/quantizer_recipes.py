@@ -42,7 +42,8 @@ def _instance_key(path: str) -> str:
 
 
 def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], GroupScopes]:
-    """Sensitive groups (LayerNorm, softmax, GELU, attention matmul, recurrent state) in graph order."""
+    """Sensitive groups (LayerNorm, softmax, GELU, attention matmul, recurrent state, division by a
+    computed tensor) in graph order."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl  # its scopes are what its recipes match
 
     from tpuedge.edge import tflite_file
@@ -74,6 +75,8 @@ def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], Gr
             add(f"gelu:op{index}", "gelu", scope, name)
         elif name == "BATCH_MATMUL" and not any(i in constant for i in op.inputs):
             add(f"attention_matmul:op{index}", "attention_matmul", scope, name)
+        elif name == "DIV" and op.inputs[1] not in constant:  # int8 stops at a divisor on its zero point
+            add(f"division:op{index}", "division", scope, name)
     result = [SensitiveGroup(key, kind, tuple(f"{op} {_module_path(s)}" for s, op in members)) for key, (kind, members) in groups.items()]
     return result, {key: members for key, (_, members) in groups.items()}
 

@@ -186,7 +186,7 @@ def enforce_budget(
 
 def _row(label: str, sample_cosine, centered, top1) -> str:
     if sample_cosine == -1.0 and centered == -1.0:  # AccuracySummary.failed_to_run
-        return f"  {label[:64]:<64} {'LiteRT refused to run it (a kernel check failed)':>29}"
+        return f"  {label[:64]:<64} {'LiteRT refused to run it, or inf/NaN out':>29}"
     fmt = lambda x: "n/a" if x is None else f"{x:.5f}"  # noqa: E731
     t1 = "n/a" if top1 is None else f"{100 * top1:.1f}%"
     return f"  {label[:64]:<64} {fmt(sample_cosine):>10} {fmt(centered):>10} {t1:>7}"

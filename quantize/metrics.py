@@ -217,7 +217,8 @@ class AccuracySummary:
 
     @classmethod
     def failed_to_run(cls, samples: int) -> "AccuracySummary":
-        """A candidate the runtime refused to run: the worst score there is (cosine -1)."""
+        """A candidate the runtime refused to run, or one whose outputs are not finite: the worst
+        score there is (cosine -1)."""
         return cls(0.0, 0.0, -1.0, -1.0, 0.0, samples, -1.0)
 
     def to_json(self) -> dict:
