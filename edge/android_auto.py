@@ -39,7 +39,7 @@ def build_auto(
     from tpuedge.edge.android_convert import convert_for_android
     from tpuedge.edge.convert import tflite_layout_inputs
     from tpuedge.edge.litert_latency import median_latency_ms
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
     from tpuedge.quantize.auto import AutoCandidate, auto_report, auto_table, candidate_schemes, choose_recipe
     from tpuedge.quantize.budget import check_budget
     from tpuedge.shared_ir.cache_keys import cached_stage, decode_json, encode_json
@@ -49,6 +49,7 @@ def build_auto(
     built: dict[str, ConvertedModel] = {}
     outputs: dict[str, list] = {}
     results = {}
+    refused: dict[str, str] = {}  # scheme -> why LiteRT would not run its model
     schemes = candidate_schemes(bool(calibration), config.integer_only)
     with stage_progress(f"{program.name}: --quantize auto", total=len(schemes) + 1) as step:
         for scheme in schemes:
@@ -58,7 +59,11 @@ def build_auto(
             converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
                                             calibration if scheme == "int8" else None)
             runner = LiteRTRunner(converted.tflite)
-            outputs[scheme] = [runner.run(x) for x in samples]
+            try:
+                outputs[scheme] = [runner.run(x) for x in samples]
+            except ModelRunError as exc:  # an int8 kernel refused these values: not a candidate
+                refused[scheme] = str(exc)
+                continue
             results[scheme] = check_budget(budget, reference, outputs[scheme], inputs=accuracy.kind, labels=labels)
             built[scheme] = converted
         step("latency")
@@ -76,11 +81,15 @@ def build_auto(
     ]
     chosen = choose_recipe(candidates)
     written_below = chosen is None
+    refused_lines = ["LiteRT refused to run:", *(f"  {scheme}: {why}" for scheme, why in refused.items())] if refused else []
     if chosen is None:
-        if not budget.allow_below:
-            raise _auto_budget_error(program.name, target, budget, accuracy, auto_table(candidates, None))
+        if not budget.allow_below or not candidates:
+            table = auto_table(candidates, None) if candidates else []
+            raise _auto_budget_error(program.name, target, budget, accuracy, table + refused_lines)
         chosen = max(candidates, key=lambda c: (min(c.sample_cosine), -c.bytes))  # the most accurate
     entry = auto_report(candidates, chosen, samples=len(samples), inputs=accuracy.kind)
+    if refused:
+        entry["refused_by_litert"] = refused
     return built[chosen.scheme], entry, results[chosen.scheme].to_json(written_below=written_below), outputs[chosen.scheme]
 
 

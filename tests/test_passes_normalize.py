@@ -116,3 +116,15 @@ def test_a_division_litert_refuses_in_int8_is_a_failed_recipe_not_a_crash(tmp_pa
         text = str(caught.value)
         assert "stops LiteRT" in text or "LiteRT refused to run it" in text.split("Recipes tried", 1)[1], text
         assert not (tmp_path / "out").exists()
+
+
+def test_auto_leaves_out_a_candidate_litert_refuses_and_builds(tmp_path):
+    """Old code: --quantize auto died with the int8 candidate's RuntimeError. Now that candidate is
+    left out (the manifest says why, if LiteRT refused it) and another scheme is chosen."""
+    torch.manual_seed(0)
+    program = tpuedge.export(_Shares().eval(), (torch.zeros(1, 8, 16),), name="shares")
+    art = tpuedge.build(program, "android", tmp_path / "auto", quantize="auto", calibration=_tokens(48, 0))
+    auto = art.manifest["recipe"]["auto"]
+    assert auto["chosen"] != "int8" and art.manifest["accuracy_budget"]["met"]
+    int8 = [c for c in auto["candidates"] if c["scheme"] == "int8"]
+    assert "int8" in auto.get("refused_by_litert", {}) or not int8[0]["passed"], auto
