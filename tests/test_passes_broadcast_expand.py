@@ -42,6 +42,22 @@ def test_expands_before_broadcasting_ops_go_with_the_same_numbers():
     np.testing.assert_array_equal(Program(ep, name="x").run(x)[0], program.run(x)[0])
 
 
+def test_an_expand_that_sets_the_output_shape_stays():
+    """x.expand(4, 8) + 1.0: without the expand the sum would be [1, 8] (the bug the mcu op probes
+    caught in the first form of this pass, which checked only the user's own recorded shape)."""
+
+    class Widen(torch.nn.Module):
+        def forward(self, x, y):
+            return x.expand(4, 8) + 1.0, y * x.expand(4, 8)
+
+    program = tpuedge.export(Widen(), (torch.zeros(1, 8), torch.zeros(4, 8)), name="widen")
+    ep, result = BroadcastInsteadOfExpand()(program.exported_program)
+    assert result.changed == 1  # only the one whose other operand broadcasts back to [4, 8]
+    x, y = np.arange(8, dtype=np.float32)[None], np.ones((4, 8), np.float32)
+    for want, got in zip(program.run(x, y), Program(ep, name="widen").run(x, y)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_mobilevit_v2_style_attention_builds_for_android(tmp_path):
     """Old code: litert-torch's converter passes refused it ("'tfl.mul' op operands don't have
     broadcast-compatible shapes"), an InternalError out of the build."""

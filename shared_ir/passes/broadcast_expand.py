@@ -42,10 +42,12 @@ class BroadcastInsteadOfExpand:
                 return False
             if not _broadcasts_to(tuple(source.meta["val"].shape), out):
                 return False
-            for user in node.users:  # each user must still have the expanded shape without it
-                if user.target not in elementwise or tuple(user.meta["val"].shape) != out:
+            for user in node.users:  # without it, each user's operands must still broadcast to the expanded shape
+                if user.target not in elementwise or user.kwargs or [a for a in user.args[:2] if a is node] != [node]:
                     return False
-                if [a for a in user.args[:2] if a is node] != [node] or user.kwargs:
+                shapes = [tuple(a.meta["val"].shape) if hasattr(a, "meta") else () for a in user.args[:2]]
+                shapes = [tuple(source.meta["val"].shape) if a is node else s for a, s in zip(user.args[:2], shapes)]
+                if tuple(torch.broadcast_shapes(*shapes)) != tuple(user.meta["val"].shape):
                     return False
             return True
 
