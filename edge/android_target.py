@@ -245,8 +245,8 @@ class AndroidLowered:
                 outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
             except ModelRunError as exc:  # runs on the search's samples, a kernel refuses these
                 raise BudgetError(
-                    f"{program.name}: the android {config.scheme} model stops LiteRT on the {chosen.kind} the budget is "
-                    f"measured on ({exc}), so nothing was written and the output folder is as it was. An int8 kernel "
+                    f"{program.name}: the android {config.scheme} model stops LiteRT on the samples the budget is measured "
+                    f"on ({chosen.kind}): {exc}. Nothing was written and the output folder is as it was. An int8 kernel "
                     "refused its values (a DIV whose divisor rounds to zero). Try --quantize auto or dynamic-int8, or "
                     "calibration data that covers those inputs."
                 ) from None

@@ -90,15 +90,19 @@ def _private_copy(exported_program):
 
 def litert_ir_passes(exported_program):
     """The IR passes every LiteRT lowering applies first (android and mcu alike), as a new
-    program: PReLU as one form, attention-mask constants bounded, L2 normalizations without a
+    program: what depends on no input folded into constants (mcu's fold-constants pass: EdgeNeXt
+    computes its positional encoding at run time, an int8 DIV by 10000**k that LiteRT refused),
+    PReLU as one form, attention-mask constants bounded, L2 normalizations without a
     division by the norm (an int8 DIV stops at a divisor on its zero point), no expand before a
     broadcasting op (litert-torch's converter refused MobileViTv2's). Per-layer verify takes its
     reference from the same program, so a bounded mask is not reported as an error."""
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.mask_bound import FiniteMaskBound
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
 
+    exported_program, _ = FoldConstants()(exported_program)
     exported_program, _ = PReluAsMinimum()(exported_program)
     exported_program, _ = FiniteMaskBound()(exported_program)
     exported_program, _ = NormalizeAsRsqrt()(exported_program)
