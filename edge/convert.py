@@ -38,6 +38,7 @@ from tpuedge.quantize.recipes import choose_precisions, merge_by_kind, scheme_su
 from tpuedge.shared_ir.errors import InternalError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tpuedge.quantize.metrics import AccuracySummary
     from tpuedge.shared_ir.program import Program
 
 __all__ = [
@@ -192,9 +193,9 @@ def program_to_tflite(
         return ConvertedModel(base, recipe, base, config)
 
     # imported here: a float build never pays for the quantizer
-    from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
+    from tpuedge.edge.litert_runtime import LiteRTRunner
     from tpuedge.edge.quantizer_recipes import find_sensitive_groups, quantizer_recipe, run_quantizer
-    from tpuedge.quantize.metrics import AccuracySummary, compare_outputs
+    from tpuedge.quantize.metrics import AccuracySummary
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
     from tpuedge.shared_ir.progress import stage_progress
 
@@ -244,14 +245,7 @@ def program_to_tflite(
 
             def build_and_score() -> tuple[bytes, dict]:
                 data = quantize(entries, ranges)
-                runner = LiteRTRunner(data)
-                try:
-                    outputs = [runner.run(x) for x in eval_inputs]
-                except ModelRunError:  # a kernel refused its int8 values: a recipe that can't ship scores worst
-                    return data, asdict(AccuracySummary.failed_to_run(len(eval_inputs)))
-                if not all(np.isfinite(o).all() for sample in outputs for o in sample):
-                    return data, asdict(AccuracySummary.failed_to_run(len(eval_inputs)))  # inf/NaN (a float DIV by 0)
-                return data, asdict(compare_outputs(reference(), outputs))
+                return data, asdict(_score_candidate(data, eval_inputs, reference))
 
             parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {})}
             built[key], score = cached_stage("quant_candidate", parts, build_and_score,
@@ -283,7 +277,7 @@ def program_to_tflite(
     if equalize and best_all_int8 < config.target_cosine:
         with stage_progress(f"{program.name}: all-int8 after cross-layer equalization", total=1) as step:
             step("equalize, convert, calibrate, score")
-            equalized = _equalized_candidate(program, config, calibration, eval_samples, reference, best_all_int8, target)
+            equalized = _equalized_candidate(program, config, calibration, eval_inputs, reference, best_all_int8, target)
         if equalized is not None and equalized["report"]["kept"]:
             converted = program_to_tflite(equalized["program"], config, calibration, report_strict_cost=report_strict_cost,
                                           target=target, budget_cosine=budget_cosine, equalize=False)
@@ -369,13 +363,30 @@ def program_to_tflite(
     return ConvertedModel(final, recipe, base, config)
 
 
-def _equalized_candidate(program, config, calibration, eval_samples, reference, best: float, target) -> dict | None:
+def _score_candidate(tflite: bytes, eval_inputs, reference) -> "AccuracySummary":
+    """A quantized candidate run in LiteRT on `eval_inputs` (the .tflite's layout) against
+    `reference()`; the worst score when LiteRT refuses to run it (an int8 kernel's own check, a
+    DIV whose divisor rounds to its zero point) or its outputs are inf/NaN (a float DIV by 0):
+    a recipe that can't ship."""
+    from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
+    from tpuedge.quantize.metrics import AccuracySummary, compare_outputs
+
+    runner = LiteRTRunner(tflite)
+    try:
+        outputs = [runner.run(x) for x in eval_inputs]
+    except ModelRunError:
+        return AccuracySummary.failed_to_run(len(eval_inputs))
+    if not all(np.isfinite(o).all() for sample in outputs for o in sample):
+        return AccuracySummary.failed_to_run(len(eval_inputs))
+    return compare_outputs(reference(), outputs)
+
+
+def _equalized_candidate(program, config, calibration, eval_inputs, reference, best: float, target) -> dict | None:
     """{"program": the program after cross-layer equalization, "report": what was measured, with
     "kept": whether its all-int8 (min/max ranges) beats `best`, this program's best all-int8, by
     _MIN_EQUALIZED_GAIN}; None when no pair can be equalized."""
     from tpuedge.edge.litert_runtime import LiteRTRunner
     from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
-    from tpuedge.quantize.metrics import compare_outputs
     from tpuedge.shared_ir.passes.cross_layer_equalization import CrossLayerEqualization
     from tpuedge.shared_ir.program import Program
 
@@ -387,8 +398,7 @@ def _equalized_candidate(program, config, calibration, eval_samples, reference, 
     quantize = run_quantizer(base)
     entries = quantizer_recipe(config)
     quantize.calibrate(entries, _quantizer_samples(calibration, LiteRTRunner(base).inputs, config.channels_last))
-    runner = LiteRTRunner(quantize(entries))
-    score = search_score(compare_outputs(reference(), [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in eval_samples]))
+    score = search_score(_score_candidate(quantize(entries), eval_inputs, reference))
     return {"program": equalized, "report": {"pairs": result.changed, "all_int8_cosine_before": _round(best),
                                               "all_int8_cosine_equalized": _round(score),
                                               "kept": score >= best + _MIN_EQUALIZED_GAIN}}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.graph_edit import call_functions, finish
 
 __all__ = ["BroadcastInsteadOfExpand"]
@@ -29,8 +29,6 @@ class BroadcastInsteadOfExpand:
 
     def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
         import torch
-
-        from tpuedge.shared_ir.passes import copy_program
 
         aten = torch.ops.aten
         elementwise = {aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor}
