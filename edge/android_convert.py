@@ -16,17 +16,20 @@ __all__ = ["convert_for_android", "int8_rewrites"]
 
 
 def convert_for_android(program: "Program", config, calibration, **options: Any):
-    """program_to_tflite, with android's own IR rewrites for static int8 (`int8_rewrites`); the
-    recipe lists them."""
+    """program_to_tflite, with android's own IR rewrites for static int8 (`int8_rewrites`) and
+    the tensor names shortened (edge/tensor_names.py); the recipe lists the rewrites."""
     from tpuedge.edge.convert import program_to_tflite
+    from tpuedge.edge.tensor_names import shorten_tensor_names
 
     rewrites: list[dict] = []
     if config.scheme == "int8":
         program, rewrites = int8_rewrites(program)
     converted = program_to_tflite(program, config, calibration, target="android", **options)
-    if not rewrites:
-        return converted
-    return dataclasses.replace(converted, recipe={**converted.recipe, "ir_rewrites": rewrites})
+    recipe = {**converted.recipe, "ir_rewrites": rewrites} if rewrites else converted.recipe
+    tflite = shorten_tensor_names(converted.tflite)
+    # the float model too, so that the manifest's size ratio compares like with like
+    float_tflite = tflite if converted.float_tflite is converted.tflite else shorten_tensor_names(converted.float_tflite)
+    return dataclasses.replace(converted, tflite=tflite, float_tflite=float_tflite, recipe=recipe)
 
 
 def int8_rewrites(program: "Program") -> tuple["Program", list[dict]]:

@@ -40,6 +40,7 @@ def strict_int8_tflite(rewritten: "Program", config, calibration, trained_ranges
     """(converted, tflite with every buffer inline, indices of the buffers moved inline)."""
     from tpuedge.edge.convert import program_to_tflite
     from tpuedge.edge.tflm_forms import tflm_forms
+    from tpuedge.edge.tensor_names import shorten_tensor_names
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
 
     converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges)
@@ -50,7 +51,7 @@ def strict_int8_tflite(rewritten: "Program", config, calibration, trained_ranges
     tflite, rewritten_forms = tflm_forms(tflite)
     if rewritten_forms:
         converted.recipe["tflm_forms"] = rewritten_forms
-    return converted, tflite, moved
+    return converted, shorten_tensor_names(tflite), moved
 
 
 # ---- lowering -------------------------------------------------------------------------------

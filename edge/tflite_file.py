@@ -123,13 +123,39 @@ def _check_indices(model, size: int, where: str) -> None:
                 raise _fail(where, f"signature {text(sig.signatureKey)!r} names tensor {tm.tensorIndex} but there are {n}")
 
 
-def write_model(model) -> bytes:
-    """Serialize a `ModelT` (with the "TFL3" identifier)."""
+def _pack(model) -> bytes:
     import flatbuffers
 
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
     return bytes(builder.Output())
+
+
+def write_model(model, external_from: bytes | None = None) -> bytes:
+    """Serialize a `ModelT` (with the "TFL3" identifier).
+
+    `external_from`: the bytes `model` was read from. Its buffers stored after the flatbuffer
+    (offset/size, as ai-edge-quantizer writes large models) are then stored after the new one,
+    16-byte aligned, with their offsets moved; without it, offsets are written as they are.
+    """
+    external = [b for b in model.buffers or [] if is_external(b)] if external_from is not None else []
+    if not external:
+        return _pack(model)
+    payloads = [bytes(external_from[int(b.offset):int(b.offset) + int(b.size)]) for b in external]
+    for b in external:  # placeholders as wide as any real offset, so the second pack has this length
+        b.offset = 1 << 40
+    head = _pack(model)
+    position, layout = len(head), []
+    for b, payload in zip(external, payloads):
+        position = -(-position // 16) * 16
+        b.offset = position
+        layout.append((position, payload))
+        position += len(payload)
+    head = _pack(model)
+    out = bytearray(head)
+    for start, payload in layout:
+        out += bytes(start - len(out)) + payload
+    return bytes(out)
 
 
 def operator_names(model) -> list[str]:

@@ -151,6 +151,25 @@ def test_external_buffers_are_read_and_moved_inline(built):
     assert np.array_equal(LiteRTRunner(inline).run([x])[0], expected)
 
 
+def test_a_rewritten_model_keeps_its_outside_buffers_outside(built):
+    """Rewriting a model ai-edge-quantizer stored partly after the flatbuffer (a renamed tensor)
+    re-appends those buffers with their offsets moved: written as read, the offsets pointed into
+    bytes the new file no longer has and LiteRT refused it."""
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.tflm_model import external_buffers
+
+    data = (built / "model.tflite").read_bytes()
+    outside, index, payload = _with_buffer_outside(data)
+    model = tflite_file.read_model(outside)
+    model.subgraphs[0].tensors[0].name = b"a much longer name than the converter gave this tensor"
+    rewritten = tflite_file.write_model(model, external_from=outside)
+    assert external_buffers(rewritten) == [index]
+    buf = tflite_file.read_model(rewritten).buffers[index]
+    assert buf.offset % 16 == 0 and rewritten[buf.offset:buf.offset + buf.size] == payload.tobytes()
+    x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
+    assert np.array_equal(LiteRTRunner(rewritten).run([x])[0], LiteRTRunner(data).run([x])[0])
+
+
 def test_every_view_reads_the_same_tensors(built):
     from tpuedge.edge.tflite_inspect import summarize_tflite
     from tpuedge.edge.tflm_model import io_quantization, ops_used

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpuedge.edge.tensor_names import short_scope
 from tpuedge.verify.ir_values import IRLayer, litert_scope
 from tpuedge.verify.runner import inverse_permutation, layout_permutation
 
@@ -102,18 +103,8 @@ def dequantize(tensor: TfliteTensor, raw: np.ndarray) -> np.ndarray:
     return affine.dequantize(raw, tensor.scale, tensor.zero_point, tensor.quantized_dimension).astype(np.float64)
 
 
-def _short_scope(scope: str) -> str:
-    """"pkg.mod.Net/torch.nn.modules.conv.Conv2d_conv1" -> "Net/Conv2d_conv1".
-
-    The module part of a class name can differ between the process that built the artifact and
-    this one (a model file imported under a generated module name), so only class names and
-    attribute names are compared.
-    """
-    return "/".join(layer.rsplit(".", 1)[-1] for layer in scope.split("/"))
-
-
 def _scopes(name: str) -> set[str]:
-    return {_short_scope(part) for part in name.split(";") if part and not part.isdigit()}
+    return {short_scope(part) for part in name.split(";") if part and not part.isdigit()}
 
 
 # IR ops a converter folds into the op before them (BatchNorm into conv weights, activations
@@ -181,7 +172,7 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
 
     ep = program.exported_program
     nodes = {n.name: n for n in ep.graph.nodes}
-    scope_of = {name: _short_scope(s) for name, n in nodes.items() if (s := litert_scope(n))}
+    scope_of = {name: short_scope(s) for name, n in nodes.items() if (s := litert_scope(n))}
     order = {n.name: i for i, n in enumerate(ep.graph.nodes)}
     input_layers = [l.name for l in layers.values() if l.is_input]
 
@@ -301,7 +292,7 @@ def counterpart_nodes(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -
         layer = layers.get(node.name)
         if node.op != "call_function" or layer is None or not scope:
             continue
-        if any(layout_permutation(layer.shape, t.shape) is not None for t in by_scope.get(_short_scope(scope), ())):
+        if any(layout_permutation(layer.shape, t.shape) is not None for t in by_scope.get(short_scope(scope), ())):
             found.add(node.name)
     return found
 

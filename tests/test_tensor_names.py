@@ -1,0 +1,64 @@
+"""Tensor names in built .tflite files are litert-torch's module scopes without the Python class
+paths: the bytes go, and per-layer verify, which compares class and attribute names only, still
+places every tensor."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import tpuedge
+from tpuedge.edge import tflite_file
+from tpuedge.edge.tensor_names import short_tensor_name, shorten_tensor_names
+
+
+def test_a_name_keeps_its_distinct_scopes_shortened_in_order():
+    fused = "pkg.models.Net/torch.nn.modules.conv.Conv2d_conv;pkg.models.Net/torch.nn.modules.conv.Conv2d_conv;;3;pkg.models.Net/torch.nn.modules.activation.ReLU_act"
+    assert short_tensor_name(fused) == "Net/Conv2d_conv;Net/ReLU_act"
+    assert short_tensor_name("test_tensor_names._Net;1") == "_Net"
+    for plain in ("serving_default_x", "StatefulPartitionedCall:0", "7"):
+        assert short_tensor_name(plain) == plain
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.act = torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.conv(x)) + x
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.blocks = torch.nn.Sequential(_Block(), _Block())
+        self.head = torch.nn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+def _names(data: bytes) -> list[str]:
+    return [tflite_file.text(t.name) for t in tflite_file.read_model(data).subgraphs[0].tensors]
+
+
+def test_android_and_mcu_builds_write_short_names_and_verify_still_places_layers(tmp_path):
+    torch.manual_seed(0)
+    program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="named")
+    rng = np.random.default_rng(0)
+    calibration = [[rng.standard_normal((1, 3, 8, 8)).astype(np.float32)] for _ in range(16)]
+    for target, options in (("android", {"quantize": "int8"}), ("mcu", {"board": "esp32s3"})):
+        artifact = tpuedge.build(program, target, tmp_path / target, calibration=calibration, **options)
+        data = (tmp_path / target / "model.tflite").read_bytes()
+        names = _names(data)
+        assert not [n for n in names if "torch.nn.modules" in n or "test_tensor_names" in n], names
+        assert any("_Block_0/Conv2d_conv" in n for n in names), names
+        assert shorten_tensor_names(data) is data  # already short
+        x = calibration[0][0]
+        result = tpuedge.verify(artifact, program, [x] * 2, per_layer=True, layer_samples=2)
+        compared = [l.node for l in result.layers.layers if not l.is_input]
+        # the same nodes as with the converter's full names (measured on both targets)
+        assert compared == ["conv2d", "relu", "add", "relu_1", "add_1", "mean", "linear"], (target, compared)
