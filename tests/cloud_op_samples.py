@@ -163,6 +163,7 @@ SAMPLES.update({
     ],
     "aten.copy.default": lambda g: [S(g.T(3, 4), g.T(4), grad=False), S(g.I(5, 3, 4), g.T(3, 4) * 3, grad=False)],
     "aten.flip.default": lambda g: [S(g.T(2, 3, 4), [0, 2])],
+    "aten.unfold.default": lambda g: [S(g.T(2, 7, 3), 1, 3, 2), S(g.T(5, 4), 0, 2, 1), S(g.T(2, 3, 8), -1, 4, 4)],
     "aten.roll.default": lambda g: [S(g.T(3, 4), [1], [0]), S(g.T(3, 4), [2]), S(g.T(3, 4), [1, -1], [0, 1])],
     "aten.repeat.default": lambda g: [S(g.T(2, 3), [2, 1, 2])],
     "aten.diagonal.default": lambda g: [S(g.T(3, 4)), S(g.T(2, 3, 4), 1, 1, 2), S(g.T(4, 4), -1)],

@@ -103,6 +103,18 @@ def flip(x, dims):
     return jnp.flip(x, tuple(dims))
 
 
+@lowering("aten.unfold.default")
+def unfold(x, dimension, size, step):
+    """Tensor.unfold: windows of `size` every `step` along `dimension`, the window as a new last
+    axis (timm's HaloNet cuts its attention halos this way)."""
+    dim = normalize_dim(dimension, x.ndim) if x.ndim else 0
+    if x.ndim == 0:
+        return jnp.reshape(x, (1,))
+    count = (x.shape[dim] - size) // step + 1
+    index = np.arange(count)[:, None] * step + np.arange(size)[None, :]
+    return jnp.moveaxis(jnp.take(x, index, axis=dim), dim + 1, -1)
+
+
 @lowering("aten.roll.default")
 def roll(x, shifts, dims=()):
     if not dims:
