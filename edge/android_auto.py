@@ -37,7 +37,7 @@ def build_auto(
     """(chosen model, recipe["auto"] entry, its accuracy_budget entry, its outputs on the samples).
     BudgetError (nothing written) when no candidate meets the budget and it may not be written below."""
     from tpuedge.edge.android_convert import convert_for_android
-    from tpuedge.edge.convert import tflite_layout_inputs
+    from tpuedge.edge.float_model import tflite_layout_inputs
     from tpuedge.edge.litert_latency import median_latency_ms
     from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
     from tpuedge.quantize.auto import AutoCandidate, auto_report, auto_table, candidate_schemes, choose_recipe

@@ -211,7 +211,7 @@ class AndroidLowered:
 
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
-        from tpuedge.edge.convert import tflite_layout_inputs
+        from tpuedge.edge.float_model import tflite_layout_inputs
         from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
         from tpuedge.shared_ir.errors import BudgetError
         from tpuedge.edge.tflite_inspect import summarize_tflite

@@ -15,61 +15,25 @@ Pipeline: the Program's ExportedProgram -> litert-torch (its decomposition table
 flatbuffer export) -> float .tflite -> ai-edge-quantizer recipe (fp16 weights / dynamic int8 /
 static int8 with a per-op precision search measured against the float IR).
 
-Static int8, where all-int8 misses the target, measures remedies before the search: estimated
-activation ranges (MSE, percentile) and cross-layer equalization of conv/linear pairs across
-a relu (shared_ir/passes/cross_layer_equalization.py). Each is kept only if it scores better;
-an equalized program is then converted in the user's program's place (the manifest says so,
-and per-layer verify compares against it).
+Static int8's calibration, remedies and per-op precision search: edge/int8_search.py.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import threading
-from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tpuedge.quantize.config import QuantConfig
-from tpuedge.quantize.recipes import choose_precisions, merge_by_kind, scheme_summary, upgrade_ranked
-from tpuedge.shared_ir.errors import InternalError, UserError
+from tpuedge.quantize.recipes import scheme_summary
+from tpuedge.shared_ir.errors import InternalError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tpuedge.quantize.metrics import AccuracySummary
+    import numpy as np
+
     from tpuedge.shared_ir.program import Program
 
-__all__ = [
-    "ConvertedModel",
-    "program_to_tflite",
-    "float_tflite",
-    "clear_float_cache",
-    "tflite_layout_inputs",
-    "SEARCH_SAMPLES",
-]
-
-# At most this many calibration samples are used to measure candidate recipes; fewer for a
-# model of LARGE_MODEL_PARAMETERS or more, where one candidate's LiteRT run costs 0.1-0.2 s per
-# sample (a 22M-parameter encoder with int16 and float islands) and the search measures ~100.
-SEARCH_SAMPLES = 64
-# activation-range estimates measured against min/max when all-int8 misses the target; one
-# is kept only if it scores _MIN_RANGE_GAIN better (a tie keeps min/max, which clips nothing)
-ESTIMATED_RANGES = ("mse", "percentile")
-_MIN_RANGE_GAIN = 1e-4
-# cross-layer equalization is kept only if its all-int8 beats the best ranges' by this much
-# (a near tie keeps the user's own weights, which per-layer verify compares one for one)
-_MIN_EQUALIZED_GAIN = 1e-3
-# the float-island last resort aims this far above the budget on the search's own samples: the
-# held-out samples the budget reads score lower (ShuffleNetV2-x0.5 by 0.001, MiniLM's old recipe
-# passed 8 held-out samples and scored 0.9885 on 32 others)
-_HELD_OUT_MARGIN = 0.0025
-LARGE_MODEL_PARAMETERS = 5_000_000
-LARGE_MODEL_SEARCH_SAMPLES = 16
-_FLOAT_CACHE: "OrderedDict[tuple[str, bool], bytes]" = OrderedDict()
-_FLOAT_CACHE_SIZE = 8
-_LOCK = threading.Lock()
+__all__ = ["ConvertedModel", "program_to_tflite"]
 
 
 @dataclass(frozen=True)
@@ -78,79 +42,6 @@ class ConvertedModel:
     recipe: dict
     float_tflite: bytes
     config: QuantConfig = field(default_factory=QuantConfig)
-
-
-def clear_float_cache() -> None:
-    """Forget converted float models (the next build lowers through litert-torch again)."""
-    with _LOCK:
-        _FLOAT_CACHE.clear()
-
-
-def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True, target: str | None = None) -> bytes:
-    """The float32 .tflite of `program` (cached per IR fingerprint: the same IR gives the same bytes)."""
-    from tpuedge.shared_ir.progress import stage_progress
-
-    key = (program.fingerprint, bool(channels_last))
-    with _LOCK:
-        if cache and key in _FLOAT_CACHE:
-            _FLOAT_CACHE.move_to_end(key)
-            return _FLOAT_CACHE[key]
-    if program.has_dynamic_shapes:
-        raise UserError(
-            f"{program.name} has dynamic input dims ({', '.join(s.describe() for s in program.inputs)}); "
-            f"the {target or 'LiteRT'} target needs static shapes: export without dynamic_shapes."
-        )
-    try:
-        with stage_progress(f"{program.name}: litert-torch lowering to a float .tflite"):
-            data = _float_stage(program, channels_last, cache)
-    except UserError:
-        raise
-    except Exception as exc:  # litert-torch raises plain exceptions for unsupported graphs
-        # the calling target's own check says which ops it can't take (this module names no target)
-        problems = program.check(target) if target else []
-        if problems:
-            from tpuedge.shared_ir.errors import ProblemsError
-
-            raise ProblemsError(f"{program.name} can't be lowered for {target}; nothing was written:", problems) from exc
-        raise InternalError(f"litert-torch failed to lower {program.name}: {type(exc).__name__}: {exc}") from exc
-    with _LOCK:
-        _FLOAT_CACHE[key] = data
-        while len(_FLOAT_CACHE) > _FLOAT_CACHE_SIZE:
-            _FLOAT_CACHE.popitem(last=False)
-    return data
-
-
-def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
-    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
-    from tpuedge.shared_ir.cache_keys import cached_stage
-
-    return cached_stage(  # on disk: one float model for every LiteRT target's build of an IR
-        # NHWC changes only rank-4 float inputs: other models share one float model across layouts
-        "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last) and _has_image_input(program)},
-        lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
-    ) if cache else lower_to_float_flatbuffer(program, channels_last=channels_last)
-
-
-def _has_image_input(program: "Program") -> bool:
-    return any(len(s.shape) == 4 and s.dtype.startswith("float") for s in program.inputs)
-
-
-def tflite_layout_inputs(sample: list[np.ndarray], channels_last: bool) -> list[np.ndarray]:
-    """A Program-layout sample (NCHW) in the .tflite's layout (NHWC for rank-4 float inputs)."""
-    if not channels_last:
-        return list(sample)
-    return [
-        np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if x.ndim == 4 and np.issubdtype(x.dtype, np.floating) else x
-        for x in sample
-    ]
-
-
-def _quantizer_samples(samples, input_infos, channels_last: bool) -> list[dict]:
-    out = []
-    for sample in samples:
-        arrays = tflite_layout_inputs(sample, channels_last)
-        out.append({info.name: np.asarray(x).astype(info.dtype) for info, x in zip(input_infos, arrays)})
-    return out
 
 
 def program_to_tflite(
@@ -174,12 +65,14 @@ def program_to_tflite(
     only): they replace the calibrated range of every tensor they reach, and no per-op search runs.
     budget_cosine: the build's accuracy budget (worst output's mean per-sample cosine). Where the
     search ends below it (plus a margin for held-out samples), the top-ranked points become
-    float islands (`_float_ranked_points`); None: no such last resort.
+    float islands (edge/int8_search.py); None: no such last resort.
     equalize: where all-int8 misses the target, also measure the program after cross-layer
-    equalization (`_equalized_candidate`); False for that program itself.
+    equalization (edge/int8_search.py); False for that program itself.
     """
     if config.scheme == "auto":  # a choice among conversions, made by the target (edge/android_auto.py)
         raise InternalError("program_to_tflite converts one scheme; resolve --quantize auto with edge.android_auto.build_auto")
+    from tpuedge.edge.float_model import float_tflite
+
     base = float_tflite(program, channels_last=config.channels_last, target=target)
     recipe: dict = {
         "scheme": config.scheme,
@@ -193,11 +86,8 @@ def program_to_tflite(
         return ConvertedModel(base, recipe, base, config)
 
     # imported here: a float build never pays for the quantizer
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.quantizer_recipes import find_sensitive_groups, quantizer_recipe, run_quantizer
-    from tpuedge.quantize.metrics import AccuracySummary
-    from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
-    from tpuedge.shared_ir.progress import stage_progress
+    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.shared_ir.cache_keys import cached_stage
 
     quantize = run_quantizer(base)
     if config.scheme in ("fp16", "dynamic-int8"):
@@ -207,338 +97,14 @@ def program_to_tflite(
         quantized = cached_stage("quantized", {"float": hashlib.sha256(base).hexdigest(), "recipe": entries}, lambda: quantize(entries))
         return ConvertedModel(quantized, recipe, base, config)
 
-    if not calibration:
-        raise UserError(
-            f"--quantize int8 needs calibration data to set activation ranges, and none was given for {program.name}; "
-            "pass --calibration data.npz (arrays keyed by input name), a .npy, a folder, or module:function."
-        )
-    float_runner = LiteRTRunner(base)
-    # trained ranges replace every calibrated one: a single sample gives the quantizer its entries
-    cal_samples = _quantizer_samples(calibration[:1] if trained_ranges is not None else calibration,
-                                     float_runner.inputs, config.channels_last)
-    groups, scopes = find_sensitive_groups(base)
-    all_int8 = quantizer_recipe(config)
-    with stage_progress(f"{program.name}: calibration on {len(cal_samples)} sample(s)"):
-        quantize.calibrate(all_int8, cal_samples)
-    if trained_ranges is not None:
-        return _with_trained_ranges(program, config, quantize, base, calibration, trained_ranges, recipe)
+    from tpuedge.edge.int8_search import Equalized, static_int8
 
-    large = program.parameter_count >= LARGE_MODEL_PARAMETERS
-    eval_samples = calibration[:LARGE_MODEL_SEARCH_SAMPLES if large else SEARCH_SAMPLES]
-    reference = functools.cache(lambda: [program.run(*s) for s in eval_samples])  # not run when every candidate is cached
-    eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
-    built: dict[str, bytes] = {}
-    measured: dict = {}  # recipe key -> AccuracySummary; the search re-asks for recipes it has measured
-
-    candidate_parts = {"ir": program.fingerprint, "float": hashlib.sha256(base).hexdigest(),
-                       "calibration": data_digest(calibration), "channels_last": config.channels_last}
-
-    step = None  # the search's progress row, set below
-    chosen = {"ranges": "min-max"}  # the activation-range method, chosen by measurement below
-
-    def measure(assignment: dict[str, str], ranges: str | None = None):
-        ranges = ranges or chosen["ranges"]
-        key = _key(assignment, ranges)
-        if key not in measured:
-            step(key or "all int8")
-            entries = quantizer_recipe(config, assignment, scopes)
-
-            def build_and_score() -> tuple[bytes, dict]:
-                data = quantize(entries, ranges)
-                return data, asdict(_score_candidate(data, eval_inputs, reference))
-
-            parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {})}
-            built[key], score = cached_stage("quant_candidate", parts, build_and_score,
-                                             encode=encode_blob_and_json, decode=decode_blob_and_json)
-            measured[key] = AccuracySummary(**score)
-        return measured[key]
-
-    def evaluate(assignment: dict[str, str], ranges: str | None = None) -> float:
-        # the budget reads every output's mean per-sample cosine: the search aims at it too, so it
-        # never stops on a score the budget does not read
-        return search_score(measure(assignment, ranges))
-
-    # where all-int8 with min/max ranges misses the target, the ranges estimated from histograms
-    # are measured too (quantize/range_estimation.py), and the best all-int8 sets the search's ranges
-    with stage_progress(f"{program.name}: all-int8 candidate", total=1) as step:
-        range_scores = {"min-max": evaluate({})}
-    if range_scores["min-max"] < config.target_cosine:
-        with stage_progress(f"{program.name}: activation ranges from histograms", total=1 + len(ESTIMATED_RANGES)) as step:
-            step("histograms of the calibration activations")
-            quantize.estimate_ranges(cal_samples, ESTIMATED_RANGES)
-            for method in ESTIMATED_RANGES:
-                range_scores[method] = evaluate({}, method)
-                if range_scores[method] > range_scores[chosen["ranges"]] + _MIN_RANGE_GAIN:
-                    chosen["ranges"] = method
-
-    # where all-int8 misses the target, the same function with its channels equalized across
-    # relus may quantize better: measured, and converted instead when it does
-    best_all_int8 = max(range_scores.values())
-    if equalize and best_all_int8 < config.target_cosine:
-        with stage_progress(f"{program.name}: all-int8 after cross-layer equalization", total=1) as step:
-            step("equalize, convert, calibrate, score")
-            equalized = _equalized_candidate(program, config, calibration, eval_inputs, reference, best_all_int8, target)
-        if equalized is not None and equalized["report"]["kept"]:
-            converted = program_to_tflite(equalized["program"], config, calibration, report_strict_cost=report_strict_cost,
-                                          target=target, budget_cosine=budget_cosine, equalize=False)
-            converted.recipe["cross_layer_equalization"] = equalized["report"]
-            return converted
-        if equalized is not None:
-            recipe["cross_layer_equalization"] = equalized["report"]
-
-    # where all-int8 misses the target, the IR's costliest points go int16 first (not under
-    # --strict-int8, whose reported cost compares it with this default recipe)
-    ranked: dict = {"assignment": {}, "report": None, "non_int8": []}
-    if config.rank_points and (not config.strict_int8 or report_strict_cost):
-        all_int8 = range_scores[chosen["ranges"]]
-        if all_int8 < config.target_cosine:
-            ranked = _upgrade_ranked_points(program, base, calibration, eval_samples, scopes, evaluate, all_int8, config)
-
-    def with_ranked(assignment: dict[str, str]) -> float:
-        return evaluate({**ranked["assignment"], **assignment})
-
-    # the groups searched: each op group, or one per kind (config.group_by_kind)
-    search_groups, expand = merge_by_kind(groups) if config.group_by_kind else (groups, dict)
-
-    def searched(score):
-        return lambda assignment: score(expand(assignment))
-
-    # at most: all-int8, each group at int16 and at float, then each group's upgrade in turn
-    with stage_progress(f"{program.name}: int8 search over {len(search_groups)} op group(s)", total=1 + 3 * len(search_groups)) as step:
-        plan = choose_precisions(search_groups, searched(evaluate if config.strict_int8 else with_ranked),
-                                 strict_int8=config.strict_int8, target_cosine=config.target_cosine)
-        mixed = (choose_precisions(search_groups, searched(with_ranked), strict_int8=False, target_cosine=config.target_cosine)
-                 if config.strict_int8 and report_strict_cost else None)
-    ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
-    assignment = expand(plan.assignment) if config.strict_int8 else {**ranked["assignment"], **expand(plan.assignment)}
-    final_cosine = plan.final_cosine
-    if budget_cosine is not None and not config.strict_int8 and ranked.get("groups"):
-        def budget_score(assignment: dict[str, str]) -> float:  # the budget's own metric
-            summary = measure(assignment)
-            return summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
-
-        fallback = _float_ranked_points(program, ranked, budget_score, assignment, min(budget_cosine + _HELD_OUT_MARGIN, 1.0))
-        if fallback is not None:
-            assignment, ranked_ops = fallback
-            final_cosine = evaluate(assignment)
-    final = built[_key(assignment, chosen["ranges"])]
-    recipe.update(
-        {
-            "quantizer": "ai-edge-quantizer",
-            "quantizer_recipe": quantizer_recipe(config, assignment, scopes),
-            "calibration_samples": len(calibration),
-            "search": {
-                "metric": "the lower of the centered cosine and the worst output's mean per-sample cosine, vs the float IR on calibration samples",
-                "samples": len(eval_samples),
-                "target_cosine": config.target_cosine,
-                "all_int8_cosine": _round(range_scores[chosen["ranges"]]),
-                "final_cosine": _round(final_cosine),
-                "evaluations": len(measured),
-                "strict_int8": config.strict_int8,
-                "inputs": "calibration samples (the search's own)",
-                "candidates": _candidates(measured),
-            },
-            "calibrated_ranges": {
-                "method": chosen["ranges"],
-                "all_int8_by_method": {m: _round(v) for m, v in range_scores.items()},
-                "how": "per-tensor min/max over the calibration samples; where all-int8 missed the target, "
-                       "also MSE-optimal and 0.01%/99.99% percentile ranges from each activation's histogram "
-                       "(model outputs keep min/max), the best all-int8 score chosen",
-            },
-            "sensitivity": None if config.strict_int8 else ranked["report"],
-            "decisions": [d.to_json() for d in plan.decisions],
-            "non_int8_ops": ranked_ops + [
-                {"group": d.group, "kind": d.kind, "precision": d.precision, "ops": list(d.ops), "why": d.reason}
-                for d in plan.non_int8
-            ],
-        }
-    )
-    if mixed is not None:
-        mixed_assignment = {**ranked["assignment"], **expand(mixed.assignment)}
-        mixed_ops = [{"group": o["group"], "kind": o["kind"], "precision": o["precision"]} for o in ranked["non_int8"]]
-        mixed_ops += [{"group": d.group, "kind": d.kind, "precision": d.precision} for d in mixed.non_int8]
-        recipe["strict_int8_cost"] = _strict_cost(measure(expand(plan.assignment)), measure(mixed_assignment), mixed_ops, len(eval_samples))
-        recipe["search"]["evaluations"] = len(measured)
-        recipe["search"]["candidates"] = _candidates(measured)
-    return ConvertedModel(final, recipe, base, config)
-
-
-def _score_candidate(tflite: bytes, eval_inputs, reference) -> "AccuracySummary":
-    """A quantized candidate run in LiteRT on `eval_inputs` (the .tflite's layout) against
-    `reference()`; the worst score when LiteRT refuses to run it (an int8 kernel's own check, a
-    DIV whose divisor rounds to its zero point) or its outputs are inf/NaN (a float DIV by 0):
-    a recipe that can't ship."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
-    from tpuedge.quantize.metrics import AccuracySummary, compare_outputs
-
-    runner = LiteRTRunner(tflite)
-    try:
-        outputs = [runner.run(x) for x in eval_inputs]
-    except ModelRunError:
-        return AccuracySummary.failed_to_run(len(eval_inputs))
-    if not all(np.isfinite(o).all() for sample in outputs for o in sample):
-        return AccuracySummary.failed_to_run(len(eval_inputs))
-    return compare_outputs(reference(), outputs)
-
-
-def _equalized_candidate(program, config, calibration, eval_inputs, reference, best: float, target) -> dict | None:
-    """{"program": the program after cross-layer equalization, "report": what was measured, with
-    "kept": whether its all-int8 (min/max ranges) beats `best`, this program's best all-int8, by
-    _MIN_EQUALIZED_GAIN}; None when no pair can be equalized."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
-    from tpuedge.shared_ir.passes.cross_layer_equalization import CrossLayerEqualization
-    from tpuedge.shared_ir.program import Program
-
-    exported, result = CrossLayerEqualization()(program.exported_program)
-    if not result.changed:
-        return None
-    equalized = Program(exported, name=program.name)
-    base = float_tflite(equalized, channels_last=config.channels_last, target=target)
-    quantize = run_quantizer(base)
-    entries = quantizer_recipe(config)
-    quantize.calibrate(entries, _quantizer_samples(calibration, LiteRTRunner(base).inputs, config.channels_last))
-    score = search_score(_score_candidate(quantize(entries), eval_inputs, reference))
-    return {"program": equalized, "report": {"pairs": result.changed, "all_int8_cosine_before": _round(best),
-                                              "all_int8_cosine_equalized": _round(score),
-                                              "kept": score >= best + _MIN_EQUALIZED_GAIN}}
-
-
-def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scopes, evaluate, all_int8: float, config) -> dict:
-    """Rank every int8 point of the IR by its own cost (quantize/sensitivity.py), then give the
-    costliest points' ops int16 activations, a growing prefix at a time, by measured cosine.
-    `scopes` gains the ranked groups. Returns the assignment chosen and the report for the recipe."""
-    from tpuedge.edge.litert_lowering import litert_ir_passes
-    from tpuedge.edge.quantizer_recipes import ranked_groups
-    from tpuedge.quantize.sensitivity import RANKING_SAMPLES, rank_quant_points
-    from tpuedge.shared_ir.progress import stage_progress
-    from tpuedge.shared_ir.program import Program
-
-    measure_on = eval_samples[:RANKING_SAMPLES]
-    with stage_progress(f"{program.name}: int8 sensitivity of every IR point ({len(measure_on)} samples)", total=1):
-        # the program the converter saw (attention masks bounded), so ranges are the calibrated ones
-        lowered = Program(litert_ir_passes(program.exported_program), name=program.name)
-        try:
-            ranking = rank_quant_points(lowered, calibration, measure_on)
-        except (UserError, InternalError) as exc:  # the JAX lowering can't run it: the kind-based search still does
-            return {"assignment": {}, "report": {"unavailable": " ".join(str(exc).split())[:400]}, "non_int8": [], "groups": []}
-    groups, group_scopes = ranked_groups(base, ranking)
-    scopes.update(group_scopes)
-    with stage_progress(f"{program.name}: int16 for the top-ranked of {len(groups)} point(s)", total=len(groups)):
-        assignment, cosine, tried = upgrade_ranked(groups, evaluate, all_int8, target_cosine=config.target_cosine)
-    by_key = {g.key: g for g in groups}
-    points = sum(by_key[key].kind == "ranked" for key in assignment)
-    report = {
-        "method": "each IR quantization point alone in fake int8 (JAX lowering, calibrated min/max ranges), "
-                  "1 - mean per-sample cosine of the outputs vs float",
-        "samples": len(measure_on),
-        "inputs": "calibration samples (the search's own)",
-        "top": [s.to_json() for s in ranking[:10]],
-        "groups": [g.key for g in groups],
-        "prefixes_tried": [{"int16_groups": k, "search_score": _round(c)} for k, c in tried],
-        "chosen": points,
-    }
-    non_int8 = [
-        {"group": key, "kind": by_key[key].kind, "precision": precision, "ops": list(by_key[key].ops),
-         "why": (f"ranked among the {points} costliest IR points in int8" if precision == "int16" else
-                 "writes a model output from a ranked point's value (float keeps the output float)")
-                + f"; model cosine {_round(all_int8)} -> {_round(cosine)}"}
-        for key, precision in assignment.items()
-    ]
-    return {"assignment": assignment, "report": report, "non_int8": non_int8, "groups": groups}
-
-
-def _float_ranked_points(program, ranked: dict, budget_score, assignment: dict, aim: float):
-    """The search's last resort (float islands allowed) where `assignment`, all that int16 and the
-    op groups found, scores below `aim` by the budget's metric: the top-ranked points as float
-    islands on top of it, the fewest that reach `aim`. Returns (assignment, the ranked groups'
-    non-int8 entries), or None when it changes nothing; the report gains the prefixes tried."""
-    from tpuedge.quantize.recipes import float_ranked
-    from tpuedge.shared_ir.progress import stage_progress
-
-    start = budget_score(assignment)
-    if start >= aim:
-        return None
-    groups = ranked["groups"]
-    with stage_progress(f"{program.name}: float islands for the top-ranked of {len(groups)} point(s)", total=1):
-        floated, floated_cosine, tried = float_ranked(groups, budget_score, assignment, start, target_cosine=aim)
-    ranked["report"]["float_prefixes_tried"] = [{"float_groups": k, "sample_cosine": _round(c)} for k, c in tried]
-    if floated == assignment:
-        return None
-    by_key = {g.key: g for g in groups}
-    why = (f"int16 and the op groups left the model at mean per-sample cosine {_round(start)} (aim {_round(aim)}); "
-           f"float islands for the costliest points: {_round(floated_cosine)}")
-    entries = [e for e in ranked["non_int8"] if floated.get(e["group"]) == e["precision"]]
-    entries += [{"group": key, "kind": by_key[key].kind, "precision": precision, "ops": list(by_key[key].ops), "why": why}
-                for key, precision in floated.items()
-                if key in by_key and precision != "int8" and assignment.get(key) != precision]
-    return floated, entries
-
-
-def _with_trained_ranges(program, config, quantize, base: bytes, calibration, trained, recipe: dict) -> ConvertedModel:
-    """All int8, with every activation range the trained one (a tensor none reaches is an error)."""
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe
-    from tpuedge.edge.trained_ranges import require_complete, tensor_ranges
-    from tpuedge.shared_ir.cache_keys import cached_stage, data_digest
-
-    placed = tensor_ranges(base, program, trained)
-    require_complete(placed, program.name)  # so the samples the build checks on set no range
-    quantize.override_ranges(placed.ranges)
-    entries = quantizer_recipe(config)
-    parts = {"float": hashlib.sha256(base).hexdigest(), "recipe": entries, "ranges": trained.digest,
-             "calibration": data_digest(calibration)}
-    data = cached_stage("quantized", parts, lambda: quantize(entries))
-    recipe.update({
-        "quantizer": "ai-edge-quantizer",
-        "quantizer_recipe": entries,
-        "activation_ranges": {"source": trained.source, "sha256": trained.digest, **placed.summary()},
-        "non_int8_ops": [],
-    })
-    return ConvertedModel(data, recipe, base, config)
-
-
-def _strict_cost(strict, mixed, mixed_ops: list[dict], samples: int) -> dict:
-    """Strict int8 next to the default mixed recipe on the same samples (cost = mixed - strict)."""
-
-    def diff(name: str) -> float | None:
-        a, b = getattr(mixed, name), getattr(strict, name)
-        return None if a is None or b is None else _round(a - b)
-
-    return {
-        "samples": samples,
-        "inputs": "calibration samples (the search's), LiteRT vs the float IR",
-        "strict_int8": strict.to_json(),
-        "mixed": mixed.to_json(),
-        "mixed_non_int8_ops": mixed_ops,
-        "cost": {
-            "centered_cosine": diff("centered_cosine"),
-            "cosine": diff("cosine"),
-            "top1_agreement": diff("top1_agreement"),
-            "max_abs_error_ratio": _round(strict.max_abs_error / mixed.max_abs_error) if mixed.max_abs_error else None,
-        },
-    }
-
-
-def search_score(summary) -> float:
-    """What the int8 search maximizes: the lower of the centered cosine and the worst output's
-    mean per-sample cosine (the budget's metric)."""
-    sample = summary.sample_cosine
-    return summary.centered_cosine if sample is None else min(summary.centered_cosine, sample)
-
-
-def _candidates(measured: dict) -> list[dict]:
-    """Every recipe the search measured, in order, with its numbers (the table a build below budget prints)."""
-    return [
-        {"recipe": key or "all int8", "sample_cosine": _round(m.sample_cosine), "centered_cosine": _round(m.centered_cosine),
-         "cosine": _round(m.cosine), "top1_agreement": _round(m.top1_agreement)}
-        for key, m in measured.items()
-    ]
-
-
-def _key(assignment: dict[str, str], ranges: str = "min-max") -> str:
-    key = ",".join(f"{k}={v}" for k, v in sorted(assignment.items()) if v != "int8")
-    return key if ranges == "min-max" else f"{key or 'all int8'} [{ranges} ranges]"
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(float(x), 6)
+    result = static_int8(program, config, calibration, base, recipe, quantize, report_strict_cost=report_strict_cost,
+                         target=target, trained_ranges=trained_ranges, budget_cosine=budget_cosine, equalize=equalize)
+    if isinstance(result, Equalized):  # converted in the user's program's place (the recipe says so)
+        converted = program_to_tflite(result.program, config, calibration, report_strict_cost=report_strict_cost,
+                                      target=target, budget_cosine=budget_cosine, equalize=False)
+        converted.recipe["cross_layer_equalization"] = result.report
+        return converted
+    tflite, recipe = result
+    return ConvertedModel(tflite, recipe, base, config)

@@ -34,7 +34,7 @@ class McuRuntimes:
 
     def quantized(self, sample: Sequence[np.ndarray]) -> list[np.ndarray]:
         """A Program-layout (NCHW) sample as the model's input tensors (NHWC when channels-last)."""
-        from tpuedge.edge.convert import tflite_layout_inputs
+        from tpuedge.edge.float_model import tflite_layout_inputs
         from tpuedge.quantize import affine
 
         out = []

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge.convert import clear_float_cache, float_tflite, program_to_tflite, tflite_layout_inputs
+from tpuedge.edge.convert import program_to_tflite
+from tpuedge.edge.float_model import clear_float_cache, float_tflite, tflite_layout_inputs
 from tpuedge.edge.litert_runtime import LiteRTRunner
 from tpuedge.edge.tflite_inspect import summarize_tflite
 from tpuedge.quantize import QuantConfig

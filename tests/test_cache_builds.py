@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cli_runner import run_cli
-from tpuedge.edge.convert import clear_float_cache
+from tpuedge.edge.float_model import clear_float_cache
 from tpuedge.shared_ir.cache import BuildCache
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -114,11 +114,11 @@ def test_unsupported_op_exits_2_before_any_file(tmp_path, capsys):
 
 
 def test_the_shared_conversion_speaks_for_the_calling_target():
-    """edge/convert.py names no target: the caller's name reaches its messages (issue 14)."""
+    """edge/convert.py and edge/int8_search.py name no target: the caller's name reaches their messages (issue 14)."""
     import torch
 
-    from tpuedge.edge import convert
-    from tpuedge.edge.convert import float_tflite
+    from tpuedge.edge import convert, int8_search
+    from tpuedge.edge.float_model import float_tflite
 
     class Net(torch.nn.Module):
         def forward(self, x):
@@ -128,8 +128,9 @@ def test_the_shared_conversion_speaks_for_the_calling_target():
     program = tpuedge.export(Net(), (torch.zeros(4, 3),), dynamic_shapes={"x": {0: dim}}, name="dyn")
     with pytest.raises(tpuedge.UserError, match="the mcu target needs static shapes"):
         float_tflite(program, target="mcu")
-    source = Path(convert.__file__).read_text()
-    assert '"android"' not in source and "'android'" not in source
+    for module in (convert, int8_search):
+        source = Path(module.__file__).read_text()
+        assert '"android"' not in source and "'android'" not in source
 
 
 def test_a_model_whose_int8_weights_fit_no_board_is_told_so_before_its_ops(tmp_path):

@@ -1,5 +1,5 @@
 """Int8 sensitivity over every IR point (quantize/sensitivity.py) and the int16 upgrade of the
-costliest ones in the android int8 search (quantize/recipes.upgrade_ranked, edge/convert.py), and
+costliest ones in the android int8 search (quantize/recipes.upgrade_ranked, edge/int8_search.py), and
 float islands for them as the search's last resort (quantize/recipes.float_ranked)."""
 
 from __future__ import annotations

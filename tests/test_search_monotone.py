@@ -54,7 +54,7 @@ def test_layer_norm_groups_are_one_per_module_instance():
     torch = pytest.importorskip("torch")
     from torch import nn
 
-    from tpuedge.edge.convert import float_tflite
+    from tpuedge.edge.float_model import float_tflite
     from tpuedge.edge.quantizer_recipes import find_sensitive_groups
     from tpuedge.shared_ir.program import Program
 
@@ -94,7 +94,7 @@ def test_a_layer_named_after_the_norm_before_it_stays_out_of_the_norm_group():
     from torch import nn
 
     from tpuedge.edge import tflite_file
-    from tpuedge.edge.convert import float_tflite
+    from tpuedge.edge.float_model import float_tflite
     from tpuedge.edge.quantizer_recipes import find_sensitive_groups
     from tpuedge.shared_ir.program import Program
 
@@ -124,7 +124,7 @@ def test_a_layer_named_after_the_norm_before_it_stays_out_of_the_norm_group():
 def test_the_search_aims_at_the_budget_metric_too():
     """MTCNN's P-Net: the search met its target on the centered cosine while the budget's mean
     per-sample cosine stayed at 0.98969, so the build failed a budget the search never saw."""
-    from tpuedge.edge.convert import search_score
+    from tpuedge.edge.int8_search import search_score
     from tpuedge.quantize.metrics import AccuracySummary
 
     common = dict(max_abs_error=0.1, output_range=1.0, cosine=0.999, top1_agreement=None, samples=8)

@@ -1,0 +1,90 @@
+"""The float .tflite of a Program, lowered once per IR, and samples in that file's input layout.
+
+`float_tflite` keeps the last few float models in memory and each in the build cache on disk
+(the "float_tflite" stage, one per IR fingerprint and layout), so the conversions of one IR in a
+process, and android and mcu builds of it that share a cache, lower it through litert-torch once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tpuedge.shared_ir.errors import InternalError, UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tpuedge.shared_ir.program import Program
+
+__all__ = ["float_tflite", "clear_float_cache", "tflite_layout_inputs"]
+
+_FLOAT_CACHE: "OrderedDict[tuple[str, bool], bytes]" = OrderedDict()
+_FLOAT_CACHE_SIZE = 8
+_LOCK = threading.Lock()
+
+
+def clear_float_cache() -> None:
+    """Forget converted float models (the next build lowers through litert-torch again)."""
+    with _LOCK:
+        _FLOAT_CACHE.clear()
+
+
+def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True, target: str | None = None) -> bytes:
+    """The float32 .tflite of `program` (cached per IR fingerprint: the same IR gives the same bytes)."""
+    from tpuedge.shared_ir.progress import stage_progress
+
+    key = (program.fingerprint, bool(channels_last))
+    with _LOCK:
+        if cache and key in _FLOAT_CACHE:
+            _FLOAT_CACHE.move_to_end(key)
+            return _FLOAT_CACHE[key]
+    if program.has_dynamic_shapes:
+        raise UserError(
+            f"{program.name} has dynamic input dims ({', '.join(s.describe() for s in program.inputs)}); "
+            f"the {target or 'LiteRT'} target needs static shapes: export without dynamic_shapes."
+        )
+    try:
+        with stage_progress(f"{program.name}: litert-torch lowering to a float .tflite"):
+            data = _float_stage(program, channels_last, cache)
+    except UserError:
+        raise
+    except Exception as exc:  # litert-torch raises plain exceptions for unsupported graphs
+        # the calling target's own check says which ops it can't take (this module names no target)
+        problems = program.check(target) if target else []
+        if problems:
+            from tpuedge.shared_ir.errors import ProblemsError
+
+            raise ProblemsError(f"{program.name} can't be lowered for {target}; nothing was written:", problems) from exc
+        raise InternalError(f"litert-torch failed to lower {program.name}: {type(exc).__name__}: {exc}") from exc
+    with _LOCK:
+        _FLOAT_CACHE[key] = data
+        while len(_FLOAT_CACHE) > _FLOAT_CACHE_SIZE:
+            _FLOAT_CACHE.popitem(last=False)
+    return data
+
+
+def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
+    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+    from tpuedge.shared_ir.cache_keys import cached_stage
+
+    return cached_stage(  # on disk: one float model for every LiteRT target's build of an IR
+        # NHWC changes only rank-4 float inputs: other models share one float model across layouts
+        "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last) and _has_image_input(program)},
+        lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
+    ) if cache else lower_to_float_flatbuffer(program, channels_last=channels_last)
+
+
+def _has_image_input(program: "Program") -> bool:
+    return any(len(s.shape) == 4 and s.dtype.startswith("float") for s in program.inputs)
+
+
+def tflite_layout_inputs(sample: list[np.ndarray], channels_last: bool) -> list[np.ndarray]:
+    """A Program-layout sample (NCHW) in the .tflite's layout (NHWC for rank-4 float inputs)."""
+    if not channels_last:
+        return list(sample)
+    return [
+        np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if x.ndim == 4 and np.issubdtype(x.dtype, np.floating) else x
+        for x in sample
+    ]
