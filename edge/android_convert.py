@@ -39,14 +39,16 @@ def int8_rewrites(program: "Program") -> tuple["Program", list[dict]]:
     - LSTM and GRU layers unrolled with the input projection hoisted out of the recurrence
       (shared_ir/passes/recurrent_layers.py, which mcu applies too). litert-torch's own unrolling
       adds the bias at every step, and an int8 FULLY_CONNECTED stores its bias as int32 on its
-      input's scale: one int32 copy and its per-channel table per step and layer.
+      input's scale: one int32 copy and its per-channel table per step and layer;
+    - a step read from the unrolled sequence read from that step (shared_ir/passes/select_stacked.py).
     Returns (program, the results of the passes that changed something)."""
     from tpuedge.shared_ir.passes.embedding_gather import EmbeddingAsGather
     from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
+    from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
     from tpuedge.shared_ir.program import Program
 
     ep, results = program.exported_program, []
-    for rewrite in (EmbeddingAsGather(), UnrollRecurrentLayers()):
+    for rewrite in (EmbeddingAsGather(), UnrollRecurrentLayers(), SelectFromStack()):
         ep, result = rewrite(ep)
         if result.changed:
             results.append(result.to_json())

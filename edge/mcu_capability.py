@@ -39,11 +39,12 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
+    from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
     from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
 
     return PassManager(
         [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ConstantIndexAsView(), ExplicitPad(), PadAsSlices(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), NormalizeAsRsqrt(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), DecomposeLSTMCell(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), NormalizeAsRsqrt(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 
