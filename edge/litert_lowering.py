@@ -94,19 +94,22 @@ def litert_ir_passes(exported_program):
     computes its positional encoding at run time, an int8 DIV by 10000**k that LiteRT refused),
     PReLU as one form, attention-mask constants bounded, L2 normalizations without a
     division by the norm (an int8 DIV stops at a divisor on its zero point), no expand before a
-    broadcasting op (litert-torch's converter refused MobileViTv2's). Per-layer verify takes its
+    broadcasting op (litert-torch's converter refused MobileViTv2's), Tensor.unfold as a gather
+    (the converter's own form is a PAD above 5-D in HaloNet). Per-layer verify takes its
     reference from the same program, so a bounded mask is not reported as an error."""
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.mask_bound import FiniteMaskBound
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
+    from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
 
     exported_program, _ = FoldConstants()(exported_program)
     exported_program, _ = PReluAsMinimum()(exported_program)
     exported_program, _ = FiniteMaskBound()(exported_program)
     exported_program, _ = NormalizeAsRsqrt()(exported_program)
     exported_program, _ = BroadcastInsteadOfExpand()(exported_program)
+    exported_program, _ = UnfoldAsGather()(exported_program)
     return exported_program
 
 
