@@ -33,14 +33,20 @@ def short_tensor_name(name: str) -> str:
 
 
 def shorten_tensor_names(tflite: bytes) -> bytes:
-    """The same model with every tensor name shortened (`short_tensor_name`); buffers stored
-    after the flatbuffer stay there. The input bytes when no name changes."""
+    """The same model with every tensor name shortened (`short_tensor_name`) and still unique: a
+    name taken already gets ";1", ";2", ... as the converter's own names do (numeric parts, which
+    verify skips). ai-edge-quantizer refuses a model whose names repeat ("Tensor name ... is not
+    unique"), and a user may quantize a float model we wrote. Buffers stored after the flatbuffer
+    stay there. The input bytes when no name changes."""
     model = tflite_file.read_model(tflite)
-    changed = False
+    changed, taken = False, set()
     for graph in model.subgraphs:
         for tensor in graph.tensors or []:
             name = tflite_file.text(tensor.name)
-            short = short_tensor_name(name)
-            if short != name:
-                tensor.name, changed = short.encode(), True
+            short, suffix = short_tensor_name(name), 0
+            while (unique := short if not suffix else f"{short};{suffix}") in taken:
+                suffix += 1
+            taken.add(unique)
+            if unique != name:
+                tensor.name, changed = unique.encode(), True
     return tflite_file.write_model(model, external_from=tflite) if changed else tflite

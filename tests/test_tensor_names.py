@@ -16,6 +16,24 @@ def test_a_name_keeps_its_distinct_scopes_shortened_in_order():
     fused = "pkg.models.Net/torch.nn.modules.conv.Conv2d_conv;pkg.models.Net/torch.nn.modules.conv.Conv2d_conv;;3;pkg.models.Net/torch.nn.modules.activation.ReLU_act"
     assert short_tensor_name(fused) == "Net/Conv2d_conv;Net/ReLU_act"
     assert short_tensor_name("test_tensor_names._Net;1") == "_Net"
+
+
+def test_short_names_stay_unique_and_the_quantizer_takes_them(tmp_path):
+    """A Linear's weight and output both shorten to "_Net/Linear_fc": the second gets ";1" (a
+    part verify skips). With repeated names ai-edge-quantizer refused our float model."""
+    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.quantize.config import QuantConfig
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="named")
+    tpuedge.build(program, "android", tmp_path / "float", quantize="none")
+    data = (tmp_path / "float" / "model.tflite").read_bytes()
+    names = _names(data)
+    assert len(set(names)) == len(names) and any(n.endswith(";1") for n in names), names
+    quantize = run_quantizer(data)
+    recipe = quantizer_recipe(QuantConfig(scheme="int8"))
+    quantize.calibrate(recipe, [{"x": np.full((1, 3, 8, 8), i, np.float32)} for i in range(4)])
+    assert len(quantize(recipe)) > 0
     for plain in ("serving_default_x", "StatefulPartitionedCall:0", "7"):
         assert short_tensor_name(plain) == plain
 
@@ -56,6 +74,7 @@ def test_android_and_mcu_builds_write_short_names_and_verify_still_places_layers
         names = _names(data)
         assert not [n for n in names if "torch.nn.modules" in n or "test_tensor_names" in n], names
         assert any("_Block_0/Conv2d_conv" in n for n in names), names
+        assert len(set(names)) == len(names)  # ai-edge-quantizer refuses repeated names
         assert shorten_tensor_names(data) is data  # already short
         x = calibration[0][0]
         result = tpuedge.verify(artifact, program, [x] * 2, per_layer=True, layer_samples=2)
