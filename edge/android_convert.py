@@ -26,10 +26,7 @@ def convert_for_android(program: "Program", config, calibration, **options: Any)
         program, rewrites = int8_rewrites(program)
     converted = program_to_tflite(program, config, calibration, target="android", **options)
     recipe = {**converted.recipe, "ir_rewrites": rewrites} if rewrites else converted.recipe
-    tflite = shorten_tensor_names(converted.tflite)
-    # the float model too, so that the manifest's size ratio compares like with like
-    float_tflite = tflite if converted.float_tflite is converted.tflite else shorten_tensor_names(converted.float_tflite)
-    return dataclasses.replace(converted, tflite=tflite, float_tflite=float_tflite, recipe=recipe)
+    return dataclasses.replace(converted, tflite=shorten_tensor_names(converted.tflite), recipe=recipe)
 
 
 def int8_rewrites(program: "Program") -> tuple["Program", list[dict]]:

@@ -214,6 +214,7 @@ class AndroidLowered:
         from tpuedge.edge.float_model import tflite_layout_inputs
         from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
         from tpuedge.shared_ir.errors import BudgetError
+        from tpuedge.edge.tensor_names import shorten_tensor_names
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
@@ -258,6 +259,8 @@ class AndroidLowered:
         if converted.config.needs_calibration and not self.uses_trained_ranges:
             chosen = chosen.with_calibration_used(len(self.calibration or []))
         summary = summarize_tflite(converted.tflite)
+        # the float model's size as written with the same short names: the ratio compares like with like
+        float_bytes = len(converted.tflite) if converted.config.scheme == "none" else len(shorten_tensor_names(converted.float_tflite))
 
         def spec(program_spec, info) -> dict:
             float_io = program_spec.dtype.startswith("float")
@@ -280,8 +283,8 @@ class AndroidLowered:
             },
             "sizes": {
                 "tflite_bytes": len(converted.tflite),
-                "float_tflite_bytes": len(converted.float_tflite),
-                "ratio_vs_float": round(len(converted.tflite) / len(converted.float_tflite), 4),
+                "float_tflite_bytes": float_bytes,
+                "ratio_vs_float": round(len(converted.tflite) / float_bytes, 4),
                 "weight_bytes": summary.weight_bytes,
                 "graph_bytes": summary.graph_bytes,
                 "external_buffers": summary.external_buffers,

@@ -124,12 +124,8 @@ def _with_buffer_outside(data: bytes) -> tuple[bytes, int, np.ndarray]:
     index = max(range(len(model.buffers)), key=lambda i: tflite_file.buffer_nbytes(model.buffers[i]))
     payload = np.asarray(model.buffers[index].data, np.uint8).copy()
     buf = model.buffers[index]
-    buf.data, buf.offset, buf.size = None, 1 << 40, payload.size  # a placeholder of the final width
-    head = tflite_file.write_model(model)
-    start = -(-len(head) // 16) * 16
-    buf.offset = start
-    head = tflite_file.write_model(model)
-    return head + bytes(start - len(head)) + payload.tobytes(), index, payload
+    buf.data, buf.offset, buf.size = None, 16, payload.size  # read from bytes 16.. of the source below
+    return tflite_file.write_model(model, external_from=bytes(16) + payload.tobytes()), index, payload
 
 
 def test_external_buffers_are_read_and_moved_inline(built):

@@ -107,9 +107,9 @@ def flip(x, dims):
 def unfold(x, dimension, size, step):
     """Tensor.unfold: windows of `size` every `step` along `dimension`, the window as a new last
     axis (timm's HaloNet cuts its attention halos this way)."""
-    dim = normalize_dim(dimension, x.ndim) if x.ndim else 0
     if x.ndim == 0:
         return jnp.reshape(x, (1,))
+    dim = normalize_dim(dimension, x.ndim)
     count = (x.shape[dim] - size) // step + 1
     index = np.arange(count)[:, None] * step + np.arange(size)[None, :]
     return jnp.moveaxis(jnp.take(x, index, axis=dim), dim + 1, -1)

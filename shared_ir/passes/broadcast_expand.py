@@ -43,8 +43,7 @@ class BroadcastInsteadOfExpand:
             for user in node.users:  # without it, each user's operands must still broadcast to the expanded shape
                 if user.target not in elementwise or user.kwargs or [a for a in user.args[:2] if a is node] != [node]:
                     return False
-                shapes = [tuple(a.meta["val"].shape) if hasattr(a, "meta") else () for a in user.args[:2]]
-                shapes = [tuple(source.meta["val"].shape) if a is node else s for a, s in zip(user.args[:2], shapes)]
+                shapes = [tuple((source if a is node else a).meta["val"].shape) if hasattr(a, "meta") else () for a in user.args[:2]]
                 if tuple(torch.broadcast_shapes(*shapes)) != tuple(user.meta["val"].shape):
                     return False
             return True
