@@ -1,8 +1,9 @@
 """The float .tflite of a Program, lowered once per IR, and samples in that file's input layout.
 
 `float_tflite` keeps the last few float models in memory and each in the build cache on disk
-(the "float_tflite" stage, one per IR fingerprint and layout), so the conversions of one IR in a
-process, and android and mcu builds of it that share a cache, lower it through litert-torch once.
+(the "float_tflite" stage, one per layout and fingerprint of the program litert-torch is given),
+so the conversions of one IR in a process, and android and mcu builds of it that share a cache,
+lower it through litert-torch once.
 """
 
 from __future__ import annotations
@@ -66,14 +67,18 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
 
 
 def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
-    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer, lowered_fingerprint
     from tpuedge.shared_ir.cache_keys import cached_stage
 
+    if not cache:
+        return lower_to_float_flatbuffer(program, channels_last=channels_last)
     return cached_stage(  # on disk: one float model for every LiteRT target's build of an IR
-        # NHWC changes only rank-4 float inputs: other models share one float model across layouts
-        "float_tflite", {"ir": program.fingerprint, "channels_last": bool(channels_last) and _has_image_input(program)},
+        # keyed by the program litert-torch is given: android's IR and mcu's rewritten one meet
+        # there when mcu's own passes changed nothing else (most CNNs). NHWC changes only rank-4
+        # float inputs: other models share one float model across layouts
+        "float_tflite", {"ir": lowered_fingerprint(program), "channels_last": bool(channels_last) and _has_image_input(program)},
         lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
-    ) if cache else lower_to_float_flatbuffer(program, channels_last=channels_last)
+    )
 
 
 def _has_image_input(program: "Program") -> bool:

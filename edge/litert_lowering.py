@@ -30,13 +30,16 @@ from dataclasses import dataclass
 
 from tpuedge.edge.litert_session import litert_session
 
-__all__ = ["decompose_for_litert", "lower_to_float_flatbuffer", "SIGNATURE_KEY"]
+__all__ = ["decompose_for_litert", "litert_ir_passes", "lower_to_float_flatbuffer", "lowered_fingerprint", "SIGNATURE_KEY"]
 
 SIGNATURE_KEY = "serving_default"
 
 # input ExportedProgram -> its decomposition, until a lowering takes it (weak: dies with the Program)
 _DECOMPOSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _DECOMPOSED_LOCK = threading.Lock()
+# input ExportedProgram -> it after litert_ir_passes (weak: dies with the Program)
+_PASSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PASSED_LOCK = threading.Lock()
 
 _CIA_LOCK = threading.Lock()
 _cia_users = 0
@@ -90,27 +93,52 @@ def _private_copy(exported_program):
 
 def litert_ir_passes(exported_program):
     """The IR passes every LiteRT lowering applies first (android and mcu alike), as a new
-    program: what depends on no input folded into constants (mcu's fold-constants pass: EdgeNeXt
-    computes its positional encoding at run time, an int8 DIV by 10000**k that LiteRT refused),
-    PReLU as one form, attention-mask constants bounded, L2 normalizations without a
-    division by the norm (an int8 DIV stops at a divisor on its zero point), no expand before a
-    broadcasting op (litert-torch's converter refused MobileViTv2's), Tensor.unfold as a gather
-    (the converter's own form is a PAD above 5-D in HaloNet). Per-layer verify takes its
-    reference from the same program, so a bounded mask is not reported as an error."""
+    program (the input itself when none changes anything; remembered per input program, so a
+    check, a lowering and its cache key pass it once): eval-mode identities (dropout, clone)
+    removed, what depends on no input folded into constants (EdgeNeXt computes its positional
+    encoding at run time, an int8 DIV by 10000**k that LiteRT refused), PReLU as one form,
+    attention-mask constants bounded, L2 normalizations without a division by the norm (an int8
+    DIV stops at a divisor on its zero point), no expand before a broadcasting op (litert-torch's
+    converter refused MobileViTv2's), Tensor.unfold as a gather (the converter's own form is a
+    PAD above 5-D in HaloNet), and a flatten into a Linear read in NHWC order (no TRANSPOSE
+    before it). mcu's own passes run these too, so a CNN that needs nothing mcu-specific
+    reaches the same program on both targets and shares one float model (`lowered_fingerprint`).
+    Per-layer verify takes its reference from the same program, so a bounded mask is not
+    reported as an error."""
+    with _PASSED_LOCK:
+        done = _PASSED.get(exported_program)
+    if done is None:
+        done = _run_litert_ir_passes(exported_program)
+        with _PASSED_LOCK:
+            _PASSED[exported_program] = done
+    return done
+
+
+def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+    from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
+    from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.mask_bound import FiniteMaskBound
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
 
-    exported_program, _ = FoldConstants()(exported_program)
-    exported_program, _ = PReluAsMinimum()(exported_program)
-    exported_program, _ = FiniteMaskBound()(exported_program)
-    exported_program, _ = NormalizeAsRsqrt()(exported_program)
-    exported_program, _ = BroadcastInsteadOfExpand()(exported_program)
-    exported_program, _ = UnfoldAsGather()(exported_program)
+    # the order mcu's own list ends in (edge/mcu_capability.py), so both reach one program
+    for ir_pass in (RemoveIdentityOps(), FoldConstants(), PReluAsMinimum(), FiniteMaskBound(), NormalizeAsRsqrt(),
+                    BroadcastInsteadOfExpand(), UnfoldAsGather(), FlattenAsNHWC()):
+        exported_program, _ = ir_pass(exported_program)
     return exported_program
+
+
+def lowered_fingerprint(program) -> str:
+    """Fingerprint of the program litert-torch is given for `program` (after `litert_ir_passes`):
+    what the float model's cache entry is keyed by, so two targets whose own passes end in the
+    same program share it."""
+    from tpuedge.shared_ir.fingerprint import fingerprint
+
+    passed = litert_ir_passes(program.exported_program)
+    return program.fingerprint if passed is program.exported_program else fingerprint(passed)
 
 
 def _decompose(exported_program):

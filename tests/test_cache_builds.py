@@ -79,6 +79,31 @@ def test_android_int8_rebuild_hits_every_stage_with_identical_bytes(tmp_path, ca
 def test_mcu_build_reuses_the_android_float_model(tmp_path, cache_dir, model, android_layout):
     """mcu builds take NHWC image inputs: they share android's float model when it is NHWC too,
     and always for a model without image inputs (the layout flag changes nothing there)."""
+    _assert_mcu_reuses_android_float_model(tmp_path, model, android_layout)
+
+
+_CNN_MCU_REWRITES = """
+import torch
+from torch import nn
+
+
+def build():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.PReLU(8), nn.MaxPool2d(2), nn.Dropout(0.2),
+                        nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+    return net.eval(), (torch.zeros(1, 3, 16, 16),)
+"""
+
+
+def test_mcu_rewrites_that_android_lowers_alike_keep_the_float_model_shared(tmp_path, cache_dir):
+    """mcu's own passes rewrite this CNN (dropout removed, PReLU's form, the flatten into the
+    Linear read in NHWC order); android's LiteRT lowering applies the same ones, so the two
+    targets still give litert-torch one program and share its float model."""
+    (tmp_path / "cnn.py").write_text(_CNN_MCU_REWRITES)
+    _assert_mcu_reuses_android_float_model(tmp_path, f"{tmp_path}/cnn.py:build", ("--channels-last",))
+
+
+def _assert_mcu_reuses_android_float_model(tmp_path, model: str, android_layout: tuple[str, ...]) -> None:
     import tpuedge.model_spec as model_spec
 
     program = model_spec.load_program(model)

@@ -46,6 +46,15 @@ def test_flatten_reads_nhwc_with_the_same_outputs(cnn):
     assert torch.equal(program.exported_program.state_dict["fc.weight"], weight)  # the original untouched
 
 
+def test_a_flatten_that_reads_nhwc_already_is_left_alone(cnn):
+    """Every LiteRT lowering runs the pass after mcu's own passes ran it: a second run must find
+    nothing (it used to permute the permuted map again, and the Linear's weight with it)."""
+    program, _ = cnn
+    once, _ = FlattenAsNHWC()(program.exported_program)
+    twice, result = FlattenAsNHWC()(once)
+    assert result.changed == 0 and twice is once
+
+
 @pytest.mark.parametrize("channels_last", [True, False])
 def test_mcu_layout_default_nhwc_and_nchw_on_request(cnn, tmp_path, channels_last):
     program, cal = cnn

@@ -28,8 +28,12 @@ def _flatten_source(flat) -> Any | None:
         return None
     x = flat.args[0]
     val, out = getattr(x, "meta", {}).get("val"), flat.meta.get("val")
-    if val is None or out is None or val.dim() != 4 or out.dim() != 2 or val.shape[2] * val.shape[3] == 1:
+    if not isinstance(val, torch.Tensor) or not isinstance(out, torch.Tensor):  # e.g. an LSTM's (out, (h, c))
         return None
+    if val.dim() != 4 or out.dim() != 2 or val.shape[2] * val.shape[3] == 1:
+        return None
+    if x.op == "call_function" and x.target == aten.permute.default and list(x.args[1]) == [0, 2, 3, 1]:
+        return None  # reads NHWC already (this pass ran, or the model permutes itself)
     if flat.target == aten.flatten.using_ints and tuple(flat.args[1:3]) in ((1,), (1, -1), (1, 3)):
         return x
     if flat.target in (aten.view.default, aten.reshape.default, aten._unsafe_view.default) and out.shape[0] == val.shape[0]:
