@@ -220,12 +220,14 @@ class AndroidLowered:
         from tpuedge.quantize.metrics import compare_outputs
         from tpuedge.shared_ir.atomic import atomic_output_dir
         from tpuedge.shared_ir.manifest import build_manifest, write_build_manifest
+        from tpuedge.shared_ir.stage_times import timed
 
         program, config = self.program, self.config
         out = Path(out_dir) if out_dir is not None else Path("build") / program.name / "android"
         chosen, labels = self._accuracy_samples()
         samples = chosen.samples
-        reference = [program.run(*s) for s in samples]
+        with timed("float reference (the IR run in torch)"):
+            reference = [program.run(*s) for s in samples]
         if config.scheme == "auto":
             from tpuedge.edge.android_auto import build_auto
 
@@ -239,11 +241,13 @@ class AndroidLowered:
             from tpuedge.edge.android_convert import convert_for_android
 
             trained = program.activation_ranges if self.uses_trained_ranges else None
-            converted = convert_for_android(program, config, self.calibration, report_strict_cost=trained is None,
-                                            trained_ranges=trained, budget_cosine=self.budget.min_cosine)
-            runner = LiteRTRunner(converted.tflite)
+            with timed("quantization (after the float model)"):
+                converted = convert_for_android(program, config, self.calibration, report_strict_cost=trained is None,
+                                                trained_ranges=trained, budget_cosine=self.budget.min_cosine)
             try:
-                outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
+                with timed("verification run (LiteRT)"):
+                    runner = LiteRTRunner(converted.tflite)
+                    outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
             except ModelRunError as exc:  # runs on the search's samples, a kernel refuses these
                 raise BudgetError(
                     f"{program.name}: the android {config.scheme} model stops LiteRT on the samples the budget is measured "
@@ -294,7 +298,7 @@ class AndroidLowered:
             "accuracy": {**accuracy.to_json(), **chosen.to_json(), "runtime": "ai_edge_litert Interpreter, 1 thread"},
             "accuracy_budget": budget,
         }
-        with atomic_output_dir(out) as stage:
+        with timed("writing"), atomic_output_dir(out) as stage:
             (stage / MODEL_FILE).write_bytes(converted.tflite)
             manifest = build_manifest("android", program, stage, files=[MODEL_FILE], tools=TOOLS, **sections)
             manifest = write_build_manifest(stage, manifest)

@@ -142,9 +142,12 @@ def lowered_fingerprint(program) -> str:
 
 
 def _decompose(exported_program):
+    from tpuedge.shared_ir.stage_times import timed
+
     _quiet()
-    exported_program = litert_ir_passes(exported_program)
-    with litert_session(), _cia_ops_materialized_once():
+    with timed("LiteRT IR passes"):
+        exported_program = litert_ir_passes(exported_program)
+    with litert_session(), _cia_ops_materialized_once(), timed("litert-torch decomposition (pre-convert table)"):
         from litert_torch import fx_infra
 
         fx_infra.silence_torch_logs()
@@ -186,6 +189,7 @@ def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
     """Float32 .tflite bytes for `program`, inputs named as the Program's inputs."""
     _quiet()
     from tpuedge.edge.channels_last import channels_last_inputs
+    from tpuedge.shared_ir.stage_times import timed
 
     with _cia_ops_materialized_once():
         ep = _take_decomposed(program.exported_program)
@@ -194,8 +198,10 @@ def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
         with litert_session():
             from litert_torch._convert import core, litert_converter
 
-            ep = core._run_convert_passes(ep)
-            exporter = litert_converter.exported_programs_to_flatbuffer(
-                [ep], [_Signature(SIGNATURE_KEY, list(program.input_names))]
-            )
-            return bytes(exporter.to_bytes())
+            with timed("litert-torch FX passes"):
+                ep = core._run_convert_passes(ep)
+            with timed("litert-torch MLIR lowering + flatbuffer"):
+                exporter = litert_converter.exported_programs_to_flatbuffer(
+                    [ep], [_Signature(SIGNATURE_KEY, list(program.input_names))]
+                )
+                return bytes(exporter.to_bytes())

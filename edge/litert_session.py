@@ -34,6 +34,13 @@ def _import_litert_torch() -> None:
     """Import litert-torch (and its jax bridge) without its process-wide x64 switch."""
     if "litert_torch" in sys.modules:
         return
+    from tpuedge.shared_ir.stage_times import timed
+
+    with timed("import litert-torch and jax"):
+        _import_once()
+
+
+def _import_once() -> None:
     import jax
 
     with _IMPORT_LOCK:

@@ -85,6 +85,7 @@ class McuLowered:
         from tpuedge.quantize.calibration import load_calibration
         from tpuedge.quantize.config import QuantConfig
         from tpuedge.shared_ir.program import Program
+        from tpuedge.shared_ir.stage_times import timed
 
         self.program = program
         # Cheap user errors first, before any conversion.
@@ -103,7 +104,8 @@ class McuLowered:
                 f"{program.name} has {len(problems)} problem(s) for TFLite-Micro (target mcu); nothing was written:",
                 problems,
             )
-        ep, self.pass_results = mcu_passes(gelu or "sigmoid").run(program.exported_program)
+        with timed("mcu IR passes"):
+            ep, self.pass_results = mcu_passes(gelu or "sigmoid").run(program.exported_program)
         self.rewritten = Program(ep, name=program.name) if any(r.changed for r in self.pass_results) else program
         # explicit only: no evaluation data is guessed from the calibration's module
         self.evaluation = evaluation_from(eval, program)
@@ -154,18 +156,22 @@ class McuLowered:
         from tpuedge.edge.tflm_model import io_quantization, ops_used
         from tpuedge.shared_ir.atomic import atomic_output_dir
         from tpuedge.shared_ir.manifest import build_manifest, write_build_manifest
+        from tpuedge.shared_ir.stage_times import timed
 
         name = self.program.name
         out_dir = Path(out_dir) if out_dir is not None else Path("build") / name / "mcu"
-        converted, tflite, moved = strict_int8_tflite(self.rewritten, self.config, self.calibration, self.program.activation_ranges)
+        with timed("quantization (after the float model)"):
+            converted, tflite, moved = strict_int8_tflite(self.rewritten, self.config, self.calibration, self.program.activation_ranges)
         ops = ops_used(tflite)
         self._check_tflm_ops(ops)
         self._check_integer_only(tflite)
 
         runtime = McuRuntimes(tflite, self.config.channels_last)
-        arena = measure_arena(tflite, runtime.quantized(self.calibration[0]))
-        runtime.open_tflm(arena.recommended_bytes)
-        verification, measured = self._verify(runtime)
+        with timed("arena probe (TFLite-Micro)"):
+            arena = measure_arena(tflite, runtime.quantized(self.calibration[0]))
+        with timed("verification run (TFLite-Micro)"):
+            runtime.open_tflm(arena.recommended_bytes)
+            verification, measured = self._verify(runtime)
         budget_entry = self._check_budget(measured, converted.recipe)  # BudgetError (exit 1) before anything is written
         budget = budget_check(self.board, len(tflite), arena.recommended_bytes)
 
@@ -187,7 +193,7 @@ class McuLowered:
             "verification": verification,
             "accuracy_budget": budget_entry,
         }
-        with atomic_output_dir(out_dir) as staging:
+        with timed("writing"), atomic_output_dir(out_dir) as staging:
             (staging / "model.tflite").write_bytes(tflite)
             (staging / "model_data.cc").write_text(model_data_cc(tflite, self.symbols, name))
             (staging / "model_data.h").write_text(model_data_h(self.symbols, name))

@@ -72,8 +72,12 @@ def export(
             f"tpuedge.export expects a torch.nn.Module, got {type(model).__name__}; "
             "wrap plain functions in a Module whose forward calls them."
         )
+    from tpuedge.shared_ir.stage_times import timed
+
     args = _as_tuple(example_inputs)
-    with _mode(model, training):
+    with timed("import torch.export (dynamo, functorch)"):
+        import torch.export._trace  # noqa: F401 - torch.export.export imports it on first use
+    with _mode(model, training), timed("capture (torch.export)"):
         try:
             ep = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=strict)
         except Exception as exc:  # torch raises many types; all are the user's capture problem

@@ -110,8 +110,10 @@ class Program:
     @cached_property
     def fingerprint(self) -> str:
         from tpuedge.shared_ir.fingerprint import fingerprint
+        from tpuedge.shared_ir.stage_times import timed
 
-        return fingerprint(self.exported_program)
+        with timed("fingerprint"):
+            return fingerprint(self.exported_program)
 
     @property
     def has_dynamic_shapes(self) -> bool:
@@ -169,8 +171,10 @@ class Program:
         """Every problem `target` has with this program, all at once (empty list: clean)."""
         from tpuedge.shared_ir.cache_keys import cached_clean_check
         from tpuedge.shared_ir.check import check_program
+        from tpuedge.shared_ir.stage_times import timed
 
-        return cached_clean_check(self, target, lambda: check_program(self, target))
+        with timed(f"check ({target} op tables)"):
+            return cached_clean_check(self, target, lambda: check_program(self, target))
 
     def rewrites(self, target: str) -> list[str]:
         """What `target`'s own IR rewrites will change in this program (announced, not problems)."""

@@ -93,6 +93,7 @@ def make_build_command() -> click.Command:
         from tpuedge.command_inputs import target_arg as _target_arg
         from tpuedge.model_spec import load_program, spec_name
         from tpuedge.shared_ir.cache_keys import build_session
+        from tpuedge.shared_ir.stage_times import write_stage_times
 
         config = _config()
         target = _target_arg(target, list(implemented_targets()))
@@ -126,6 +127,7 @@ def make_build_command() -> click.Command:
             build_replay.remember(key, Path(out), report, limit)
         console.print(cache.describe(), soft_wrap=True)  # not in the manifest: a hit gives the same bytes as a cold build
         console.print(f"wrote {out}")
+        write_stage_times()  # for bench/cold_profile.py, when TPUEDGE_STAGE_TIMES names a file
 
     return _BuildCommand(
         "build",

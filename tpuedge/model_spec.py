@@ -116,13 +116,17 @@ def load_factory(spec: str):
 
 def load_module_and_inputs(spec: str) -> tuple[Any, tuple]:
     """Call the factory and check it returned `(nn.Module, tuple_of_example_inputs)`."""
-    import torch
+    from tpuedge.shared_ir.stage_times import timed
 
-    fn = load_factory(spec)
-    try:
-        result = fn()
-    except Exception as exc:
-        raise _raised(f"The model factory {spec}", exc) from exc
+    with timed("import torch"):
+        import torch
+
+    with timed("model factory (user code: imports, weights)"):
+        fn = load_factory(spec)
+        try:
+            result = fn()
+        except Exception as exc:
+            raise _raised(f"The model factory {spec}", exc) from exc
     ok = (
         isinstance(result, tuple)
         and len(result) == 2
@@ -147,6 +151,9 @@ def load_program(spec: str):
     from tpuedge.shared_ir.program import Program
 
     if spec.endswith(".pt2"):
-        return Program.load(spec)
+        from tpuedge.shared_ir.stage_times import timed
+
+        with timed("load .pt2 (torch.export.load)"):
+            return Program.load(spec)
     module, inputs = load_module_and_inputs(spec)
     return export(module, inputs, name=spec_name(spec))
