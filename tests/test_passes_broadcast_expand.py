@@ -63,3 +63,49 @@ def test_mobilevit_v2_style_attention_builds_for_android(tmp_path):
     broadcast-compatible shapes"), an InternalError out of the build."""
     art = tpuedge.build(_program(), "android", tmp_path / "a", quantize="none")
     assert art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"][0] > 0.9999
+
+
+class _RelativeLogits(torch.nn.Module):
+    """timm's HaloNet relative position logits: each 1-D logit tensor is expanded over the other
+    axis, then permuted, and the two are added (5-D)."""
+
+    def __init__(self, block: int = 4, window: int = 6, dim: int = 8):
+        super().__init__()
+        self.block, self.window, self.dim = block, window, dim
+        self.height_rel = torch.nn.Parameter(torch.randn(2 * window - 1, dim) * 0.1)
+        self.width_rel = torch.nn.Parameter(torch.randn(2 * window - 1, dim) * 0.1)
+
+    def _rel_logits_1d(self, q, rel_k, order):
+        n, h, w, _ = q.shape
+        rel = rel_k.shape[0]
+        x = (q @ rel_k.transpose(-1, -2)).reshape(-1, w, rel)
+        x = F.pad(F.pad(x, [0, 1]).flatten(1), [0, rel - w]).reshape(-1, w + 1, rel)[:, :w, self.window - 1:]
+        return x.reshape(n, h, 1, w, self.window).expand(-1, -1, self.window, -1, -1).permute(order)
+
+    def forward(self, q):
+        b, blocks, hw, _ = q.shape
+        q = q.reshape(-1, self.block, self.block, self.dim)
+        w = self._rel_logits_1d(q, self.width_rel, (0, 1, 3, 2, 4))
+        h = self._rel_logits_1d(q.transpose(1, 2), self.height_rel, (0, 3, 1, 4, 2))
+        return (h + w).reshape(b, blocks, hw, -1)
+
+
+def _relative_logits():
+    torch.manual_seed(0)
+    return tpuedge.export(_RelativeLogits().eval(), (torch.zeros(2, 4, 16, 8),), name="relative_logits")
+
+
+def test_an_expand_read_through_a_permute_goes_and_the_permute_takes_its_source():
+    program = _relative_logits()
+    ep, result = BroadcastInsteadOfExpand()(program.exported_program)
+    assert result.changed == 2
+    rewritten = Program(ep, name="x")
+    assert not any("expand" in k for k in rewritten.op_histogram)
+    x = np.random.default_rng(0).standard_normal((2, 4, 16, 8)).astype(np.float32)
+    np.testing.assert_array_equal(rewritten.run(x)[0], program.run(x)[0])
+
+
+def test_halonet_style_relative_logits_build_for_android(tmp_path):
+    """Old code: "'tfl.add' op operands don't have broadcast-compatible shapes" from the converter."""
+    art = tpuedge.build(_relative_logits(), "android", tmp_path / "a", quantize="none")
+    assert art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"][0] > 0.9999
