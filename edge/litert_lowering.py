@@ -40,6 +40,7 @@ _DECOMPOSED_LOCK = threading.Lock()
 # input ExportedProgram -> it after litert_ir_passes (weak: dies with the Program)
 _PASSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _PASSED_LOCK = threading.Lock()
+_UNCHANGED = object()
 
 _CIA_LOCK = threading.Lock()
 _cia_users = 0
@@ -110,8 +111,9 @@ def litert_ir_passes(exported_program):
     if done is None:
         done = _run_litert_ir_passes(exported_program)
         with _PASSED_LOCK:
-            _PASSED[exported_program] = done
-    return done
+            # the program itself is not stored as its own value: the entry would keep it alive
+            _PASSED[exported_program] = _UNCHANGED if done is exported_program else done
+    return exported_program if done is _UNCHANGED else done
 
 
 def _run_litert_ir_passes(exported_program):
@@ -124,7 +126,8 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
 
-    # the order mcu's own list ends in (edge/mcu_capability.py), so both reach one program
+    # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
+    # this one, so where mcu's other passes found nothing, both give litert-torch one program
     for ir_pass in (RemoveIdentityOps(), FoldConstants(), PReluAsMinimum(), FiniteMaskBound(), NormalizeAsRsqrt(),
                     BroadcastInsteadOfExpand(), UnfoldAsGather(), FlattenAsNHWC()):
         exported_program, _ = ir_pass(exported_program)

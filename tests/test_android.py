@@ -348,6 +348,26 @@ def test_check_and_build_share_one_decomposition_and_leave_the_program_alone(tmp
     np.testing.assert_array_equal(artifact.run(x)[0], program.run(x)[0])
 
 
+def test_litert_passes_remember_a_program_without_keeping_it_alive():
+    """litert_ir_passes remembers its answer per program; for a program no pass changes the answer
+    is the program itself, and storing it as its own value kept every such program alive."""
+    import gc
+    import weakref
+
+    from tpuedge.edge.litert_lowering import litert_ir_passes
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    exported = tpuedge.export(Double(), (torch.zeros(2),), name="double").exported_program
+    assert litert_ir_passes(exported) is exported and litert_ir_passes(exported) is exported
+    alive = weakref.ref(exported)
+    del exported
+    gc.collect()
+    assert alive() is None
+
+
 def test_accuracy_is_measured_on_eval_data_when_given(digits_model, digits_program, tmp_path):
     _, _, _, x_test, y_test = digits_model
     artifact = tpuedge.build(digits_program, "android", tmp_path / "e", quantize="fp16", eval=(x_test, y_test))
