@@ -241,9 +241,9 @@ def entry() -> None:
     Tearing down an interpreter that imported torch, JAX and litert-torch frees every module
     object one by one: about 1.8 s on this project's 2-core machine, more than a cached rebuild
     takes. The output is written by then (atomic renames) and the cache entries too, so the
-    process runs the exit handlers, flushes its streams and leaves at once. Only from the main
-    thread with no other non-daemon thread alive; otherwise (and for exceptions main does not turn into an
-    exit code) Python's own exit runs. Tests and scripts call `main`, which never does this.
+    process runs the exit handlers, flushes its streams and leaves at once, when no other
+    non-daemon thread is alive; otherwise (and for exceptions main does not turn into an exit
+    code) Python's own exit runs. Tests and scripts call `main`, which never does this.
     """
     try:
         main()
