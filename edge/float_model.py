@@ -8,6 +8,7 @@ lower it through litert-torch once.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -58,12 +59,36 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
             from tpuedge.shared_ir.errors import ProblemsError
 
             raise ProblemsError(f"{program.name} can't be lowered for {target}; nothing was written:", problems) from exc
+        refusal = converter_refusal(str(exc))
+        if refusal:  # an op the tables know, in a form the converter's verifier refuses: the model's line
+            raise UserError(
+                f"litert-torch's converter refused {program.name}{refusal}. The check passed it: its op tables know "
+                f"these ops, not every shape and rank the converter takes. Nothing was written. Try: rewrite that "
+                f"line (fewer dimensions, broadcasting instead of a materialized expand), or run with "
+                f"TPUEDGE_VERBOSE=1 for the converter's log and report it, so the check learns this case."
+            ) from exc
         raise InternalError(f"litert-torch failed to lower {program.name}: {type(exc).__name__}: {exc}") from exc
     with _LOCK:
         _FLOAT_CACHE[key] = data
         while len(_FLOAT_CACHE) > _FLOAT_CACHE_SIZE:
             _FLOAT_CACHE.popitem(last=False)
     return data
+
+
+# MLIR's verifier, as the converter reports it: "<file>:<line>:<col>: error: 'tfl.pad' op failed to verify ..."
+_VERIFIER_ERROR = re.compile(r"(?:(?P<file>[^\s:]+\.py):(?P<line>\d+):\d+: )?error: (?P<what>'(?:tfl|stablehlo|mhlo)\.\w+' op [^\n]+)")
+
+
+def converter_refusal(text: str) -> str | None:
+    """" at net.py:7 (return F.pad(...)): 'tfl.pad' op failed to verify that operand 0 is at most
+    5-D" for the first verifier error in a converter failure; None when it is no such error."""
+    from tpuedge.shared_ir.sources import source_line
+
+    found = _VERIFIER_ERROR.search(text)
+    if found is None:
+        return None
+    where = f" at {source_line(found['file'], int(found['line']))}" if found["file"] else ""
+    return f"{where}: {found['what'].strip()}"
 
 
 def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["node_source", "user_frame_from_traceback"]
+__all__ = ["node_source", "user_frame_from_traceback", "source_line"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
 # Frames inside these libraries are never the user's model code.
@@ -57,3 +57,11 @@ def user_frame_from_traceback(tb) -> str | None:
         if not _is_library(frame.filename):
             best = _format(frame.filename, str(frame.lineno), frame.name, frame.line or "")
     return best
+
+
+def source_line(file: str, line: int) -> str:
+    """"models/net.py:42 (return F.pad(x, p))": a location a tool reported, with its code."""
+    import linecache
+
+    code = linecache.getline(file, line).strip()
+    return f"{_short(file)}:{line} ({code})" if code else f"{_short(file)}:{line}"

@@ -54,3 +54,31 @@ def test_inspect_shows_io_quant_ops_and_sizes(built):
         assert text in out, out
     code, out, _ = run_cli("ops", "--target", "android")
     assert code == 0 and "core ATen coverage" in out
+
+
+_PAD_6D = """
+import torch
+import torch.nn.functional as F
+
+
+class Pad6(torch.nn.Module):
+    def forward(self, x):
+        return F.pad(x.reshape(1, 2, 2, 2, 4, 4), [0, 1]) * 2
+
+
+def build():
+    return Pad6().eval(), (torch.zeros(1, 2, 8, 8),)
+"""
+
+
+def test_a_converter_refusal_is_the_models_line_and_exit_2(tmp_path):
+    """The check knows PAD, not that LiteRT's PAD stops at 5-D: the converter's verifier refuses
+    it. Old code: "internal error (a bug in tpuedge)", a traceback, exit 1."""
+    (tmp_path / "pad6.py").write_text(_PAD_6D)
+    model = f"{tmp_path / 'pad6.py'}:build"
+    assert run_cli("check", model, "--target", "android")[0] == 0
+    code, _, err = run_cli("build", model, "--target", "android", "--quantize", "none", "--no-cache",
+                           "--out", str(tmp_path / "out"))
+    assert code == 2, err[-2000:]
+    assert "converter refused pad6 at" in err and "pad6.py:8 (return F.pad(" in err and "at most 5-D" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
