@@ -54,7 +54,7 @@ def _export_digits(folder: Path) -> tuple[str, str]:
     return str(folder / "digits.pt2"), str(folder / "digits_cal.npz")
 
 
-def _zoo_calibration(name: str, spec: str, folder: Path) -> str:
+def zoo_calibration(name: str, spec: str, folder: Path) -> str:
     """The zoo model's own samples (token ids must be in the vocabulary), keyed by input name."""
     sys.path.insert(0, str(ROOT / "bench"))
     import tpuedge.model_spec as model_spec
@@ -194,7 +194,7 @@ def main() -> None:
                 spec, cal = _export_digits(work)
             elif name in zoo:
                 spec = zoo[name]
-                cal = _zoo_calibration(name, spec, work)
+                cal = zoo_calibration(name, spec, work)
                 if args.pt2:
                     spec = _saved_program(spec, work / f"{name}.pt2")
             elif name in specs:

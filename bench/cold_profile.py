@@ -24,10 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from cache import zoo_calibration  # bench/cache.py (this script's folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_MODELS = ("mtcnn_onet", "kws_dscnn", "tv_resnet18")
-CALIBRATION = 32
 OTHER = "process start, CLI, exit"
 
 
@@ -52,19 +53,6 @@ def _run(command: list[str], env: dict) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, stderr
 
 
-def _calibration(name: str, folder: Path) -> Path:
-    import numpy as np
-
-    import tpuedge.model_spec as model_spec
-    from zoo_models import ZOO
-
-    program = model_spec.load_program(f"{HERE}/zoo_specs.py:{name}")
-    samples = ZOO[name].samples(CALIBRATION, 1)[0]
-    path = folder / f"{name}_cal.npz"
-    np.savez(path, **{s.name: np.stack([np.asarray(x[i]) for x in samples]) for i, s in enumerate(program.inputs)})
-    return path
-
-
 def tpuedge_side(name: str, target: str, folder: Path) -> dict:
     times = folder / f"{name}-{target}-stages.json"
     command = [sys.executable, "-m", "tpuedge.cli", "build", f"{HERE}/zoo_specs.py:{name}", "--target", target,
@@ -72,7 +60,8 @@ def tpuedge_side(name: str, target: str, folder: Path) -> dict:
     if target == "android":
         command += ["--quantize", "none"]
     else:  # the bench times the build: a model below the budget is still written
-        command += ["--calibration", str(_calibration(name, folder)), "--eval", "none", "--allow-below-budget"]
+        calibration = zoo_calibration(name, f"{HERE}/zoo_specs.py:{name}", folder)  # bench/cache.py's
+        command += ["--calibration", calibration, "--eval", "none", "--allow-below-budget"]
     wall, rss, _ = _run(command, _child_env(TPUEDGE_STAGE_TIMES=str(times)))
     stages = json.loads(times.read_text())["stages"]
     stages[OTHER] = max(0.0, wall - sum(stages.values()))

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["timed", "stage_seconds", "write_stage_times", "STAGE_TIMES_ENV"]
+__all__ = ["timed", "write_stage_times", "STAGE_TIMES_ENV"]
 
 STAGE_TIMES_ENV = "TPUEDGE_STAGE_TIMES"
 _SECONDS: dict[str, float] = {}
@@ -49,11 +49,6 @@ def timed(stage: str) -> Iterator[None]:
         _SECONDS[stage] = _SECONDS.get(stage, 0.0) + now - resumed
         if _OPEN:
             _OPEN[-1][1] = now
-
-
-def stage_seconds() -> dict[str, float]:
-    """Seconds per stage so far, in the order the stages first ran."""
-    return dict(_SECONDS)
 
 
 def write_stage_times() -> None:

@@ -33,13 +33,22 @@ def _program():
     return tpuedge.export(_LinearAttention().eval(), (torch.zeros(1, 8, 4, 16),), name="linear_attention")
 
 
-def test_expands_before_broadcasting_ops_go_with_the_same_numbers():
-    program = _program()
+def _assert_expands_go_with_the_same_numbers(program, changed: int) -> None:
     ep, result = BroadcastInsteadOfExpand()(program.exported_program)
-    assert result.changed == 2
-    assert not any("expand" in k for k in Program(ep, name="x").op_histogram)
-    x = np.random.default_rng(0).standard_normal((1, 8, 4, 16)).astype(np.float32)
-    np.testing.assert_array_equal(Program(ep, name="x").run(x)[0], program.run(x)[0])
+    assert result.changed == changed
+    rewritten = Program(ep, name="x")
+    assert not any("expand" in k for k in rewritten.op_histogram)
+    x = np.random.default_rng(0).standard_normal(program.inputs[0].shape).astype(np.float32)
+    np.testing.assert_array_equal(rewritten.run(x)[0], program.run(x)[0])
+
+
+def _assert_builds_for_android(program, folder) -> None:
+    art = tpuedge.build(program, "android", folder, quantize="none")
+    assert art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"][0] > 0.9999
+
+
+def test_expands_before_broadcasting_ops_go_with_the_same_numbers():
+    _assert_expands_go_with_the_same_numbers(_program(), changed=2)
 
 
 def test_an_expand_that_sets_the_output_shape_stays():
@@ -61,8 +70,7 @@ def test_an_expand_that_sets_the_output_shape_stays():
 def test_mobilevit_v2_style_attention_builds_for_android(tmp_path):
     """Old code: litert-torch's converter passes refused it ("'tfl.mul' op operands don't have
     broadcast-compatible shapes"), an InternalError out of the build."""
-    art = tpuedge.build(_program(), "android", tmp_path / "a", quantize="none")
-    assert art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"][0] > 0.9999
+    _assert_builds_for_android(_program(), tmp_path / "a")
 
 
 class _RelativeLogits(torch.nn.Module):
@@ -96,16 +104,9 @@ def _relative_logits():
 
 
 def test_an_expand_read_through_a_permute_goes_and_the_permute_takes_its_source():
-    program = _relative_logits()
-    ep, result = BroadcastInsteadOfExpand()(program.exported_program)
-    assert result.changed == 2
-    rewritten = Program(ep, name="x")
-    assert not any("expand" in k for k in rewritten.op_histogram)
-    x = np.random.default_rng(0).standard_normal((2, 4, 16, 8)).astype(np.float32)
-    np.testing.assert_array_equal(rewritten.run(x)[0], program.run(x)[0])
+    _assert_expands_go_with_the_same_numbers(_relative_logits(), changed=2)
 
 
 def test_halonet_style_relative_logits_build_for_android(tmp_path):
     """Old code: "'tfl.add' op operands don't have broadcast-compatible shapes" from the converter."""
-    art = tpuedge.build(_relative_logits(), "android", tmp_path / "a", quantize="none")
-    assert art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"][0] > 0.9999
+    _assert_builds_for_android(_relative_logits(), tmp_path / "a")
