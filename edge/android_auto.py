@@ -44,6 +44,7 @@ def build_auto(
     from tpuedge.quantize.budget import check_budget
     from tpuedge.shared_ir.cache_keys import cached_stage, decode_json, encode_json
     from tpuedge.shared_ir.progress import stage_progress
+    from tpuedge.shared_ir.stage_times import timed
 
     samples = [tflite_layout_inputs(s, config.channels_last) for s in accuracy.samples]
     built: dict[str, ConvertedModel] = {}
@@ -56,11 +57,13 @@ def build_auto(
             step(f"{scheme}: convert and measure")
             # the int8 candidate without the IR ranking and with one precision per op kind
             # (quantize/config.py: rank_points and group_by_kind say why)
-            converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
-                                            calibration if scheme == "int8" else None)
-            runner = LiteRTRunner(converted.tflite)
+            with timed(f"auto: {scheme} candidate"):
+                converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
+                                                calibration if scheme == "int8" else None)
             try:
-                outputs[scheme] = [runner.run(x) for x in samples]
+                with timed("auto: candidates' accuracy runs (LiteRT)"):
+                    runner = LiteRTRunner(converted.tflite)
+                    outputs[scheme] = [runner.run(x) for x in samples]
             except ModelRunError as exc:  # an int8 kernel refused these values: not a candidate
                 refused[scheme] = str(exc)
                 continue
@@ -68,10 +71,11 @@ def build_auto(
             built[scheme] = converted
         step("latency")
         files = {scheme: c.tflite for scheme, c in built.items()}
-        latency = cached_stage(  # timed once per set of candidate models (see the module docstring)
-            "auto_latency", {"models": {s: hashlib.sha256(b).hexdigest() for s, b in files.items()}, "seconds": LATENCY_SECONDS},
-            lambda: median_latency_ms(files, samples[0], LATENCY_SECONDS), encode=encode_json, decode=decode_json,
-        )
+        with timed("auto: candidates' latency (LiteRT)"):
+            latency = cached_stage(  # timed once per set of candidate models (see the module docstring)
+                "auto_latency", {"models": {s: hashlib.sha256(b).hexdigest() for s, b in files.items()}, "seconds": LATENCY_SECONDS},
+                lambda: median_latency_ms(files, samples[0], LATENCY_SECONDS), encode=encode_json, decode=decode_json,
+            )
     candidates = [
         AutoCandidate(
             scheme, len(files[scheme]), float(latency[scheme]), r.passed, r.sample_cosine, r.top1, tuple(r.failures),
