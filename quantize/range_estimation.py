@@ -58,15 +58,20 @@ def _mse_range(h: Histogram) -> tuple[float, float]:
     centers, counts = h.centers(), h.counts.astype(np.float64)
     lows = h.low * _FRACTIONS if h.low < 0 else np.zeros(1)
     highs = h.high * _FRACTIONS if h.high > 0 else np.zeros(1)
-    a, b = np.meshgrid(lows, highs, indexing="ij")
-    a, b = a.ravel()[:, None], b.ravel()[:, None]  # candidates x 1
+    # the clipping error of a low end and of a high end are independent: one row per end, not
+    # one per (low, high) pair (24x fewer passes over the bins; 367 tensors of MiniLM took 3.7 s)
+    below = np.clip(lows[:, None] - centers, 0, None)
+    above = np.clip(centers - highs[:, None], 0, None)
+    below_error, above_error = (counts * below**2).sum(axis=1), (counts * above**2).sum(axis=1)
+    below_count = (counts * (centers < lows[:, None])).sum(axis=1)
+    above_count = (counts * (centers > highs[:, None])).sum(axis=1)
+    a, b = lows[:, None], highs[None, :]  # candidates: lows x highs
+    inside = counts.sum() - below_count[:, None] - above_count[None, :]
     step = (b - a) / (LEVELS - 1)
-    below = np.clip(a - centers, 0, None)
-    above = np.clip(centers - b, 0, None)
-    inside = (centers >= a) & (centers <= b)
-    error = (counts * (below**2 + above**2 + inside * step**2 / 12)).sum(axis=1)
+    error = below_error[:, None] + above_error[None, :] + inside * step**2 / 12
     best = int(np.argmin(error))  # ties: the first, the widest range
-    return float(a[best, 0]), float(b[best, 0])
+    low, high = np.unravel_index(best, error.shape)
+    return float(lows[low]), float(highs[high])
 
 
 def _percentile_range(h: Histogram) -> tuple[float, float]:

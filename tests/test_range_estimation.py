@@ -33,6 +33,29 @@ def test_one_outlier_in_a_million_no_longer_sets_the_step():
     assert p_high < mse_high < 40.0 and -4.7 <= mse_low < 0
 
 
+@pytest.mark.parametrize("shape", ["two-sided", "positive", "negative", "outlier"])
+def test_the_mse_range_is_the_pair_of_ends_with_the_least_error(shape):
+    """`estimate_range(h, "mse")` scores each end on its own; the answer is still the pair
+    that the error of the module docstring, evaluated on every (low, high) pair, ranks first."""
+    from tpuedge.quantize.range_estimation import _FRACTIONS, LEVELS
+
+    rng = np.random.default_rng(len(shape))
+    values = rng.standard_normal(20_000) * 3
+    values = {"positive": np.abs(values), "negative": -np.abs(values),
+              "outlier": np.append(values, 300.0)}.get(shape, values)
+    h = _histogram(values.astype(np.float32))
+    centers, counts = h.centers(), h.counts.astype(np.float64)
+    best, best_error = None, np.inf
+    for low in (h.low * _FRACTIONS if h.low < 0 else [0.0]):
+        for high in (h.high * _FRACTIONS if h.high > 0 else [0.0]):
+            inside = (centers >= low) & (centers <= high)
+            clipped = np.where(centers < low, low - centers, 0) ** 2 + np.where(centers > high, centers - high, 0) ** 2
+            error = (counts * (clipped + inside * ((high - low) / (LEVELS - 1)) ** 2 / 12)).sum()
+            if error < best_error * (1 - 1e-12):
+                best, best_error = (float(low), float(high)), error
+    assert estimate_range(h, "mse") == pytest.approx(best, rel=1e-9)
+
+
 def test_exact_zeros_are_counted_apart_and_cost_nothing():
     """Half a ReLU's outputs are exact zeros, which any grid holding 0 represents exactly: they
     must not pull the MSE range in (as s^2/12 each would)."""
