@@ -112,14 +112,18 @@ def mcu_capability() -> Capability:
         suggestions=suggestions,
         rewrite_notes=_rewrite_notes,
         rewrite=lambda exported_program: mcu_passes(layout=False).run(exported_program)[0],
+        # a transpose of two axes always reduces to at most 5 (before, one, between, other, after)
+        max_rank={"aten.permute.default": (5, "TFLite-Micro's TRANSPOSE kernel fails to prepare above 5-D")},
     )
 
 
 def _check_view(exported_program):
-    """What the check judges: the build's IR passes, then what the converter folds and fuses away."""
+    """What the check judges: the build's IR passes (mcu's, then every LiteRT lowering's), then
+    what the converter folds and fuses away."""
+    from tpuedge.edge.litert_lowering import litert_ir_passes
     from tpuedge.edge.mcu_fusion import converter_view
 
-    return converter_view(mcu_passes()(exported_program))
+    return converter_view(litert_ir_passes(mcu_passes()(exported_program)))
 
 
 def _rewrite_notes(exported_program) -> list[str]:

@@ -39,6 +39,7 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
 
     unsupported: dict[str, list] = defaultdict(list)
     bad_dtypes: dict[str, list] = defaultdict(list)
+    too_high: dict[str, list] = defaultdict(list)
     for node in ep.graph.nodes:
         val = node.meta.get("val")
         dtype = str(getattr(val, "dtype", ""))
@@ -51,8 +52,11 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
             continue
         if _is_custom(node.target) or not cap.ops.supports(node.target):
             unsupported[key].append(node)
+        elif key in cap.max_rank and len(getattr(val, "shape", ())) > cap.max_rank[key][0]:
+            too_high[key].append(node)
 
     problems = [_op_problem(target_name, key, nodes, cap) for key, nodes in sorted(unsupported.items())]
+    problems += [_rank_problem(target_name, key, nodes, cap) for key, nodes in sorted(too_high.items())]
     problems += [
         Problem(
             kind="dtype",
@@ -85,6 +89,20 @@ def _sources(nodes) -> tuple[str, ...]:
             seen.append(src)
     more = len(seen) - _MAX_SOURCES
     return tuple(seen[:_MAX_SOURCES] + ([f"... {more} more"] if more > 0 else []))
+
+
+def _rank_problem(target_name: str, key: str, nodes, cap) -> Problem:
+    limit, whose = cap.max_rank[key]
+    ranks = sorted({len(n.meta["val"].shape) for n in nodes})
+    return Problem(
+        kind="rank",
+        subject=key,
+        message=f"{target_name} runs this op on tensors of at most {limit} dimensions ({whose}); here it has "
+                f"{' or '.join(map(str, ranks))}",
+        suggestion=f"keep that tensor at {limit}-D or less (merge axes that move together into one with a reshape)",
+        count=len(nodes),
+        sources=_sources(nodes),
+    )
 
 
 def _op_problem(target_name: str, key: str, nodes, cap) -> Problem:

@@ -52,6 +52,7 @@ class Capability:
     dynamic_shapes: whether symbolic dims are accepted.
     notes: op key -> why it is (not) supported / what to try; shown by `tpuedge ops`.
     suggestions: op key -> what to try when that op is unsupported (replaces the generic one).
+    max_rank: op key -> (highest tensor rank the target runs it at, whose limit it is).
     """
 
     target: str
@@ -68,6 +69,9 @@ class Capability:
     # none), without layout-only ones that permute weights. Quantization-aware training applies
     # them so it fakes int8 on the ops the target builds, and trains weights it can sync back.
     rewrite: Callable[[Any], Any] | None = None
+    # op key -> (the highest rank the target runs it at, whose limit that is), judged on the
+    # decomposed program, e.g. {"aten.permute.default": (5, "TFLite-Micro's TRANSPOSE kernel")}
+    max_rank: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
