@@ -102,8 +102,9 @@ def litert_ir_passes(exported_program):
     DIV stops at a divisor on its zero point), no expand before a broadcasting op (litert-torch's
     converter refused MobileViTv2's), Tensor.unfold as a gather (the converter's own form is a
     PAD above 5-D in HaloNet), clamps and transposes above 5-D done at a lower rank (the converter
-    and TFLite-Micro stop at 5-D), and a flatten into a Linear read in NHWC order (no TRANSPOSE
-    before it). mcu's own passes run these too, so a CNN that needs nothing mcu-specific
+    and TFLite-Micro stop at 5-D), a constant minus a convolution's output as -y + c (the
+    converter folds c - conv into the bias with the wrong sign), and a flatten into a Linear read
+    in NHWC order (no TRANSPOSE before it). mcu's own passes run these too, so a CNN that needs nothing mcu-specific
     reaches the same program on both targets and shares one float model (`lowered_fingerprint`).
     Per-layer verify takes its reference from the same program, so a bounded mask is not
     reported as an error."""
@@ -120,6 +121,7 @@ def litert_ir_passes(exported_program):
 def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+    from tpuedge.shared_ir.passes.constant_minus import ConstantMinusAsNegAdd
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.high_rank import ElementwiseAtMost5D, PermuteAtMost5D
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
@@ -131,7 +133,8 @@ def _run_litert_ir_passes(exported_program):
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
     for ir_pass in (RemoveIdentityOps(), FoldConstants(), PReluAsMinimum(), FiniteMaskBound(), NormalizeAsRsqrt(),
-                    BroadcastInsteadOfExpand(), UnfoldAsGather(), ElementwiseAtMost5D(), PermuteAtMost5D(), FlattenAsNHWC()):
+                    BroadcastInsteadOfExpand(), UnfoldAsGather(), ElementwiseAtMost5D(), PermuteAtMost5D(),
+                    ConstantMinusAsNegAdd(), FlattenAsNHWC()):
         exported_program, _ = ir_pass(exported_program)
     return exported_program
 
