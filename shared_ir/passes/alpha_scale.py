@@ -1,0 +1,51 @@
+"""`torch.add(x, y, alpha=a)` and its kin as a plain add of `y * a`.
+
+Measured (tests/test_passes_alpha_scale.py): litert-torch's lowerings of aten.add.Tensor and
+aten.sub.Tensor take no `alpha` argument, so `torch.add(x, y, alpha=2)`, `torch.sub(...,
+alpha=...)` and `torch.rsub(..., alpha=...)` stop an android or mcu build with an internal
+error (a TypeError inside the converter). The pass moves the factor onto the operand it scales:
+add/sub(x, y, alpha=a) -> add/sub(x, y * a) and rsub(x, c, alpha=a) -> rsub(x * a, c), which
+torch computes in one step, so the result can differ by float rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+
+__all__ = ["AlphaAsMul"]
+
+
+def _alpha(node):
+    return node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
+
+
+class AlphaAsMul:
+    name = "alpha-as-mul"
+
+    def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
+        import torch
+
+        aten = torch.ops.aten
+        reversed_ops = {aten.rsub.Scalar, aten.rsub.Tensor}  # c - alpha * x: the factor scales the first
+        targets = {aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar} | reversed_ops
+        found = [n for n in call_functions(exported_program, targets) if _alpha(n) != 1]
+
+        def scaled(graph, operand, alpha):
+            if isinstance(operand, torch.fx.Node):
+                return call_with_val(graph, aten.mul.Tensor, operand, alpha)
+            return operand * alpha
+
+        def rewrite(graph, node):
+            first, second = node.args[:2]
+            alpha = _alpha(node)
+            if node.target in reversed_ops:
+                return call_with_val(graph, node.target, scaled(graph, first, alpha), second)
+            return call_with_val(graph, node.target, first, scaled(graph, second, alpha))
+
+        ep, count = rewrite_calls(exported_program, found, rewrite)
+        if not count:
+            return exported_program, PassResult(self.name, 0, "no add or subtract with an alpha")
+        return ep, PassResult(self.name, count, f"moved alpha onto its operand in {count} add(s)/subtract(s)")
