@@ -1,10 +1,11 @@
-"""A constant minus a convolution's output (shared_ir/passes/constant_minus.py): LiteRT's
-converter folds it into the convolution's bias with the sign the wrong way round."""
+"""A constant minus a computed tensor (shared_ir/passes/constant_minus.py): litert-torch
+converts `c - y` as `y - c` where y comes out of its NHWC layout region."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 import tpuedge
 from tpuedge.shared_ir.passes.constant_minus import ConstantMinusAsNegAdd
@@ -23,7 +24,9 @@ class ConstantMinusConv(torch.nn.Module):
         y = self.conv(x)
         return (1.0 - y,                                  # rsub.Scalar
                 self.offset - self.depthwise(y),          # sub.Tensor(buffer, depthwise)
-                0.5 - torch.relu(self.norm(y) * 2.0))     # through what the converter fuses
+                0.5 - torch.relu(self.norm(y) * 2.0),     # through what the converter fuses
+                3.0 - F.avg_pool2d(x, 2),                 # no convolution at all
+                2.0 - F.interpolate(y, scale_factor=2))
 
 
 class ConstantMinusOther(torch.nn.Module):
@@ -31,8 +34,8 @@ class ConstantMinusOther(torch.nn.Module):
         super().__init__()
         self.linear = torch.nn.Linear(4, 4)
 
-    def forward(self, x, mask):
-        return 1.0 - self.linear(x), (1.0 - mask) * -1e4, x - 1.0
+    def forward(self, x, ids):
+        return x - 1.0, x - self.linear(x), 1 - ids, 1.0 - self.linear.weight
 
 
 def _sample(shape, seed=0):
@@ -40,7 +43,7 @@ def _sample(shape, seed=0):
 
 
 def test_constant_minus_convolution_converts_with_its_sign():
-    """Old code: the android float model returned about conv(x) - c (max difference ~5)."""
+    """Old code: the android float model returned y - c for each (max difference ~5)."""
     torch.manual_seed(0)
     model = ConstantMinusConv().eval()
     with torch.no_grad():
@@ -48,7 +51,7 @@ def test_constant_minus_convolution_converts_with_its_sign():
         model.norm.running_var.uniform_(0.5, 2.0)
     program = tpuedge.export(model, (torch.zeros(1, 3, 8, 8),), name="cminus")
     ep, result = ConstantMinusAsNegAdd()(program.exported_program)
-    assert result.changed == 3
+    assert result.changed == 5
     x = _sample((1, 3, 8, 8))
     for ours, reference in zip(Program(ep, name="cminus").run(x), program.run(x)):
         np.testing.assert_array_equal(ours, reference)
@@ -57,8 +60,9 @@ def test_constant_minus_convolution_converts_with_its_sign():
         np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
 
 
-def test_other_subtractions_are_left_alone():
-    program = tpuedge.export(ConstantMinusOther().eval(), (torch.zeros(2, 4), torch.zeros(2, 4)), name="other")
+def test_other_subtractions_are_left_alone():  # a tensor minus anything, integers, constants alone
+    program = tpuedge.export(ConstantMinusOther().eval(), (torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.int64)),
+                             name="other")
     ep, result = ConstantMinusAsNegAdd()(program.exported_program)
     assert result.changed == 0 and ep is program.exported_program
 

@@ -1,14 +1,15 @@
-"""A constant minus a convolution's output computed as the negated output plus the constant.
+"""A constant minus a computed tensor written as the negated tensor plus the constant.
 
-Measured (tests/test_passes_constant_minus.py): LiteRT's converter folds `c - conv(x)` into the
-convolution's bias as if it were `conv(x) - c`, so the float model returns the negation plus an
-offset; `1.0 - conv(x)`, `buffer - depthwise(x)`, `1.0 - relu(conv(x))` all convert without an
-error and all are wrong (largest difference 2 to 6 on unit-scale outputs; the peer,
-`litert_torch.convert`, ships the same wrong model). `-conv(x) + c` converts correctly. The pass
-rewrites the subtraction where its right operand is a convolution's output, directly or through
-the ops the converter fuses into one (activations, batch norm, arithmetic with a constant):
-`rsub(y, c)` (Python's `c - y`) and `sub(constant, y)` become `add(neg(y), c)`, which is exact.
-Other subtractions (`1.0 - attention_mask`, GRU gates) are left as they are.
+Measured (tests/test_passes_constant_minus.py, and a sweep of such forms through the android
+float build): litert-torch converts `c - y` as `y - c`, without an error, wherever y comes out of
+its NHWC layout region: `1.0 - conv(x)`, `buffer - depthwise(x)`, `c - relu(bn(conv(x)))`,
+`3.0 - avg_pool2d(x, 2)` (on the input itself), `3.0 - interpolate(conv(x))`, `- pad(...)`,
+`- conv(x).permute(0, 2, 3, 1)`; the peer, `litert_torch.convert`, ships the same wrong float
+model. Elsewhere (after a Linear, a mean, a max-pool, a flatten) it converts right. `-y + c`
+converts right everywhere it was measured: an addition's operands commute, so the order the
+converter gets wrong does not matter. Every `c - y` (`rsub`, `sub(constant, y)`) of a floating
+y is rewritten, which is exact; the int8 cost is a MUL by -1 (the converter's NEG) where a SUB
+was. `c / y` has the same fault (docs/android.md) and no exact rewrite that avoids it.
 """
 
 from __future__ import annotations
@@ -20,43 +21,6 @@ from tpuedge.shared_ir.passes.constant_fold import constant_values
 from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
 __all__ = ["ConstantMinusAsNegAdd"]
-
-
-def _op_sets():
-    import torch
-
-    aten = torch.ops.aten
-    convolutions = {aten.conv1d.default, aten.conv2d.default, aten.conv3d.default, aten.convolution.default,
-                    aten.conv_transpose1d.default, aten.conv_transpose2d.input, aten.conv_transpose3d.input}
-    activations = {aten.relu.default, aten.relu6.default, aten.hardtanh.default, aten.clamp.default,
-                   aten._native_batch_norm_legit_no_training.default, aten.batch_norm.default}
-    arithmetic = {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.add.Scalar,
-                  aten.sub.Scalar, aten.mul.Scalar, aten.div.Scalar}
-    return convolutions, activations, arithmetic
-
-
-def _from_convolution(node, constants: set[str]) -> bool:
-    """Whether `node` is a convolution's output, or one the converter may fold into it."""
-    import operator
-
-    import torch
-
-    convolutions, activations, arithmetic = _op_sets()
-    while isinstance(node, torch.fx.Node) and node.op == "call_function":
-        if node.target in convolutions:
-            return True
-        if node.target is operator.getitem:  # batch norm's (output, mean, var)
-            node = node.args[0]
-        elif node.target in activations:
-            node = node.args[0]
-        elif node.target in arithmetic:
-            tensors = [a for a in node.args[:2] if isinstance(a, torch.fx.Node) and a.name not in constants]
-            if len(tensors) != 1:
-                return False
-            node = tensors[0]
-        else:
-            return False
-    return False
 
 
 class ConstantMinusAsNegAdd:
@@ -83,7 +47,7 @@ class ConstantMinusAsNegAdd:
                 constant, tensor = node.args[:2]
             if not isinstance(tensor, torch.fx.Node) or not is_constant(constant):
                 return None
-            if not tensor.meta["val"].is_floating_point() or not _from_convolution(tensor, constants):
+            if tensor.name in constants or not tensor.meta["val"].is_floating_point():
                 return None
             return constant, tensor
 
@@ -96,5 +60,5 @@ class ConstantMinusAsNegAdd:
 
         ep, count = rewrite_calls(exported_program, found, rewrite)
         if not count:
-            return exported_program, PassResult(self.name, 0, "no constant minus a convolution's output")
-        return ep, PassResult(self.name, count, f"computed {count} constant-minus-convolution(s) as -y + c")
+            return exported_program, PassResult(self.name, 0, "no constant minus a computed tensor")
+        return ep, PassResult(self.name, count, f"computed {count} constant-minus-tensor(s) as -y + c")
