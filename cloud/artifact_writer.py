@@ -68,11 +68,22 @@ def verify_export(lowered, export, exported) -> dict:
             if not err <= VERIFY_TOLERANCE * scale:
                 raise InternalError(
                     f"the exported forward of {program.name!r} differs from Program.run on output {name!r} "
-                    f"(max |error| {err:.3g}); the ATen->JAX lowering of one of its ops is wrong"
+                    f"(max |error| {err:.3g}); {_where_it_parts(source, program, export, source_inputs)}"
                 )
             worst = max(worst, err)
     # two significant digits: the value is a measurement, not a bit pattern to pin
     return {"runtime": "XLA:CPU (jax.export)", "input_batches": len(seeds), "max_abs_error": f"{worst:.1e}"}
+
+
+def _where_it_parts(source, program, export, inputs) -> str:
+    """Which op the difference starts at, and whether it jumped there (cloud/divergence.py)."""
+    from tpuedge.cloud.divergence import where_it_parts
+
+    suspect = "the ATen->JAX lowering of one of its ops is wrong"
+    if program is not source:  # a rebound batch: its nodes hold other shapes than torch's
+        return suspect
+    return where_it_parts(program, export.jax_program, inputs, VERIFY_TOLERANCE) or (
+        f"every op is within {VERIFY_TOLERANCE:g} of its scale, so the difference builds up at the outputs")
 
 
 def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
