@@ -47,6 +47,7 @@ def verify_export(lowered, export, exported) -> dict:
     import jax
 
     from tpuedge.cloud.batch_rebind import per_sample_inputs
+    from tpuedge.cloud.divergence import value_scale
 
     source, program = lowered.source_program, lowered.program
     cpu = jax.devices("cpu")[0]
@@ -64,7 +65,7 @@ def verify_export(lowered, export, exported) -> dict:
                 raise InternalError(f"output {name!r}: XLA gave shape {g.shape}, the Program says {spec.shape}")
             rows = slice(None) if program is source else slice(0, shared)
             err = max_abs_error(e[rows], g[rows])
-            scale = max(1.0, float(np.max(np.abs(e[rows]), initial=0.0)))
+            scale = value_scale(e[rows])
             if not err <= VERIFY_TOLERANCE * scale:
                 raise InternalError(
                     f"the exported forward of {program.name!r} differs from Program.run on output {name!r} "

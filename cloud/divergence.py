@@ -14,10 +14,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["where_it_parts", "describe_parting"]
+__all__ = ["where_it_parts", "describe_parting", "value_scale"]
 
 # every op before the first one over the tolerance within this share of it: a jump, not a drift
 _JUMP_SHARE = 0.1
+
+
+def value_scale(values: np.ndarray) -> float:
+    """What the self-check measures an error against: max(1, max |value|)."""
+    return max(1.0, float(np.max(np.abs(values), initial=0.0)))
 
 
 def where_it_parts(program: Any, jax_program: Any, inputs: list[np.ndarray], tolerance: float) -> str:
@@ -40,7 +45,7 @@ def where_it_parts(program: Any, jax_program: Any, inputs: list[np.ndarray], tol
         expected, value = reference[name], np.asarray(got[name])
         if value.shape != expected.shape or not np.issubdtype(expected.dtype, np.floating):
             continue
-        rows.append((layer, max_abs_error(expected, value) / max(1.0, float(np.max(np.abs(expected), initial=0.0)))))
+        rows.append((layer, max_abs_error(expected, value) / value_scale(expected)))
     return describe_parting(rows, tolerance)
 
 

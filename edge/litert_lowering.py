@@ -103,9 +103,9 @@ def litert_ir_passes(exported_program):
     DIV stops at a divisor on its zero point), no expand before a broadcasting op (litert-torch's
     converter refused MobileViTv2's), Tensor.unfold as a gather (the converter's own form is a
     PAD above 5-D in HaloNet), clamps and transposes above 5-D done at a lower rank (the converter
-    and TFLite-Micro stop at 5-D), a constant minus a convolution's output as -y + c (the
-    converter folds c - conv into the bias with the wrong sign), and a flatten into a Linear read
-    in NHWC order (no TRANSPOSE before it). mcu's own passes run these too, so a CNN that needs nothing mcu-specific
+    and TFLite-Micro stop at 5-D), a constant minus a computed tensor as -y + c (the converter
+    writes c - y as y - c after its NHWC ops), and a flatten into a Linear read in NHWC order (no
+    TRANSPOSE before it). mcu's own passes run these too, so a CNN that needs nothing mcu-specific
     reaches the same program on both targets and shares one float model (`lowered_fingerprint`).
     Per-layer verify takes its reference from the same program, so a bounded mask is not
     reported as an error."""

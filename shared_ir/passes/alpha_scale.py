@@ -15,10 +15,11 @@ from typing import Any
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
-__all__ = ["AlphaAsMul"]
+__all__ = ["AlphaAsMul", "alpha_of"]
 
 
-def _alpha(node):
+def alpha_of(node):
+    """The `alpha` of an add / sub / rsub node (1 when not given)."""
     return node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
 
 
@@ -31,7 +32,7 @@ class AlphaAsMul:
         aten = torch.ops.aten
         reversed_ops = {aten.rsub.Scalar, aten.rsub.Tensor}  # c - alpha * x: the factor scales the first
         targets = {aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar} | reversed_ops
-        found = [n for n in call_functions(exported_program, targets) if _alpha(n) != 1]
+        found = [n for n in call_functions(exported_program, targets) if alpha_of(n) != 1]
 
         def scaled(graph, operand, alpha):
             if isinstance(operand, torch.fx.Node):
@@ -40,7 +41,7 @@ class AlphaAsMul:
 
         def rewrite(graph, node):
             first, second = node.args[:2]
-            alpha = _alpha(node)
+            alpha = alpha_of(node)
             if node.target in reversed_ops:
                 return call_with_val(graph, node.target, scaled(graph, first, alpha), second)
             return call_with_val(graph, node.target, first, scaled(graph, second, alpha))

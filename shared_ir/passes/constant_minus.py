@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
+from tpuedge.shared_ir.passes.alpha_scale import alpha_of
 from tpuedge.shared_ir.passes.constant_fold import constant_values
 from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
@@ -38,8 +39,7 @@ class ConstantMinusAsNegAdd:
             return not isinstance(arg, torch.fx.Node) or arg.name in constants
 
         def operands(node):  # (the constant, the computed tensor) of `constant - tensor`, else None
-            alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
-            if alpha != 1:
+            if alpha_of(node) != 1:  # litert_ir_passes runs AlphaAsMul first
                 return None
             if node.target in (aten.rsub.Scalar, aten.rsub.Tensor):
                 tensor, constant = node.args[:2]

@@ -15,6 +15,7 @@ Both change only ops above 5-D (a program without any is returned as it is) and 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
@@ -34,7 +35,6 @@ def reduced_permutation(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[
     """(input shape, permutation) of the smallest transpose that moves the data as
     `permute(perm)` does on `shape`: size-1 axes dropped, runs of input axes that stay adjacent
     and in the same order merged into one."""
-    kept = [axis for axis in range(len(shape)) if shape[axis] != 1]
     order = [axis for axis in perm if shape[axis] != 1]  # the output's axes, in input numbering
     runs: list[list[int]] = []
     for axis in order:
@@ -43,9 +43,8 @@ def reduced_permutation(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[
         else:
             runs.append([axis])
     by_first = sorted(runs, key=lambda run: run[0])  # the merged axes in input order
-    merged_shape = tuple(int(_product(shape[a] for a in run)) for run in by_first)
+    merged_shape = tuple(math.prod(int(shape[a]) for a in run) for run in by_first)
     position = {run[0]: i for i, run in enumerate(by_first)}
-    assert sum(len(r) for r in runs) == len(kept)
     return merged_shape, tuple(position[run[0]] for run in runs)
 
 
@@ -59,13 +58,6 @@ def _permutation(node, rank: int) -> tuple[int, ...]:
         order[first], order[second] = second, first
         return tuple(order)
     return tuple(int(p) % rank for p in node.args[1])
-
-
-def _product(values) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
 
 
 class PermuteAtMost5D:
