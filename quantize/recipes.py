@@ -95,6 +95,7 @@ def choose_precisions(
     *,
     strict_int8: bool = False,
     target_cosine: float = 0.995,
+    screen: Callable[[dict[str, str]], float] | None = None,
 ) -> PrecisionPlan:
     """Pick int8 / int16 / float per sensitive group by measured model cosine.
 
@@ -104,7 +105,11 @@ def choose_precisions(
     Otherwise every group is measured at int16 and float (the rest int8), and groups are
     upgraded in order of measured gain until the target is met; a group whose upgrade gains
     less than 1e-4, or lowers the model cosine given the upgrades before it, stays int8. The
-    plan returned is never below any recipe measured on the way (all-int8 included).
+    plan returned is never below any recipe `evaluate` measured on the way (all-int8 included).
+
+    screen: a cheaper estimate of `evaluate` (fewer samples) for the one-group-at-a-time
+    measurements, which only order the groups and pick int16 or float for each; every
+    upgrade kept, and the best single upgrade, is then measured by `evaluate`.
     """
     base = {g.key: "int8" for g in groups}
     c0 = evaluate(dict(base))
@@ -118,16 +123,18 @@ def choose_precisions(
         decisions = [OpDecision(g.key, g.kind, "int8", why, {"int8": c0}, g.ops) for g in groups]
         return PrecisionPlan(base, decisions, c0, c0, count)
 
-    measured: dict[str, dict[str, float]] = {}
+    probe, s0 = (evaluate, c0) if screen is None else (screen, screen(dict(base)))
+    count += screen is not None
+    measured: dict[str, dict[str, float]] = {}  # by `probe`: `evaluate`'s numbers only without a screen
     for g in groups:
-        measured[g.key] = {"int8": c0}
+        measured[g.key] = {"int8": s0}
         for precision in ("int16", "float"):
-            measured[g.key][precision] = evaluate({**base, g.key: precision})
+            measured[g.key][precision] = probe({**base, g.key: precision})
             count += 1
 
     def choice(key: str) -> tuple[str, float]:
         m = measured[key]
-        gain16, gainf = m["int16"] - c0, m["float"] - c0
+        gain16, gainf = m["int16"] - s0, m["float"] - s0
         if gain16 >= _INT16_SHARE * gainf and gain16 >= _MIN_GAIN:
             return "int16", gain16
         return "float", gainf
@@ -139,7 +146,8 @@ def choose_precisions(
     for g in order:
         precision, gain = choice(g.key)
         m = measured[g.key]
-        detail = f"model cosine int8 {_fmt(m['int8'])}, int16 {_fmt(m['int16'])}, float {_fmt(m['float'])}"
+        detail = (f"model cosine{'' if screen is None else ' screened'} int8 {_fmt(m['int8'])}, "
+                  f"int16 {_fmt(m['int16'])}, float {_fmt(m['float'])}")
         if current >= target_cosine:
             reasons[g.key] = f"int8 kept: target {target_cosine} reached without it ({detail})"
             continue
@@ -159,9 +167,13 @@ def choose_precisions(
     best_key, best_precision = max(
         ((k, p) for k in measured for p in ("int16", "float")), key=lambda kp: measured[kp[0]][kp[1]], default=(None, None)
     )
-    if best_key is not None and measured[best_key][best_precision] > current:
+    best = None if best_key is None else measured[best_key][best_precision]
+    if screen is not None and best is not None and best > s0 and assignment != {**base, best_key: best_precision}:
+        best = evaluate({**base, best_key: best_precision})  # a screened number is not comparable with `current`
+        count += 1
+    if best is not None and best > current:
         assignment = {**base, best_key: best_precision}
-        current = measured[best_key][best_precision]
+        current = best
         for g in groups:
             reasons[g.key] = (
                 f"{best_precision} alone scored {_fmt(current)}, above every combination measured"

@@ -131,3 +131,59 @@ def test_the_search_aims_at_the_budget_metric_too():
     assert search_score(AccuracySummary(centered_cosine=0.996, sample_cosine=0.9897, **common)) == 0.9897
     assert search_score(AccuracySummary(centered_cosine=0.990, sample_cosine=0.9990, **common)) == 0.990
     assert search_score(AccuracySummary(centered_cosine=0.993, **common)) == 0.993  # not measured: centered alone
+
+
+def test_a_screen_orders_the_groups_and_every_kept_upgrade_is_measured_in_full():
+    """The one-group-at-a-time candidates run on the screen (fewer samples); what the plan keeps,
+    and the number it reports, come from `evaluate` alone. The screen here is off by a constant
+    and slightly noisy: its numbers must never be compared with `evaluate`'s."""
+    groups = [SensitiveGroup(f"layer_norm:{i}", "layer_norm") for i in range(6)]
+    cost = {"layer_norm:0": 0.05, "layer_norm:3": 0.03, "layer_norm:5": 0.002}  # recovered by float
+
+    def truth(assignment):
+        return 0.99 - sum(c for g, c in cost.items() if assignment.get(g, "int8") != "float")
+
+    full: list[dict] = []
+    screened: list[dict] = []
+
+    def evaluate(assignment):
+        full.append(dict(assignment))
+        return truth(assignment)
+
+    def screen(assignment):
+        screened.append(dict(assignment))
+        noise = 1e-5 * (sum(v == "float" for v in assignment.values()) % 3)
+        return truth(assignment) - 0.2 + noise  # fewer samples: another scale altogether
+
+    plan = choose_precisions(groups, evaluate, target_cosine=0.985, screen=screen)
+    assert len(screened) == 1 + 2 * len(groups)  # all-int8, then each group at int16 and float
+    assert all(sum(v != "int8" for v in a.values()) <= 1 for a in screened)
+    # kept: the two costly norms (the third's 0.002 is not needed for the target), largest first
+    assert plan.assignment == {**{g.key: "int8" for g in groups}, "layer_norm:0": "float", "layer_norm:3": "float"}
+    assert plan.final_cosine == pytest.approx(truth(plan.assignment)) and plan.final_cosine >= 0.985
+    assert full[-1] == plan.assignment or plan.assignment in full
+    assert len(full) < len(screened)
+    assert plan.evaluations == len(full) + len(screened)
+
+
+def test_a_screened_single_upgrade_is_measured_in_full_before_it_wins():
+    """The guard against ending below a measured recipe compares full measurements only. Here the
+    screen picks int16 for `a` (most of float's gain) and the greedy keeps a=int16 then b; float
+    for `a` alone, the screen's best single upgrade, is measured by `evaluate` and beats both."""
+    groups = [SensitiveGroup("gelu:a", "gelu"), SensitiveGroup("gelu:b", "gelu")]
+    full = {(): 0.90, (("gelu:a", "int16"),): 0.92, (("gelu:a", "float"),): 0.96}
+    seen: dict = {}
+
+    def evaluate(assignment):
+        key = tuple(sorted((k, v) for k, v in assignment.items() if v != "int8"))
+        seen[key] = full.get(key, 0.93)  # a=int16 with b upgraded too
+        return seen[key]
+
+    def screen(assignment):
+        key = tuple(sorted((k, v) for k, v in assignment.items() if v != "int8"))
+        return {(): 0.50, (("gelu:a", "int16"),): 0.58, (("gelu:a", "float"),): 0.60}.get(key, 0.51)
+
+    plan = choose_precisions(groups, evaluate, target_cosine=0.99, screen=screen)
+    assert (("gelu:a", "float"),) in seen  # measured in full ...
+    assert plan.final_cosine == pytest.approx(0.96) == max(seen.values())  # ... and kept
+    assert [(d.group, d.precision) for d in plan.non_int8] == [("gelu:a", "float")]
