@@ -54,7 +54,7 @@ LARGE_MODEL_SEARCH_SAMPLES = 16
 # MIN_SCREENING_SAMPLES); every upgrade kept is measured on all of them.
 SCREENING_SHARE = 4
 MIN_SCREENING_SAMPLES = 2
-_SCREENED = "[screened on"  # marks a screening candidate's key in the table of recipes measured
+_SCREENED = "screened on"  # in a screening candidate's key, the table of recipes measured
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,7 @@ def static_int8(
     from tpuedge.quantize.metrics import AccuracySummary
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
     from tpuedge.shared_ir.progress import stage_progress
+    from tpuedge.shared_ir.stage_times import timed
 
     if not calibration:
         raise UserError(
@@ -114,14 +115,16 @@ def static_int8(
     def measure(assignment: dict[str, str], ranges: str | None = None, samples: int | None = None):
         ranges = ranges or chosen["ranges"]
         count = min(samples or len(eval_inputs), len(eval_inputs))
-        key = _key(assignment, ranges) + ("" if count == len(eval_inputs) else f" {_SCREENED} {count} samples]")
+        key = _key(assignment, ranges) + ("" if count == len(eval_inputs) else f" [{_SCREENED} {count} samples]")
         if key not in measured:
             step(key or "all int8")
             entries = quantizer_recipe(config, assignment, scopes)
 
             def build_and_score() -> tuple[bytes, dict]:
-                data = quantize(entries, ranges)
-                return data, asdict(_score_candidate(data, eval_inputs[:count], lambda: reference()[:count]))
+                with timed("int8 search: ai-edge-quantizer"):
+                    data = quantize(entries, ranges)
+                with timed("int8 search: candidates in LiteRT"):
+                    return data, asdict(_score_candidate(data, eval_inputs[:count], lambda: reference()[:count]))
 
             parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {}),
                      **({"samples": count} if count != len(eval_inputs) else {})}
@@ -145,15 +148,12 @@ def static_int8(
             )
         return data
 
-    def evaluate(assignment: dict[str, str], ranges: str | None = None) -> float:
+    def evaluate(assignment: dict[str, str], ranges: str | None = None, samples: int | None = None) -> float:
         # the budget reads every output's mean per-sample cosine: the search aims at it too, so it
         # never stops on a score the budget does not read
-        return search_score(measure(assignment, ranges))
+        return search_score(measure(assignment, ranges, samples))
 
     screening_samples = max(MIN_SCREENING_SAMPLES, len(eval_inputs) // SCREENING_SHARE)
-
-    def screen(assignment: dict[str, str]) -> float:
-        return search_score(measure(assignment, samples=screening_samples))
 
     # where all-int8 with min/max ranges misses the target, the ranges estimated from histograms
     # are measured too (quantize/range_estimation.py), and the best all-int8 sets the search's ranges
@@ -188,27 +188,25 @@ def static_int8(
         if all_int8 < config.target_cosine:
             ranked = _upgrade_ranked_points(program, base, calibration, eval_samples, scopes, evaluate, all_int8, config)
 
-    def with_ranked(assignment: dict[str, str]) -> float:
-        return evaluate({**ranked["assignment"], **assignment})
-
-    def screen_with_ranked(assignment: dict[str, str]) -> float:
-        return screen({**ranked["assignment"], **assignment})
-
     # the groups searched: each op group, or one per kind (config.group_by_kind)
     search_groups, expand = merge_by_kind(groups) if config.group_by_kind else (groups, dict)
 
-    def searched(score):
-        return lambda assignment: score(expand(assignment))
+    def search(*, strict: bool):
+        """choose_precisions over the groups: on top of the ranked int16 points unless `strict`,
+        the one-group-at-a-time candidates screened on fewer samples where there are enough."""
+        start = {} if strict else ranked["assignment"]
+
+        def scored(samples: int | None = None):
+            return lambda assignment: evaluate({**start, **expand(assignment)}, samples=samples)
+
+        screen = scored(screening_samples) if screening_samples < len(eval_inputs) else None
+        return choose_precisions(search_groups, scored(), strict_int8=strict, target_cosine=config.target_cosine, screen=screen)
 
     # at most: all-int8 (also screened), each group at int16 and at float, then each group's
     # upgrade in turn, and the best single upgrade measured on all samples
     with stage_progress(f"{program.name}: int8 search over {len(search_groups)} op group(s)", total=3 + 3 * len(search_groups)) as step:
-        screened = searched(screen if config.strict_int8 else screen_with_ranked) if screening_samples < len(eval_inputs) else None
-        plan = choose_precisions(search_groups, searched(evaluate if config.strict_int8 else with_ranked),
-                                 strict_int8=config.strict_int8, target_cosine=config.target_cosine, screen=screened)
-        mixed = (choose_precisions(search_groups, searched(with_ranked), strict_int8=False, target_cosine=config.target_cosine,
-                                   screen=searched(screen_with_ranked) if screened is not None else None)
-                 if config.strict_int8 and report_strict_cost else None)
+        plan = search(strict=config.strict_int8)
+        mixed = search(strict=False) if config.strict_int8 and report_strict_cost else None
     ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
     assignment = expand(plan.assignment) if config.strict_int8 else {**ranked["assignment"], **expand(plan.assignment)}
     final_cosine = plan.final_cosine
@@ -322,13 +320,15 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
     from tpuedge.quantize.sensitivity import RANKING_SAMPLES, rank_quant_points
     from tpuedge.shared_ir.progress import stage_progress
     from tpuedge.shared_ir.program import Program
+    from tpuedge.shared_ir.stage_times import timed
 
     measure_on = eval_samples[:RANKING_SAMPLES]
     with stage_progress(f"{program.name}: int8 sensitivity of every IR point ({len(measure_on)} samples)", total=1):
         # the program the converter saw (attention masks bounded), so ranges are the calibrated ones
         lowered = Program(litert_ir_passes(program.exported_program), name=program.name)
         try:
-            ranking = rank_quant_points(lowered, calibration, measure_on)
+            with timed("int8 search: IR sensitivity ranking"):
+                ranking = rank_quant_points(lowered, calibration, measure_on)
         except (UserError, InternalError) as exc:  # the JAX lowering can't run it: the kind-based search still does
             return {"assignment": {}, "report": {"unavailable": " ".join(str(exc).split())[:400]}, "non_int8": [], "groups": []}
     groups, group_scopes = ranked_groups(base, ranking)

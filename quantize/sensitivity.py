@@ -24,9 +24,9 @@ __all__ = ["PointSensitivity", "rank_quant_points", "module_scope", "RANKING_SAM
 
 # Samples each point's cost is measured on: one run per point, each as dear as the samples are
 # many, and the runs were most of an int8 build (MobileViT-xxs: 194 points, 118 s on 8 samples,
-# 42 s on 2). Measured against 8 samples, 2 keep 23 of the top 24 points and the same top 8 on
-# MiniLM, ShuffleNetV2 and MobileViT; the ranking only orders the points, and the recipes it
-# leads to are measured on all the search's samples.
+# 42 s on 2). Measured against 8 samples, 2 keep 23 or 24 of the top 24 points and the same top
+# 8 on MiniLM, ShuffleNetV2 and MobileViT (bench/ranking_samples.py); the ranking only orders
+# the points, and the recipes it leads to are measured on all the search's samples.
 RANKING_SAMPLES = 2
 _OBSERVE_CHUNK = 8  # calibration samples per batch of the range-observing run
 

@@ -161,7 +161,7 @@ def test_a_screen_orders_the_groups_and_every_kept_upgrade_is_measured_in_full()
     # kept: the two costly norms (the third's 0.002 is not needed for the target), largest first
     assert plan.assignment == {**{g.key: "int8" for g in groups}, "layer_norm:0": "float", "layer_norm:3": "float"}
     assert plan.final_cosine == pytest.approx(truth(plan.assignment)) and plan.final_cosine >= 0.985
-    assert full[-1] == plan.assignment or plan.assignment in full
+    assert plan.assignment in full  # the plan kept was measured in full
     assert len(full) < len(screened)
     assert plan.evaluations == len(full) + len(screened)
 
