@@ -275,12 +275,11 @@ def _score_candidate(tflite: bytes, eval_inputs, reference) -> "AccuracySummary"
     `reference()`; the worst score when LiteRT refuses to run it (an int8 kernel's own check, a
     DIV whose divisor rounds to its zero point) or its outputs are inf/NaN (a float DIV by 0):
     a recipe that can't ship."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
+    from tpuedge.edge.litert_runtime import ModelRunError, run_samples
     from tpuedge.quantize.metrics import AccuracySummary, compare_outputs
 
-    runner = LiteRTRunner(tflite)
     try:
-        outputs = [runner.run(x) for x in eval_inputs]
+        outputs = run_samples(tflite, eval_inputs)
     except ModelRunError:
         return AccuracySummary.failed_to_run(len(eval_inputs))
     if not all(np.isfinite(o).all() for sample in outputs for o in sample):

@@ -11,7 +11,7 @@ import torch
 import tpuedge
 from tpuedge.edge.convert import program_to_tflite
 from tpuedge.edge.float_model import clear_float_cache, float_tflite, tflite_layout_inputs
-from tpuedge.edge.litert_runtime import LiteRTRunner
+from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, run_samples
 from tpuedge.edge.tflite_inspect import summarize_tflite
 from tpuedge.quantize import QuantConfig
 from tpuedge.quantize.calibration import load_calibration
@@ -260,6 +260,32 @@ def test_lstm_int8_measures_its_recurrent_state(tmp_path):
     runner = LiteRTRunner(strict_target.tflite)
     upgraded = compare_outputs(reference, [runner.run(s) for s in test])
     assert upgraded.centered_cosine > int8_acc.centered_cosine, (upgraded.describe(), int8_acc.describe())
+
+
+def test_run_samples_on_threads_gives_one_interpreters_outputs_in_order(converted, programs):
+    """The int8 search measures its candidates with run_samples: spread over interpreters on
+    threads, each sample's outputs must be the bytes one interpreter gives, in sample order."""
+    cm, _ = converted("build_transformer", "int8")
+    samples = [tflite_layout_inputs(s, cm.config.channels_last) for s in _samples(programs["build_transformer"], seed=3, count=7)]
+    runner = LiteRTRunner(cm.tflite)
+    serial = [runner.run(s) for s in samples]
+    for workers in (2, 3):
+        spread = run_samples(cm.tflite, samples, workers=workers)
+        assert len(spread) == len(samples)
+        for one, many in zip(serial, spread):
+            assert all(np.array_equal(a, b) for a, b in zip(one, many))
+
+
+def test_run_samples_passes_on_a_kernels_refusal(monkeypatch, converted, programs):
+    cm, _ = converted("build_cnn", "none")
+    samples = [tflite_layout_inputs(s, cm.config.channels_last) for s in _samples(programs["build_cnn"], seed=3, count=4)]
+
+    def refuse(self, inputs):
+        raise ModelRunError("LiteRT stopped running the model: a kernel's check failed")
+
+    monkeypatch.setattr(LiteRTRunner, "run_raw", refuse)
+    with pytest.raises(ModelRunError):
+        run_samples(cm.tflite, samples, workers=2)
 
 
 def test_channels_last_has_no_transpose(converted, programs):
