@@ -47,19 +47,20 @@ def verify_export(lowered, export, exported) -> dict:
     import jax
 
     from tpuedge.cloud.batch_rebind import per_sample_inputs
-    from tpuedge.cloud.divergence import value_scale
+    from tpuedge.cloud.divergence import ROUNDING_MARGIN, rounding_sensitivity, value_scale
 
     source, program = lowered.source_program, lowered.program
     cpu = jax.devices("cpu")[0]
     call = jax.jit(exported.call)
-    worst, seeds = 0.0, (0, 1)
+    worst, seeds, sensitivity = 0.0, (0, 1), 0.0
     for seed in seeds:
         source_inputs, inputs, shared = per_sample_inputs(source, program, seed)
         expected = source.run(*source_inputs)
         args = [jax.device_put(np.asarray(a, dtype=aval.dtype), cpu) for a, aval in zip(inputs, export.input_avals)]
         with jax.default_device(cpu):
             got = call(export.params, export.buffers, *args)
-        for name, e, g, spec in zip(program.output_names, expected, got, program.outputs):
+        moves = None  # torch's own outputs under 1-ulp input changes, measured only where needed
+        for index, (name, e, g, spec) in enumerate(zip(program.output_names, expected, got, program.outputs)):
             g = np.asarray(g)
             if list(g.shape) != list(spec.shape):
                 raise InternalError(f"output {name!r}: XLA gave shape {g.shape}, the Program says {spec.shape}")
@@ -67,13 +68,28 @@ def verify_export(lowered, export, exported) -> dict:
             err = max_abs_error(e[rows], g[rows])
             scale = value_scale(e[rows])
             if not err <= VERIFY_TOLERANCE * scale:
-                raise InternalError(
-                    f"the exported forward of {program.name!r} differs from Program.run on output {name!r} "
-                    f"(max |error| {err:.3g}); {_where_it_parts(source, program, export, source_inputs)}"
-                )
+                # a model that amplifies float rounding (a deep random-init net) is allowed what
+                # rounding does to torch's own outputs: no lowering can be closer than that
+                moves = moves or rounding_sensitivity(source, source_inputs, expected)
+                sensitivity = max(sensitivity, moves[index])
+                if not err <= ROUNDING_MARGIN * moves[index] * value_scale(e):
+                    raise InternalError(
+                        f"the exported forward of {program.name!r} differs from Program.run on output {name!r} "
+                        f"(max |error| {err:.3g}, over {VERIFY_TOLERANCE:g} of its scale {scale:.3g} and over "
+                        f"{ROUNDING_MARGIN} times the {moves[index]:.2g} of it that a 1-ulp change of the inputs moves "
+                        f"torch's own output); {_where_it_parts(source, program, export, source_inputs)}"
+                    )
             worst = max(worst, err)
     # two significant digits: the value is a measurement, not a bit pattern to pin
-    return {"runtime": "XLA:CPU (jax.export)", "input_batches": len(seeds), "max_abs_error": f"{worst:.1e}"}
+    report = {"runtime": "XLA:CPU (jax.export)", "input_batches": len(seeds), "max_abs_error": f"{worst:.1e}"}
+    if sensitivity:
+        report["float_rounding"] = {
+            "input_ulp_sensitivity": f"{sensitivity:.1e}",
+            "why": f"over {VERIFY_TOLERANCE:g} of an output's scale, within {ROUNDING_MARGIN} times what a 1-ulp change "
+                   "of the inputs does to torch's own output: the model amplifies float32 rounding, which XLA and "
+                   "torch do differently at every op",
+        }
+    return report
 
 
 def _where_it_parts(source, program, export, inputs) -> str:

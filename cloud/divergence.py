@@ -14,15 +14,44 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["where_it_parts", "describe_parting", "value_scale"]
+__all__ = ["where_it_parts", "describe_parting", "value_scale", "rounding_sensitivity", "ROUNDING_MARGIN"]
 
 # every op before the first one over the tolerance within this share of it: a jump, not a drift
 _JUMP_SHARE = 0.1
+# XLA and torch round differently at every op, each difference as large as a 1-ulp change of an
+# input and amplified by the ops after it as much: the self-check allows this multiple of what
+# such a change does to torch's own outputs. Random-init EfficientNet-B0: a 1-ulp change of its
+# input moves its logits 1.4-2.0e-4 of their scale, over the fixed tolerance, and XLA ended 1.4e-4 off.
+ROUNDING_MARGIN = 10
+_PERTURBATIONS = 3  # 1-ulp changes of the inputs tried; the largest output change counts
 
 
 def value_scale(values: np.ndarray) -> float:
     """What the self-check measures an error against: max(1, max |value|)."""
     return max(1.0, float(np.max(np.abs(values), initial=0.0)))
+
+
+def rounding_sensitivity(program: Any, inputs: list[np.ndarray], expected: list[np.ndarray]) -> list[float]:
+    """Per output: the most its value moves, relative to its scale (`value_scale`), when every
+    float input is changed by one ulp (a random sign per element, seeded) and the program runs
+    in torch again: what float32 rounding alone does to this model on these inputs. 0 for a
+    model without float inputs (token ids cannot move by an ulp)."""
+    rng = np.random.default_rng(0)
+    worst = [0.0] * len(expected)
+    if not any(np.issubdtype(np.asarray(a).dtype, np.floating) for a in inputs):
+        return worst
+    for _ in range(_PERTURBATIONS):
+        moved = []
+        for a in inputs:
+            a = np.asarray(a)
+            if np.issubdtype(a.dtype, np.floating):
+                ulp = np.spacing(np.abs(a).astype(a.dtype)) * rng.choice(np.array([-1, 1], a.dtype), a.shape)
+                a = (a + ulp).astype(a.dtype)
+            moved.append(a)
+        for i, (e, g) in enumerate(zip(expected, program.run(*moved))):
+            if np.issubdtype(np.asarray(e).dtype, np.floating):
+                worst[i] = max(worst[i], float(np.max(np.abs(np.asarray(g, np.float64) - e), initial=0.0)) / value_scale(e))
+    return worst
 
 
 def where_it_parts(program: Any, jax_program: Any, inputs: list[np.ndarray], tolerance: float) -> str:
