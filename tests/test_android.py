@@ -4,11 +4,14 @@ byte-identical rebuilds, artifacts, capability. Conversions are shared per modul
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 import torch
 
 import tpuedge
+from tpuedge.edge import int8_search
 from tpuedge.edge.convert import program_to_tflite
 from tpuedge.edge.float_model import clear_float_cache, float_tflite, tflite_layout_inputs
 from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, run_samples
@@ -162,7 +165,27 @@ def outlier_search():
         module.qkv.weight.mul_(3.0)
     program = tpuedge.export(module, inputs, name="outliers")
     config = QuantConfig(scheme="int8", target_cosine=0.99999)
-    return program, config, program_to_tflite(program, config, _outliers(1, 32))
+    real_score = int8_search._score_candidate
+
+    def spy(tflite, eval_inputs, reference):  # the real scoring, counted by model bytes and samples
+        _OUTLIER_SEARCH_RUNS.append((hashlib.sha256(tflite).hexdigest(), len(eval_inputs)))
+        return real_score(tflite, eval_inputs, reference)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(int8_search, "_score_candidate", spy)
+        return program, config, program_to_tflite(program, config, _outliers(1, 32))
+
+
+_OUTLIER_SEARCH_RUNS: list[tuple[str, int]] = []  # (sha256 of a scored candidate, samples), by outlier_search
+
+
+def test_the_search_runs_one_model_in_litert_once(outlier_search):
+    """Recipes that quantize to the same bytes (a group whose ops the ranked points already made
+    int16) are one model: scored once. Old code ran each again on the same samples."""
+    _, _, cm = outlier_search
+    assert _OUTLIER_SEARCH_RUNS, "the search scored nothing: the spy missed it"
+    assert len(set(_OUTLIER_SEARCH_RUNS)) == len(_OUTLIER_SEARCH_RUNS)
+    assert cm.recipe["search"]["evaluations"] > len(_OUTLIER_SEARCH_RUNS)  # every recipe still listed
 
 
 def test_int8_search_measures_sensitive_ops(outlier_search):
