@@ -123,12 +123,24 @@ def _check_indices(model, size: int, where: str) -> None:
                 raise _fail(where, f"signature {text(sig.signatureKey)!r} names tensor {tm.tensorIndex} but there are {n}")
 
 
+def _packed_size_hint(model) -> int:
+    """At least what `model` packs to, nearly always: its buffers' bytes, plus room for every
+    tensor, operator and name (short names: well under 2 KiB each)."""
+    data = sum(np.asarray(b.data).nbytes for b in model.buffers or [] if b.data is not None)
+    objects = sum(len(sg.tensors or []) + len(sg.operators or []) for sg in model.subgraphs or [])
+    return data + 2048 * (objects + len(model.buffers or [])) + (1 << 20)
+
+
 def _pack(model) -> bytes:
+    """The flatbuffer of `model`. The builder starts at the model's size and the bytes are copied
+    out once: grown by doubling from 1 KiB and copied out twice (`bytes(builder.Output())`), a
+    434 MB float BERT-base held 1.4 GB at once here, the build's peak. The bytes do not depend
+    on the builder's starting size (it writes from the end)."""
     import flatbuffers
 
-    builder = flatbuffers.Builder(1024)
+    builder = flatbuffers.Builder(min(_packed_size_hint(model), flatbuffers.Builder.MAX_BUFFER_SIZE))
     builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return bytes(memoryview(builder.Bytes)[builder.Head():])
 
 
 def write_model(model, external_from: bytes | None = None) -> bytes:
