@@ -9,7 +9,7 @@ import torch
 
 import tpuedge
 from tpuedge.edge import tflite_file
-from tpuedge.edge.tensor_names import short_tensor_name, shorten_tensor_names
+from tpuedge.edge.tensor_names import short_tensor_name, shortened_size, shorten_tensor_names
 
 
 def test_a_name_keeps_its_distinct_scopes_shortened_in_order():
@@ -81,3 +81,17 @@ def test_android_and_mcu_builds_write_short_names_and_verify_still_places_layers
         compared = [l.node for l in result.layers.layers if not l.is_input]
         # the same nodes as with the converter's full names (measured on both targets)
         assert compared == ["conv2d", "relu", "add", "relu_1", "add_1", "mean", "linear"], (target, compared)
+
+
+def test_the_shortened_size_is_the_written_models_without_writing_it():
+    """An int8 build's manifest compares its size with the float model's, names shortened: old
+    code wrote that model out only to take its length (434 MB for BERT-base, over the build's peak)."""
+    from tpuedge.edge.float_model import float_tflite
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="sized")
+    long_names = float_tflite(program)
+    short = shorten_tensor_names(long_names)
+    assert len(short) < len(long_names)
+    assert shortened_size(long_names) == len(short)
+    assert shortened_size(short) == len(short)  # nothing left to shorten: the bytes as they are
