@@ -35,3 +35,47 @@ def test_a_positional_encoding_from_aranges_is_one_constant_on_android(tmp_path)
     ops = summarize_tflite((tmp_path / "a" / "model.tflite").read_bytes()).op_histogram
     assert not {"DIV", "POW", "SIN", "FLOOR_DIV"} & set(ops), ops
     assert art.manifest["accuracy_budget"]["met"]
+
+
+class _RelativeIndex(torch.nn.Module):
+    """A relative position index built as HF BEiT builds it in forward: in-place adds and a
+    multiply on views of one coordinate tensor, written into slices of a zeros tensor, then a
+    table lookup."""
+
+    def __init__(self, side: int = 3):
+        super().__init__()
+        self.side = side
+        self.table = torch.nn.Parameter(torch.randn((2 * side - 1) ** 2 + 3, 1))
+
+    def forward(self, x):
+        s, distances = self.side, (2 * self.side - 1) ** 2 + 3
+        coords = torch.stack(torch.meshgrid(torch.arange(s), torch.arange(s), indexing="ij")).flatten(1)
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous()
+        relative[:, :, 0] += s - 1
+        relative[:, :, 1] += s - 1
+        relative[:, :, 0] *= 2 * s - 1
+        index = torch.zeros(size=(s * s + 1,) * 2, dtype=relative.dtype)
+        index[1:, 1:] = relative.sum(-1)
+        index[0, 0:] = distances - 3
+        index[0:, 0] = distances - 2
+        index[0, 0] = distances - 1
+        n = s * s + 1
+        return x + self.table[index.view(-1)].view(n, n)
+
+
+def test_in_place_writes_through_views_are_not_folded_apart(tmp_path):
+    """Old code folded each view on its own copy and left a constant the graph then wrote to:
+    `check` and every android build stopped inside litert-torch with "Constant _folded_slice
+    is mutated in the forward method" (HF BEiT). The writes stay in the graph, and the answer
+    is torch's."""
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+    from tpuedge.shared_ir.program import Program
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_RelativeIndex().eval(), (torch.zeros(10, 10),), name="relative_index")
+    x = np.random.default_rng(0).standard_normal((10, 10)).astype(np.float32)
+    folded, _ = FoldConstants()(program.exported_program)
+    np.testing.assert_array_equal(Program(folded, name="folded").run(x)[0], program.run(x)[0])
+    assert program.check("android") == []
+    art = tpuedge.build(program, "android", tmp_path / "a", quantize="none")
+    np.testing.assert_allclose(art.run(x)[0], program.run(x)[0], atol=1e-6)

@@ -54,8 +54,9 @@ def _foldable_op(node) -> bool:
 
 def _private_in_place(node) -> bool:
     """An in-place op (`x.add_(y)`, T5's relative position buckets) on a value nothing else
-    reads: the same as its out-of-place form, so it folds too (evaluated on a copy). Folding
-    only its operand left a constant the op then mutated, which litert-torch refuses."""
+    reads and that is no view of another: the same as its out-of-place form, so it folds too
+    (evaluated on a copy). Folding only its operand left a constant the op then mutated, which
+    litert-torch refuses."""
     import torch
 
     schema = node.target._schema
@@ -68,17 +69,59 @@ def _private_in_place(node) -> bool:
         and isinstance(first, torch.fx.Node)
         and first.op == "call_function"
         and len(first.users) == 1
+        and not _is_view(first)
     )
 
 
+def _is_view(node) -> bool:
+    """The op returns a view of its first operand (slice, select, permute, ...)."""
+    import torch
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or not target._schema.returns:
+        return False
+    alias = target._schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
+
+
+def _mutated_through_views(ep) -> set[str]:
+    """Nodes whose storage an in-place op writes that folding cannot fold with it: the written
+    value and every view of the same storage. BEiT builds its relative position index with
+    `coords[:, :, 0] += k` on views of one tensor: folding evaluates each node on its own copy,
+    so the writes would be lost, and the constant left behind is one the graph then mutates
+    ("Constant _folded_slice_4 is mutated in the forward method", raised inside litert-torch)."""
+    import torch
+
+    root: dict[str, str] = {}  # node -> the node whose storage it views
+    for node in ep.graph.nodes:
+        first = node.args[0] if node.args else None
+        if node.op == "call_function" and _is_view(node) and isinstance(first, torch.fx.Node):
+            root[node.name] = root.get(first.name, first.name)
+        else:
+            root[node.name] = node.name
+    written = set()
+    for node in ep.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
+            continue
+        if _private_in_place(node):
+            continue
+        for arg, value in zip(target._schema.arguments, node.args):
+            if arg.alias_info is not None and arg.alias_info.is_write and isinstance(value, torch.fx.Node):
+                written.add(root[value.name])
+    return {name for name, base in root.items() if base in written}
+
+
 def _evaluate(ep) -> dict[str, Any]:
-    """node name -> value, for every node computable from constants alone."""
+    """node name -> value, for every node computable from constants alone (none whose storage an
+    unfoldable in-place op writes)."""
     import torch
     from torch.fx.node import map_arg
 
     values = constant_values(ep)
+    unfoldable = _mutated_through_views(ep)
     for node in ep.graph.nodes:
-        if node.op != "call_function" or not _foldable_op(node):
+        if node.op != "call_function" or not _foldable_op(node) or node.name in unfoldable:
             continue
         operands = [n.name for n in node.all_input_nodes]
         if not all(name in values for name in operands):
