@@ -1,4 +1,4 @@
-"""Builds of 20 HF transformers architectures, tiny random configs, for android and mcu.
+"""Builds of 26 HF transformers architectures, tiny random configs, for android and mcu.
 
     python bench/hf_arch_builds.py                        # all (about 5 minutes on 2 cores)
     python bench/hf_arch_builds.py bert_mask t5_encoder --targets mcu
@@ -107,6 +107,20 @@ def _cases() -> dict:
         "mobilevit": lambda: (T.MobileViTModel(T.MobileViTConfig(
             image_size=64, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64])),
             (_image(64),), None),
+        # relative position index built in forward by in-place writes through views
+        "beit": lambda: (T.BeitModel(T.BeitConfig(image_size=32, patch_size=8, use_relative_position_bias=True,
+                                                  **_SMALL)), (_image(),), None),
+        "dinov2": lambda: (T.Dinov2Model(T.Dinov2Config(image_size=32, patch_size=8, **_SMALL)), (_image(),), None),
+        "segformer": lambda: (T.SegformerModel(T.SegformerConfig(
+            num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+            patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])), (_image(64),), None),
+        "yolos": lambda: (T.YolosForObjectDetection(T.YolosConfig(image_size=[32, 32], patch_size=8,
+                                                                  num_detection_tokens=4, **_SMALL)),
+                          (_image(),), "pred_boxes"),
+        "gemma": lambda: (T.GemmaForCausalLM(T.GemmaConfig(
+            vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+            head_dim=16, intermediate_size=64, use_cache=False)), (_ids(),), "logits"),
+        "mpnet": lambda: (T.MPNetModel(T.MPNetConfig(vocab_size=100, **_SMALL)), text(), None),
     }
 
 
