@@ -72,7 +72,7 @@ def verify_export(lowered, export, exported) -> dict:
                 # rounding does to torch's own outputs: no lowering can be closer than that
                 moves = moves or rounding_sensitivity(source, source_inputs, expected)
                 sensitivity = max(sensitivity, moves[index])
-                if not err <= ROUNDING_MARGIN * moves[index] * value_scale(e):
+                if not err <= ROUNDING_MARGIN * moves[index] * scale:
                     raise InternalError(
                         f"the exported forward of {program.name!r} differs from Program.run on output {name!r} "
                         f"(max |error| {err:.3g}, over {VERIFY_TOLERANCE:g} of its scale {scale:.3g} and over "

@@ -45,8 +45,7 @@ def rounding_sensitivity(program: Any, inputs: list[np.ndarray], expected: list[
         for a in inputs:
             a = np.asarray(a)
             if np.issubdtype(a.dtype, np.floating):
-                ulp = np.spacing(np.abs(a).astype(a.dtype)) * rng.choice(np.array([-1, 1], a.dtype), a.shape)
-                a = (a + ulp).astype(a.dtype)
+                a = a + np.spacing(np.abs(a)) * rng.choice(np.array([-1, 1], a.dtype), a.shape)
             moved.append(a)
         for i, (e, g) in enumerate(zip(expected, program.run(*moved))):
             if np.issubdtype(np.asarray(e).dtype, np.floating):

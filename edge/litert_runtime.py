@@ -158,13 +158,12 @@ class LiteRTRunner:
         return [_from_model(q, info) for q, info in zip(raw, self.outputs)]
 
 
-
 # interpreters an accuracy run spreads its samples over, at most: each holds its own arena
 # (a float island's dequantized weights among it), so more than a few costs memory for little
 _MAX_WORKERS = 4
 
 
-def run_workers(samples: int) -> int:
+def _workers(samples: int) -> int:
     """How many interpreters `run_samples` uses for `samples` samples on this machine."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cpus, _MAX_WORKERS, samples))
@@ -172,12 +171,12 @@ def run_workers(samples: int) -> int:
 
 def run_samples(tflite_bytes: bytes, samples: Sequence[Sequence[np.ndarray]], *, workers: int | None = None) -> list[list[np.ndarray]]:
     """`LiteRTRunner.run` on each sample, in order, spread over `workers` interpreters on threads
-    (default `run_workers`). LiteRT lets go of the GIL while it invokes and each sample runs
+    (default: one per CPU this process may use, at most _MAX_WORKERS). LiteRT lets go of the GIL while it invokes and each sample runs
     alone, so the outputs are the ones a single interpreter gives, and an int8 candidate with
     int16 activations (reference kernels, one core each) is measured in half the time on two
     cores. For accuracy runs: latency is timed on one thread (litert_latency.py). Raises
     ModelRunError as `run` does."""
-    workers = workers or run_workers(len(samples))
+    workers = workers or _workers(len(samples))
     if workers <= 1:
         runner = LiteRTRunner(tflite_bytes)
         return [runner.run(s) for s in samples]

@@ -59,18 +59,24 @@ def _private_in_place(node) -> bool:
     litert-torch refuses."""
     import torch
 
-    schema = node.target._schema
-    mutated = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    written = _written_operands(node)
     first = node.args[0] if node.args else None
     return (
-        schema.name.endswith("_")
-        and len(mutated) == 1
-        and mutated[0].name == schema.arguments[0].name
+        node.target._schema.name.endswith("_")
+        and len(written) == 1
+        and written[0] is first
         and isinstance(first, torch.fx.Node)
         and first.op == "call_function"
         and len(first.users) == 1
         and not _is_view(first)
     )
+
+
+def _written_operands(node) -> list:
+    """The operands an in-place op writes (its schema's arguments marked `Tensor(a!)`)."""
+    arguments = node.target._schema.arguments
+    return [node.args[i] if i < len(node.args) else node.kwargs.get(arg.name) for i, arg in enumerate(arguments)
+            if arg.alias_info is not None and arg.alias_info.is_write]
 
 
 def _is_view(node) -> bool:
@@ -104,11 +110,8 @@ def _mutated_through_views(ep) -> set[str]:
         target = node.target
         if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
             continue
-        if _private_in_place(node):
-            continue
-        for arg, value in zip(target._schema.arguments, node.args):
-            if arg.alias_info is not None and arg.alias_info.is_write and isinstance(value, torch.fx.Node):
-                written.add(root[value.name])
+        if not _private_in_place(node):
+            written.update(root[value.name] for value in _written_operands(node) if isinstance(value, torch.fx.Node))
     return {name for name, base in root.items() if base in written}
 
 
