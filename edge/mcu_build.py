@@ -278,11 +278,23 @@ class McuLowered:
             return []
         return [s.to_json() for s in ranking[:10]]
 
+    def _refused(self, kind: str, exc: Exception) -> "BudgetError":
+        from tpuedge.shared_ir.errors import BudgetError
+
+        return BudgetError(
+            f"{self.program.name}: the mcu int8 model stops LiteRT on the samples its budget is measured on ({kind}): "
+            f"{str(exc).rstrip('.')}. An int8 kernel refused its values (a DIV whose divisor rounds to its zero point); TFLite-Micro "
+            "has no such check and runs on, on a meaningless quotient. Nothing was written and the output folder is as "
+            "it was. Keep the divisor away from zero in the model (a margin added to it), or give calibration data "
+            "that covers those inputs."
+        )
+
     def _verify(self, runtime: "McuRuntimes") -> tuple[dict, tuple]:
         """TFLM vs LiteRT (LSB) and vs the float Program: on --eval data, else on the calibration samples
         held out of calibration, else (too few to hold any out) on calibration samples, labelled so.
         Also returns (kind, float outputs, TFLM outputs, labels) of those samples, for the budget."""
         from tpuedge.edge import accuracy_samples as acc
+        from tpuedge.edge.litert_runtime import ModelRunError
         from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
         report: dict = {}
@@ -297,7 +309,10 @@ class McuLowered:
             for s in samples:
                 q = runtime.quantized(s)
                 tflm_raw.append(runtime.tflm.run_raw(q))
-                litert_raw.append(runtime.litert.run_raw(q))
+                try:
+                    litert_raw.append(runtime.litert.run_raw(q))
+                except ModelRunError as exc:
+                    raise self._refused(kind, exc) from None
                 floats.append(self.program.run(*s))
             lsb = max(
                 int(np.abs(a.astype(np.int64) - b.astype(np.int64)).max()) if a.size else 0

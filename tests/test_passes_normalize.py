@@ -118,6 +118,24 @@ def test_a_division_litert_refuses_in_int8_is_a_failed_recipe_not_a_crash(tmp_pa
         assert not (tmp_path / "out").exists()
 
 
+def test_mcu_build_whose_division_litert_refuses_exits_below_budget_not_internal_error(tmp_path):
+    """Old code: the mcu build's cross-check ran the strict-int8 model in LiteRT, whose DIV refused
+    the divisor (div.cc: data[i] != zero_point), and the build died as an internal error with a
+    traceback. Now it is the model's failure, named: exit 1, nothing written, the folder as it was."""
+    from tpuedge.shared_ir.errors import BudgetError
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Shares().eval(), (torch.zeros(1, 8, 16),), name="shares")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("an earlier build")
+    with pytest.raises(BudgetError) as caught:
+        tpuedge.build(program, "mcu", out, calibration=_tokens(48, 0), allow_below_budget=True)
+    text = " ".join(str(caught.value).split())
+    assert "stops LiteRT" in text and "DIV" in text and "held out from calibration" in text, text
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
 def test_auto_leaves_out_a_candidate_litert_refuses_and_builds(tmp_path):
     """Old code: --quantize auto died with the int8 candidate's RuntimeError. Now that candidate is
     left out (the manifest says why, if LiteRT refused it) and another scheme is chosen."""
