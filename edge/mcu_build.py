@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, UserError
+from tpuedge.shared_ir.errors import BudgetError, InternalError, Problem, ProblemsError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.edge.mcu_artifact import McuArtifact
@@ -278,9 +278,7 @@ class McuLowered:
             return []
         return [s.to_json() for s in ranking[:10]]
 
-    def _refused(self, kind: str, exc: Exception) -> "BudgetError":
-        from tpuedge.shared_ir.errors import BudgetError
-
+    def _refused(self, kind: str, exc: Exception) -> BudgetError:
         return BudgetError(
             f"{self.program.name}: the mcu int8 model stops LiteRT on the samples its budget is measured on ({kind}): "
             f"{str(exc).rstrip('.')}. An int8 kernel refused its values (a DIV whose divisor rounds to its zero point); TFLite-Micro "
