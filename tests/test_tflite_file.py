@@ -217,3 +217,32 @@ def test_writing_a_model_holds_about_two_copies_and_gives_the_same_bytes(built):
     builder.Finish(model.Pack(builder), file_identifier=tflite_file.FILE_IDENTIFIER)
     assert data == bytes(builder.Output())
     assert peak < 2.6 * size, f"packing {size / 2**20:.0f} MiB of weights held {peak / 2**20:.0f} MiB"
+
+
+def test_the_one_copy_vector_writer_gives_the_runtimes_bytes_for_every_kind_of_array():
+    """Weights go into the builder in one copy where no byte swap is needed; every other array
+    (big-endian, strided, 2-D) takes the runtime's own path. Either way the bytes are those the
+    stock flatbuffers builder writes, at every alignment."""
+    import flatbuffers
+
+    rng = np.random.default_rng(0)
+    arrays = [
+        rng.integers(0, 256, 37, dtype=np.uint8),
+        rng.integers(-128, 128, 5, dtype=np.int8),
+        rng.standard_normal(7).astype("<f4"),
+        rng.standard_normal(3).astype(">f4"),
+        rng.integers(0, 9, 11).astype("<i8"),
+        rng.standard_normal(12).astype(np.float32)[::3],
+        np.zeros(0, np.uint8),
+        np.array([True, False, True]),
+    ]
+
+    def written(builder):
+        ends = [builder.CreateNumpyVector(a) for a in arrays]
+        builder.StartVector(4, len(ends), 4)
+        for end in reversed(ends):
+            builder.PrependUOffsetTRelative(end)
+        builder.Finish(builder.EndVector())
+        return bytes(builder.Output())
+
+    assert written(tflite_file._one_copy_builder(64)) == written(flatbuffers.Builder(64))
