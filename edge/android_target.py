@@ -214,7 +214,6 @@ class AndroidLowered:
         from tpuedge.edge.float_model import tflite_layout_inputs
         from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
         from tpuedge.shared_ir.errors import BudgetError
-        from tpuedge.edge.tensor_names import shortened_size
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
@@ -263,8 +262,7 @@ class AndroidLowered:
         if converted.config.needs_calibration and not self.uses_trained_ranges:
             chosen = chosen.with_calibration_used(len(self.calibration or []))
         summary = summarize_tflite(converted.tflite)
-        # the float model's size as written with the same short names: the ratio compares like with like
-        float_bytes = len(converted.tflite) if converted.config.scheme == "none" else shortened_size(converted.float_tflite)
+        float_bytes = len(converted.float_tflite)  # short-named as the model is (edge/float_model.py)
 
         def spec(program_spec, info) -> dict:
             float_io = program_spec.dtype.startswith("float")

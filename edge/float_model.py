@@ -92,18 +92,29 @@ def converter_refusal(text: str) -> str | None:
 
 
 def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
-    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer, lowered_fingerprint
+    from tpuedge.edge.litert_lowering import lowered_fingerprint
     from tpuedge.shared_ir.cache_keys import cached_stage
 
     if not cache:
-        return lower_to_float_flatbuffer(program, channels_last=channels_last)
+        return _lowered(program, channels_last)
     return cached_stage(  # on disk: one float model for every LiteRT target's build of an IR
         # keyed by the program litert-torch is given: android's IR and mcu's rewritten one meet
         # there when mcu's own passes changed nothing else (most CNNs). NHWC changes only rank-4
         # float inputs: other models share one float model across layouts
-        "float_tflite", {"ir": lowered_fingerprint(program), "channels_last": bool(channels_last) and _has_image_input(program)},
-        lambda: lower_to_float_flatbuffer(program, channels_last=channels_last),
+        "float_tflite", {"ir": lowered_fingerprint(program), "channels_last": bool(channels_last) and _has_image_input(program),
+                         "tensor_names": "short"},
+        lambda: _lowered(program, channels_last),
     )
+
+
+def _lowered(program: "Program", channels_last: bool) -> bytes:
+    """litert-torch's float model with its tensor names shortened (edge/tensor_names.py), once
+    here: every scheme quantizes from it, so a float build writes it as it is and a quantized
+    model comes out short-named, with no copy of the model per build to rename it."""
+    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+    from tpuedge.edge.tensor_names import shorten_tensor_names
+
+    return shorten_tensor_names(lower_to_float_flatbuffer(program, channels_last=channels_last))
 
 
 def _has_image_input(program: "Program") -> bool:

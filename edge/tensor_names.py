@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tpuedge.edge import tflite_file
 
-__all__ = ["short_scope", "short_tensor_name", "shorten_tensor_names", "shortened_size"]
+__all__ = ["short_scope", "short_tensor_name", "shorten_tensor_names"]
 
 
 def short_scope(scope: str) -> str:
@@ -40,14 +40,6 @@ def shorten_tensor_names(tflite: bytes) -> bytes:
     stay there. The input bytes when no name changes."""
     model, changed = _shortened(tflite)
     return tflite_file.write_model(model, external_from=tflite) if changed else tflite
-
-
-def shortened_size(tflite: bytes) -> int:
-    """len(shorten_tensor_names(tflite)), without writing the model out: a quantized build reports
-    its size against the float model's, and a second copy of that (434 MB for BERT-base) raised
-    its peak memory over the converter's own."""
-    model, changed = _shortened(tflite)
-    return tflite_file.written_size(model, external_from=tflite) if changed else len(tflite)
 
 
 def _shortened(tflite: bytes):

@@ -173,13 +173,6 @@ def _pack(model) -> bytes:
     return bytes(memoryview(builder.Bytes)[builder.Head():])
 
 
-def written_size(model, external_from: bytes | None = None) -> int:
-    """len(write_model(model, external_from)), without holding the written copy."""
-    if external_from is not None and any(is_external(b) for b in model.buffers or []):
-        return len(write_model(model, external_from))
-    return _finished_builder(model).Offset()
-
-
 def write_model(model, external_from: bytes | None = None) -> bytes:
     """Serialize a `ModelT` (with the "TFL3" identifier).
 

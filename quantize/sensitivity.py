@@ -9,8 +9,8 @@ of op kinds): on a pretrained BERT-style encoder the damage is in the residual a
 the FFN output projections, whose outlier channels stretch the int8 range (`bench` numbers
 in docs/quantization.md), ops no kind-based grouping picks.
 
-Each point carries its module scope in the form litert-torch writes into tensor names
-("pkg.Class_attr/..."), so an edge build can find the flatbuffer ops a point became.
+Each point carries its module scope in the form the LiteRT float model's tensor names take
+("Class_attr/...", edge/tensor_names.py), so an edge build can find the flatbuffer ops a point became.
 """
 
 from __future__ import annotations
@@ -47,16 +47,13 @@ class PointSensitivity:
 
 
 def module_scope(node: Any) -> str:
-    """The node's module path as litert-torch names tensors: "pkg.Class_attr/pkg.Class_attr" (the
-    root module has no attribute), from torch.export's nn_module_stack."""
+    """The node's module path as LiteRT float models name tensors: "Class_attr/Class_attr" (the
+    root module has no attribute), from torch.export's nn_module_stack. litert-torch writes each
+    class's full Python path there; the float model keeps the class name alone (edge/tensor_names.py)."""
     parts = []
     for path, kind in (node.meta.get("nn_module_stack") or {}).values():
-        if isinstance(kind, str):  # a program loaded from a .pt2 keeps the class's qualified name
-            name = kind
-        elif kind.__module__ == "builtins":
-            name = kind.__qualname__
-        else:
-            name = f"{kind.__module__}.{kind.__qualname__}"
+        # a program loaded from a .pt2 keeps the class's qualified name as a string
+        name = (kind if isinstance(kind, str) else kind.__qualname__).rsplit(".", 1)[-1]
         parts.append(name + (f"_{path.split('.')[-1]}" if path else ""))
     return "/".join(parts)
 

@@ -190,3 +190,29 @@ def test_merge_by_kind_gives_every_group_of_a_kind_its_kinds_precision():
     assert expand({"kind:layer_norm": "int16", "kind:softmax": "int8"}) == {
         "layer_norm:a": "int16", "layer_norm:b": "int16", "softmax:op3": "int8"}
     assert expand({"ranked:x": "float"}) == {"ranked:x": "float"}  # keys of no kind pass through
+
+
+class _Wrapped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = OutlierResidual()
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def test_a_ranked_point_finds_its_ops_in_the_float_model_by_module_scope():
+    """The ranking names each point's module in the form the LiteRT float model's tensor names
+    take (class and attribute, the names shortened once at lowering); the edge search finds the
+    ops a point became by it. A mismatch of forms (the class's Python path on one side) finds
+    none, and the search silently upgrades nothing."""
+    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.quantizer_recipes import ranked_groups
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Wrapped().eval(), (torch.zeros(1, 16),), name="wrapped")
+    ranking = rank_quant_points(program, _samples(32, 0), _samples(8, 1))
+    assert ranking[0].scope == "_Wrapped/OutlierResidual_inner", ranking[0].scope
+    groups, scopes = ranked_groups(float_tflite(program), ranking)
+    first = groups[0]
+    assert first.kind == "ranked" and first.key == f"ranked:{ranking[0].node}" and scopes[first.key], groups

@@ -9,7 +9,7 @@ import torch
 
 import tpuedge
 from tpuedge.edge import tflite_file
-from tpuedge.edge.tensor_names import short_tensor_name, shortened_size, shorten_tensor_names
+from tpuedge.edge.tensor_names import short_tensor_name, shorten_tensor_names
 
 
 def test_a_name_keeps_its_distinct_scopes_shortened_in_order():
@@ -83,15 +83,19 @@ def test_android_and_mcu_builds_write_short_names_and_verify_still_places_layers
         assert compared == ["conv2d", "relu", "add", "relu_1", "add_1", "mean", "linear"], (target, compared)
 
 
-def test_the_shortened_size_is_the_written_models_without_writing_it():
-    """An int8 build's manifest compares its size with the float model's, names shortened: old
-    code wrote that model out only to take its length (434 MB for BERT-base, over the build's peak)."""
+def test_the_float_model_comes_out_short_named_and_a_float_build_writes_it_as_it_is(tmp_path):
+    """Names are shortened once, where litert-torch's float model is made: every scheme
+    quantizes from that model, so a float build writes those very bytes (old code renamed a copy
+    per build, and an int8 build packed the float model again to report its size)."""
     from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
 
     torch.manual_seed(0)
     program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="sized")
-    long_names = float_tflite(program)
-    short = shorten_tensor_names(long_names)
-    assert len(short) < len(long_names)
-    assert shortened_size(long_names) == len(short)
-    assert shortened_size(short) == len(short)  # nothing left to shorten: the bytes as they are
+    converter_names = lower_to_float_flatbuffer(program)
+    base = float_tflite(program, cache=False)
+    assert base == shorten_tensor_names(converter_names) and len(base) < len(converter_names)
+    assert shorten_tensor_names(base) is base
+    art = tpuedge.build(program, "android", tmp_path / "f", quantize="none")
+    assert (tmp_path / "f" / "model.tflite").read_bytes() == base
+    assert art.manifest["sizes"]["float_tflite_bytes"] == len(base)
