@@ -99,6 +99,14 @@ class JaxProgram:
     _original_getitems: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
     _jit_cache: Any = field(default=None, repr=False)
 
+    def describe_node(self, name: str) -> str | None:
+        """"softmax_3 (aten._softmax.default) at net.py:12 (...)" for an interpreted node's name
+        (the named scope XLA's op metadata carries), or None when no node has that name."""
+        node = next((n for n in self.exported_program.graph.nodes if n.name == name and n.op == "call_function"), None)
+        if node is None:
+            return None
+        return f"{node.name} ({op_key(node.target)}) at {node_source(node) or 'no source line'}"
+
     # ---- the pure function ------------------------------------------------------------------
     def __call__(
         self,
@@ -196,7 +204,8 @@ class JaxProgram:
                         )
                     kwargs = dict(kwargs, rng=jax.random.fold_in(rng_key, position))
                 try:
-                    value = fn(*args, **kwargs)
+                    with jax.named_scope(node.name):  # XLA's op metadata names the IR node (compile errors cite it)
+                        value = fn(*args, **kwargs)
                 except (UserError, InternalError):
                     raise
                 except Exception as exc:

@@ -170,9 +170,11 @@ class CompileTarget:
         }
 
 
-def compile_on_topology(target: "CompileTarget", lower: Callable[[], Any]) -> dict[str, Any]:
+def compile_on_topology(target: "CompileTarget", lower: Callable[[], Any], jax_program: Any = None) -> dict[str, Any]:
     """Run `lower()` (-> a jax.stages.Lowered over arguments sharded on a mesh of `target`'s
-    devices), compile it with the TPU compiler and return the analysis (per device)."""
+    devices), compile it with the TPU compiler and return the analysis (per device).
+    `jax_program`: the interpreter's JaxProgram being compiled, so a compiler error can name the
+    IR node (and the user's line) of the op it stopped at."""
     started = time.perf_counter()
     try:
         lowered = lower()
@@ -181,13 +183,36 @@ def compile_on_topology(target: "CompileTarget", lower: Callable[[], Any]) -> di
     except TpuedgeError:  # the interpreter's own errors (unsupported op, our bug) pass as they are
         raise
     except Exception as exc:  # XLA reports TPU-unsupported programs as runtime errors
-        first = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else type(exc).__name__
-        raise UserError(
-            f"The XLA:TPU compiler rejected the program for {target.choice.name}: {first}. "
-            "Check the model's dtypes (TPUs have no float64) and ops with `tpuedge check --target cloud-tpu`."
-        ) from exc
+        raise compiler_error(target.choice.name, str(exc) or type(exc).__name__, jax_program) from exc
     finished = time.perf_counter()
     return _analysis(target, compiled, lower_s=lowered_at - started, compile_s=finished - lowered_at)
+
+
+# XLA's op metadata: op_name="jit(net_forward)/softmax_3/reduce_max" (the interpreter's named scopes)
+_OP_NAME = re.compile(r'op_name="([^"]+)"')
+
+
+def compiler_error(topology: str, text: str, jax_program: Any = None) -> UserError:
+    """The one-paragraph error for an XLA:TPU compile failure: the compiler's first line, the IR
+    node and source line of the op it names (when `jax_program` knows the node), and what to do.
+    INTERNAL is the compiler failing in its own passes, which no model change is known to need."""
+    first = text.strip().splitlines()[0][:400]
+    where = None
+    for op_name in _OP_NAME.findall(text) if jax_program is not None else ():
+        where = next((w for w in map(jax_program.describe_node, op_name.split("/")) if w), None)
+        if where:
+            break
+    at = f" The op it stopped at comes from IR node {where}." if where else ""
+    if first.startswith("INTERNAL"):
+        return UserError(
+            f"The XLA:TPU compiler failed inside its own passes for {topology} ({first}): a compiler bug this program "
+            f"triggers, not an op or dtype TPUs lack.{at} Try writing that "
+            "line another way (the same math with other ops), another --topology, or another libtpu version; report it to XLA."
+        )
+    return UserError(
+        f"The XLA:TPU compiler rejected the program for {topology}: {first}.{at} "
+        "Check the model's dtypes (TPUs have no float64) and ops with `tpuedge check --target cloud-tpu`."
+    )
 
 
 def _analysis(target: CompileTarget, compiled, *, lower_s: float, compile_s: float) -> dict[str, Any]:
@@ -276,7 +301,7 @@ def compile_forward(target: "CompileTarget", export, batch: int | None) -> dict[
         jax.tree.map(lambda a: place(a, rep), buffers),
         *(place(a, split if a.shape else rep) for a in inputs),
     )
-    report = compile_on_topology(target, lambda: jax.jit(export.function).lower(*arguments))
+    report = compile_on_topology(target, lambda: jax.jit(export.function).lower(*arguments), export.jax_program)
     return {**info, **report}
 
 
@@ -341,7 +366,7 @@ def compile_train_step(
         captured = loss_program(module, loss_fn, (tuple(inputs), tuple(targets)))
     step = TrainStep.from_program(captured, optax.adamw(1e-3), n_inputs=len(inputs))
     mesh, info = _mesh_for_batch(target, batch, sharding)
-    report = compile_on_topology(target, lambda: step.lower(mesh))
+    report = compile_on_topology(target, lambda: step.lower(mesh), step.jax_program)
     mode = {"mode": "train", "ops_switched_to_train_mode": dict(sorted(switched.items()))}
     return {**info, "loss": loss_name, "optimizer": "optax.adamw(1e-3)", "sharding": sharding, **mode, **report}
 
@@ -354,7 +379,7 @@ def compile_step_for_topology(step, topology: str = "v5e:2x2", sharding: str = "
     target = CompileTarget(parse_topology(topology))
     batch = step.jax_program.inputs[0].shape[0] if step.jax_program.inputs else None
     mesh, info = _mesh_for_batch(target, batch, sharding)
-    return {**target.describe(), "programs": {"train_step": {**info, **compile_on_topology(target, lambda: step.lower(mesh))}}}
+    return {**target.describe(), "programs": {"train_step": {**info, **compile_on_topology(target, lambda: step.lower(mesh), step.jax_program)}}}
 
 
 @contextlib.contextmanager

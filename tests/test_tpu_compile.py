@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import tpuedge
 from tpuedge.cloud import tpu_compile
@@ -146,3 +147,33 @@ def test_libtpu_switch_reports_absence(monkeypatch):
     assert "switched off" in tpu_compile.libtpu_unavailable_reason()
     with pytest.raises(UserError, match="libtpu switched off"):
         tpu_compile.topology_devices(parse_topology("v6e:2x4"))
+
+
+class _Attention(torch.nn.Module):
+    def forward(self, x):
+        return (x @ x.transpose(-1, -2)).softmax(dim=-1)
+
+
+def test_a_compile_failure_names_the_ir_node_and_the_users_line():
+    """XLA's op metadata carries each IR node's name (the interpreter's named scopes), so a TPU
+    compile error names the node and the user's line. Old code said only "rejected the program:
+    INTERNAL: ...; check the model's dtypes and ops", which sent a user after a problem the model
+    does not have: timm's EfficientFormerV2 stops libtpu inside its post-layout pass at a softmax
+    (an XLA bug; bench/arch_survey.py --build --build-targets cloud-tpu)."""
+    import jax
+
+    from tpuedge.cloud.stablehlo_export import forward_export
+
+    program = tpuedge.export(_Attention().eval(), (torch.zeros(1, 4, 8),), name="attention")
+    export = forward_export(program)
+    hlo = jax.jit(export.function).lower(*export.abstract_arguments()).as_text(dialect="hlo", debug_info=True)
+    softmax = next(n.name for n in export.jax_program.exported_program.graph.nodes if "softmax" in str(n.target))
+    assert f'/{softmax}/' in hlo  # the node's name in XLA's op metadata
+    text = (f"INTERNAL: during context [post-layout]: Expected instruction to have shape equal to f32[4,1]\n"
+            f'%reduce.2 = f32[1,4]{{1,0}} reduce(%x), metadata={{op_name="jit(attention_forward)/{softmax}/reduce_max"}}')
+    message = " ".join(str(tpu_compile.compiler_error("v5e:2x2", text, export.jax_program)).split())
+    assert "compiler bug" in message and "dtypes" not in message, message
+    assert f"IR node {softmax} (aten._softmax.default) at " in message and "test_tpu_compile.py" in message
+    assert "softmax(dim=-1)" in message, message
+    rejected = " ".join(str(tpu_compile.compiler_error("v5e:2x2", "UNIMPLEMENTED: f64 dot", export.jax_program)).split())
+    assert "rejected the program" in rejected and "dtypes" in rejected and "IR node" not in rejected
