@@ -142,11 +142,11 @@ def _built(program, target: str, side: int) -> str:
     from tpuedge.shared_ir.errors import UserError
 
     calibration = [[x[None]] for x in zoo_data.image_crops(16, side, 1)]
-    options = {"quantize": "int8", "strict_int8": True} if target == "android" else {"board": "esp32s3", "eval": "none"}
-    if target != "cloud-tpu":
-        options.update(calibration=calibration, allow_below_budget=True)
-    else:  # the export and its self-check against torch (a wrong lowering fails it)
-        options = {}
+    options = {  # cloud-tpu: the export and its self-check against torch (a wrong lowering fails it)
+        "android": {"quantize": "int8", "strict_int8": True, "calibration": calibration, "allow_below_budget": True},
+        "mcu": {"board": "esp32s3", "eval": "none", "calibration": calibration, "allow_below_budget": True},
+        "cloud-tpu": {},
+    }[target]
     with tempfile.TemporaryDirectory() as tmp:
         try:
             artifact = tpuedge.build(program, target, f"{tmp}/out", **options)

@@ -197,11 +197,8 @@ def compiler_error(topology: str, text: str, jax_program: Any = None) -> UserErr
     node and source line of the op it names (when `jax_program` knows the node), and what to do.
     INTERNAL is the compiler failing in its own passes, which no model change is known to need."""
     first = text.strip().splitlines()[0][:400]
-    where = None
-    for op_name in _OP_NAME.findall(text) if jax_program is not None else ():
-        where = next((w for w in map(jax_program.describe_node, op_name.split("/")) if w), None)
-        if where:
-            break
+    scopes = [scope for op_name in _OP_NAME.findall(text) for scope in op_name.split("/")] if jax_program is not None else []
+    where = next(filter(None, map(jax_program.describe_node, scopes)), None) if scopes else None
     at = f" The op it stopped at comes from IR node {where}." if where else ""
     if first.startswith("INTERNAL"):
         return UserError(

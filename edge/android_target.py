@@ -212,8 +212,7 @@ class AndroidLowered:
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
         from tpuedge.edge.float_model import tflite_layout_inputs
-        from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
-        from tpuedge.shared_ir.errors import BudgetError
+        from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, refused_on_budget_samples
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
@@ -248,11 +247,9 @@ class AndroidLowered:
                     runner = LiteRTRunner(converted.tflite)
                     outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
             except ModelRunError as exc:  # runs on the search's samples, a kernel refuses these
-                raise BudgetError(
-                    f"{program.name}: the android {config.scheme} model stops LiteRT on the samples the budget is measured "
-                    f"on ({chosen.kind}): {exc}. Nothing was written and the output folder is as it was. An int8 kernel "
-                    "refused its values (a DIV whose divisor rounds to zero). Try --quantize auto or dynamic-int8, or "
-                    "calibration data that covers those inputs."
+                raise refused_on_budget_samples(
+                    program.name, f"android {config.scheme}", chosen.kind, exc,
+                    "Try --quantize auto or dynamic-int8, or calibration data that covers those inputs.",
                 ) from None
             accuracy = compare_outputs(reference, outputs)
             budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written

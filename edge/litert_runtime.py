@@ -28,15 +28,25 @@ import numpy as np
 from tpuedge.edge.tflite_inspect import TensorInfo
 from tpuedge.edge.tool_output import held_tool_output, tail
 from tpuedge.quantize import affine
-from tpuedge.shared_ir.errors import InternalError, UserError
+from tpuedge.shared_ir.errors import BudgetError, InternalError, UserError
 
-__all__ = ["LiteRTRunner", "ModelRunError", "preserving_interpreter", "run_samples"]
+__all__ = ["LiteRTRunner", "ModelRunError", "preserving_interpreter", "refused_on_budget_samples", "run_samples"]
 
 
 class ModelRunError(InternalError):
     """LiteRT loaded a model and then refused to run it: a kernel's own check failed on the
     values it met (an int8 DIV whose divisor rounds to its zero point). The int8 search counts
     such a candidate as failed; anywhere else it is a model tpuedge should not have built."""
+
+
+def refused_on_budget_samples(name: str, model: str, kind: str, exc: ModelRunError, remedy: str) -> BudgetError:
+    """The error (exit 1, nothing written) for a build whose `model` ("android int8", "mcu int8")
+    LiteRT refused on the samples its budget is measured on (`kind`); `remedy` says what to try."""
+    return BudgetError(
+        f"{name}: the {model} model stops LiteRT on the samples its budget is measured on ({kind}): "
+        f"{str(exc).rstrip('.')}. An int8 kernel refused its values (a DIV whose divisor rounds to its zero point). "
+        f"Nothing was written and the output folder is as it was. {remedy}"
+    )
 
 
 def preserving_interpreter(tflite_bytes: bytes):

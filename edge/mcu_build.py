@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tpuedge.shared_ir.errors import BudgetError, InternalError, Problem, ProblemsError, UserError
+from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.edge.mcu_artifact import McuArtifact
@@ -278,21 +278,12 @@ class McuLowered:
             return []
         return [s.to_json() for s in ranking[:10]]
 
-    def _refused(self, kind: str, exc: Exception) -> BudgetError:
-        return BudgetError(
-            f"{self.program.name}: the mcu int8 model stops LiteRT on the samples its budget is measured on ({kind}): "
-            f"{str(exc).rstrip('.')}. An int8 kernel refused its values (a DIV whose divisor rounds to its zero point); TFLite-Micro "
-            "has no such check and runs on, on a meaningless quotient. Nothing was written and the output folder is as "
-            "it was. Keep the divisor away from zero in the model (a margin added to it), or give calibration data "
-            "that covers those inputs."
-        )
-
     def _verify(self, runtime: "McuRuntimes") -> tuple[dict, tuple]:
         """TFLM vs LiteRT (LSB) and vs the float Program: on --eval data, else on the calibration samples
         held out of calibration, else (too few to hold any out) on calibration samples, labelled so.
         Also returns (kind, float outputs, TFLM outputs, labels) of those samples, for the budget."""
         from tpuedge.edge import accuracy_samples as acc
-        from tpuedge.edge.litert_runtime import ModelRunError
+        from tpuedge.edge.litert_runtime import ModelRunError, refused_on_budget_samples
         from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
         report: dict = {}
@@ -310,7 +301,11 @@ class McuLowered:
                 try:
                     litert_raw.append(runtime.litert.run_raw(q))
                 except ModelRunError as exc:
-                    raise self._refused(kind, exc) from None
+                    raise refused_on_budget_samples(
+                        self.program.name, "mcu int8", kind, exc, "TFLite-Micro has no such check and runs on, on a "
+                        "meaningless quotient. Keep the divisor away from zero in the model (a margin added to it), or give "
+                        "calibration data that covers those inputs.",
+                    ) from None
                 floats.append(self.program.run(*s))
             lsb = max(
                 int(np.abs(a.astype(np.int64) - b.astype(np.int64)).max()) if a.size else 0

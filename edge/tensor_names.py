@@ -38,12 +38,6 @@ def shorten_tensor_names(tflite: bytes) -> bytes:
     verify skips). ai-edge-quantizer refuses a model whose names repeat ("Tensor name ... is not
     unique"), and a user may quantize a float model we wrote. Buffers stored after the flatbuffer
     stay there. The input bytes when no name changes."""
-    model, changed = _shortened(tflite)
-    return tflite_file.write_model(model, external_from=tflite) if changed else tflite
-
-
-def _shortened(tflite: bytes):
-    """(the model's object tree with every name shortened, whether any changed)."""
     model = tflite_file.read_model(tflite)
     changed, taken = False, set()
     for graph in model.subgraphs:
@@ -55,4 +49,4 @@ def _shortened(tflite: bytes):
             taken.add(unique)
             if unique != name:
                 tensor.name, changed = unique.encode(), True
-    return model, changed
+    return tflite_file.write_model(model, external_from=tflite) if changed else tflite

@@ -18,6 +18,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import flatbuffers
 import numpy as np
 
 # ai-edge-litert is a direct dependency, and its binding is the one the converter stack
@@ -131,7 +132,7 @@ def _packed_size_hint(model) -> int:
     return data + 2048 * (objects + len(model.buffers or [])) + (1 << 20)
 
 
-def _one_copy_builder(size: int):
+class _OneCopyBuilder(flatbuffers.Builder):
     """A flatbuffers builder whose numpy vectors (a model's weights) are copied in once.
 
     The runtime's CreateNumpyVector copies each array three times: `byteswap` (a full copy even
@@ -139,37 +140,25 @@ def _one_copy_builder(size: int):
     a third of the time a 90 MB model took to write. Here a C-contiguous array that needs no
     swap (bytes, or little-endian) goes straight into the builder, at the same offsets, so the
     file's bytes are the runtime's."""
-    import flatbuffers
 
-    class OneCopyBuilder(flatbuffers.Builder):
-        def CreateNumpyVector(self, x):  # noqa: N802 - the runtime's name
-            swap_free = isinstance(x, np.ndarray) and (x.dtype.itemsize == 1 or x.dtype.str[0] == "<")
-            if not (swap_free and x.ndim == 1 and x.dtype.kind in "biuf" and x.flags.c_contiguous):
-                return super().CreateNumpyVector(x)
-            self.StartVector(x.itemsize, x.size, x.dtype.alignment)
-            self.head -= x.nbytes
-            self.Bytes[self.head:self.head + x.nbytes] = memoryview(x).cast("B")
-            self.vectorNumElems = x.size
-            return self.EndVector()
-
-    return OneCopyBuilder(size)
-
-
-def _finished_builder(model):
-    """A flatbuffers builder holding `model`, started at the model's size: grown by doubling from
-    1 KiB, a 434 MB float BERT-base passed through 256 + 512 MB at once. The bytes do not depend
-    on the builder's starting size (it writes from the end)."""
-    import flatbuffers
-
-    builder = _one_copy_builder(min(_packed_size_hint(model), flatbuffers.Builder.MAX_BUFFER_SIZE))
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return builder
+    def CreateNumpyVector(self, x):  # noqa: N802 - the runtime's name
+        swap_free = isinstance(x, np.ndarray) and (x.dtype.itemsize == 1 or x.dtype.str[0] == "<")
+        if not (swap_free and x.ndim == 1 and x.dtype.kind in "biuf" and x.flags.c_contiguous):
+            return super().CreateNumpyVector(x)
+        self.StartVector(x.itemsize, x.size, x.dtype.alignment)
+        self.head -= x.nbytes
+        self.Bytes[self.head:self.head + x.nbytes] = memoryview(x).cast("B")
+        self.vectorNumElems = x.size
+        return self.EndVector()
 
 
 def _pack(model) -> bytes:
-    """The flatbuffer of `model`, copied out of the builder once (`bytes(builder.Output())`
-    copied twice: with the doubling, 1.4 GB at once for that BERT-base, its build's peak)."""
-    builder = _finished_builder(model)
+    """The flatbuffer of `model`. The builder starts at the model's size (grown by doubling from
+    1 KiB, a 434 MB float BERT-base passed through 256 + 512 MB at once; the bytes do not depend
+    on the starting size, it writes from the end) and is copied out once (`bytes(builder.Output())`
+    copied twice: 1.4 GB at once for that BERT-base, its build's peak)."""
+    builder = _OneCopyBuilder(min(_packed_size_hint(model), flatbuffers.Builder.MAX_BUFFER_SIZE))
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
     return bytes(memoryview(builder.Bytes)[builder.Head():])
 
 

@@ -245,4 +245,4 @@ def test_the_one_copy_vector_writer_gives_the_runtimes_bytes_for_every_kind_of_a
         builder.Finish(builder.EndVector())
         return bytes(builder.Output())
 
-    assert written(tflite_file._one_copy_builder(64)) == written(flatbuffers.Builder(64))
+    assert written(tflite_file._OneCopyBuilder(64)) == written(flatbuffers.Builder(64))
