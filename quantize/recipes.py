@@ -168,9 +168,14 @@ def choose_precisions(
         ((k, p) for k in measured for p in ("int16", "float")), key=lambda kp: measured[kp[0]][kp[1]], default=(None, None)
     )
     best = None if best_key is None else measured[best_key][best_precision]
-    if screen is not None and best is not None and best > s0 and assignment != {**base, best_key: best_precision}:
-        best = evaluate({**base, best_key: best_precision})  # a screened number is not comparable with `current`
-        count += 1
+    if screen is not None and best is not None:  # a screened number is not comparable with `current`
+        if assignment == {**base, best_key: best_precision}:
+            best = current  # the greedy kept it, measured in full
+        elif best > s0:
+            best = evaluate({**base, best_key: best_precision})
+            count += 1
+        else:
+            best = None  # screened no better than all-int8: not worth a full measurement
     if best is not None and best > current:
         assignment = {**base, best_key: best_precision}
         current = best

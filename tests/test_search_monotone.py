@@ -187,3 +187,24 @@ def test_a_screened_single_upgrade_is_measured_in_full_before_it_wins():
     assert (("gelu:a", "float"),) in seen  # measured in full ...
     assert plan.final_cosine == pytest.approx(0.96) == max(seen.values())  # ... and kept
     assert [(d.group, d.precision) for d in plan.non_int8] == [("gelu:a", "float")]
+
+
+def test_a_screened_score_is_never_taken_for_a_full_one():
+    """The screen scores on other samples: here every screened number is above the full all-int8
+    score. A single upgrade that screened no better than all-int8 was still taken as "above every
+    combination measured", the screened number compared with the full one, and the search ended
+    on a recipe it never measured in full (the int8 search then had no bytes for it: a KeyError)."""
+    groups = [SensitiveGroup("layer_norm:a", "layer_norm")]
+    full: list[dict] = []
+
+    def evaluate(assignment):
+        full.append(dict(assignment))
+        return 0.9949
+
+    def screen(assignment):
+        return 0.99705 if assignment["layer_norm:a"] == "int8" else 0.99701
+
+    plan = choose_precisions(groups, evaluate, target_cosine=0.995, screen=screen)
+    assert plan.assignment == {"layer_norm:a": "int8"}
+    assert plan.final_cosine == pytest.approx(0.9949)
+    assert plan.assignment in full
