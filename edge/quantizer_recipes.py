@@ -108,6 +108,17 @@ def ranked_groups(float_tflite: bytes, ranking, *, limit: int = 24, floor: float
     # ai-edge-quantizer keeps float I/O for 8-bit tensors only, and 8-bit would undo the upgrade
     outputs = {int(t) for t in subgraph.outputs}
     writes_output = {i for i, (_, _, op) in enumerate(ops) if outputs & {int(t) for t in op.outputs}}
+    def value_readers(i: int) -> list[int]:
+        """The ops reading op i's outputs, and through a reshape the ops reading that: the converter
+        puts a RESHAPE in front of a decomposed LayerNorm, and an int16 RESHAPE alone hands an int8
+        MEAN a requantized copy (the upgrade then changed nothing: an outlier-channel Linear's
+        int16 scored as all-int8 did)."""
+        found = []
+        for t in ops[i][2].outputs:
+            for r in readers.get(int(t), []):
+                found += [r, *value_readers(r)] if ops[r][1] in _SHAPE_OPS else [r]
+        return found
+
     taken: set[str] = set()
     worst = ranking[0].loss if ranking else 0.0
     groups, scopes = [], {}
@@ -116,7 +127,7 @@ def ranked_groups(float_tflite: bytes, ranking, *, limit: int = 24, floor: float
             break
         producers = by_module.get(point.scope, []) if point.scope else []
         members: dict[bool, list[tuple[str, str]]] = {False: [], True: []}
-        for i in producers + [r for p in producers for t in ops[p][2].outputs for r in readers.get(int(t), [])]:
+        for i in producers + [r for p in producers for r in value_readers(p)]:
             scope, name, _ = ops[i]
             if scope not in taken:
                 taken.add(scope)
@@ -126,6 +137,10 @@ def ranked_groups(float_tflite: bytes, ranking, *, limit: int = 24, floor: float
                 groups.append(SensitiveGroup(key, kind, tuple(f"{op} {_module_path(s)}" for s, op in members[at_output])))
                 scopes[key] = members[at_output]
     return groups, scopes
+
+
+# ops that move values without computing (a value read through them is read by their readers)
+_SHAPE_OPS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
 
 
 def _scope_regex(scopes: list[tuple[str, str]]) -> str:

@@ -216,3 +216,31 @@ def test_a_ranked_point_finds_its_ops_in_the_float_model_by_module_scope():
     groups, scopes = ranked_groups(float_tflite(program), ranking)
     first = groups[0]
     assert first.kind == "ranked" and first.key == f"ranked:{ranking[0].node}" and scopes[first.key], groups
+
+
+class _LinearIntoNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.ln, self.head = torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+        with torch.no_grad():
+            self.fc.weight[0] *= 400.0  # one outlier channel: the Linear's output ranks first
+
+    def forward(self, x):
+        return self.head(self.ln(self.fc(x)))
+
+
+def test_a_ranked_points_group_reads_its_value_through_a_reshape():
+    """litert-torch puts a RESHAPE in front of a decomposed LayerNorm. The ranked Linear's group
+    held the Linear and that RESHAPE only, so the LayerNorm's MEAN read an int8 requantized copy
+    and the int16 candidate scored exactly as all-int8 did; the group now reaches the ops that
+    read the value through the reshape."""
+    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.quantizer_recipes import ranked_groups
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_LinearIntoNorm().eval(), (torch.zeros(1, 16),), name="into_norm")
+    ranking = rank_quant_points(program, _samples(24, 0), _samples(4, 1))
+    assert ranking[0].node == "linear"
+    groups, _ = ranked_groups(float_tflite(program), ranking)
+    ops = {op.split()[0] for op in groups[0].ops}
+    assert {"FULLY_CONNECTED", "RESHAPE", "MEAN", "SQUARED_DIFFERENCE"} <= ops, groups[0].ops
