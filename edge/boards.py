@@ -77,12 +77,12 @@ def _builtin(name: str) -> Board:
     return BOARDS[key]
 
 
-def _fits(board: Board, model_bytes: int, arena_bytes: int) -> bool:
+def fits(board: Board, model_bytes: int, arena_bytes: int) -> bool:
     return model_bytes <= board.flash_budget and arena_bytes <= board.ram_budget
 
 
 def boards_that_fit(model_bytes: int, arena_bytes: int) -> list[str]:
-    return [b.name for b in BOARDS.values() if _fits(b, model_bytes, arena_bytes)]
+    return [b.name for b in BOARDS.values() if fits(b, model_bytes, arena_bytes)]
 
 
 def budget_check(board: Board | None, model_bytes: int, arena_bytes: int) -> dict:
@@ -100,7 +100,7 @@ def budget_check(board: Board | None, model_bytes: int, arena_bytes: int) -> dic
         board=board.to_json(),
         flash_budget_bytes=board.flash_budget,
         ram_budget_bytes=board.ram_budget,
-        fits=_fits(board, model_bytes, arena_bytes),
+        fits=fits(board, model_bytes, arena_bytes),
     )
     if result["fits"]:
         return result

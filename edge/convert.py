@@ -21,6 +21,7 @@ Static int8's calibration, remedies and per-op precision search: edge/int8_searc
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,7 @@ def program_to_tflite(
     trained_ranges: Any = None,
     budget_cosine: float | None = None,
     equalize: bool = True,
+    candidate_problem: "Callable[[bytes], str | None] | None" = None,
 ) -> ConvertedModel:
     """Lower `program` to LiteRT and quantize it per `config` (see the module docstring).
 
@@ -68,6 +70,9 @@ def program_to_tflite(
     float islands (edge/int8_search.py); None: no such last resort.
     equalize: where all-int8 misses the target, also measure the program after cross-layer
     equalization (edge/int8_search.py); False for that program itself.
+    candidate_problem: the calling target's check of a quantized candidate (bytes -> why it
+    can't run there, or None): the int8 search scores a recipe it refuses as one that failed
+    to run (mcu: a float op, or an int16 kernel TFLite-Micro lacks).
     """
     if config.scheme == "auto":  # a choice among conversions, made by the target (edge/android_auto.py)
         raise InternalError("program_to_tflite converts one scheme; resolve --quantize auto with edge.android_auto.build_auto")
@@ -100,10 +105,12 @@ def program_to_tflite(
     from tpuedge.edge.int8_search import Equalized, static_int8
 
     result = static_int8(program, config, calibration, base, recipe, quantize, report_strict_cost=report_strict_cost,
-                         target=target, trained_ranges=trained_ranges, budget_cosine=budget_cosine, equalize=equalize)
+                         target=target, trained_ranges=trained_ranges, budget_cosine=budget_cosine, equalize=equalize,
+                         candidate_problem=candidate_problem)
     if isinstance(result, Equalized):  # converted in the user's program's place (the recipe says so)
         converted = program_to_tflite(result.program, config, calibration, report_strict_cost=report_strict_cost,
-                                      target=target, budget_cosine=budget_cosine, equalize=False)
+                                      target=target, budget_cosine=budget_cosine, equalize=False,
+                                      candidate_problem=candidate_problem)
         converted.recipe["cross_layer_equalization"] = result.report
         return converted
     tflite, recipe = result

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,6 +69,7 @@ class Equalized:
 def static_int8(
     program: "Program", config, calibration, base: bytes, recipe: dict, quantize, *, report_strict_cost: bool,
     target: str | None, trained_ranges: Any, budget_cosine: float | None, equalize: bool,
+    candidate_problem: "Callable[[bytes], str | None] | None" = None,
 ) -> "tuple[bytes, dict] | Equalized":
     """(the int8 model of `program`, its recipe) from its float model `base` and `quantize`
     (run_quantizer(base)); `recipe` is the conversion's record so far, completed in place. Or
@@ -105,6 +107,7 @@ def static_int8(
     built: dict[str, tuple[list, str, str]] = {}  # recipe key -> (entries, ranges, sha256 of its bytes)
     last: dict[str, bytes] = {}  # the newest candidate's bytes: the chosen one more often than not
     measured: dict = {}  # recipe key -> AccuracySummary; the search re-asks for recipes it has measured
+    refused: dict[str, str] = {}  # recipe key -> why the target can't run it (`candidate_problem`)
     # (sha256 of a candidate's bytes, samples) -> its score: different recipes can give one model (a
     # group whose ops the ranked points already made int16; 18 of MiniLM-L6's 105 candidates)
     scored: dict[tuple[str, int], dict] = {}
@@ -131,14 +134,24 @@ def static_int8(
                 digest.append(hashlib.sha256(data).hexdigest())
                 same = (digest[0], count)
                 if same not in scored:
-                    with timed("int8 search: candidates in LiteRT"):
-                        scored[same] = asdict(_score_candidate(data, eval_inputs[:count], lambda: reference()[:count]))
+                    # an upgraded recipe can give ops the target has no kernel for (all-int8 is the
+                    # model's own answer, which the build checks and reports op by op)
+                    problem = candidate_problem(data) if candidate_problem is not None and assignment else None
+                    if problem is not None:
+                        scored[same] = {**asdict(AccuracySummary.failed_to_run(count)), "refused": problem}
+                    else:
+                        with timed("int8 search: candidates in LiteRT"):
+                            scored[same] = asdict(_score_candidate(data, eval_inputs[:count], lambda: reference()[:count]))
                 return data, scored[same]
 
             parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {}),
-                     **({"samples": count} if count != len(eval_inputs) else {})}
+                     **({"samples": count} if count != len(eval_inputs) else {}),
+                     **({"target_check": target} if candidate_problem is not None else {})}
             data, score = cached_stage("quant_candidate", parts, build_and_score,
                                        encode=encode_blob_and_json, decode=decode_blob_and_json)
+            score = dict(score)
+            if "refused" in score:
+                refused[key] = score.pop("refused")
             built[key] = (entries, ranges, digest[0] if digest else hashlib.sha256(data).hexdigest())  # a cache hit: not built here
             last.clear()
             last[key] = data
@@ -209,7 +222,8 @@ def static_int8(
             return lambda assignment: evaluate({**start, **expand(assignment)}, samples=samples)
 
         screen = scored(screening_samples) if screening_samples < len(eval_inputs) else None
-        return choose_precisions(search_groups, scored(), strict_int8=strict, target_cosine=config.target_cosine, screen=screen)
+        return choose_precisions(search_groups, scored(), strict_int8=strict, float_islands=config.float_islands,
+                                 target_cosine=config.target_cosine, screen=screen)
 
     # at most: all-int8 (also screened), each group at int16 and at float, then each group's
     # upgrade in turn, and the best single upgrade measured on all samples
@@ -219,7 +233,7 @@ def static_int8(
     ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
     assignment = expand(plan.assignment) if config.strict_int8 else {**ranked["assignment"], **expand(plan.assignment)}
     final_cosine = plan.final_cosine
-    if budget_cosine is not None and not config.strict_int8 and ranked.get("groups"):
+    if budget_cosine is not None and not config.strict_int8 and config.float_islands and ranked.get("groups"):
         def budget_score(assignment: dict[str, str]) -> float:  # the budget's own metric
             summary = measure(assignment)
             return summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
@@ -244,7 +258,7 @@ def static_int8(
                 "evaluations": len(measured),
                 "strict_int8": config.strict_int8,
                 "inputs": "calibration samples (the search's own)",
-                "candidates": _candidates(measured),
+                "candidates": _candidates(measured, refused),
             },
             "calibrated_ranges": {
                 "method": chosen["ranges"],
@@ -267,7 +281,7 @@ def static_int8(
         mixed_ops += [{"group": d.group, "kind": d.kind, "precision": d.precision} for d in mixed.non_int8]
         recipe["strict_int8_cost"] = _strict_cost(measure(expand(plan.assignment)), measure(mixed_assignment), mixed_ops, len(eval_samples))
         recipe["search"]["evaluations"] = len(measured)
-        recipe["search"]["candidates"] = _candidates(measured)
+        recipe["search"]["candidates"] = _candidates(measured, refused)
     return final, recipe
 
 
@@ -342,7 +356,8 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
     groups, group_scopes = ranked_groups(base, ranking)
     scopes.update(group_scopes)
     with stage_progress(f"{program.name}: int16 for the top-ranked of {len(groups)} point(s)", total=len(groups)):
-        assignment, cosine, tried = upgrade_ranked(groups, evaluate, all_int8, target_cosine=config.target_cosine)
+        assignment, cosine, tried = upgrade_ranked(groups, evaluate, all_int8, target_cosine=config.target_cosine,
+                                                   float_islands=config.float_islands)
     by_key = {g.key: g for g in groups}
     points = sum(by_key[key].kind == "ranked" for key in assignment)
     report = {
@@ -443,11 +458,13 @@ def search_score(summary) -> float:
     return summary.centered_cosine if sample is None else min(summary.centered_cosine, sample)
 
 
-def _candidates(measured: dict) -> list[dict]:
-    """Every recipe the search measured, in order, with its numbers (the table a build below budget prints)."""
+def _candidates(measured: dict, refused: dict[str, str]) -> list[dict]:
+    """Every recipe the search measured, in order, with its numbers (the table a build below budget
+    prints), and why the target refused it where it did."""
     return [
-        {"recipe": key or "all int8", "sample_cosine": _round(m.sample_cosine), "centered_cosine": _round(m.centered_cosine),
-         "cosine": _round(m.cosine), "top1_agreement": _round(m.top1_agreement)}
+        {"recipe": key if key and not key.startswith(" [") else f"all int8{key}", "sample_cosine": _round(m.sample_cosine), "centered_cosine": _round(m.centered_cosine),
+         "cosine": _round(m.cosine), "top1_agreement": _round(m.top1_agreement),
+         **({"refused": refused[key]} if key in refused else {})}
         for key, m in measured.items()
     ]
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.edge.mcu_runtimes import McuRuntimes
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["McuLowered", "strict_int8_tflite", "FILES"]
+__all__ = ["McuLowered", "integer_tflite", "tflm_candidate_problem", "FILES"]
 
 FILES = ("model.tflite", "model_data.cc", "model_data.h", "op_resolver.h", "manifest.json")
 _MIN_CALIBRATION = 16
@@ -36,14 +36,16 @@ def _r(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def strict_int8_tflite(rewritten: "Program", config, calibration, trained_ranges=None) -> tuple[Any, bytes, list[int]]:
-    """(converted, tflite with every buffer inline, indices of the buffers moved inline)."""
+def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=None) -> tuple[Any, bytes, list[int]]:
+    """(converted, tflite with every buffer inline, indices of the buffers moved inline): int8,
+    with int16 activations where the search measured them needed unless `config.strict_int8`."""
     from tpuedge.edge.convert import program_to_tflite
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tensor_names import shorten_tensor_names
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
 
-    converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges)
+    converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges,
+                                  candidate_problem=tflm_candidate_problem)
     moved = external_buffers(converted.tflite)
     tflite = inline_buffers(converted.tflite)
     if external_buffers(tflite):
@@ -52,6 +54,61 @@ def strict_int8_tflite(rewritten: "Program", config, calibration, trained_ranges
     if rewritten_forms:
         converted.recipe["tflm_forms"] = rewritten_forms
     return converted, shorten_tensor_names(tflite), moved
+
+
+def tflm_candidate_problem(tflite: bytes) -> str | None:
+    """Why TFLite-Micro can't run a quantized candidate of the int8 search, or None: an op left in
+    float (ai-edge-quantizer has no int16 recipe for it: HARD_SWISH, SQUARED_DIFFERENCE), or a
+    kernel that refuses its int16 tensors when the interpreter prepares it (FULLY_CONNECTED over
+    two activations). Loaded with an arena no plan can outgrow (every tensor's bytes), so the
+    answer is about kernels, never about the arena."""
+    from tpuedge.edge import tflite_file
+    from tpuedge.edge.tflm_forms import tflm_forms
+    from tpuedge.edge.tflm_model import inline_buffers
+    from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
+
+    floats = float_compute_ops(tflite)
+    if floats:
+        return "left in float: " + ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
+    model, _ = tflm_forms(inline_buffers(tflite))
+    graph = tflite_file.read_model(model).subgraphs[0]
+    arena = _CANDIDATE_ARENA_SLACK + sum(tflite_file.tensor_bytes(t) for t in graph.tensors)
+    try:
+        TflmRunner(model, arena)
+    except TflmError as exc:
+        lines = [line.strip() for line in exc.log.splitlines() if line.strip()]
+        return "TFLite-Micro refused it: " + ("; ".join(lines[-2:]) if lines else str(exc))
+    return None
+
+
+# what TFLM's kernels ask of the arena beyond the tensors (scratch buffers, its own bookkeeping)
+_CANDIDATE_ARENA_SLACK = 1 << 20
+
+
+def float_compute_ops(tflite: bytes) -> dict[str, int]:
+    """Ops that compute in float (op name -> count): float tensors written other than the model's
+    I/O, and not an integer-to-float cast at the int8 graph's edge; a DEQUANTIZE is counted only
+    when nothing else is (it feeds a float op, which is reported itself)."""
+    from tpuedge.edge import tflite_file
+
+    model = tflite_file.read_model(tflite)
+    sg = model.subgraphs[0]
+    io = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+    names = tflite_file.operator_names(model)
+    readers: dict[int, list[str]] = {}
+    for op in sg.operators:
+        for t in op.inputs:
+            readers.setdefault(int(t), []).append(names[op.opcodeIndex])
+    float_ops: dict[str, int] = {}
+    for op in sg.operators:
+        outputs = [int(o) for o in op.outputs]
+        if _integer_to_int8_cast(sg, names[op.opcodeIndex], op, readers):
+            continue
+        if any(o not in io and tflite_file.dtype_name(sg.tensors[o].type) in ("float32", "float16") for o in outputs):
+            float_ops[names[op.opcodeIndex]] = float_ops.get(names[op.opcodeIndex], 0) + 1
+    if len(float_ops) > 1:
+        float_ops.pop("DEQUANTIZE", None)
+    return float_ops
 
 
 # ---- lowering -------------------------------------------------------------------------------
@@ -76,6 +133,7 @@ class McuLowered:
         min_top1: float | None = None,
         max_drop: float | None = None,
         allow_below_budget: bool = False,
+        strict_int8: bool = False,
     ):
         from tpuedge.edge.boards import check_int8_activations_fit, check_int8_weights_fit, resolve_board
         from tpuedge.edge.c_array import symbols_for
@@ -92,7 +150,7 @@ class McuLowered:
         self.board = resolve_board(board, flash_kb, ram_kb)
         self.symbols = symbols_for(program.name, symbol)
         self.config = QuantConfig(
-            scheme="int8", io_dtype=io_dtype or "int8", strict_int8=True, per_channel=per_channel,
+            scheme="int8", io_dtype=io_dtype or "int8", strict_int8=bool(strict_int8), float_islands=False, per_channel=per_channel,
             channels_last=True if channels_last is None else bool(channels_last),
             min_calibration_samples=_MIN_CALIBRATION,
         )
@@ -147,8 +205,7 @@ class McuLowered:
 
     # ---- the build ----------------------------------------------------------------------
     def compile(self, out_dir: Any = None) -> "McuArtifact":
-        from tpuedge.edge.arena_probe import measure_arena
-        from tpuedge.edge.boards import budget_check
+        from tpuedge.edge.boards import budget_check, fits
         from tpuedge.edge.c_array import model_data_cc, model_data_h
         from tpuedge.edge.mcu_artifact import McuArtifact
         from tpuedge.edge.mcu_runtimes import McuRuntimes
@@ -160,15 +217,18 @@ class McuLowered:
 
         name = self.program.name
         out_dir = Path(out_dir) if out_dir is not None else Path("build") / name / "mcu"
-        with timed("quantization (after the float model)"):
-            converted, tflite, moved = strict_int8_tflite(self.rewritten, self.config, self.calibration, self.program.activation_ranges)
+        converted, tflite, moved, arena = self._quantized(self.config)
+        if self._int16_over_the_board(converted, tflite, arena):
+            # int16 tensors doubled the arena past the board: every op int8 instead, if that fits
+            # (the accuracy budget then decides: the search aims above it, at its target cosine)
+            strict = self._quantized(self.config.replace(strict_int8=True))
+            if fits(self.board, len(strict[1]), strict[3].recommended_bytes):
+                dropped = {"arena_bytes_with_int16": arena.recommended_bytes, "ram_budget_bytes": self.board.ram_budget,
+                           "int16_groups": [o["group"] for o in converted.recipe.get("non_int8_ops", [])]}
+                converted, tflite, moved, arena = strict
+                converted.recipe["int16_dropped_for_the_board"] = dropped
         ops = ops_used(tflite)
-        self._check_tflm_ops(ops)
-        self._check_integer_only(tflite)
-
         runtime = McuRuntimes(tflite, self.config.channels_last)
-        with timed("arena probe (TFLite-Micro)"):
-            arena = measure_arena(tflite, runtime.quantized(self.calibration[0]))
         with timed("verification run (TFLite-Micro)"):
             runtime.open_tflm(arena.recommended_bytes)
             verification, measured = self._verify(runtime)
@@ -203,6 +263,28 @@ class McuLowered:
             manifest = write_build_manifest(staging, manifest)
         return McuArtifact(out_dir, manifest)
 
+    def _quantized(self, config) -> tuple:
+        """(converted, tflite, buffers moved inline, arena) of the integer model `config` gives,
+        its ops checked against TFLite-Micro's."""
+        from tpuedge.edge.arena_probe import measure_arena
+        from tpuedge.edge.mcu_runtimes import McuRuntimes
+        from tpuedge.edge.tflm_model import ops_used
+        from tpuedge.shared_ir.stage_times import timed
+
+        with timed("quantization (after the float model)"):
+            converted, tflite, moved = integer_tflite(self.rewritten, config, self.calibration, self.program.activation_ranges)
+        self._check_tflm_ops(ops_used(tflite))
+        self._check_integer_only(tflite)
+        with timed("arena probe (TFLite-Micro)"):
+            arena = measure_arena(tflite, McuRuntimes(tflite, config.channels_last).quantized(self.calibration[0]))
+        return converted, tflite, moved, arena
+
+    def _int16_over_the_board(self, converted, tflite: bytes, arena) -> bool:
+        from tpuedge.edge.boards import fits
+
+        upgraded = any(o.get("precision") == "int16" for o in converted.recipe.get("non_int8_ops", []))
+        return upgraded and self.board is not None and not fits(self.board, len(tflite), arena.recommended_bytes)
+
     def _check_tflm_ops(self, ops) -> None:
         """The converted model's builtins against the same rule `check --target mcu` applies."""
         from tpuedge.edge.mcu_capability import unsupported_builtins
@@ -211,34 +293,16 @@ class McuLowered:
         if lacking:
             counts = {o.name: o.count for o in ops}
             raise ProblemsError(
-                f"{self.program.name} converted to TFLite ops a strict-int8 TFLite-Micro model can't run; nothing was written:",
+                f"{self.program.name} converted to TFLite ops an integer TFLite-Micro model can't run; nothing was written:",
                 [Problem("op", n, why, _BUILTIN_FIX, counts[n]) for n, why in lacking.items()],
             )
 
     def _check_integer_only(self, tflite: bytes) -> None:
-        """Full int8 means no float compute: float tensors may only be model I/O (float32 I/O)."""
-        from tpuedge.edge import tflite_file
-
-        model = tflite_file.read_model(tflite)
-        sg = model.subgraphs[0]
-        io = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
-        names = tflite_file.operator_names(model)
-        readers: dict[int, list[str]] = {}
-        for op in sg.operators:
-            for t in op.inputs:
-                readers.setdefault(int(t), []).append(names[op.opcodeIndex])
-        float_ops: dict[str, int] = {}
-        for op in sg.operators:
-            outputs = [int(o) for o in op.outputs]
-            if _integer_to_int8_cast(sg, names[op.opcodeIndex], op, readers):
-                continue
-            if any(o not in io and tflite_file.dtype_name(sg.tensors[o].type) in ("float32", "float16") for o in outputs):
-                float_ops[names[op.opcodeIndex]] = float_ops.get(names[op.opcodeIndex], 0) + 1
-        if len(float_ops) > 1:  # a DEQUANTIZE only feeds a float op, which is reported itself
-            float_ops.pop("DEQUANTIZE", None)
+        """An integer model means no float compute: float tensors may only be model I/O (float32 I/O)."""
+        float_ops = float_compute_ops(tflite)
         if float_ops:
             raise ProblemsError(
-                f"{self.program.name}: the strict int8 conversion left ops in float, and TFLite-Micro runs only integer "
+                f"{self.program.name}: the integer conversion left ops in float, and TFLite-Micro runs only integer "
                 "graphs; nothing was written:",
                 [
                     Problem("op", n, "ai-edge-quantizer has no int8 recipe for it, so it stayed float", _BUILTIN_FIX, c)

@@ -29,7 +29,7 @@ from tpuedge.shared_ir.errors import UserError
 
 __all__ = [
     "FILE_IDENTIFIER", "DTYPE_NAMES", "read_model", "write_model", "operator_names", "dtype_name",
-    "is_external", "buffer_nbytes", "is_constant", "tensor_quantization", "text", "schema",
+    "is_external", "buffer_nbytes", "is_constant", "tensor_bytes", "tensor_quantization", "text", "schema",
 ]
 
 FILE_IDENTIFIER = b"TFL3"
@@ -217,6 +217,17 @@ def is_constant(model, tensor) -> bool:
     """A tensor whose value is stored in the file (a weight), not computed at run time."""
     buffers = model.buffers or []
     return 0 < int(tensor.buffer) < len(buffers) and buffer_nbytes(buffers[int(tensor.buffer)]) > 0
+
+
+def tensor_bytes(tensor) -> int:
+    """Bytes of the tensor's value at its stored shape (a dynamic dim, -1 in shapeSignature, counts
+    at the size it was written with); 0 for a type numpy has no width for (string, resource)."""
+    shape = [] if tensor.shape is None else [int(d) for d in tensor.shape]
+    try:
+        width = np.dtype(dtype_name(tensor.type)).itemsize
+    except TypeError:
+        return 0
+    return width * int(np.prod(shape, dtype=np.int64))
 
 
 def tensor_quantization(tensor) -> tuple[np.ndarray, np.ndarray, int]:

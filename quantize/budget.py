@@ -184,7 +184,9 @@ def enforce_budget(
     return result.to_json(written_below=not result.passed)
 
 
-def _row(label: str, sample_cosine, centered, top1) -> str:
+def _row(label: str, sample_cosine, centered, top1, refused: str | None = None) -> str:
+    if refused:  # the target's own check refused the candidate (edge/mcu_build.tflm_candidate_problem)
+        return f"  {label[:64]:<64} not run: {refused[:200]}"
     if sample_cosine == -1.0 and centered == -1.0:  # AccuracySummary.failed_to_run
         return f"  {label[:64]:<64} {'LiteRT refused to run it, or inf/NaN out':>29}"
     fmt = lambda x: "n/a" if x is None else f"{x:.5f}"  # noqa: E731
@@ -208,7 +210,8 @@ def budget_error(name: str, target: str, result: BudgetResult, recipe: dict, sum
     ]
     if candidates:
         lines.append(f" on {search.get('samples')} {search.get('inputs', 'calibration samples')}:")
-        lines += [_row(c["recipe"], c.get("sample_cosine"), c["centered_cosine"], c.get("top1_agreement")) for c in candidates]
+        lines += [_row(c["recipe"], c.get("sample_cosine"), c["centered_cosine"], c.get("top1_agreement"), c.get("refused"))
+                  for c in candidates]
     lines.append(f" the recipe built ({recipe.get('scheme')}), on {result.samples} {result.inputs}:")
     lines.append(_row(f"scheme {recipe.get('scheme')}", summary.sample_cosine, summary.centered_cosine, summary.top1_agreement))
     top = (recipe.get("sensitivity") or {}).get("top") or []

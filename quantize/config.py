@@ -34,7 +34,10 @@ class QuantConfig:
     io_dtype: "float32" (quantize/dequantize inside the model) or "int8" (the caller feeds and
         reads int8 with the tensors' scale/zero point); int8 I/O needs scheme "int8" (or "auto",
         which then tries only static int8).
-    strict_int8: every op int8, no int16 or float island (what MCUs need); scheme "int8" or "auto".
+    strict_int8: every op int8, no int16 or float island; scheme "int8" or "auto".
+    float_islands: whether the int8 search may leave ops float where int8 and int16 cost too
+        much (android). False keeps every op integer, int8 or int16 activations (16x8), which is
+        what TFLite-Micro runs (mcu).
     per_channel: per-output-channel weight scales (False: one scale per tensor).
     channels_last: image inputs (rank 4) taken as NHWC instead of NCHW.
     min_calibration_samples: fewer samples than this is an error for scheme "int8".
@@ -54,6 +57,7 @@ class QuantConfig:
     scheme: str = DEFAULT_SCHEME
     io_dtype: str = "float32"
     strict_int8: bool = False
+    float_islands: bool = True
     per_channel: bool = True
     channels_last: bool = False
     min_calibration_samples: int = 8

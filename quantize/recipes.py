@@ -94,6 +94,7 @@ def choose_precisions(
     evaluate: Callable[[dict[str, str]], float],
     *,
     strict_int8: bool = False,
+    float_islands: bool = True,
     target_cosine: float = 0.995,
     screen: Callable[[dict[str, str]], float] | None = None,
 ) -> PrecisionPlan:
@@ -110,6 +111,9 @@ def choose_precisions(
     screen: a cheaper estimate of `evaluate` (fewer samples) for the one-group-at-a-time
     measurements, which only order the groups and pick int16 or float for each; every
     upgrade kept, and the best single upgrade, is then measured by `evaluate`.
+
+    float_islands=False: int16 is the only upgrade (an integer-only runtime, TFLite-Micro): no
+    group is measured or left at float.
     """
     base = {g.key: "int8" for g in groups}
     c0 = evaluate(dict(base))
@@ -125,16 +129,17 @@ def choose_precisions(
 
     probe, s0 = (evaluate, c0) if screen is None else (screen, screen(dict(base)))
     count += screen is not None
+    upgrades = ("int16", "float") if float_islands else ("int16",)
     measured: dict[str, dict[str, float]] = {}  # by `probe`: `evaluate`'s numbers only without a screen
     for g in groups:
         measured[g.key] = {"int8": s0}
-        for precision in ("int16", "float"):
+        for precision in upgrades:
             measured[g.key][precision] = probe({**base, g.key: precision})
             count += 1
 
     def choice(key: str) -> tuple[str, float]:
         m = measured[key]
-        gain16, gainf = m["int16"] - s0, m["float"] - s0
+        gain16, gainf = m["int16"] - s0, m.get("float", s0) - s0
         if gain16 >= _INT16_SHARE * gainf and gain16 >= _MIN_GAIN:
             return "int16", gain16
         return "float", gainf
@@ -146,8 +151,7 @@ def choose_precisions(
     for g in order:
         precision, gain = choice(g.key)
         m = measured[g.key]
-        detail = (f"model cosine{'' if screen is None else ' screened'} int8 {_fmt(m['int8'])}, "
-                  f"int16 {_fmt(m['int16'])}, float {_fmt(m['float'])}")
+        detail = f"model cosine{'' if screen is None else ' screened'} " + ", ".join(f"{p} {_fmt(c)}" for p, c in m.items())
         if current >= target_cosine:
             reasons[g.key] = f"int8 kept: target {target_cosine} reached without it ({detail})"
             continue
@@ -165,7 +169,7 @@ def choose_precisions(
         reasons[g.key] = f"{label}: {detail}; model cosine now {_fmt(current)}"
     # Never end below a recipe already measured: a single upgrade alone can beat the combination.
     best_key, best_precision = max(
-        ((k, p) for k in measured for p in ("int16", "float")), key=lambda kp: measured[kp[0]][kp[1]], default=(None, None)
+        ((k, p) for k in measured for p in upgrades), key=lambda kp: measured[kp[0]][kp[1]], default=(None, None)
     )
     best = None if best_key is None else measured[best_key][best_precision]
     if screen is not None and best is not None:  # a screened number is not comparable with `current`
@@ -232,12 +236,15 @@ def upgrade_ranked(
     all_int8: float,
     *,
     target_cosine: float,
+    float_islands: bool = True,
 ) -> tuple[dict[str, str], float, list[tuple[int, float]]]:
     """int16 activations for the first k "ranked" groups of `groups` (most sensitive first, each
-    with its "ranked_output" companion as a float island), k growing until the measured cosine
-    meets `target_cosine`: a handful of measurements however many groups there are. Returns
-    (assignment, its cosine, [(k, cosine) measured]); the empty assignment (all-int8, `all_int8`)
-    when no prefix measured better by at least 1e-4."""
+    with its "ranked_output" companion as a float island, or left int8 without `float_islands`),
+    k growing until the measured cosine meets `target_cosine`: a handful of measurements however
+    many groups there are. Returns (assignment, its cosine, [(k, cosine) measured]); the empty
+    assignment (all-int8, `all_int8`) when no prefix measured better by at least 1e-4."""
+    if not float_islands:
+        groups = [g for g in groups if g.kind != "ranked_output"]
     return _ranked_prefixes(groups, evaluate, {}, all_int8, "int16", target_cosine)
 
 

@@ -110,7 +110,7 @@ def _runs_in_tflm(branch: bytes) -> tuple[bool, str]:
 
 @pytest.fixture(scope="module")
 def probe_results():
-    from tpuedge.edge.mcu_build import strict_int8_tflite
+    from tpuedge.edge.mcu_build import integer_tflite
     from tpuedge.edge.mcu_capability import mcu_capability, mcu_passes
     from tpuedge.quantize.config import QuantConfig
     from tpuedge.shared_ir.program import Program
@@ -126,10 +126,11 @@ def probe_results():
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad  # its keys are rewritten again later
 
     captured = [a | b for a, b in zip(captured, _branch_op_keys(ExplicitPad()(program.exported_program)[0]))]
-    config = QuantConfig(  # the mcu build's own settings (NHWC image inputs by default)
-        scheme="int8", io_dtype="int8", strict_int8=True, per_channel=True, channels_last=True, min_calibration_samples=16
+    config = QuantConfig(  # the mcu build's own settings (NHWC image inputs), strict: each op's own int8 form
+        scheme="int8", io_dtype="int8", strict_int8=True, float_islands=False, per_channel=True, channels_last=True,
+        min_calibration_samples=16,
     )
-    _, tflite, _ = strict_int8_tflite(Program(ep, name="probes"), config, [_sample(rng, names) for _ in range(16)])
+    _, tflite, _ = integer_tflite(Program(ep, name="probes"), config, [_sample(rng, names) for _ in range(16)])
     branches = _branches(tflite)
     assert len(branches) == len(names) == len(keys) == len(captured)
     results = {}

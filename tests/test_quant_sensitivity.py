@@ -218,6 +218,23 @@ def test_a_ranked_point_finds_its_ops_in_the_float_model_by_module_scope():
     assert first.kind == "ranked" and first.key == f"ranked:{ranking[0].node}" and scopes[first.key], groups
 
 
+def test_upgrade_ranked_without_float_islands_leaves_output_companions_int8():
+    """mcu: a ranked point's op that writes a model output stays int8 (no float island); the
+    ranked points themselves still go int16, a prefix at a time."""
+    groups = [SensitiveGroup("ranked:a", "ranked"), SensitiveGroup("ranked:a:output", "ranked_output"),
+              SensitiveGroup("ranked:b", "ranked")]
+    seen: list[dict] = []
+
+    def evaluate(assignment):
+        seen.append(dict(assignment))
+        return 0.9 + 0.05 * sum(v == "int16" for v in assignment.values())
+
+    assignment, cosine, tried = upgrade_ranked(groups, evaluate, 0.9, target_cosine=0.995, float_islands=False)
+    assert assignment == {"ranked:a": "int16", "ranked:b": "int16"} and cosine == pytest.approx(1.0)
+    assert all("float" not in a.values() and "ranked:a:output" not in a for a in seen)
+    assert [k for k, _ in tried] == [1, 2]
+
+
 class _LinearIntoNorm(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -1,0 +1,142 @@
+"""mcu: int16 activations (16x8) where the int8 search measures int8 costs accuracy, integer
+only (no float island), checked against TFLite-Micro's own kernels before a recipe is scored."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tpuedge
+from tpuedge.shared_ir.errors import BudgetError
+
+
+class _OutlierChannel(torch.nn.Module):
+    """A Linear with one output channel 400x the others, into a LayerNorm: int8 spends its 256
+    steps on that channel's range and the LayerNorm's statistics of the rest are lost."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.ln, self.fc2 = torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+        with torch.no_grad():
+            self.fc1.weight[0] *= 400.0
+
+    def forward(self, x):
+        return self.fc2(self.ln(self.fc1(x)))
+
+
+@pytest.fixture(scope="module")
+def outlier():
+    torch.manual_seed(0)
+    program = tpuedge.export(_OutlierChannel().eval(), (torch.zeros(1, 16),), name="outlier")
+    rng = np.random.default_rng(0)
+    return program, [(rng.standard_normal((1, 16)).astype(np.float32),) for _ in range(32)]
+
+
+def test_int16_where_int8_misses_the_budget_and_strict_int8_fails_loudly(outlier, tmp_path):
+    from tpuedge.edge import tflite_file
+
+    program, calibration = outlier
+    with pytest.raises(BudgetError, match="misses its accuracy budget"):
+        tpuedge.build(program, "mcu", tmp_path / "strict", calibration=calibration, strict_int8=True)
+    assert not (tmp_path / "strict").exists()
+
+    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration)
+    m = art.manifest
+    held_out = m["verification"]["held_out"]  # the 8 samples calibration did not see
+    assert held_out["samples"] == 8
+    assert held_out["tflm_vs_float"]["sample_cosine"] >= 0.99  # strict int8: 0.983 on them
+    assert held_out["tflm_vs_litert_max_lsb"] <= 2
+    upgraded = [o for o in m["quantization"]["recipe"]["non_int8_ops"]]
+    assert upgraded and {o["precision"] for o in upgraded} == {"int16"}
+    # the Linear's output and the LayerNorm's first statistic read it in 16 bits, through the reshape
+    assert {"FULLY_CONNECTED", "MEAN"} <= {op.split()[0] for o in upgraded for op in o["ops"]}
+    model = tflite_file.read_model((tmp_path / "mcu" / "model.tflite").read_bytes())
+    dtypes = {tflite_file.dtype_name(t.type) for t in model.subgraphs[0].tensors}
+    assert "int16" in dtypes and not dtypes & {"float32", "float16"}
+    assert art.run(calibration[-1][0])[0].shape == (1, 4)  # runs in TFLite-Micro
+
+
+class _WidePad(torch.nn.Module):
+    """A reflect pad wider than 9 in all: the mcu passes make it one GATHER_ND of constant positions."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(40, 4)
+
+    def forward(self, x):
+        h = torch.nn.functional.pad(self.fc1(x).unsqueeze(1), (12, 12), mode="reflect").squeeze(1)
+        return self.fc2(h)
+
+
+class _HardSwish(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.hardswish(self.fc1(x)))
+
+
+def _all_int16(module) -> bytes:
+    """`module` after the mcu passes, every activation int16 (ai-edge-quantizer's 16x8 recipe)."""
+    from ai_edge_quantizer import recipe_manager
+
+    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.int8_search import _quantizer_samples
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.mcu_capability import mcu_passes
+    from tpuedge.edge.quantizer_recipes import run_quantizer
+    from tpuedge.shared_ir.program import Program
+
+    torch.manual_seed(0)
+    program = tpuedge.export(module.eval(), (torch.zeros(1, 16),), name="probe")
+    program = Program(mcu_passes().run(program.exported_program)[0], name="probe")
+    base = float_tflite(program, channels_last=True, target="mcu")
+    manager = recipe_manager.RecipeManager()
+    manager.add_static_config(".*", "*", activation_num_bits=16, weight_num_bits=8)
+    recipe = manager.get_quantization_recipe()
+    quantize = run_quantizer(base)
+    rng = np.random.default_rng(0)
+    samples = [[rng.standard_normal((1, 16)).astype(np.float32)] for _ in range(8)]
+    quantize.calibrate(recipe, _quantizer_samples(samples, LiteRTRunner(base).inputs, True))
+    return quantize(recipe)
+
+
+def test_the_candidate_check_names_what_tflite_micro_cannot_run():
+    from tpuedge.edge.mcu_build import tflm_candidate_problem
+
+    # a kernel TFLite-Micro has, refusing int16 tensors when it prepares
+    assert "TFLite-Micro refused it" in tflm_candidate_problem(_all_int16(_WidePad()))
+    assert "GATHER_ND" in tflm_candidate_problem(_all_int16(_WidePad()))
+    # an op the quantizer leaves float at 16 bits
+    assert tflm_candidate_problem(_all_int16(_HardSwish())).startswith("left in float: HARD_SWISH")
+
+
+def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
+    """int16 tensors double their share of the arena. Where the search's int16 recipe needs more
+    RAM than the board has and all-int8 fits, the build ships all-int8 (the budget then decides)
+    and says so, instead of failing on RAM the all-int8 model never needed."""
+    torch.manual_seed(0)
+    module = _OutlierChannel()
+    with torch.no_grad():
+        module.fc1.weight[0] /= 400.0 / 150.0  # all-int8 scores 0.989 held out: under the search's target
+    program = tpuedge.export(module.eval(), (torch.zeros(1, 16),), name="outlier150")
+    rng = np.random.default_rng(0)
+    calibration = [(rng.standard_normal((1, 16)).astype(np.float32),) for _ in range(32)]
+
+    free = tpuedge.build(program, "mcu", tmp_path / "free", calibration=calibration, min_cosine=0.98).manifest
+    strict = tpuedge.build(program, "mcu", tmp_path / "strict", calibration=calibration, min_cosine=0.98,
+                           strict_int8=True).manifest
+    int16_arena, int8_arena = free["arena"]["recommended_bytes"], strict["arena"]["recommended_bytes"]
+    assert free["quantization"]["recipe"]["non_int8_ops"] and int16_arena > int8_arena
+    ram_kb = -(-int8_arena * 4 // 3 // 1024)  # 75% of it is the arena budget: all-int8 fits, int16 does not
+    assert int8_arena <= ram_kb * 1024 * 0.75 < int16_arena
+
+    fitted = tpuedge.build(program, "mcu", tmp_path / "fitted", calibration=calibration, min_cosine=0.98,
+                           flash_kb=1024, ram_kb=ram_kb).manifest
+    assert fitted["quantization"]["recipe"]["non_int8_ops"] == []
+    dropped = fitted["quantization"]["recipe"]["int16_dropped_for_the_board"]
+    assert dropped["arena_bytes_with_int16"] == int16_arena and dropped["int16_groups"]
+    assert fitted["arena"]["recommended_bytes"] == int8_arena and fitted["board_check"]["fits"] is True
+    assert (tmp_path / "fitted" / "model.tflite").read_bytes() == (tmp_path / "strict" / "model.tflite").read_bytes()
