@@ -104,6 +104,35 @@ def _kb(n: int) -> str:
     return f"{n / 1024:.1f} KiB"
 
 
+def precision_lines(recipe: dict) -> list[str]:
+    """The int8 search's outcome for a build report: every op group not int8 and why, the search's
+    numbers, and with --strict-int8 what that cost against the default recipe (android and mcu)."""
+    lines = [f"  not int8: {item['group']} -> {item['precision']}: {item['why']}" for item in recipe.get("non_int8_ops", [])]
+    if recipe.get("search"):
+        s = recipe["search"]
+        lines.append(
+            f"  int8 search: all-int8 cosine {s['all_int8_cosine']}, final {s['final_cosine']} "
+            f"(target {s['target_cosine']}, {s['evaluations']} measured recipe(s))"
+        )
+    dropped = recipe.get("int16_dropped_for_the_board")
+    if dropped:
+        lines.append(
+            f"  int16 dropped: with int16 activations ({', '.join(dropped['int16_groups'])}) the arena needs "
+            f"{dropped['arena_bytes_with_int16']:,} bytes, over the board's {dropped['ram_budget_bytes']:,}; every op is int8"
+        )
+    cost = recipe.get("strict_int8_cost")
+    if cost:
+        strict, mixed = cost["strict_int8"], cost["mixed"]
+        islands = ", ".join(f"{i['group']} {i['precision']}" for i in cost["mixed_non_int8_ops"]) or "none: all-int8 too"
+        lines.append(
+            f"  strict int8 costs {cost['cost']['centered_cosine']:+.5f} centered cosine: strict {strict['centered_cosine']:.5f} "
+            f"vs {mixed['centered_cosine']:.5f} for the default mixed recipe (not int8 there: {islands}); "
+            f"cosine {strict['cosine']:.5f} vs {mixed['cosine']:.5f}, max abs err {strict['max_abs_error']:.3g} vs "
+            f"{mixed['max_abs_error']:.3g} ({cost['samples']} calibration samples)"
+        )
+    return lines
+
+
 def format_report(manifest: dict, summary, model_path: Path) -> str:
     if manifest.get("ir_fingerprint"):
         lines = [f"{manifest.get('model_name', model_path.stem)} -> {model_path}  (target {manifest['target']})"]
@@ -146,24 +175,7 @@ def format_report(manifest: dict, summary, model_path: Path) -> str:
     lines.append(f"  weights by dtype: {', '.join(f'{k} {_kb(v)}' for k, v in summary.weight_dtypes.items()) or 'none'}")
     lines.append(f"  activation tensors by dtype: {', '.join(f'{k} x{v}' for k, v in summary.activation_dtypes.items())}")
     lines.append("  ops: " + ", ".join(f"{op} x{n}" for op, n in summary.op_histogram.items()))
-    for item in recipe.get("non_int8_ops", []):
-        lines.append(f"  not int8: {item['group']} -> {item['precision']}: {item['why']}")
-    if recipe.get("search"):
-        s = recipe["search"]
-        lines.append(
-            f"  int8 search: all-int8 cosine {s['all_int8_cosine']}, final {s['final_cosine']} "
-            f"(target {s['target_cosine']}, {s['evaluations']} measured recipe(s))"
-        )
-    cost = recipe.get("strict_int8_cost")
-    if cost:
-        strict, mixed = cost["strict_int8"], cost["mixed"]
-        islands = ", ".join(f"{i['group']} {i['precision']}" for i in cost["mixed_non_int8_ops"]) or "none: all-int8 too"
-        lines.append(
-            f"  strict int8 costs {cost['cost']['centered_cosine']:+.5f} centered cosine: strict {strict['centered_cosine']:.5f} "
-            f"vs {mixed['centered_cosine']:.5f} for the default mixed recipe (not int8 there: {islands}); "
-            f"cosine {strict['cosine']:.5f} vs {mixed['cosine']:.5f}, max abs err {strict['max_abs_error']:.3g} vs "
-            f"{mixed['max_abs_error']:.3g} ({cost['samples']} calibration samples)"
-        )
+    lines += precision_lines(recipe)
     acc = manifest.get("accuracy")
     if acc:
         top1 = "n/a" if acc.get("top1_agreement") is None else f"{100 * acc['top1_agreement']:.1f}%"

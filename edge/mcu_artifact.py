@@ -66,13 +66,16 @@ class McuArtifact:
         lines.append(f"  TFLite-Micro ops ({len(m['tflm_ops'])}): {ops}")
         from tpuedge.edge.trained_ranges import ranges_line
 
+        from tpuedge.edge.artifact import precision_lines
+
         trained = ranges_line(m["quantization"]["recipe"])
         lines += [trained] if trained else []
+        lines += precision_lines(m["quantization"]["recipe"])
         io = m["quantization"]["io"]
         lines.append(
             "  I/O: "
             + ", ".join(f"{t['name']} {t['dtype']}{t['shape']}" for t in io["inputs"] + io["outputs"])
-            + " (full int8, every buffer inside the flatbuffer)"
+            + " (integer graph, every buffer inside the flatbuffer)"
         )
         arena = m["arena"]
         lines.append(f"  flash: {m['flash_bytes']:,} bytes (model array)")

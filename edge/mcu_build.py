@@ -45,7 +45,7 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
 
     converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges,
-                                  candidate_problem=tflm_candidate_problem)
+                                  report_strict_cost=config.strict_int8, candidate_problem=tflm_candidate_problem)
     moved = external_buffers(converted.tflite)
     tflite = inline_buffers(converted.tflite)
     if external_buffers(tflite):

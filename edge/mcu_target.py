@@ -58,12 +58,8 @@ class McuTarget(Target):
             ),
             BuildOption("symbol", "C array name in model_data.cc (default g_<model>_model_data)."),
             BuildOption("gelu", "How GELU is rewritten for TFLite-Micro (it has no GELU kernel).", ("sigmoid", "tanh"), "sigmoid"),
-            BuildOption(
-                "strict_int8",
-                "every op int8: no int16 activations (16x8), which the int8 search otherwise gives the ops where it "
-                "measures int8 costs accuracy (TFLite-Micro runs both; int16 doubles those tensors in the arena)",
-                bool, False,
-            ),
+            # the same words as android's option: `tpuedge build --help` lists one text per option
+            BuildOption("strict_int8", "every op int8 (no int16/float islands); reports the accuracy cost", bool, False),
             *budget_build_options(),
         ]
 

@@ -125,16 +125,23 @@ def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
     rng = np.random.default_rng(0)
     calibration = [(rng.standard_normal((1, 16)).astype(np.float32),) for _ in range(32)]
 
-    free = tpuedge.build(program, "mcu", tmp_path / "free", calibration=calibration, min_cosine=0.98).manifest
-    strict = tpuedge.build(program, "mcu", tmp_path / "strict", calibration=calibration, min_cosine=0.98,
-                           strict_int8=True).manifest
+    free_build = tpuedge.build(program, "mcu", tmp_path / "free", calibration=calibration, min_cosine=0.98)
+    strict_build = tpuedge.build(program, "mcu", tmp_path / "strict", calibration=calibration, min_cosine=0.98,
+                                 strict_int8=True)
+    free, strict = free_build.manifest, strict_build.manifest
     int16_arena, int8_arena = free["arena"]["recommended_bytes"], strict["arena"]["recommended_bytes"]
     assert free["quantization"]["recipe"]["non_int8_ops"] and int16_arena > int8_arena
+    assert "-> int16" in free_build.report()  # the build report names the int16 groups
+    cost = strict["quantization"]["recipe"]["strict_int8_cost"]  # --strict-int8 says what it costs
+    assert {o["precision"] for o in cost["mixed_non_int8_ops"]} == {"int16"} and cost["cost"]["centered_cosine"] > 0
+    assert "strict int8 costs" in strict_build.report()
     ram_kb = -(-int8_arena * 4 // 3 // 1024)  # 75% of it is the arena budget: all-int8 fits, int16 does not
     assert int8_arena <= ram_kb * 1024 * 0.75 < int16_arena
 
-    fitted = tpuedge.build(program, "mcu", tmp_path / "fitted", calibration=calibration, min_cosine=0.98,
-                           flash_kb=1024, ram_kb=ram_kb).manifest
+    fitted_build = tpuedge.build(program, "mcu", tmp_path / "fitted", calibration=calibration, min_cosine=0.98,
+                                 flash_kb=1024, ram_kb=ram_kb)
+    fitted = fitted_build.manifest
+    assert "int16 dropped" in fitted_build.report()
     assert fitted["quantization"]["recipe"]["non_int8_ops"] == []
     dropped = fitted["quantization"]["recipe"]["int16_dropped_for_the_board"]
     assert dropped["arena_bytes_with_int16"] == int16_arena and dropped["int16_groups"]
