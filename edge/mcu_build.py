@@ -60,8 +60,8 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     """Why TFLite-Micro can't run a quantized candidate of the int8 search, or None: an op left in
     float (ai-edge-quantizer has no int16 recipe for it: HARD_SWISH, SQUARED_DIFFERENCE), or a
     kernel that refuses its int16 tensors when the interpreter prepares it (FULLY_CONNECTED over
-    two activations). Loaded with an arena no plan can outgrow (every tensor's bytes), so the
-    answer is about kernels, never about the arena."""
+    two activations). Loaded with an arena no plan can outgrow (every computed tensor's bytes, as
+    if none shared memory), so the answer is about kernels, never about the arena."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tflm_model import inline_buffers
@@ -71,8 +71,9 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     if floats:
         return "left in float: " + ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
     model, _ = tflm_forms(inline_buffers(tflite))
-    graph = tflite_file.read_model(model).subgraphs[0]
-    arena = _CANDIDATE_ARENA_SLACK + sum(tflite_file.tensor_bytes(t) for t in graph.tensors)
+    parsed = tflite_file.read_model(model)
+    computed = [t for t in parsed.subgraphs[0].tensors if not tflite_file.is_constant(parsed, t)]
+    arena = _CANDIDATE_ARENA_SLACK + sum(tflite_file.tensor_bytes(t) for t in computed)
     try:
         TflmRunner(model, arena)
     except TflmError as exc:
