@@ -69,7 +69,7 @@ class TflmFailure:
                     "torch.cat or torch.stack of more than 10 tensors: join them in groups of at most 10, each "
                     "group followed by an op such as a ReLU, since the converter merges directly nested ones)")
         else:
-            what = f"TFLite-Micro's {self.op} kernel refused the model's int8 tensors"
+            what = f"TFLite-Micro's {self.op} kernel refused the model's tensors (int8, or int16 where the int8 search chose it)"
         return UserError(
             f"{what} ({self.detail}), so the model can't run on a microcontroller; nothing was written. "
             f"Replace the PyTorch op that lowers to {self.op} (`tpuedge ops --target mcu` lists what runs in int8 "

@@ -58,10 +58,12 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
 
 def tflm_candidate_problem(tflite: bytes) -> str | None:
     """Why TFLite-Micro can't run a quantized candidate of the int8 search, or None: an op left in
-    float (ai-edge-quantizer has no int16 recipe for it: HARD_SWISH, SQUARED_DIFFERENCE), or a
-    kernel that refuses its int16 tensors when the interpreter prepares it (FULLY_CONNECTED over
-    two activations). Loaded with an arena no plan can outgrow (every computed tensor's bytes, as
-    if none shared memory), so the answer is about kernels, never about the arena."""
+    float (ai-edge-quantizer has no int16 recipe for it: HARD_SWISH), or a kernel that refuses its
+    int16 tensors when the interpreter prepares it (GATHER_ND, FULLY_CONNECTED over two
+    activations) or runs it (RESIZE_BILINEAR, which prepares). Run once on zeros, in an arena no
+    plan can outgrow (every computed tensor's bytes, as if none shared memory), so the answer is
+    about kernels, never about the arena. A candidate whose ops, by builtin and tensor dtypes, all
+    ran in an earlier candidate is not run again (most of a search's candidates)."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tflm_model import inline_buffers
@@ -72,14 +74,34 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
         return "left in float: " + ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
     model, _ = tflm_forms(inline_buffers(tflite))
     parsed = tflite_file.read_model(model)
+    signatures = _op_signatures(parsed)
+    if signatures <= _RAN_IN_TFLM:
+        return None
     computed = [t for t in parsed.subgraphs[0].tensors if not tflite_file.is_constant(parsed, t)]
     arena = _CANDIDATE_ARENA_SLACK + sum(tflite_file.tensor_bytes(t) for t in computed)
     try:
-        TflmRunner(model, arena)
+        runner = TflmRunner(model, arena)
+        runner.run_raw([np.zeros(d["shape"], d["dtype"]) for d in runner.input_details])
     except TflmError as exc:
         lines = [line.strip() for line in exc.log.splitlines() if line.strip()]
         return "TFLite-Micro refused it: " + ("; ".join(lines[-2:]) if lines else str(exc))
+    _RAN_IN_TFLM.update(signatures)
     return None
+
+
+# (builtin, input dtypes, output dtypes) of every op some candidate ran in TFLite-Micro, this process
+_RAN_IN_TFLM: set[tuple] = set()
+
+
+def _op_signatures(model) -> set[tuple]:
+    from tpuedge.edge import tflite_file
+
+    graph, names = model.subgraphs[0], tflite_file.operator_names(model)
+
+    def dtypes(indices) -> tuple[str, ...]:
+        return tuple(tflite_file.dtype_name(graph.tensors[int(i)].type) if int(i) >= 0 else "-" for i in indices)
+
+    return {(names[op.opcodeIndex], dtypes(op.inputs), dtypes(op.outputs)) for op in graph.operators or []}
 
 
 # what TFLM's kernels ask of the arena beyond the tensors (scratch buffers, its own bookkeeping)

@@ -78,7 +78,16 @@ class _HardSwish(torch.nn.Module):
         return self.fc2(torch.nn.functional.hardswish(self.fc1(x)))
 
 
-def _all_int16(module) -> bytes:
+class _Upsample(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv2(torch.nn.functional.interpolate(self.conv1(x), scale_factor=2.0, mode="bilinear"))
+
+
+def _all_int16(module, shape=(1, 16)) -> bytes:
     """`module` after the mcu passes, every activation int16 (ai-edge-quantizer's 16x8 recipe)."""
     from ai_edge_quantizer import recipe_manager
 
@@ -90,7 +99,7 @@ def _all_int16(module) -> bytes:
     from tpuedge.shared_ir.program import Program
 
     torch.manual_seed(0)
-    program = tpuedge.export(module.eval(), (torch.zeros(1, 16),), name="probe")
+    program = tpuedge.export(module.eval(), (torch.zeros(*shape),), name="probe")
     program = Program(mcu_passes().run(program.exported_program)[0], name="probe")
     base = float_tflite(program, channels_last=True, target="mcu")
     manager = recipe_manager.RecipeManager()
@@ -98,7 +107,7 @@ def _all_int16(module) -> bytes:
     recipe = manager.get_quantization_recipe()
     quantize = run_quantizer(base)
     rng = np.random.default_rng(0)
-    samples = [[rng.standard_normal((1, 16)).astype(np.float32)] for _ in range(8)]
+    samples = [[rng.standard_normal(shape).astype(np.float32)] for _ in range(8)]
     quantize.calibrate(recipe, _quantizer_samples(samples, LiteRTRunner(base).inputs, True))
     return quantize(recipe)
 
@@ -109,6 +118,8 @@ def test_the_candidate_check_names_what_tflite_micro_cannot_run():
     # a kernel TFLite-Micro has, refusing int16 tensors when it prepares
     assert "TFLite-Micro refused it" in tflm_candidate_problem(_all_int16(_WidePad()))
     assert "GATHER_ND" in tflm_candidate_problem(_all_int16(_WidePad()))
+    # one that prepares and refuses them when it runs (found on torchvision's LRASPP head)
+    assert "RESIZE_BILINEAR" in tflm_candidate_problem(_all_int16(_Upsample(), (1, 3, 8, 8)))
     # an op the quantizer leaves float at 16 bits
     assert tflm_candidate_problem(_all_int16(_HardSwish())).startswith("left in float: HARD_SWISH")
 
