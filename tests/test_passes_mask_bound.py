@@ -94,3 +94,43 @@ def test_android_int8_bert_follows_float_on_held_out_sentences(tmp_path):
                              min_cosine=0.95)
     accuracy = compare_outputs([program.run(*s) for s in held_out], [artifact.run(*s) for s in held_out])
     assert accuracy.centered_cosine >= 0.95, accuracy
+
+
+class _CausalNoMaskInput(torch.nn.Module):
+    """HF BLOOM's eager attention in miniature: a causal mask from position comparisons, which
+    depends on no input (so `fold-constants` makes it a constant tensor), added to the logits as
+    where(allowed, 0, float32.min)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qk = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        q, k = self.qk(x).split(8, dim=-1)
+        positions = torch.arange(x.shape[1])
+        allowed = positions[None, :] <= positions[:, None]
+        mask = torch.where(allowed, 0.0, torch.finfo(torch.float32).min)
+        return torch.softmax(q @ k.transpose(-1, -2) + mask, dim=-1)
+
+
+def test_a_folded_constant_mask_is_bounded_too():
+    """Before: fold-constants ran first and left a constant tensor of float32.min, which the pass
+    (looking for extreme scalars in mask-building ops) never saw; an int8 build of HF BLOOM then
+    aborted inside LiteRT (tests/test_litert_runtime.py has that half)."""
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants, constant_values
+
+    def mask_constant(ep):
+        (value,) = [v for v in constant_values(ep).values() if v.is_floating_point() and v.numel() == 36]
+        return value
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 6, 8)
+    program = tpuedge.export(_CausalNoMaskInput().eval(), (x,), name="causal")
+    folded, _ = FoldConstants()(program.exported_program)  # as every LiteRT lowering runs them
+    assert float(mask_constant(folded).min()) == torch.finfo(torch.float32).min
+    bounded, result = FiniteMaskBound()(folded)
+    assert result.changed == 1 and result.details["constant_tensors"] == 1
+    assert float(mask_constant(bounded).min()) == -DEFAULT_BOUND
+    assert float(mask_constant(folded).min()) == torch.finfo(torch.float32).min  # its input is as it was
+    # masked weights are exp(-100)-small instead of 0: the float outputs agree to 1e-6
+    np.testing.assert_allclose(Program(bounded, name="b").run(x.numpy())[0], program.run(x.numpy())[0], atol=1e-6)

@@ -11,7 +11,11 @@ uniform. MiniLM-L6's android int8 build (tpuedge.build with its per-op search, 8
 sentences): centered cosine 0.696 without this pass, 0.851 with it.
 
 This pass replaces each such constant by -BOUND (sign kept), and turns a boolean SDPA mask
-into the additive `where(mask, 0, -BOUND)`. Only constants whose value reaches a softmax
+into the additive `where(mask, 0, -BOUND)`. A mask that depends on no input is a constant
+tensor by the time this pass runs (`fold-constants` runs first: a causal LM with no attention
+mask input, HF BLOOM's eager attention): its extreme entries become ±BOUND the same way. Left
+at float32.min, its int8 ADD with the logits had a rescale factor of 6e32, and LiteRT aborted
+the whole process on it. Only constants whose value reaches a softmax
 through adds and shape ops are touched (found by walking users), so a -inf used for padding
 a max, or a large scale elsewhere, is left alone. Exact in float while BOUND exceeds the
 spread of the logits by ~20 (exp(-20) * tokens is below 1e-6); a smaller BOUND keeps a
@@ -24,6 +28,7 @@ import math
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
+from tpuedge.shared_ir.passes.constant_fold import constant_values
 from tpuedge.shared_ir.passes.graph_edit import SOURCE_META, finish
 
 __all__ = ["FiniteMaskBound", "DEFAULT_BOUND", "EXTREME"]
@@ -67,6 +72,16 @@ def _ops():
 def _extreme(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and (
         math.isinf(value) or abs(value) >= EXTREME)
+
+
+def _extreme_entries(value):
+    """The boolean mask of a float tensor's extreme entries (None when it has none)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.numel() == 0:
+        return None
+    extreme = torch.isinf(value) | (value.abs() >= EXTREME)
+    return extreme if bool(extreme.any()) else None
 
 
 def _reaches_softmax(node, carriers, softmaxes, sdpa) -> bool:
@@ -114,9 +129,14 @@ class FiniteMaskBound:
             (n.target in sources and any(_extreme(a) for i, a in enumerate(n.args) if i in sources[n.target])
              and _reaches_softmax(n, carriers, softmaxes, sdpa))
             or (n.target == sdpa and _mask_arg(n) is not None and _is_bool(_mask_arg(n))))]
-        if not targets:
+        values = constant_values(exported_program)
+        tensors = [n.name for n in exported_program.graph.nodes if n.op == "placeholder" and n.name in values
+                   and _extreme_entries(values[n.name]) is not None and _reaches_softmax(n, carriers, softmaxes, sdpa)]
+        if not targets and not tensors:
             return exported_program, PassResult(self.name, 0, "no extreme mask constant feeds a softmax")
         ep = copy_program(exported_program)
+        for name in tensors:
+            self._bound_tensor(ep, name, values[name])
         graph = ep.graph_module.graph
         names = {n.name for n in targets}
         constants = 0
@@ -134,11 +154,25 @@ class FiniteMaskBound:
         finish(ep)
         masks = len(additive)
         return ep, PassResult(
-            self.name, constants + masks,
-            f"bounded {constants} extreme mask constant(s) and {masks} boolean attention mask(s) at "
-            f"-{self.bound:g} (exact in float; keeps the softmax input's quantization step useful)",
-            {"constants": constants, "boolean_masks": masks, "bound": self.bound},
+            self.name, constants + masks + len(tensors),
+            f"bounded {constants} extreme mask constant(s), {len(tensors)} constant mask tensor(s) and {masks} boolean "
+            f"attention mask(s) at -{self.bound:g} (exact in float; keeps the softmax input's quantization step useful)",
+            {"constants": constants, "constant_tensors": len(tensors), "boolean_masks": masks, "bound": self.bound},
         )
+
+    def _bound_tensor(self, ep, placeholder: str, value) -> None:
+        """The constant input `placeholder` of `ep` (a copy) holds `value` with its extreme
+        entries at ±bound: a new tensor, so the program it was copied from keeps its own."""
+        import torch
+        from torch.export.graph_signature import InputKind
+
+        spec = next(s for s in ep.graph_signature.input_specs if s.arg.name == placeholder)
+        extreme = _extreme_entries(value) & (value.abs() > self.bound)
+        bounded = torch.where(extreme, torch.sign(value) * self.bound, value)
+        if spec.kind == InputKind.BUFFER and spec.target in ep.state_dict:
+            ep.state_dict[spec.target] = bounded
+        else:
+            ep.constants[spec.target] = bounded
 
     def _additive_mask(self, graph, node, additive: dict) -> None:
         """SDPA's boolean mask (True = attend) as the additive where(mask, 0, -bound)."""
