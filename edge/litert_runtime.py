@@ -30,7 +30,7 @@ from tpuedge.edge.tool_output import held_tool_output, tail
 from tpuedge.quantize import affine
 from tpuedge.shared_ir.errors import BudgetError, InternalError, UserError
 
-__all__ = ["LiteRTRunner", "ModelRunError", "preserving_interpreter", "refused_on_budget_samples", "run_samples"]
+__all__ = ["LiteRTRunner", "ModelRunError", "aborting_op", "preserving_interpreter", "refused_on_budget_samples", "run_samples"]
 
 
 class ModelRunError(InternalError):
@@ -55,6 +55,9 @@ def preserving_interpreter(tflite_bytes: bytes):
     The caller keeps `tflite_bytes` alive while it uses the interpreter."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+    aborting = aborting_op(tflite_bytes)
+    if aborting:
+        raise ModelRunError(f"LiteRT can't run this model: {aborting}")
     with held_tool_output("LiteRT"), warnings.catch_warnings():
         # LiteRT warns that preserving every tensor is for debugging: keeping them is the point
         warnings.filterwarnings("ignore", message=".*preserve_all_tensors.*")
@@ -88,6 +91,31 @@ def _info(detail: dict, name: str) -> TensorInfo:
     return TensorInfo(name, tuple(int(d) for d in detail["shape"]), np.dtype(detail["dtype"]).name, scales, zps[: len(scales)])
 
 
+# LiteRT's integer ADD and SUB shift their inputs left by this many bits before rescaling
+_ADD_LEFT_SHIFT = {"int8": 20, "int16": 15}
+
+
+def aborting_op(tflite_bytes: bytes) -> str | None:
+    """The op LiteRT would abort the whole process on while preparing it, or None. Its integer
+    ADD and SUB rescale by input_scale / (2 max input scale) and (2 max input scale) / (2**shift *
+    output_scale), each of which must lie in (0, 1) (TFLITE_CHECK, SIGABRT): an int8 ADD whose
+    input range is 2**19 times its output's fails it. A float32.min attention mask folded into a
+    constant did (HF BLOOM, scale 1.3e36 against 0.004); an abort leaves no message and no
+    process to report it, so the model is refused before it is loaded."""
+    from tpuedge.edge import tflite_file
+
+    for index, name, dtype, ins, outs in tflite_file.op_scales(tflite_bytes, frozenset({"ADD", "SUB"})):
+        shift = _ADD_LEFT_SHIFT.get(dtype)
+        if shift is None or len(ins) < 2 or None in (ins[0], ins[1], outs[0] if outs else None):
+            continue
+        twice = 2 * max(ins[0], ins[1])
+        output = twice / ((1 << shift) * outs[0]) if outs[0] > 0 else float("inf")
+        if not (twice > 0 and 0 < ins[0] / twice < 1 and 0 < ins[1] / twice < 1 and 0 < output < 1):
+            return (f"{dtype} {name} (op {index}) with input scales {ins[0]:.3g}, {ins[1]:.3g} and output scale "
+                    f"{outs[0]:.3g}: its rescale factor {output:.3g} is outside (0, 1), which LiteRT aborts on")
+    return None
+
+
 class LiteRTRunner:
     """One LiteRT interpreter over `tflite_bytes` (XNNPACK on CPU, `num_threads` threads)."""
 
@@ -95,6 +123,9 @@ class LiteRTRunner:
         from ai_edge_litert.interpreter import Interpreter
 
         self._bytes = bytes(tflite_bytes)  # the interpreter reads from this buffer: keep it alive
+        aborting = aborting_op(self._bytes)
+        if aborting:
+            raise ModelRunError(f"LiteRT can't run this model: {aborting}")
         try:
             # LiteRT logs "Created TensorFlow Lite XNNPACK delegate" (once per process) when it
             # allocates: held like every tool's output, shown with TPUEDGE_VERBOSE=1 or on failure

@@ -65,6 +65,7 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     about kernels, never about the arena. A candidate whose ops, by builtin and tensor dtypes, all
     ran in an earlier candidate is not run again (most of a search's candidates)."""
     from tpuedge.edge import tflite_file
+    from tpuedge.edge.litert_runtime import aborting_op
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tflm_model import inline_buffers
     from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
@@ -72,6 +73,9 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     floats = float_compute_ops(tflite)
     if floats:
         return "left in float: " + ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
+    aborting = aborting_op(tflite)  # TFLite-Micro's ADD and SUB rescale (and abort) as LiteRT's do
+    if aborting:
+        return aborting
     model, _ = tflm_forms(inline_buffers(tflite))
     parsed = tflite_file.read_model(model)
     signatures = _op_signatures(parsed)

@@ -30,6 +30,7 @@ from tpuedge.shared_ir.errors import UserError
 __all__ = [
     "FILE_IDENTIFIER", "DTYPE_NAMES", "read_model", "write_model", "operator_names", "dtype_name",
     "is_external", "buffer_nbytes", "is_constant", "tensor_bytes", "tensor_quantization", "text", "schema",
+    "op_scales",
 ]
 
 FILE_IDENTIFIER = b"TFL3"
@@ -199,6 +200,32 @@ def operator_names(model) -> list[str]:
         else:
             names.append(_BUILTIN_NAMES.get(number, f"BUILTIN_{number}"))
     return names
+
+
+def op_scales(data: bytes, builtins: frozenset[str]) -> list[tuple[int, str, str, list, list]]:
+    """(op index, builtin, output dtype, input scales, output scales) of each op of the first
+    subgraph named in `builtins`; a scale is None for a tensor without one (or no tensor). Read
+    in place, without unpacking the model (`read_model` copies every weight: 0.3 s on MiniLM)."""
+    model = schema.Model.GetRootAs(data, 0)
+    codes = [model.OperatorCodes(i) for i in range(model.OperatorCodesLength())]
+    names = [_BUILTIN_NAMES.get(max(c.BuiltinCode(), c.DeprecatedBuiltinCode()), "") for c in codes]
+    graph = model.Subgraphs(0)
+
+    def scale(index: int):
+        if index < 0:
+            return None
+        q = graph.Tensors(index).Quantization()
+        return float(q.Scale(0)) if q is not None and q.ScaleLength() else None
+
+    found = []
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        name = names[op.OpcodeIndex()]
+        if name in builtins:
+            outputs = [int(op.Outputs(k)) for k in range(op.OutputsLength())]
+            found.append((i, name, dtype_name(graph.Tensors(outputs[0]).Type()) if outputs else "",
+                          [scale(int(op.Inputs(k))) for k in range(op.InputsLength())], [scale(t) for t in outputs]))
+    return found
 
 
 def is_external(buffer) -> bool:
