@@ -55,9 +55,6 @@ def preserving_interpreter(tflite_bytes: bytes):
     The caller keeps `tflite_bytes` alive while it uses the interpreter."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    aborting = aborting_op(tflite_bytes)
-    if aborting:
-        raise ModelRunError(f"LiteRT can't run this model: {aborting}")
     with held_tool_output("LiteRT"), warnings.catch_warnings():
         # LiteRT warns that preserving every tensor is for debugging: keeping them is the point
         warnings.filterwarnings("ignore", message=".*preserve_all_tensors.*")
@@ -67,8 +64,17 @@ def preserving_interpreter(tflite_bytes: bytes):
             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
             num_threads=1,
         )
+        aborting = aborting_op(tflite_bytes)
+        if aborting:
+            raise ModelRunError(f"LiteRT can't run this model: {aborting}")
         interpreter.allocate_tensors()
     return interpreter
+
+
+def _said(exc: BaseException) -> str:
+    """The error and the last lines LiteRT printed while it raised it."""
+    printed = tail(getattr(exc, "tool_output", ""), 5)
+    return f"{exc}" + (f"; it printed: {' | '.join(printed.splitlines())}" if printed else "")
 
 
 def _to_model(x: np.ndarray, info: TensorInfo) -> np.ndarray:
@@ -123,22 +129,24 @@ class LiteRTRunner:
         from ai_edge_litert.interpreter import Interpreter
 
         self._bytes = bytes(tflite_bytes)  # the interpreter reads from this buffer: keep it alive
-        aborting = aborting_op(self._bytes)
-        if aborting:
-            raise ModelRunError(f"LiteRT can't run this model: {aborting}")
         try:
             # LiteRT logs "Created TensorFlow Lite XNNPACK delegate" (once per process) when it
             # allocates: held like every tool's output, shown with TPUEDGE_VERBOSE=1 or on failure
             with held_tool_output("LiteRT"):
                 self._interp = Interpreter(model_content=self._bytes, num_threads=num_threads)
+        except (RuntimeError, ValueError) as exc:  # not a model LiteRT can read
+            raise UserError(f"LiteRT could not load this model ({_said(exc)}); rebuild it with `tpuedge build`.") from exc
+        aborting = aborting_op(self._bytes)  # read once LiteRT has verified the flatbuffer
+        if aborting:
+            raise ModelRunError(f"LiteRT can't run this model: {aborting}")
+        try:
+            with held_tool_output("LiteRT"):
                 self._interp.allocate_tensors()
-        except (RuntimeError, ValueError) as exc:
-            printed = tail(getattr(exc, "tool_output", ""), 5)
-            raise UserError(
-                f"LiteRT could not load this model ({exc}"
-                + (f"; it printed: {' | '.join(printed.splitlines())}" if printed else "")
-                + "); rebuild it with `tpuedge build`."
-            ) from exc
+        except RuntimeError as exc:
+            # a model it reads and a kernel refuses when it prepares it (a 16x8 DEPTHWISE_CONV_2D
+            # over activations calibrated to ~1e-9: "no_integer_overflow_from_quantization"): for
+            # the int8 search a candidate that failed to run, not a file to rebuild
+            raise ModelRunError(f"LiteRT refused to prepare this model ({_said(exc)})") from exc
         sig = self._interp._get_full_signature_list() or {}
         in_names, out_names = {}, {}
         for spec in sig.values():

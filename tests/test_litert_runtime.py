@@ -38,3 +38,27 @@ def test_an_add_litert_would_abort_on_is_refused_with_its_reason(tmp_path):
 def test_an_ordinary_add_still_loads(tmp_path):
     child = _load_in_a_child(single_op_model("ADD", n_inputs=2), tmp_path)
     assert child.returncode == 0 and "loaded" in child.stdout, child.stderr[-500:]
+
+
+def test_a_kernel_that_refuses_to_prepare_is_a_model_that_failed_to_run():
+    """A model LiteRT reads and a kernel refuses when it prepares (here a MEAN without its axes
+    input; in HF's architectures, a 16x8 depthwise convolution over
+    activations calibrated to ~1e-9, HF MobileNetV2 at random init) is ModelRunError, which the
+    int8 search scores as a candidate that failed to run. It was UserError ("rebuild it with
+    `tpuedge build`"), which stopped the search, and the build, on one bad candidate."""
+    import pytest
+
+    from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
+
+    with pytest.raises(ModelRunError, match="refused to prepare"):
+        LiteRTRunner(single_op_model("MEAN"))
+
+
+def test_bytes_that_are_no_model_are_still_the_users_error():
+    import pytest
+
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.shared_ir.errors import UserError
+
+    with pytest.raises(UserError, match="could not load this model"):
+        LiteRTRunner(single_op_model("ADD", n_inputs=2)[:40])
