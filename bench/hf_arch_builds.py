@@ -1,4 +1,4 @@
-"""Builds of 26 HF transformers architectures, tiny random configs, for android and mcu.
+"""Builds of 44 HF transformers architectures, tiny random configs, for android and mcu.
 
     python bench/hf_arch_builds.py                        # all (about 5 minutes on 2 cores)
     python bench/hf_arch_builds.py bert_mask t5_encoder --targets mcu
@@ -123,6 +123,48 @@ def _cases() -> dict:
             vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
             head_dim=16, intermediate_size=64, use_cache=False)), (_ids(),), "logits"),
         "mpnet": lambda: (T.MPNetModel(T.MPNetConfig(vocab_size=100, **_SMALL)), text(), None),
+        # added 2026-12-03: decoder LMs with other position schemes, vision and audio families, a BERT variant
+        "opt": lambda: (T.OPTForCausalLM(T.OPTConfig(
+            vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64,
+            word_embed_proj_dim=32, max_position_embeddings=64, use_cache=False)), (_ids(),), "logits"),
+        "gpt_neox": lambda: (T.GPTNeoXForCausalLM(T.GPTNeoXConfig(vocab_size=100, use_cache=False, **_SMALL)),
+                             (_ids(),), "logits"),
+        "phi": lambda: (T.PhiForCausalLM(T.PhiConfig(vocab_size=100, use_cache=False, **_SMALL)), (_ids(),), "logits"),
+        "mistral": lambda: (T.MistralForCausalLM(T.MistralConfig(
+            vocab_size=100, num_key_value_heads=1, sliding_window=8, use_cache=False, **_SMALL)), (_ids(),), "logits"),
+        "bloom": lambda: (T.BloomForCausalLM(T.BloomConfig(vocab_size=100, hidden_size=32, n_layer=2, n_head=2,
+                                                           use_cache=False)), (_ids(),), "logits"),
+        "falcon": lambda: (T.FalconForCausalLM(T.FalconConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                                              num_attention_heads=2, use_cache=False)), (_ids(),), "logits"),
+        "qwen3": lambda: (T.Qwen3ForCausalLM(T.Qwen3Config(
+            vocab_size=100, num_key_value_heads=1, head_dim=16, use_cache=False, **_SMALL)), (_ids(),), "logits"),
+        "modernbert": lambda: (T.ModernBertModel(T.ModernBertConfig(
+            vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, **_SMALL)),
+                               text(), None),
+        "squeezebert": lambda: (T.SqueezeBertModel(T.SqueezeBertConfig(
+            vocab_size=100, embedding_size=32, q_groups=2, k_groups=2, v_groups=2, post_attention_groups=2,
+            intermediate_groups=2, output_groups=2, **_SMALL)), text(), None),
+        "deit": lambda: (T.DeiTModel(T.DeiTConfig(image_size=32, patch_size=8, **_SMALL)), (_image(),), None),
+        "levit": lambda: (T.LevitModel(T.LevitConfig(
+            image_size=64, hidden_sizes=[16, 24, 32], num_attention_heads=[1, 2, 2], depths=[1, 1, 1],
+            key_dim=[8, 8, 8], down_ops=[["Subsample", 8, 1, 4, 2, 2], ["Subsample", 8, 2, 4, 2, 2]])),
+            (_image(64),), None),
+        "mobilenet_v2": lambda: (T.MobileNetV2Model(T.MobileNetV2Config(image_size=32, depth_multiplier=0.35)),
+                                 (_image(),), None),
+        "efficientnet": lambda: (T.EfficientNetModel(T.EfficientNetConfig(
+            image_size=32, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320)), (_image(),), None),
+        "convnextv2": lambda: (T.ConvNextV2Model(T.ConvNextV2Config(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2)),
+                               (_image(),), None),
+        "pvt_v2": lambda: (T.PvtV2Model(T.PvtV2Config(
+            image_size=64, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+            num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])), (_image(64),), None),
+        "poolformer": lambda: (T.PoolFormerModel(T.PoolFormerConfig(
+            num_encoder_blocks=2, depths=[1, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2],
+            padding=[2, 1], mlp_ratio=2.0)), (_image(),), None),
+        "siglip_vision": lambda: (T.SiglipVisionModel(T.SiglipVisionConfig(
+            image_size=32, patch_size=8, **_SMALL)), (_image(),), None),
+        "wavlm": lambda: (T.WavLMModel(T.WavLMConfig(num_buckets=16, max_bucket_distance=50, **conv_audio)),
+                          (_audio(),), None),
     }
 
 

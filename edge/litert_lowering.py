@@ -101,7 +101,8 @@ def litert_ir_passes(exported_program):
     MUL (litert-torch's lowerings take none), PReLU as one form,
     attention-mask constants bounded, L2 normalizations without a division by the norm (an int8
     DIV stops at a divisor on its zero point), no expand before a broadcasting op (litert-torch's
-    converter refused MobileViTv2's), Tensor.unfold as a gather (the converter's own form is a
+    converter refused MobileViTv2's), an expand a matrix product reads as a gather (the converter
+    dropped the transpose after a BROADCAST_TO: HF Qwen3's keys), Tensor.unfold as a gather (the converter's own form is a
     PAD above 5-D in HaloNet), clamps and transposes above 5-D done at a lower rank (the converter
     and TFLite-Micro stop at 5-D), a constant minus a computed tensor as -y + c (the converter
     writes c - y as y - c after its NHWC ops), and a flatten into a Linear read in NHWC order (no
@@ -124,6 +125,7 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.constant_minus import ConstantMinusAsNegAdd
+    from tpuedge.shared_ir.passes.expand_gather import ExpandAsGather
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.high_rank import ElementwiseAtMost5D, PermuteAtMost5D
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
@@ -135,7 +137,7 @@ def _run_litert_ir_passes(exported_program):
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
     for ir_pass in (RemoveIdentityOps(), FoldConstants(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
-                    NormalizeAsRsqrt(), BroadcastInsteadOfExpand(), UnfoldAsGather(), ElementwiseAtMost5D(),
+                    NormalizeAsRsqrt(), BroadcastInsteadOfExpand(), ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(),
                     PermuteAtMost5D(), ConstantMinusAsNegAdd(), FlattenAsNHWC()):
         exported_program, _ = ir_pass(exported_program)
     return exported_program
