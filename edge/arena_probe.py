@@ -25,13 +25,13 @@ import numpy as np
 from tpuedge.edge.arena import ARENA_MARGIN, ArenaSize, arena_fits, bisect_arena, recommended_size
 from tpuedge.shared_ir.errors import InternalError, UserError
 
-__all__ = ["measure_arena", "main"]
+__all__ = ["measure_arena", "main", "child_env"]
 
 _MAX_CRASHES = 8
 _ERRORS = {"UserError": UserError, "InternalError": InternalError}
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     # the tpuedge this process runs (a checkout or an install) is the one the child imports
     root = str(Path(sys.modules["tpuedge"].__file__).resolve().parent.parent)
     path = os.environ.get("PYTHONPATH")
@@ -52,7 +52,7 @@ def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = A
                 (work / name).unlink(missing_ok=True)
             done = subprocess.run(
                 [sys.executable, "-c", "from tpuedge.edge.arena_probe import main; main()", folder],
-                env=_child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             )
             if (work / "result.json").is_file():
                 result = json.loads((work / "result.json").read_text())

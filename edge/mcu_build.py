@@ -60,7 +60,8 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     """Why TFLite-Micro can't run a quantized candidate of the int8 search, or None: an op left in
     float (ai-edge-quantizer has no int16 recipe for it: HARD_SWISH), or a kernel that refuses its
     int16 tensors when the interpreter prepares it (GATHER_ND, FULLY_CONNECTED over two
-    activations) or runs it (RESIZE_BILINEAR, which prepares). Run once on zeros, in an arena no
+    activations) or runs it (RESIZE_BILINEAR, which prepares). Run once on zeros, in a child
+    process (a kernel may abort instead of refusing), with an arena no
     plan can outgrow (every computed tensor's bytes, as if none shared memory), so the answer is
     about kernels, never about the arena. A candidate whose ops, by builtin and tensor dtypes, all
     ran in an earlier candidate is not run again (most of a search's candidates)."""
@@ -68,7 +69,6 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     from tpuedge.edge.litert_runtime import aborting_op
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tflm_model import inline_buffers
-    from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
 
     floats = float_compute_ops(tflite)
     if floats:
@@ -83,14 +83,53 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
         return None
     computed = [t for t in parsed.subgraphs[0].tensors if not tflite_file.is_constant(parsed, t)]
     arena = _CANDIDATE_ARENA_SLACK + sum(tflite_file.tensor_bytes(t) for t in computed)
+    problem = _run_in_a_child(model, arena)
+    if problem is None:
+        _RAN_IN_TFLM.update(signatures)
+    return problem
+
+
+def _run_in_a_child(model: bytes, arena: int) -> str | None:
+    """`model` run once on zeros in TFLite-Micro, in a child process: some of its kernels abort
+    the process on an int16 candidate instead of refusing it (timm's PiT-tiny: SIGABRT inside
+    invoke, the build gone with exit 134)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from tpuedge.edge.arena_probe import child_env
+    from tpuedge.edge.tool_output import tail
+
+    with tempfile.TemporaryDirectory(prefix="tpuedge-candidate-") as folder:
+        work = Path(folder)
+        (work / "model.tflite").write_bytes(model)
+        done = subprocess.run(
+            [sys.executable, "-c", "from tpuedge.edge.mcu_build import candidate_child; candidate_child()", folder, str(arena)],
+            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        result = work / "result.txt"
+        if result.is_file():
+            text = result.read_text()
+            return None if text == "ok" else text
+    printed = " | ".join(tail(done.stderr, 2).splitlines())
+    return f"TFLite-Micro crashed running it (exit {done.returncode})" + (f": {printed}" if printed else "")
+
+
+def candidate_child() -> None:
+    """The child `_run_in_a_child` starts: argv = folder, arena bytes; writes result.txt."""
+    import sys
+
+    from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
+
+    folder, arena = Path(sys.argv[1]), int(sys.argv[2])
     try:
-        runner = TflmRunner(model, arena)
+        runner = TflmRunner((folder / "model.tflite").read_bytes(), arena)
         runner.run_raw([np.zeros(d["shape"], d["dtype"]) for d in runner.input_details])
+        text = "ok"
     except TflmError as exc:
         lines = [line.strip() for line in exc.log.splitlines() if line.strip()]
-        return "TFLite-Micro refused it: " + ("; ".join(lines[-2:]) if lines else str(exc))
-    _RAN_IN_TFLM.update(signatures)
-    return None
+        text = "TFLite-Micro refused it: " + ("; ".join(lines[-2:]) if lines else str(exc))
+    (folder / "result.txt").write_text(text)
 
 
 # (builtin, input dtypes, output dtypes) of every op some candidate ran in TFLite-Micro, this process

@@ -158,3 +158,17 @@ def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
     assert dropped["arena_bytes_with_int16"] == int16_arena and dropped["int16_groups"]
     assert fitted["arena"]["recommended_bytes"] == int8_arena and fitted["board_check"]["fits"] is True
     assert (tmp_path / "fitted" / "model.tflite").read_bytes() == (tmp_path / "strict" / "model.tflite").read_bytes()
+
+
+def test_a_candidate_that_aborts_tflite_micro_is_refused_and_the_build_lives_on():
+    """Some TFLite-Micro kernels abort the process instead of refusing a model (timm's PiT-tiny:
+    SIGABRT in SOFTMAX's Eval); run in the build's own process, that ended the build with exit
+    134 and no message. The check runs the candidate in a child: here an int8 ADD whose rescale
+    factor TFLite-Micro's own check aborts on."""
+    from tflm_single_op import single_op_model
+
+    from tpuedge.edge.mcu_build import _run_in_a_child
+
+    problem = _run_in_a_child(single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0)), 1 << 20)
+    assert problem is not None and problem.startswith("TFLite-Micro crashed running it (exit")
+    assert _run_in_a_child(single_op_model("ADD", n_inputs=2), 1 << 20) is None
