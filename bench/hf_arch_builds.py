@@ -1,10 +1,10 @@
 """Builds of 44 HF transformers architectures, tiny random configs, for android and mcu.
 
-    python bench/hf_arch_builds.py                        # all (about 5 minutes on 2 cores)
+    python bench/hf_arch_builds.py                        # all (about 15 minutes on 2 cores)
     python bench/hf_arch_builds.py bert_mask t5_encoder --targets mcu
 
 Where bench/arch_survey.py only checks ops, this converts: android `dynamic-int8`, `int8` and
-`auto` (each against its accuracy budget), and `mcu` (strict int8 for TFLite-Micro, written
+`auto` (each against its accuracy budget), and `mcu` (integer for TFLite-Micro, written
 even below its budget so the table shows the measured cosine). Each model is a random-init
 config a few layers deep (hidden size 32) with 16 tokens, a padded attention mask where it
 takes one, and 32 calibration samples of the same kind (seed 100+). Random weights: the
