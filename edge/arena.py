@@ -23,6 +23,7 @@ from tpuedge.shared_ir.errors import InternalError, UserError
 
 __all__ = [
     "ArenaSize", "TflmFailure", "classify_tflm_error", "arena_fits", "bisect_arena", "recommended_size", "ARENA_STEP", "ARENA_MARGIN",
+    "kernel_crash_error",
 ]
 
 ARENA_STEP = 256
@@ -141,7 +142,7 @@ def bisect_arena(tflite: bytes, sample: Sequence[np.ndarray], crashed: Sequence[
     while not fits(hi):
         hi *= 2
         if hi > _CEILING:
-            raise UserError(
+            raise kernel_crash_error(crashed) if crashed else UserError(
                 f"TFLite-Micro could not allocate and run the model even with a {_CEILING // 2**20} MiB arena; "
                 "the model is far too large for a microcontroller: shrink its width or input size."
             )
@@ -154,6 +155,19 @@ def bisect_arena(tflite: bytes, sample: Sequence[np.ndarray], crashed: Sequence[
         else:
             lo = mid
     return hi
+
+
+def kernel_crash_error(crashed: Sequence[int]) -> UserError:
+    """TFLite-Micro crashed at every arena size the probe tried (`crashed`, sorted here): a kernel
+    aborted, not the memory. timm's PiT-tiny (SOFTMAX's Eval, int8, 730 tokens) crashed at every
+    size and was called "far too large even with a 64 MiB arena"."""
+    sizes = ", ".join(f"{size:,}" for size in sorted(crashed))
+    return UserError(
+        f"TFLite-Micro crashed (its process aborted) running the model with arenas of {sizes} bytes and ran it "
+        "with none: one of its kernels aborts on this model instead of refusing it, so it can't run on a "
+        "microcontroller as it is; nothing was written. Build for android, or replace the op TFLite-Micro stops "
+        "in (run model.tflite in the tflite_micro interpreter under a debugger to see which)."
+    )
 
 
 def recommended_size(measured: int, margin: float = ARENA_MARGIN) -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tpuedge.edge.arena import ARENA_MARGIN, ArenaSize, arena_fits, bisect_arena, recommended_size
+from tpuedge.edge.arena import ARENA_MARGIN, ArenaSize, arena_fits, bisect_arena, kernel_crash_error, recommended_size
 from tpuedge.shared_ir.errors import InternalError, UserError
 
 __all__ = ["measure_arena", "main", "child_env"]
@@ -60,7 +60,9 @@ def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = A
                     raise _ERRORS.get(result["error"], InternalError)(result["message"])
                 return ArenaSize(measured_bytes=result["measured"], recommended_bytes=result["recommended"], margin=margin)
             tried = (work / "tried.txt").read_text().split() if (work / "tried.txt").is_file() else []
-            if done.returncode >= 0 or not tried or len(crashed) >= _MAX_CRASHES:
+            if done.returncode < 0 and tried and len(crashed) + 1 >= _MAX_CRASHES:
+                raise kernel_crash_error(crashed + [int(tried[-1])])  # crashes at every size: a kernel aborts
+            if done.returncode >= 0 or not tried:
                 raise InternalError(
                     f"the TFLite-Micro arena probe ended with exit code {done.returncode} and no result "
                     f"(sizes that crashed it: {crashed or 'none'}). It printed:\n{done.stderr[-2000:]}"

@@ -209,3 +209,18 @@ def test_arena_probe_survives_a_size_that_crashes_tflite_micro(tmp_path):
     sample = [np.zeros((1, 8, 8, 1), np.int8)]
     TflmRunner((tmp_path / "mcu" / "model.tflite").read_bytes(), arena["recommended_bytes"]).run_raw(sample)
     assert artifact.arena_bytes == arena["measured_bytes"]
+
+
+def test_a_model_that_crashes_tflite_micro_at_every_arena_size_is_told_so():
+    """A model one of whose kernels aborts TFLite-Micro's process at every arena size (here an
+    int8 ADD whose rescale factor its own check aborts on; in the survey, timm's PiT-tiny in
+    SOFTMAX) is a kernel's crash, said as one (exit 2): the probe called PiT "far too large even
+    with a 64 MiB arena", and this model an internal error after 8 crashes."""
+    from tflm_single_op import single_op_model
+
+    from tpuedge.edge.arena_probe import measure_arena
+    from tpuedge.shared_ir.errors import UserError
+
+    model = single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0))
+    with pytest.raises(UserError, match=r"TFLite-Micro crashed \(its process aborted\) running the model"):
+        measure_arena(model, [np.zeros((1, 4), np.int8), np.zeros((1, 4), np.int8)])
