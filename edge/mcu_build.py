@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.edge.mcu_runtimes import McuRuntimes
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["McuLowered", "integer_tflite", "tflm_candidate_problem", "FILES"]
+__all__ = ["McuLowered", "integer_tflite", "FILES"]
 
 FILES = ("model.tflite", "model_data.cc", "model_data.h", "op_resolver.h", "manifest.json")
 _MIN_CALIBRATION = 16
@@ -40,6 +40,7 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     """(converted, tflite with every buffer inline, indices of the buffers moved inline): int8,
     with int16 activations where the search measured them needed unless `config.strict_int8`."""
     from tpuedge.edge.convert import program_to_tflite
+    from tpuedge.edge.tflm_candidates import tflm_candidate_problem
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tensor_names import shorten_tensor_names
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
@@ -54,127 +55,6 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     if rewritten_forms:
         converted.recipe["tflm_forms"] = rewritten_forms
     return converted, shorten_tensor_names(tflite), moved
-
-
-def tflm_candidate_problem(tflite: bytes) -> str | None:
-    """Why TFLite-Micro can't run a quantized candidate of the int8 search, or None: an op left in
-    float (ai-edge-quantizer has no int16 recipe for it: HARD_SWISH), or a kernel that refuses its
-    int16 tensors when the interpreter prepares it (GATHER_ND, FULLY_CONNECTED over two
-    activations) or runs it (RESIZE_BILINEAR, which prepares). Run once on zeros, in a child
-    process (a kernel may abort instead of refusing), with an arena no
-    plan can outgrow (every computed tensor's bytes, as if none shared memory), so the answer is
-    about kernels, never about the arena. A candidate whose ops, by builtin and tensor dtypes, all
-    ran in an earlier candidate is not run again (most of a search's candidates)."""
-    from tpuedge.edge import tflite_file
-    from tpuedge.edge.litert_runtime import aborting_op
-    from tpuedge.edge.tflm_forms import tflm_forms
-    from tpuedge.edge.tflm_model import inline_buffers
-
-    floats = float_compute_ops(tflite)
-    if floats:
-        return "left in float: " + ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
-    aborting = aborting_op(tflite)  # TFLite-Micro's ADD and SUB rescale (and abort) as LiteRT's do
-    if aborting:
-        return aborting
-    model, _ = tflm_forms(inline_buffers(tflite))
-    parsed = tflite_file.read_model(model)
-    signatures = _op_signatures(parsed)
-    if signatures <= _RAN_IN_TFLM:
-        return None
-    computed = [t for t in parsed.subgraphs[0].tensors if not tflite_file.is_constant(parsed, t)]
-    arena = _CANDIDATE_ARENA_SLACK + sum(tflite_file.tensor_bytes(t) for t in computed)
-    problem = _run_in_a_child(model, arena)
-    if problem is None:
-        _RAN_IN_TFLM.update(signatures)
-    return problem
-
-
-def _run_in_a_child(model: bytes, arena: int) -> str | None:
-    """`model` run once on zeros in TFLite-Micro, in a child process: some of its kernels abort
-    the process on an int16 candidate instead of refusing it (timm's PiT-tiny: SIGABRT inside
-    invoke, the build gone with exit 134)."""
-    import subprocess
-    import sys
-    import tempfile
-
-    from tpuedge.edge.arena_probe import child_env
-    from tpuedge.edge.tool_output import tail
-
-    with tempfile.TemporaryDirectory(prefix="tpuedge-candidate-") as folder:
-        work = Path(folder)
-        (work / "model.tflite").write_bytes(model)
-        done = subprocess.run(
-            [sys.executable, "-c", "from tpuedge.edge.mcu_build import candidate_child; candidate_child()", folder, str(arena)],
-            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        result = work / "result.txt"
-        if result.is_file():
-            text = result.read_text()
-            return None if text == "ok" else text
-    printed = " | ".join(tail(done.stderr, 2).splitlines())
-    return f"TFLite-Micro crashed running it (exit {done.returncode})" + (f": {printed}" if printed else "")
-
-
-def candidate_child() -> None:
-    """The child `_run_in_a_child` starts: argv = folder, arena bytes; writes result.txt."""
-    import sys
-
-    from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
-
-    folder, arena = Path(sys.argv[1]), int(sys.argv[2])
-    try:
-        runner = TflmRunner((folder / "model.tflite").read_bytes(), arena)
-        runner.run_raw([np.zeros(d["shape"], d["dtype"]) for d in runner.input_details])
-        text = "ok"
-    except TflmError as exc:
-        lines = [line.strip() for line in exc.log.splitlines() if line.strip()]
-        text = "TFLite-Micro refused it: " + ("; ".join(lines[-2:]) if lines else str(exc))
-    (folder / "result.txt").write_text(text)
-
-
-# (builtin, input dtypes, output dtypes) of every op some candidate ran in TFLite-Micro, this process
-_RAN_IN_TFLM: set[tuple] = set()
-
-
-def _op_signatures(model) -> set[tuple]:
-    from tpuedge.edge import tflite_file
-
-    graph, names = model.subgraphs[0], tflite_file.operator_names(model)
-
-    def dtypes(indices) -> tuple[str, ...]:
-        return tuple(tflite_file.dtype_name(graph.tensors[int(i)].type) if int(i) >= 0 else "-" for i in indices)
-
-    return {(names[op.opcodeIndex], dtypes(op.inputs), dtypes(op.outputs)) for op in graph.operators or []}
-
-
-# what TFLM's kernels ask of the arena beyond the tensors (scratch buffers, its own bookkeeping)
-_CANDIDATE_ARENA_SLACK = 1 << 20
-
-
-def float_compute_ops(tflite: bytes) -> dict[str, int]:
-    """Ops that compute in float (op name -> count): float tensors written other than the model's
-    I/O, and not an integer-to-float cast at the int8 graph's edge; a DEQUANTIZE is counted only
-    when nothing else is (it feeds a float op, which is reported itself)."""
-    from tpuedge.edge import tflite_file
-
-    model = tflite_file.read_model(tflite)
-    sg = model.subgraphs[0]
-    io = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
-    names = tflite_file.operator_names(model)
-    readers: dict[int, list[str]] = {}
-    for op in sg.operators:
-        for t in op.inputs:
-            readers.setdefault(int(t), []).append(names[op.opcodeIndex])
-    float_ops: dict[str, int] = {}
-    for op in sg.operators:
-        outputs = [int(o) for o in op.outputs]
-        if _integer_to_int8_cast(sg, names[op.opcodeIndex], op, readers):
-            continue
-        if any(o not in io and tflite_file.dtype_name(sg.tensors[o].type) in ("float32", "float16") for o in outputs):
-            float_ops[names[op.opcodeIndex]] = float_ops.get(names[op.opcodeIndex], 0) + 1
-    if len(float_ops) > 1:
-        float_ops.pop("DEQUANTIZE", None)
-    return float_ops
 
 
 # ---- lowering -------------------------------------------------------------------------------
@@ -365,6 +245,8 @@ class McuLowered:
 
     def _check_integer_only(self, tflite: bytes) -> None:
         """An integer model means no float compute: float tensors may only be model I/O (float32 I/O)."""
+        from tpuedge.edge.tflm_candidates import float_compute_ops
+
         float_ops = float_compute_ops(tflite)
         if float_ops:
             raise ProblemsError(
@@ -458,20 +340,6 @@ class McuLowered:
             report[label] = entry
             measured = (kind, floats, tflm_float, labels)
         return report, measured
-
-
-def _integer_to_int8_cast(graph, name: str, op, readers: dict[int, list[str]]) -> bool:
-    """A CAST of int32 data (an int mask, `mask.to(torch.float32)`; the converter gives 64-bit
-    inputs 32 bits) to float whose value only QUANTIZE reads: a conversion at the edge of the
-    int8 graph, which TFLite-Micro runs (CAST, then QUANTIZE; tests/test_mcu_text_forms.py), not
-    float compute. `check` passes these casts, and the build refused them."""
-    from tpuedge.edge import tflite_file
-
-    if name != "CAST" or len(op.inputs) != 1 or len(op.outputs) != 1:
-        return False
-    source, value = int(op.inputs[0]), int(op.outputs[0])
-    int32 = tflite_file.dtype_name(graph.tensors[source].type) == "int32"
-    return int32 and bool(readers.get(value)) and all(r == "QUANTIZE" for r in readers[value])
 
 
 def _layout_spec(spec, channels_last: bool) -> dict:

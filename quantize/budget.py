@@ -185,7 +185,7 @@ def enforce_budget(
 
 
 def _row(label: str, sample_cosine, centered, top1, refused: str | None = None) -> str:
-    if refused:  # the target's own check refused the candidate (edge/mcu_build.tflm_candidate_problem)
+    if refused:  # the target's own check refused the candidate (edge/tflm_candidates.tflm_candidate_problem)
         return f"  {label[:64]:<64} not run: {refused[:200]}"
     if sample_cosine == -1.0 and centered == -1.0:  # AccuracySummary.failed_to_run
         return f"  {label[:64]:<64} {'LiteRT refused to run it, or inf/NaN out':>29}"

@@ -113,7 +113,7 @@ def _all_int16(module, shape=(1, 16)) -> bytes:
 
 
 def test_the_candidate_check_names_what_tflite_micro_cannot_run():
-    from tpuedge.edge.mcu_build import tflm_candidate_problem
+    from tpuedge.edge.tflm_candidates import tflm_candidate_problem
 
     # a kernel TFLite-Micro has, refusing int16 tensors when it prepares
     assert "TFLite-Micro refused it" in tflm_candidate_problem(_all_int16(_WidePad()))
@@ -167,7 +167,7 @@ def test_a_candidate_that_aborts_tflite_micro_is_refused_and_the_build_lives_on(
     factor TFLite-Micro's own check aborts on."""
     from tflm_single_op import single_op_model
 
-    from tpuedge.edge.mcu_build import _run_in_a_child
+    from tpuedge.edge.tflm_candidates import _run_in_a_child
 
     problem = _run_in_a_child(single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0)), 1 << 20)
     assert problem is not None and problem.startswith("TFLite-Micro crashed running it (exit")
