@@ -105,7 +105,8 @@ def litert_ir_passes(exported_program):
     dropped the transpose after a BROADCAST_TO: HF Qwen3's keys), Tensor.unfold as a gather (the converter's own form is a
     PAD above 5-D in HaloNet), clamps and transposes above 5-D done at a lower rank (the converter
     and TFLite-Micro stop at 5-D), a constant minus a computed tensor as -y + c (the converter
-    writes c - y as y - c after its NHWC ops), and a flatten into a Linear read in NHWC order (no
+    writes c - y as y - c after its NHWC ops), a softmax over one element as ones (the converter wrote it
+    out in float ops), and a flatten into a Linear read in NHWC order (no
     TRANSPOSE before it). mcu's own passes run these too, so a CNN that needs nothing mcu-specific
     reaches the same program on both targets and shares one float model (`lowered_fingerprint`).
     Per-layer verify takes its reference from the same program, so a bounded mask is not
@@ -132,11 +133,12 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.mask_bound import FiniteMaskBound
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
+    from tpuedge.shared_ir.passes.softmax_of_one import SoftmaxOfOne
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
 
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
-    for ir_pass in (RemoveIdentityOps(), FoldConstants(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
+    for ir_pass in (RemoveIdentityOps(), SoftmaxOfOne(), FoldConstants(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
                     NormalizeAsRsqrt(), BroadcastInsteadOfExpand(), ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(),
                     PermuteAtMost5D(), ConstantMinusAsNegAdd(), FlattenAsNHWC()):
         exported_program, _ = ir_pass(exported_program)
