@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import asdict, dataclass
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np

@@ -25,25 +25,27 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     process (a kernel may abort instead of refusing), with an arena no
     plan can outgrow (every computed tensor's bytes, as if none shared memory), so the answer is
     about kernels, never about the arena. A candidate whose ops, by builtin and tensor dtypes, all
-    ran in an earlier candidate is not run again (most of a search's candidates)."""
+    ran in an earlier candidate is not run again (most of a search's candidates); the candidate is
+    parsed once for all of that, and put in TFLite-Micro's form only when it runs."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.litert_runtime import aborting_op
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tflm_model import inline_buffers
 
-    floats = float_compute_ops(tflite)
+    parsed = tflite_file.read_model(tflite)
+    floats = _float_compute_ops(parsed)
     if floats:
         return "left in float: " + ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
     aborting = aborting_op(tflite)  # TFLite-Micro's ADD and SUB rescale (and abort) as LiteRT's do
     if aborting:
         return aborting
-    model, _ = tflm_forms(inline_buffers(tflite))
-    parsed = tflite_file.read_model(model)
     signatures = _op_signatures(parsed)
     if signatures <= _RAN_IN_TFLM:
         return None
+    # an upper bound on the quantized candidate holds for its TFLite-Micro form (tflm_forms only drops tensors)
     computed = [t for t in parsed.subgraphs[0].tensors if not tflite_file.is_constant(parsed, t)]
     arena = _CANDIDATE_ARENA_SLACK + sum(tflite_file.tensor_bytes(t) for t in computed)
+    model, _ = tflm_forms(inline_buffers(tflite))
     problem = _run_in_a_child(model, arena)
     if problem is None:
         _RAN_IN_TFLM.update(signatures)
@@ -118,7 +120,12 @@ def float_compute_ops(tflite: bytes) -> dict[str, int]:
     when nothing else is (it feeds a float op, which is reported itself)."""
     from tpuedge.edge import tflite_file
 
-    model = tflite_file.read_model(tflite)
+    return _float_compute_ops(tflite_file.read_model(tflite))
+
+
+def _float_compute_ops(model) -> dict[str, int]:
+    from tpuedge.edge import tflite_file
+
     sg = model.subgraphs[0]
     io = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
     names = tflite_file.operator_names(model)
