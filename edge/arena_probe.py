@@ -4,7 +4,7 @@ crash is a failed size, not the end of the build.
 TFLite-Micro's host interpreter crashes the process outright at some arena sizes (measured: a
 3-layer MLP at exactly 2048 bytes, while 2304 fails cleanly and 3072 runs). The parent writes
 the model and the sample into a temporary folder and runs `main` there in a fresh interpreter
-(`sys.executable`, tpuedge importable as in this process). The child appends each size to
+(edge/child_process.py). The child appends each size to
 `tried.txt` before trying it and writes `result.json` at the end: the sizes, or the UserError /
 InternalError it raised. A child killed by a signal crashed on the last size it wrote down;
 the parent starts it again with that size marked, at most `_MAX_CRASHES` times.
@@ -13,47 +13,34 @@ the parent starts it again with that size marked, at most `_MAX_CRASHES` times.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from tpuedge.edge.arena import ARENA_MARGIN, ArenaSize, arena_fits, bisect_arena, kernel_crash_error, recommended_size
+from tpuedge.edge.child_process import child_folder, run_child
 from tpuedge.shared_ir.errors import InternalError, UserError
 
-__all__ = ["measure_arena", "main", "child_env"]
+__all__ = ["measure_arena", "main"]
 
 _MAX_CRASHES = 8
 _ERRORS = {"UserError": UserError, "InternalError": InternalError}
-
-
-def child_env() -> dict[str, str]:
-    # the tpuedge this process runs (a checkout or an install) is the one the child imports
-    root = str(Path(sys.modules["tpuedge"].__file__).resolve().parent.parent)
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
 
 
 def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = ARENA_MARGIN) -> ArenaSize:
     """Bisect the arena to ARENA_STEP bytes; a size that crashed TFLite-Micro counts as failing,
     and the recommended size (measured + margin) is checked to run as well."""
     crashed: list[int] = []
-    with tempfile.TemporaryDirectory(prefix="tpuedge-arena-") as folder:
-        work = Path(folder)
+    with child_folder("tpuedge-arena-") as work:
         (work / "model.tflite").write_bytes(tflite)
         np.savez(work / "sample.npz", *[np.asarray(x) for x in sample])
         while True:
             (work / "request.json").write_text(json.dumps({"crashed": crashed, "margin": margin}))
             for name in ("tried.txt", "result.json"):
                 (work / name).unlink(missing_ok=True)
-            done = subprocess.run(
-                [sys.executable, "-c", "from tpuedge.edge.arena_probe import main; main()", folder],
-                env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            )
+            done = run_child("tpuedge.edge.arena_probe.main", work)
             if (work / "result.json").is_file():
                 result = json.loads((work / "result.json").read_text())
                 if "error" in result:

@@ -59,7 +59,7 @@ class McuTarget(Target):
             BuildOption("symbol", "C array name in model_data.cc (default g_<model>_model_data)."),
             BuildOption("gelu", "How GELU is rewritten for TFLite-Micro (it has no GELU kernel).", ("sigmoid", "tanh"), "sigmoid"),
             # the same words as android's option: `tpuedge build --help` lists one text per option
-            BuildOption("strict_int8", "every op int8 (no int16/float islands); reports the accuracy cost", bool, False),
+            BuildOption("strict_int8", "every activation int8 (no int16 where the search would choose it); reports the accuracy cost", bool, False),
             *budget_build_options(),
         ]
 

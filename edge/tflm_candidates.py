@@ -56,20 +56,12 @@ def _run_in_a_child(model: bytes, arena: int) -> str | None:
     """`model` run once on zeros in TFLite-Micro, in a child process: some of its kernels abort
     the process on an int16 candidate instead of refusing it (timm's PiT-tiny: SIGABRT inside
     invoke, the build gone with exit 134)."""
-    import subprocess
-    import sys
-    import tempfile
-
-    from tpuedge.edge.arena_probe import child_env
+    from tpuedge.edge.child_process import child_folder, run_child
     from tpuedge.edge.tool_output import tail
 
-    with tempfile.TemporaryDirectory(prefix="tpuedge-candidate-") as folder:
-        work = Path(folder)
+    with child_folder("tpuedge-candidate-") as work:
         (work / "model.tflite").write_bytes(model)
-        done = subprocess.run(
-            [sys.executable, "-c", "from tpuedge.edge.tflm_candidates import candidate_child; candidate_child()", folder, str(arena)],
-            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
+        done = run_child("tpuedge.edge.tflm_candidates.candidate_child", work, str(arena))
         result = work / "result.txt"
         if result.is_file():
             text = result.read_text()
