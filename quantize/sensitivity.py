@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PointSensitivity", "rank_quant_points", "module_scope", "RANKING_SAMPLES"]
+__all__ = ["PointSensitivity", "rank_quant_points", "RANKING_SAMPLES"]
 
 # Samples each point's cost is measured on: one run per point, each as dear as the samples are
 # many, and the runs were most of an int8 build (MobileViT-xxs: 194 points, 118 s on 8 samples,
@@ -44,18 +44,6 @@ class PointSensitivity:
     def to_json(self) -> dict:
         return {"node": self.node, "op": self.op, "loss": round(self.loss, 6), "range": [round(self.low, 4), round(self.high, 4)],
                 "scope": self.scope, "source": self.source}
-
-
-def module_scope(node: Any) -> str:
-    """The node's module path as LiteRT float models name tensors: "Class_attr/Class_attr" (the
-    root module has no attribute), from torch.export's nn_module_stack. litert-torch writes each
-    class's full Python path there; the float model keeps the class name alone (edge/tensor_names.py)."""
-    parts = []
-    for path, kind in (node.meta.get("nn_module_stack") or {}).values():
-        # a program loaded from a .pt2 keeps the class's qualified name as a string
-        name = (kind if isinstance(kind, str) else kind.__qualname__).rsplit(".", 1)[-1]
-        parts.append(name + (f"_{path.split('.')[-1]}" if path else ""))
-    return "/".join(parts)
 
 
 def _stack(samples: list, index: int):
@@ -84,7 +72,7 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
     from tpuedge.cloud.fake_quant import fake_quant_activation
     from tpuedge.cloud.interpreter import to_jax
     from tpuedge.quantize.activation_ranges import quant_points
-    from tpuedge.shared_ir.sources import node_source
+    from tpuedge.shared_ir.sources import module_scope, node_source
 
     measure = measure or calibration
     jp = to_jax(program)

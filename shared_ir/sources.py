@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["node_source", "user_frame_from_traceback", "source_line"]
+__all__ = ["node_source", "module_scope", "user_frame_from_traceback", "source_line"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
 # Frames inside these libraries are never the user's model code.
@@ -46,6 +46,21 @@ def node_source(node, *, bare: bool = False) -> str | None:
     user = [m for m in frames if not _is_library(m["file"])]
     m = (user or frames)[-1]
     return _format(m["file"], m["line"], m["fn"], m["code"], bare=bare)
+
+
+def module_scope(node) -> str:
+    """The node's module path as the LiteRT models tpuedge writes name its tensors:
+    "Class_attr/Class_attr" (the root module has no attribute), from torch.export's
+    nn_module_stack; "" without one. litert-torch writes each class's full Python path there,
+    and tpuedge keeps the class name alone (edge/tensor_names.py). Recomputed per IR node, it
+    maps a flatbuffer tensor back to the nodes it came from (per-layer verify, the int8 search's
+    ranked points)."""
+    parts = []
+    for path, kind in ((node.meta.get("nn_module_stack") if hasattr(node, "meta") else None) or {}).values():
+        # a program loaded from a .pt2 keeps the class's qualified name as a string
+        name = (kind if isinstance(kind, str) else kind.__qualname__).rsplit(".", 1)[-1]
+        parts.append(name + (f"_{str(path).split('.')[-1]}" if path else ""))
+    return "/".join(parts)
 
 
 def user_frame_from_traceback(tb) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["IntermediateRecorder", "IRLayer", "ir_layers", "litert_scope"]
+__all__ = ["IntermediateRecorder", "IRLayer", "ir_layers"]
 
 
 @dataclass(frozen=True)
@@ -33,30 +33,6 @@ class IRLayer:
     def label(self) -> str:
         op = self.op.split(".")[1] if self.op.count(".") >= 2 else self.op
         return f"{self.name} ({self.module}: {op})" if self.module else f"{self.name} ({op})"
-
-
-def _class_name(cls: Any) -> str:
-    if isinstance(cls, str):
-        return cls
-    module = getattr(cls, "__module__", "")
-    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
-
-
-def litert_scope(node) -> str | None:
-    """The module hierarchy text litert-torch writes into a tensor's name for `node`.
-
-    litert-torch names every lowered op after `nn_module_stack` as "Class_attr/Class_attr";
-    fused ops join their nodes' scopes with ";". Recomputing it per IR node is what maps a
-    flatbuffer tensor back to the nodes it came from.
-    """
-    stack = node.meta.get("nn_module_stack") if hasattr(node, "meta") else None
-    if not stack:
-        return None
-    layers = []
-    for path, cls in stack.values():
-        suffix = ("_" + str(path).split(".")[-1]) if path else ""
-        layers.append(_class_name(cls) + suffix)
-    return "/".join(layers)
 
 
 def ir_layers(program) -> dict[str, IRLayer]:

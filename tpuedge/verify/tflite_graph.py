@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpuedge.edge.tensor_names import short_scope
-from tpuedge.verify.ir_values import IRLayer, litert_scope
+from tpuedge.shared_ir.sources import module_scope
+from tpuedge.verify.ir_values import IRLayer
 from tpuedge.verify.runner import inverse_permutation, layout_permutation
 
 __all__ = [
@@ -172,7 +173,7 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
 
     ep = program.exported_program
     nodes = {n.name: n for n in ep.graph.nodes}
-    scope_of = {name: short_scope(s) for name, n in nodes.items() if (s := litert_scope(n))}
+    scope_of = {name: s for name, n in nodes.items() if (s := module_scope(n))}
     order = {n.name: i for i, n in enumerate(ep.graph.nodes)}
     input_layers = [l.name for l in layers.values() if l.is_input]
 
@@ -288,11 +289,11 @@ def counterpart_nodes(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -
         if spec.kind == OutputKind.USER_OUTPUT and hasattr(arg, "name") and arg.name in layers
     }
     for node in ep.graph.nodes:
-        scope = litert_scope(node)
+        scope = module_scope(node)
         layer = layers.get(node.name)
         if node.op != "call_function" or layer is None or not scope:
             continue
-        if any(layout_permutation(layer.shape, t.shape) is not None for t in by_scope.get(short_scope(scope), ())):
+        if any(layout_permutation(layer.shape, t.shape) is not None for t in by_scope.get(scope, ())):
             found.add(node.name)
     return found
 
