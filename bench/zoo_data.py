@@ -248,9 +248,12 @@ def _mel_filterbank(rate: int, n_fft: int, bands: int) -> np.ndarray:
 
 def mel_frames(count: int, seed: int, frames: int = 160, bands: int = 40, rate: int = 16000) -> np.ndarray:
     """[count, frames, bands] float32 mel power spectrograms (25 ms Hann windows, 10 ms hop) of
-    `audio_clips`, as Resemblyzer's encoder reads them (power, not log)."""
+    `audio_clips`, as Resemblyzer's encoder reads them (power, not log), each clip first made at
+    least -30 dBFS loud as its preprocessing does (quieter ones are raised, louder ones kept)."""
     n_fft, hop = rate * 25 // 1000, rate * 10 // 1000
-    clips = audio_clips(count, n_fft + hop * (frames - 1), seed, rate)
+    clips = audio_clips(count, n_fft + hop * (frames - 1), seed, rate).astype(np.float64)
+    rms = np.sqrt(np.mean(clips**2, axis=1, keepdims=True))
+    clips *= np.maximum(1.0, 10 ** (-30 / 20) / np.maximum(rms, 1e-12))
     window = np.hanning(n_fft + 1)[:-1]
     index = np.arange(frames)[:, None] * hop + np.arange(n_fft)[None, :]
     power = np.abs(np.fft.rfft(clips[:, index] * window, axis=-1)) ** 2
