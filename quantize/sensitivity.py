@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PointSensitivity", "rank_quant_points", "RANKING_SAMPLES"]
+__all__ = ["PointSensitivity", "rank_quant_points", "RANKING_SAMPLES", "MAX_RANKED_POINTS"]
 
 # Samples each point's cost is measured on: one run per point, each as dear as the samples are
 # many, and the runs were most of an int8 build (MobileViT-xxs: 194 points, 118 s on 8 samples,
@@ -28,6 +28,11 @@ __all__ = ["PointSensitivity", "rank_quant_points", "RANKING_SAMPLES"]
 # 8 on MiniLM, ShuffleNetV2 and MobileViT (bench/ranking_samples.py); the ranking only orders
 # the points, and the recipes it leads to are measured on all the search's samples.
 RANKING_SAMPLES = 2
+# Programs with more quantization points are not ranked: the instrumented JAX program, compiled
+# once, grows with them, and so do the runs. Resemblyzer's 3-layer LSTM unrolled over 160 frames
+# has 5,276 points; ranking them took 195 s (7 GB) of compilation alone even with one run per
+# module. The zoo's other models have at most 194 (MobileViT-xxs).
+MAX_RANKED_POINTS = 2048
 _OBSERVE_CHUNK = 8  # calibration samples per batch of the range-observing run
 
 
