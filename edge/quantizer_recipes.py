@@ -147,6 +147,7 @@ def _scope_regex(scopes: list[tuple[str, str]]) -> str:
     return "^(?:" + "|".join(re.escape(scope) for scope, _ in scopes) + ")$"
 
 
+_PRECEDENCE = {"int8": 0, "int16": 1, "float": 2}  # quantizer_recipe: the later entry wins an op
 # the ops ai-edge-quantizer can give int8 weights with float compute (weight-only, explicit DEQUANTIZE)
 _WEIGHT_ONLY_OPS = ("FULLY_CONNECTED", "BATCH_MATMUL", "CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D_TRANSPOSE", "EMBEDDING_LOOKUP")
 
@@ -167,7 +168,10 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
         rm.add_dynamic_config(".*", "*", num_bits=8, granularity=gran)
     elif config.scheme == "int8":
         rm.add_static_config(".*", "*", activation_num_bits=8, weight_num_bits=8, weight_granularity=gran)
-        for key, precision in sorted((assignment or {}).items()):
+        # an op in two groups takes the more precise choice (ai-edge-quantizer: a later entry wins);
+        # in key order, a ranked group's int16 overrode the float island a later search put on the
+        # same ops, and Resemblyzer's float LSTM island scored as its int16 one (0.843 both)
+        for key, precision in sorted((assignment or {}).items(), key=lambda kp: (_PRECEDENCE[kp[1]], kp[0])):
             if precision == "int8":
                 continue
             regex = _scope_regex((scopes or {})[key])

@@ -261,3 +261,67 @@ def test_a_ranked_points_group_reads_its_value_through_a_reshape():
     groups, _ = ranked_groups(float_tflite(program), ranking)
     ops = {op.split()[0] for op in groups[0].ops}
     assert {"FULLY_CONNECTED", "RESHAPE", "MEAN", "SQUARED_DIFFERENCE"} <= ops, groups[0].ops
+
+
+def test_an_op_in_a_float_island_and_an_int16_group_computes_in_float(outlier_program, tmp_path):
+    """The float-island last resort goes on top of the ranked int16 groups, which can hold the same
+    ops. ai-edge-quantizer applies recipe entries in order, the later winning; in key order a
+    "ranked:" group's int16 came after a "layer_norm:"/"recurrent_state:" group's float and the island
+    was silently int16 (Resemblyzer: its float LSTM island scored exactly as int16, 0.843)."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+
+    from tpuedge.edge import tflite_file
+    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.quantize.config import QuantConfig
+
+    tpuedge.build(outlier_program, "android", tmp_path / "float", quantize="none")
+    data = (tmp_path / "float" / "model.tflite").read_bytes()
+    model = tflite_file.read_model(data)
+    graph, names = model.subgraphs[0], tflite_file.operator_names(model)
+    fc = [(tfl.get_op_scope(op, graph.tensors), names[op.opcodeIndex]) for op in graph.operators
+          if names[op.opcodeIndex] == "FULLY_CONNECTED"][0]
+    scopes = {"a_island": [fc], "ranked:fc": [fc]}  # the island's key sorts first
+    quantize = run_quantizer(data)
+    recipe = quantizer_recipe(QuantConfig(scheme="int8"))
+    quantize.calibrate(recipe, [{"x": s[0]} for s in _samples(8, 0)])
+    quantized = tflite_file.read_model(quantize(quantizer_recipe(QuantConfig(scheme="int8"),
+                                                                 {"a_island": "float", "ranked:fc": "int16"}, scopes)))
+    graph, names = quantized.subgraphs[0], tflite_file.operator_names(quantized)
+    outputs = [tflite_file.dtype_name(graph.tensors[op.outputs[0]].type) for op in graph.operators
+               if names[op.opcodeIndex] == "FULLY_CONNECTED"]
+    assert outputs[0] == "float32", outputs
+
+
+class TwoLayerLSTM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 8, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out[:, -1])
+
+
+def test_a_program_with_too_many_points_is_not_ranked(monkeypatch):
+    """An LSTM unrolled over time (as the android int8 build does) has ~30 points per step and
+    layer: Resemblyzer's 3 layers over 160 frames have 5,276, and ranking them compiled for 195 s
+    (7 GB). Over MAX_RANKED_POINTS the search says why there is no ranking, and goes on with its
+    op groups (the LSTM's recurrent state among them)."""
+    from tpuedge.edge import int8_search
+    from tpuedge.edge.android_convert import int8_rewrites
+    from tpuedge.quantize import sensitivity
+    from tpuedge.quantize.config import QuantConfig
+
+    torch.manual_seed(0)
+    program, _ = int8_rewrites(tpuedge.export(TwoLayerLSTM().eval(), (torch.zeros(1, 6, 4),), name="lstm"))
+    assert len(quant_points(program).points) > 40
+    monkeypatch.setattr(sensitivity, "MAX_RANKED_POINTS", 40)
+
+    def never(*args, **kwargs):
+        raise AssertionError("ranked anyway")
+
+    monkeypatch.setattr(sensitivity, "rank_quant_points", never)
+    ranked = int8_search._upgrade_ranked_points(program, b"", [], [], {}, never, 0.5, QuantConfig(scheme="int8"))
+    assert ranked["assignment"] == {} and ranked["groups"] == []
+    assert "more than the 40 the ranking measures" in ranked["report"]["unavailable"]
