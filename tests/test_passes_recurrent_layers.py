@@ -82,18 +82,25 @@ def test_a_gru_model_builds_for_mcu_and_meets_its_budget(tmp_path):
     assert "FULLY_CONNECTED" in ops and "LOGISTIC" in ops and "TANH" in ops
 
 
-def test_the_input_projection_is_computed_once_per_layer_and_direction():
+def test_the_input_projection_is_computed_once_per_direction_and_later_layers_need_no_stack():
     """An int8 FULLY_CONNECTED stores its bias as int32 on its input's scale, so a projection per
     step stored one bias copy per step (old code: 56 biased linears here; the zoo's 16-unit LSTM
-    over 8 steps shipped 93 KB of TFLite-Micro model for 19.6k parameters, now 59 KB)."""
+    over 8 steps shipped 93 KB of TFLite-Micro model for 19.6k parameters, now 59 KB): the first
+    layer projects its input once. A later layer read the stack of the previous layer's steps, a
+    CONCATENATION of one input per step, which TFLite-Micro refuses beyond 10 (Resemblyzer's
+    3-layer LSTM over 160 frames): it projects each step bias-free and adds the bias."""
     torch.manual_seed(0)
     module = _Seq("lstm", 2, True, False, True, True).eval()
     program = tpuedge.export(module, (torch.zeros(7, 2, 6),), name="lstm_seq")
     ep, _ = UnrollRecurrentLayers()(program.exported_program)
     linears = [n for n in ep.graph.nodes if n.target == torch.ops.aten.linear.default]
     biased = [n for n in linears if len(n.args) > 2 and n.args[2] is not None]
-    assert len(biased) == 4  # 2 layers x 2 directions: the input projections over all 7 steps
-    assert len(linears) == 4 + 2 * 2 * 7  # and one bias-free recurrent projection per step
+    assert len(biased) == 2  # layer 1's two directions: the input projections over all 7 steps
+    assert len(linears) == 2 + 2 * 7 + 2 * 2 * 7  # layer 2's per step, and a bias-free recurrent one per step
+    stacks = [n for n in ep.graph.nodes if n.target == torch.ops.aten.stack.default]
+    # what the model returns: its output (one stack of 7 steps per direction) and h_n, c_n (4 states each)
+    assert sorted(len(n.args[0]) for n in stacks) == [4, 4, 7, 7]
+    assert not [u for n in stacks for u in n.users if u.target == torch.ops.aten.linear.default]
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -105,7 +112,7 @@ def test_a_zero_initial_state_leaves_no_recurrent_term_at_the_first_step(cell):
     program = tpuedge.export(module, (torch.zeros(7, 2, 6),), name=f"{cell}_seq")
     ep, _ = UnrollRecurrentLayers()(program.exported_program)
     linears = [n for n in ep.graph.nodes if n.target == torch.ops.aten.linear.default]
-    assert len(linears) == 4 + 2 * 2 * 6  # the projections, and a recurrent one from the second step on
+    assert len(linears) == 2 + 2 * 7 + 2 * 2 * 6  # the projections, and a recurrent one from the second step on
     assert not [n for n in ep.graph.nodes if n.target == torch.ops.aten.zeros.default and n.users]
     x = np.random.default_rng(2).standard_normal((7, 2, 6)).astype(np.float32)
     for want, got in zip(program.run(x), Program(ep, name="unrolled").run(x), strict=True):
@@ -145,3 +152,28 @@ def test_an_android_int8_recurrent_layer_stores_one_gate_bias_not_one_per_step(t
                    if tflite_file.dtype_name(t.type) == "int32" and list(t.shape) == [gates * 8]
                    and tflite_file.is_constant(model, t)]
     assert len(gate_biases) == 1
+
+
+class _Encoder(torch.nn.Module):
+    """A speaker-encoder shape: a 2-layer LSTM over 12 frames, its last layer's final state."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(6, 8, num_layers=2, batch_first=True)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        _, (h, _) = self.lstm(x)
+        return self.fc(h[-1])
+
+
+@pytest.mark.slow
+def test_a_two_layer_lstm_over_more_than_ten_steps_builds_for_mcu(tmp_path):
+    """Old code: "TFLite-Micro's CONCATENATION kernel takes at most 10 inputs" (the second layer's
+    input projection read the stack of the first layer's 12 steps)."""
+    torch.manual_seed(0)
+    program = tpuedge.export(_Encoder().eval(), (torch.zeros(1, 12, 6),), name="encoder")
+    cal = [[x] for x in np.random.default_rng(0).standard_normal((40, 1, 12, 6)).astype(np.float32)]
+    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=cal)
+    assert artifact.manifest["accuracy_budget"]["met"]
+    assert "CONCATENATION" not in {o["op"] for o in artifact.manifest["tflm_ops"]}

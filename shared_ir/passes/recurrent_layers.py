@@ -1,7 +1,10 @@
 """`nn.LSTM` and `nn.GRU` layers (aten.lstm.input, aten.gru.input) unrolled over time into cells.
 
-    for each layer and direction, the input projection once over all time steps:
+    for each direction of the first layer, the input projection once over all time steps:
         LSTM: P = x W_ih^T + (b_ih + b_hh);  GRU: P = x W_ih^T + (b_ih + [b_hr, b_hz, 0])
+    (a later layer projects the previous layer's h of each step, bias-free, then adds that bias:
+    projecting their stack would need a CONCATENATION of one input per step, and TFLite-Micro's
+    takes at most 10)
     then for each time step t (backwards for the reverse direction), with P_t its slice:
         LSTM: gates = P_t + h W_hh^T; i, f, g, o = quarters
               c = sigmoid(f) * c + sigmoid(i) * tanh(g);  h = sigmoid(o) * tanh(c)
@@ -136,8 +139,9 @@ def _unroll(program, graph, aten, node, lstm: bool):
     time_dim = 1 if batch_first else 0
     steps = x.meta["val"].shape[time_dim]
     layer_in, h_last, c_last = x, [], []
+    steps_in = None  # a later layer's input, step by step: the previous layer's h of each step
     for layer in range(layers):
-        outputs = []
+        outputs, per_direction = [], []
         for direction in range(directions):
             cell = layer * directions + direction
             w_ih, w_hh, b_ih, b_hh = (*params[cell * per_cell:(cell + 1) * per_cell], None, None)[:4]
@@ -151,19 +155,32 @@ def _unroll(program, graph, aten, node, lstm: bool):
             # carrying the recurrent biases outside a product: ops on constants, which the
             # converter folds into that one bias
             bias, b_hn = _input_projection_bias(graph, aten, b_ih, b_hh, lstm)
-            projected = call_with_val(graph, aten.linear.default, layer_in, w_ih, bias)
+            projected = call_with_val(graph, aten.linear.default, layer_in, w_ih, bias) if steps_in is None else None
             per_step = [None] * steps
             for t in (range(steps) if direction == 0 else reversed(range(steps))):
-                x_gates = call_with_val(graph, aten.select.int, projected, time_dim, t)
+                if projected is not None:
+                    x_gates = call_with_val(graph, aten.select.int, projected, time_dim, t)
+                else:
+                    # a later layer projects the previous one's h step by step: projecting them all
+                    # at once needs their stack, a CONCATENATION of one input per step, and
+                    # TFLite-Micro's takes at most 10 (Resemblyzer: 3 layers over 160 frames).
+                    # Bias-free, with the bias one ADD of a constant (one tensor, not one int32
+                    # copy per step on each step's scale)
+                    x_gates = call_with_val(graph, aten.linear.default, steps_in[t], w_ih)
+                    if bias is not None:
+                        x_gates = call_with_val(graph, aten.add.Tensor, x_gates, bias)
                 if lstm:
                     h, c = _lstm_gates_step(graph, aten, x_gates, h, c, w_hh, hidden=hidden)
                 else:
                     h = _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn, hidden=hidden)
                 per_step[t] = h
-            outputs.append(call_with_val(graph, aten.stack.default, per_step, time_dim))
+            outputs.append(call_with_val(graph, aten.stack.default, per_step, time_dim))  # dead unless the last layer's
+            per_direction.append(per_step)
             h_last.append(h)
             c_last.append(c)
         layer_in = outputs[0] if directions == 1 else call_with_val(graph, aten.cat.default, outputs, -1)
+        steps_in = per_direction[0] if directions == 1 else [
+            call_with_val(graph, aten.cat.default, [d[t] for d in per_direction], -1) for t in range(steps)]
     results = [layer_in, call_with_val(graph, aten.stack.default, h_last, 0)]
     if lstm:
         results.append(call_with_val(graph, aten.stack.default, c_last, 0))
