@@ -339,8 +339,7 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
     `scopes` gains the ranked groups. Returns the assignment chosen and the report for the recipe."""
     from tpuedge.edge.litert_lowering import litert_ir_passes
     from tpuedge.edge.quantizer_recipes import ranked_groups
-    from tpuedge.quantize.activation_ranges import quant_points
-    from tpuedge.quantize.sensitivity import MAX_RANKED_POINTS, RANKING_SAMPLES, rank_quant_points
+    from tpuedge.quantize.sensitivity import RANKING_SAMPLES, TooManyPoints, rank_quant_points
     from tpuedge.shared_ir.progress import stage_progress
     from tpuedge.shared_ir.program import Program
     from tpuedge.shared_ir.stage_times import timed
@@ -349,15 +348,11 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
     with stage_progress(f"{program.name}: int8 sensitivity of every IR point ({len(measure_on)} samples)", total=1):
         # the program the converter saw (attention masks bounded), so ranges are the calibrated ones
         lowered = Program(litert_ir_passes(program.exported_program), name=program.name)
-        count = len(quant_points(lowered).points)
-        if count > MAX_RANKED_POINTS:  # its op groups (recurrent state, norms, ...) are still searched
-            return {"assignment": {}, "non_int8": [], "groups": [],
-                    "report": {"unavailable": f"{count:,} IR points, more than the {MAX_RANKED_POINTS:,} the ranking "
-                                              "measures one by one (a recurrent layer unrolled over time)"}}
         try:
             with timed("int8 search: IR sensitivity ranking"):
                 ranking = rank_quant_points(lowered, calibration, measure_on)
-        except (UserError, InternalError) as exc:  # the JAX lowering can't run it: the kind-based search still does
+        except (UserError, InternalError, TooManyPoints) as exc:  # the JAX lowering can't run it, or too many
+            # points to rank: the op-group search (recurrent state, norms, ...) still runs
             return {"assignment": {}, "report": {"unavailable": " ".join(str(exc).split())[:400]}, "non_int8": [], "groups": []}
     groups, group_scopes = ranked_groups(base, ranking)
     scopes.update(group_scopes)

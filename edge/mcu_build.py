@@ -281,12 +281,13 @@ class McuLowered:
 
     def _costliest_points(self) -> list[dict]:
         """The IR points of the rewritten program ranked by their own int8 cost (for a build below
-        its budget: where the error comes from); none when the JAX lowering can't run it."""
-        from tpuedge.quantize.sensitivity import RANKING_SAMPLES, rank_quant_points
+        its budget: where the error comes from); none when the JAX lowering can't run it or it has
+        too many points to rank."""
+        from tpuedge.quantize.sensitivity import RANKING_SAMPLES, TooManyPoints, rank_quant_points
 
         try:
             ranking = rank_quant_points(self.rewritten, self.calibration, self.calibration[:RANKING_SAMPLES])
-        except (UserError, InternalError):
+        except (UserError, InternalError, TooManyPoints):
             return []
         return [s.to_json() for s in ranking[:10]]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PointSensitivity", "rank_quant_points", "RANKING_SAMPLES", "MAX_RANKED_POINTS"]
+__all__ = ["PointSensitivity", "rank_quant_points", "TooManyPoints", "RANKING_SAMPLES", "MAX_RANKED_POINTS"]
 
 # Samples each point's cost is measured on: one run per point, each as dear as the samples are
 # many, and the runs were most of an int8 build (MobileViT-xxs: 194 points, 118 s on 8 samples,
@@ -34,6 +34,11 @@ RANKING_SAMPLES = 2
 # module. The zoo's other models have at most 194 (MobileViT-xxs).
 MAX_RANKED_POINTS = 2048
 _OBSERVE_CHUNK = 8  # calibration samples per batch of the range-observing run
+
+
+class TooManyPoints(Exception):
+    """The program has more than MAX_RANKED_POINTS quantization points: not ranked (the message
+    says how many)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,8 @@ def _mean_cosine(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
 
 
 def rank_quant_points(program: Any, calibration: list, measure: list | None = None) -> list[PointSensitivity]:
-    """Every float quantization point of `program`, most sensitive first.
+    """Every float quantization point of `program`, most sensitive first; TooManyPoints over
+    MAX_RANKED_POINTS.
 
     calibration: samples (lists of arrays with a batch dim of 1) that set the ranges;
     measure: samples the cosine is measured on (default: the calibration samples).
@@ -80,8 +86,11 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
     from tpuedge.shared_ir.sources import module_scope, node_source
 
     measure = measure or calibration
-    jp = to_jax(program)
     plan = quant_points(program)
+    if len(plan.points) > MAX_RANKED_POINTS:
+        raise TooManyPoints(f"{len(plan.points):,} IR points, more than the {MAX_RANKED_POINTS:,} the ranking measures "
+                            "one by one (a recurrent layer unrolled over time)")
+    jp = to_jax(program)
     points = list(plan.points)
     index = {p: i for i, p in enumerate(points)}
     key = jax.random.key(0)

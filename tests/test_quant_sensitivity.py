@@ -306,8 +306,9 @@ class TwoLayerLSTM(torch.nn.Module):
 def test_a_program_with_too_many_points_is_not_ranked(monkeypatch):
     """An LSTM unrolled over time (as the android int8 build does) has ~30 points per step and
     layer: Resemblyzer's 3 layers over 160 frames have 5,276, and ranking them compiled for 195 s
-    (7 GB). Over MAX_RANKED_POINTS the search says why there is no ranking, and goes on with its
-    op groups (the LSTM's recurrent state among them)."""
+    (7 GB) in the int8 search, and again in the mcu budget error's "where int8 costs most". Over
+    MAX_RANKED_POINTS the ranking stops before lowering anything, and the search says why there
+    is no ranking and goes on with its op groups (the LSTM's recurrent state among them)."""
     from tpuedge.edge import int8_search
     from tpuedge.edge.android_convert import int8_rewrites
     from tpuedge.quantize import sensitivity
@@ -319,9 +320,11 @@ def test_a_program_with_too_many_points_is_not_ranked(monkeypatch):
     monkeypatch.setattr(sensitivity, "MAX_RANKED_POINTS", 40)
 
     def never(*args, **kwargs):
-        raise AssertionError("ranked anyway")
+        raise AssertionError("lowered to JAX anyway")
 
-    monkeypatch.setattr(sensitivity, "rank_quant_points", never)
+    monkeypatch.setattr("tpuedge.cloud.interpreter.to_jax", never)
+    with pytest.raises(sensitivity.TooManyPoints, match="more than the 40 the ranking measures"):
+        rank_quant_points(program, [[np.zeros((1, 6, 4), np.float32)]])
     ranked = int8_search._upgrade_ranked_points(program, b"", [], [], {}, never, 0.5, QuantConfig(scheme="int8"))
     assert ranked["assignment"] == {} and ranked["groups"] == []
     assert "more than the 40 the ranking measures" in ranked["report"]["unavailable"]
