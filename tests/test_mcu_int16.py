@@ -124,6 +124,38 @@ def test_the_candidate_check_names_what_tflite_micro_cannot_run():
     assert tflm_candidate_problem(_all_int16(_HardSwish())).startswith("left in float: HARD_SWISH")
 
 
+class _WideLayers(torch.nn.Module):
+    """Ten 4 -> 16,384 -> 4 Linear pairs: TFLite-Micro keeps a multiplier and a shift per output
+    channel of each per-channel FULLY_CONNECTED, 1.3 MB here, beside 0.2 MB of activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 16384) if i % 2 == 0 else torch.nn.Linear(16384, 4) for i in range(20)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+def test_the_candidate_check_gives_the_kernels_all_the_arena_they_keep(monkeypatch):
+    """The check's arena was the activations plus 1 MiB, and a model whose kernels keep more than
+    that was called refused ("FULLY_CONNECTED failed to prepare"), a verdict about the arena
+    (Resemblyzer's all-int8 on mcu: 800 FULLY_CONNECTEDs of 1,024 outputs), not the kernels."""
+    from tpuedge.edge import tflm_candidates
+    from tpuedge.edge.convert import program_to_tflite
+    from tpuedge.edge.tflm_candidates import tflm_candidate_problem
+    from tpuedge.quantize.config import QuantConfig
+
+    monkeypatch.setattr(tflm_candidates, "_RAN_IN_TFLM", set())  # run it, whatever ran before in this process
+    torch.manual_seed(0)
+    program = tpuedge.export(_WideLayers().eval(), (torch.zeros(1, 4),), name="wide")
+    rng = np.random.default_rng(0)
+    samples = [[rng.standard_normal((1, 4)).astype(np.float32)] for _ in range(8)]
+    config = QuantConfig(scheme="int8", io_dtype="int8", float_islands=False, channels_last=True)
+    assert tflm_candidate_problem(program_to_tflite(program, config, samples, target="mcu").tflite) is None
+
+
 def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
     """int16 tensors double their share of the arena. Where the search's int16 recipe needs more
     RAM than the board has and all-int8 fits, the build ships all-int8 (the budget then decides)
