@@ -326,7 +326,7 @@ class SpeakerEncoder(nn.Module):
 
 
 def load_speaker_encoder(weights: Path) -> nn.Module:
-    state = torch.load(str(weights), map_location="cpu", weights_only=False)["model_state"]
+    state = torch.load(str(weights), map_location="cpu", weights_only=True)["model_state"]
     net = SpeakerEncoder()
     net.load_state_dict({k: v for k, v in state.items() if k.startswith(("lstm.", "linear."))})  # not the GE2E loss's scale
     return net.eval()
