@@ -134,7 +134,7 @@ class _WideLayers(torch.nn.Module):
 
     def forward(self, x):
         for layer in self.layers:
-            x = torch.relu(layer(x))
+            x = torch.tanh(layer(x))  # no activation range collapses to zero (a dead ReLU's scale 0)
         return x
 
 
