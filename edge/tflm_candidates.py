@@ -22,9 +22,8 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     float (ai-edge-quantizer has no int16 recipe for it: HARD_SWISH), or a kernel that refuses its
     int16 tensors when the interpreter prepares it (GATHER_ND, FULLY_CONNECTED over two
     activations) or runs it (RESIZE_BILINEAR, which prepares). Run once on zeros, in a child
-    process (a kernel may abort instead of refusing), with an arena no
-    plan can outgrow (every computed tensor's bytes, as if none shared memory), so the answer is
-    about kernels, never about the arena. A candidate whose ops, by builtin and tensor dtypes, all
+    process (a kernel may abort instead of refusing), with an arena no plan or kernel can outgrow
+    (`_candidate_arena`), so the answer is about kernels, never about the arena. A candidate whose ops, by builtin and tensor dtypes, all
     ran in an earlier candidate is not run again (most of a search's candidates); the candidate is
     parsed once for all of that, and put in TFLite-Micro's form only when it runs."""
     from tpuedge.edge import tflite_file

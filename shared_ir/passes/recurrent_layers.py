@@ -174,13 +174,16 @@ def _unroll(program, graph, aten, node, lstm: bool):
                 else:
                     h = _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn, hidden=hidden)
                 per_step[t] = h
-            outputs.append(call_with_val(graph, aten.stack.default, per_step, time_dim))  # dead unless the last layer's
+            if layer == layers - 1:  # the model's output sequence (a later layer reads steps_in instead)
+                outputs.append(call_with_val(graph, aten.stack.default, per_step, time_dim))
             per_direction.append(per_step)
             h_last.append(h)
             c_last.append(c)
-        layer_in = outputs[0] if directions == 1 else call_with_val(graph, aten.cat.default, outputs, -1)
-        steps_in = per_direction[0] if directions == 1 else [
-            call_with_val(graph, aten.cat.default, [d[t] for d in per_direction], -1) for t in range(steps)]
+        if layer == layers - 1:
+            layer_in = outputs[0] if directions == 1 else call_with_val(graph, aten.cat.default, outputs, -1)
+        else:
+            steps_in = per_direction[0] if directions == 1 else [
+                call_with_val(graph, aten.cat.default, [d[t] for d in per_direction], -1) for t in range(steps)]
     results = [layer_in, call_with_val(graph, aten.stack.default, h_last, 0)]
     if lstm:
         results.append(call_with_val(graph, aten.stack.default, c_last, 0))
