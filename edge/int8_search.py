@@ -135,8 +135,10 @@ def static_int8(
                 same = (digest[0], count)
                 if same not in scored:
                     # an upgraded recipe can give ops the target has no kernel for (all-int8 is the
-                    # model's own answer, which the build checks and reports op by op)
-                    problem = candidate_problem(data) if candidate_problem is not None and assignment else None
+                    # model's own answer, which the build checks and reports op by op, however the
+                    # assignment spells it: {} or every group named "int8")
+                    upgraded = any(p != "int8" for p in assignment.values())
+                    problem = candidate_problem(data) if candidate_problem is not None and upgraded else None
                     if problem is not None:
                         scored[same] = {**asdict(AccuracySummary.failed_to_run(count)), "refused": problem}
                     else:

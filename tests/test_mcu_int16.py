@@ -204,3 +204,28 @@ def test_a_candidate_that_aborts_tflite_micro_is_refused_and_the_build_lives_on(
     problem = _run_in_a_child(single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0)), 1 << 20)
     assert problem is not None and problem.startswith("TFLite-Micro crashed running it (exit")
     assert _run_in_a_child(single_op_model("ADD", n_inputs=2), 1 << 20) is None
+
+
+def test_the_candidate_check_runs_only_on_candidates_that_are_not_all_int8(outlier, tmp_path, monkeypatch):
+    """The TFLite-Micro check is for recipes that leave int8 (an int16 kernel the board may lack);
+    all-int8 is the model's own answer, which the build checks op by op. The op-group search's
+    all-int8 baseline (every group named, each "int8") was checked too: a child process for
+    nothing, and a refusal there would have scored it as failed while `{}`, the same model, was not."""
+    from tpuedge.edge import tflite_file, tflm_candidates
+
+    monkeypatch.setenv("TPUEDGE_NO_CACHE", "1")  # every candidate built, so every check is seen
+    checked: list[set[str]] = []
+    real = tflm_candidates.tflm_candidate_problem
+
+    def counting(tflite: bytes):
+        model = tflite_file.read_model(tflite)
+        checked.append({tflite_file.dtype_name(t.type) for t in model.subgraphs[0].tensors})
+        return real(tflite)
+
+    monkeypatch.setattr(tflm_candidates, "tflm_candidate_problem", counting)
+    program, calibration = outlier
+    # unranked (as a model over the ranking's limit is), the op-group search starts from all-int8
+    monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
+    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration, allow_below_budget=True)
+    assert art.manifest["quantization"]["recipe"]["search"]["screening_samples"]  # a screened all-int8 baseline
+    assert checked and all("int16" in dtypes for dtypes in checked)
