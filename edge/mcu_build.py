@@ -168,11 +168,14 @@ class McuLowered:
             # int16 tensors doubled the arena past the board: every op int8 instead, if that fits
             # (the accuracy budget then decides: the search aims above it, at its target cosine)
             strict = self._quantized(self.config.replace(strict_int8=True))
-            if fits(self.board, len(strict[1]), strict[3].recommended_bytes):
-                dropped = {"arena_bytes_with_int16": arena.recommended_bytes, "ram_budget_bytes": self.board.ram_budget,
-                           "int16_groups": [o["group"] for o in converted.recipe.get("non_int8_ops", [])]}
-                converted, tflite, moved, arena = strict
-                converted.recipe["int16_dropped_for_the_board"] = dropped
+            if not fits(self.board, len(strict[1]), strict[3].recommended_bytes):
+                # neither fits: the board's answer, with what the smallest of them needs (the int16
+                # arena's figure told the user the model needs twice the RAM it does)
+                budget_check(self.board, len(strict[1]), strict[3].recommended_bytes)
+            dropped = {"arena_bytes_with_int16": arena.recommended_bytes, "ram_budget_bytes": self.board.ram_budget,
+                       "int16_groups": [o["group"] for o in converted.recipe.get("non_int8_ops", [])]}
+            converted, tflite, moved, arena = strict
+            converted.recipe["int16_dropped_for_the_board"] = dropped
         ops = ops_used(tflite)
         runtime = McuRuntimes(tflite, self.config.channels_last)
         with timed("verification run (TFLite-Micro)"):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.shared_ir.errors import BudgetError
+from tpuedge.shared_ir.errors import BudgetError, UserError
 
 
 class _OutlierChannel(torch.nn.Module):
@@ -190,6 +190,13 @@ def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
     assert dropped["arena_bytes_with_int16"] == int16_arena and dropped["int16_groups"]
     assert fitted["arena"]["recommended_bytes"] == int8_arena and fitted["board_check"]["fits"] is True
     assert (tmp_path / "fitted" / "model.tflite").read_bytes() == (tmp_path / "strict" / "model.tflite").read_bytes()
+
+    # neither fits: the board's error names the all-int8 arena, the least the model needs (it named
+    # the int16 one, twice that, once the budget was met)
+    with pytest.raises(UserError, match=f"the tensor arena needs {int8_arena:,} bytes of RAM"):
+        tpuedge.build(program, "mcu", tmp_path / "neither", calibration=calibration, min_cosine=0.98,
+                      flash_kb=1024, ram_kb=int8_arena // 1024 // 2)
+    assert not (tmp_path / "neither").exists()
 
 
 def test_a_candidate_that_aborts_tflite_micro_is_refused_and_the_build_lives_on():
