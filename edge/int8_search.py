@@ -47,6 +47,10 @@ _MIN_EQUALIZED_GAIN = 1e-3
 # held-out samples the budget reads score lower (ShuffleNetV2-x0.5 by 0.001, MiniLM's old recipe
 # passed 8 held-out samples and scored 0.9885 on 32 others)
 _HELD_OUT_MARGIN = 0.0025
+# the whole-model int16 rung: how many times an op type the target refuses at 16 bits is left
+# int8 and the rest measured again, and how much it must gain to be kept
+_EVERY_OP_TRIES = 3
+_MIN_EVERY_OP_GAIN = 1e-4
 LARGE_MODEL_PARAMETERS = 5_000_000
 LARGE_MODEL_SEARCH_SAMPLES = 16
 # The op-group search's one-group-at-a-time candidates (two per group: 78 of the 117 MiniLM
@@ -235,14 +239,30 @@ def static_int8(
     ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
     assignment = expand(plan.assignment) if config.strict_int8 else {**ranked["assignment"], **expand(plan.assignment)}
     final_cosine = plan.final_cosine
-    if budget_cosine is not None and not config.strict_int8 and config.float_islands and ranked.get("groups"):
-        def budget_score(assignment: dict[str, str]) -> float:  # the budget's own metric
-            summary = measure(assignment)
-            return summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
+    def budget_score(assignment: dict[str, str]) -> float:  # the budget's own metric
+        summary = measure(assignment)
+        return summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
 
-        fallback = _float_ranked_points(program, ranked, budget_score, assignment, min(budget_cosine + _HELD_OUT_MARGIN, 1.0))
+    # the last resorts aim this far above the budget on the search's own samples, or at the target
+    if budget_cosine is None:
+        aim, score, metric = config.target_cosine, evaluate, "the search's score"
+    else:
+        aim, score, metric = min(budget_cosine + _HELD_OUT_MARGIN, 1.0), budget_score, "the budget's metric (mean per-sample cosine)"
+    if budget_cosine is not None and not config.strict_int8 and config.float_islands and ranked.get("groups"):
+        fallback = _float_ranked_points(program, ranked, budget_score, assignment, aim)
         if fallback is not None:
             assignment, ranked_ops = fallback
+            final_cosine = evaluate(assignment)
+    # then every activation at 16 bits, the integer recipe nearest float (after the float islands,
+    # which leave the rest of the model on LiteRT's int8 kernels, several times faster than int16's)
+    every_op = None
+    if not config.strict_int8 and score(assignment) < aim:
+        with stage_progress(f"{program.name}: every activation at 16 bits", total=_EVERY_OP_TRIES) as step:
+            every_op = _every_op_int16(base, assignment, score, refused, scopes, chosen["ranges"])
+        every_op = {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **every_op}
+        if every_op["kept"]:
+            assignment = every_op.pop("assignment")
+            ranked_ops = ranked_ops + [every_op.pop("entry")]
             final_cosine = evaluate(assignment)
     final = candidate_bytes(_key(assignment, chosen["ranges"]))
     recipe.update(
@@ -270,6 +290,7 @@ def static_int8(
                        "(model outputs keep min/max), the best all-int8 score chosen",
             },
             "sensitivity": None if config.strict_int8 else ranked["report"],
+            "every_op_int16": None if every_op is None else {k: v for k, v in every_op.items() if k not in ("assignment", "entry")},
             "decisions": [d.to_json() for d in plan.decisions],
             "non_int8_ops": ranked_ops + [
                 {"group": d.group, "kind": d.kind, "precision": d.precision, "ops": list(d.ops), "why": d.reason}
@@ -381,6 +402,47 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
         for key, precision in assignment.items()
     ]
     return {"assignment": assignment, "report": report, "non_int8": non_int8, "groups": groups}
+
+
+def _every_op_int16(base: bytes, assignment: dict, score, refused: dict, scopes, ranges: str) -> dict:
+    """The search's last resort where `assignment` (the ranked points, the op groups, float
+    islands) scores below its aim by `score`: every op type at 16-bit activations on top of it
+    (weights stay int8). Random-init DeiT-tiny on its held-out images: all-int8 0.84, every op int16 0.992. An op
+    type the target refuses at 16 bits (named in `refused`, the target's check: TFLite-Micro has
+    no int16 HARD_SWISH) is left int8 and the rest measured again, at most _EVERY_OP_TRIES times.
+    Returns the report: "kept" (it scores _MIN_EVERY_OP_GAIN above `start`), and where kept the
+    new "assignment" and its non_int8_ops "entry"."""
+    import re
+
+    from tpuedge.edge.quantizer_recipes import every_op_group
+
+    start = score(assignment)
+    excluded: frozenset[str] = frozenset()
+    tried = []
+    for _ in range(_EVERY_OP_TRIES):
+        group, members = every_op_group(base, excluded)
+        if not members:
+            break
+        scopes[group.key] = members
+        trial = {**assignment, group.key: "int16"}
+        cosine = score(trial)
+        why = refused.get(_key(trial, ranges))
+        tried.append({"left_int8": sorted(excluded), "score": _round(cosine), **({"refused": why} if why else {})})
+        named = {op.split(" x")[0] for op in group.ops}
+        named = {op for op in named if why and re.search(rf"\b{op}\b", why.upper())}
+        if why is None or not named:
+            break
+        excluded = excluded | named
+    best = max((t for t in tried if "refused" not in t), key=lambda t: t["score"], default=None)
+    report = {"start_score": _round(start), "tried": tried, "kept": False}
+    if best is None or best["score"] < start + _MIN_EVERY_OP_GAIN:
+        return report
+    group, members = every_op_group(base, frozenset(best["left_int8"]))
+    scopes[group.key] = members
+    entry = {"group": group.key, "kind": group.kind, "precision": "int16", "ops": list(group.ops),
+             "why": f"the ranked points, the op groups and float islands left the model at {_round(start)}, below the "
+                    f"search's aim; every activation at 16 bits: {best['score']}"}
+    return {**report, "kept": True, "cosine": best["score"], "assignment": {**assignment, group.key: "int16"}, "entry": entry}
 
 
 def _float_ranked_points(program, ranked: dict, budget_score, assignment: dict, aim: float):

@@ -5,6 +5,7 @@ names, e.g. ".../torch.nn.modules.normalization.LayerNorm_ln1;3").
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections import OrderedDict
@@ -14,7 +15,8 @@ from tpuedge.quantize.config import QuantConfig
 from tpuedge.quantize.recipes import SensitiveGroup
 from tpuedge.shared_ir.errors import InternalError
 
-__all__ = ["find_sensitive_groups", "ranked_groups", "quantizer_recipe", "run_quantizer", "GroupScopes", "QuantizerError"]
+__all__ = ["find_sensitive_groups", "ranked_groups", "every_op_group", "EVERY_OP", "quantizer_recipe", "run_quantizer",
+           "GroupScopes", "QuantizerError"]
 
 # group key -> the ops' scopes (as ai-edge-quantizer computes them) and their op names
 GroupScopes = dict[str, list[tuple[str, str]]]
@@ -139,6 +141,50 @@ def ranked_groups(float_tflite: bytes, ranking, *, limit: int = 24, floor: float
     return groups, scopes
 
 
+# The group of every op (the int8 search's whole-model int16 rung). Its GroupScopes entry lists
+# (".*", ai-edge-quantizer op name) per op type: quantizer_recipe gives each type its own entry,
+# so a type the target can't run at 16 bits is left out by name, wherever its scope is.
+EVERY_OP = "every_op"
+
+
+def every_op_group(float_tflite: bytes, excluded: frozenset[str] = frozenset()) -> tuple[SensitiveGroup, list[tuple[str, str]]]:
+    """(the group of every op type ai-edge-quantizer quantizes in `float_tflite` but those named in
+    `excluded` (flatbuffer builtin names), its GroupScopes entry). The key names what is left out,
+    so each exclusion is its own recipe."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+
+    from tpuedge.edge import tflite_file
+
+    model = tflite_file.read_model(float_tflite)
+    names = tflite_file.operator_names(model)
+    counts: "OrderedDict[tuple[str, str], int]" = OrderedDict()
+    for op in model.subgraphs[0].operators or []:
+        quantizer_name = tfl.TFL_OP_CODE_TO_NAME.get(model.operatorCodes[op.opcodeIndex].builtinCode)
+        if quantizer_name is not None and names[op.opcodeIndex] not in excluded and _takes_16x8(quantizer_name):
+            pair = (names[op.opcodeIndex], quantizer_name)
+            counts[pair] = counts.get(pair, 0) + 1
+    key = EVERY_OP + (f" but {'+'.join(sorted(excluded))}" if excluded else "")
+    group = SensitiveGroup(key, "every_op", tuple(f"{name} x{count}" for (name, _), count in counts.items()))
+    return group, [(".*", quantizer_name) for (_, quantizer_name) in counts]
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_16x8(quantizer_op: str) -> bool:
+    """Whether ai-edge-quantizer's policy has 16-bit activations with int8 weights for the op (it
+    refuses a recipe that names an op without them, SQUARED_DIFFERENCE; "*" skips such ops)."""
+    from ai_edge_quantizer import recipe_manager
+
+    try:
+        recipe_manager.RecipeManager().add_static_config(".*", quantizer_op, activation_num_bits=16, weight_num_bits=8)
+    except ValueError:
+        return False
+    return True
+
+
+def is_every_op(key: str) -> bool:
+    return key == EVERY_OP or key.startswith(EVERY_OP + " but ")
+
+
 # ops that move values without computing (a value read through them is read by their readers)
 _SHAPE_OPS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
 
@@ -173,6 +219,10 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
         # same ops, and Resemblyzer's float LSTM island scored as its int16 one (0.843 both)
         for key, precision in sorted((assignment or {}).items(), key=lambda kp: (_PRECEDENCE[kp[1]], kp[0])):
             if precision == "int8":
+                continue
+            if is_every_op(key):  # int16 only (float everywhere is --quantize none); one entry per op type
+                for _, op in (scopes or {})[key]:
+                    rm.add_static_config(".*", op, activation_num_bits=16, weight_num_bits=8, weight_granularity=gran)
                 continue
             regex = _scope_regex((scopes or {})[key])
             if precision == "int16":

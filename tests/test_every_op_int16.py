@@ -1,0 +1,92 @@
+"""The int8 search's whole-model int16 rung: where the ranked points and the op groups leave a
+model below target, every activation at 16 bits (weights int8) is measured and kept if better.
+
+The models here have no op group the search knows (no norm, softmax, attention or recurrence),
+and the IR ranking is switched off as it is for a model over its point limit (Resemblyzer's
+LSTM over 160 frames): before the rung, nothing the search could change reached the budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tpuedge
+from tpuedge.edge import tflite_file
+
+
+class _Outliers(torch.nn.Module):
+    """Linears with one output channel 400x the others, each into a tanh: int8 spends its 256 steps
+    on that channel's range and the rest of the layer rounds to a few steps; the tanh bounds what
+    follows, so the model's int8 output (mcu) is not itself the loss."""
+
+    def __init__(self, pad: bool = False):
+        super().__init__()
+        self.pad = pad
+        self.fc1, self.fc2, self.fc3 = torch.nn.Linear(16, 24), torch.nn.Linear(48 if pad else 24, 24), torch.nn.Linear(24, 16)
+        with torch.no_grad():
+            self.fc2.weight[0] *= 400.0
+            if not pad:
+                self.fc1.weight[0] *= 400.0
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        if self.pad:  # a reflect pad wider than 9: one GATHER_ND on mcu, which TFLite-Micro refuses at int16
+            h = torch.nn.functional.pad(h.unsqueeze(1), (12, 12), mode="reflect").squeeze(1)
+        return self.fc3(torch.tanh(self.fc2(h)))
+
+
+def _program_and_samples(pad: bool):
+    torch.manual_seed(0)
+    program = tpuedge.export(_Outliers(pad).eval(), (torch.zeros(1, 16),), name="outliers")
+    rng = np.random.default_rng(0)
+    return program, [(rng.standard_normal((1, 16)).astype(np.float32),) for _ in range(32)]
+
+
+def _dtypes(path) -> set[str]:
+    model = tflite_file.read_model(path.read_bytes())
+    return {tflite_file.dtype_name(t.type) for t in model.subgraphs[0].tensors}
+
+
+def test_every_activation_at_16_bits_where_no_group_reaches_the_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
+    program, calibration = _program_and_samples(pad=False)
+    art = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
+    recipe = art.manifest["recipe"]
+    rung = recipe["every_op_int16"]
+    assert rung["kept"] and rung["tried"][0]["score"] > rung["start_score"]
+    assert [o["group"] for o in recipe["non_int8_ops"]] == ["every_op"]
+    assert art.manifest["accuracy_budget"]["met"]  # on the 8 samples calibration did not see
+    assert min(art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
+    assert "int16" in _dtypes(tmp_path / "int8" / "model.tflite")
+
+
+def test_an_op_type_the_board_refuses_at_16_bits_stays_int8(tmp_path, monkeypatch):
+    """TFLite-Micro has no int16 GATHER_ND: the every-op candidate is refused, the op type named in
+    the refusal is left int8 and the rest measured again."""
+    monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
+    program, calibration = _program_and_samples(pad=True)
+    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration)
+    rung = art.manifest["quantization"]["recipe"]["every_op_int16"]
+    first, second = rung["tried"][:2]
+    assert "GATHER_ND" in first["refused"] and second["left_int8"] == ["GATHER_ND"] and "refused" not in second
+    assert rung["kept"]
+    held_out = art.manifest["verification"]["held_out"]
+    assert held_out["tflm_vs_float"]["sample_cosine"] >= 0.99
+    assert "int16" in _dtypes(tmp_path / "mcu" / "model.tflite")
+
+
+def test_the_rung_is_not_measured_where_the_search_reached_its_target(tmp_path):
+    torch.manual_seed(0)
+    program = tpuedge.export(torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval(),
+                             (torch.zeros(1, 16),), name="plain")
+    rng = np.random.default_rng(0)
+    calibration = [(rng.standard_normal((1, 16)).astype(np.float32),) for _ in range(16)]
+    art = tpuedge.build(program, "android", tmp_path / "plain", quantize="int8", calibration=calibration)
+    assert art.manifest["recipe"]["every_op_int16"] is None
+    assert "int16" not in _dtypes(tmp_path / "plain" / "model.tflite")
+
+
+@pytest.fixture(autouse=True)
+def _no_cache(monkeypatch):
+    monkeypatch.setenv("TPUEDGE_NO_CACHE", "1")  # the rung's candidates are built here, not read back
