@@ -110,3 +110,20 @@ def test_no_face_crops_always_finish():
     for seed in range(4):
         crops, labels = face_crops(24, 48, seed)
         assert crops.shape == (24, 3, 48, 48) and labels.sum() == 12
+
+
+def test_a_build_below_budget_keeps_what_the_budget_measured_in_the_table():
+    """The table kept an error's first 240 characters; with a long model name the budget's numbers
+    were past them ("Measured on 8 held out from calibration: - output 0: mean per-sample")."""
+    import zoo
+
+    from tpuedge.shared_ir.errors import BudgetError
+
+    name = "timm_deit_tiny_patch16_224"
+    error = BudgetError(
+        f"{name}: the android build misses its accuracy budget (mean per-sample cosine >= 0.99 on every output), "
+        "so nothing was written and the output folder is as it was.\nMeasured on 8 held out from calibration:\n"
+        "  - output 0: mean per-sample cosine 0.98536 < 0.99\nRecipes tried (5), numbers vs the float IR:\n"
+    )
+    assert zoo._first_line(error) == "BudgetError: below budget (output 0: mean per-sample cosine 0.98536 < 0.99)"
+    assert zoo._first_line(ValueError("x" * 300)) == "ValueError: " + "x" * 240
