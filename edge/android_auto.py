@@ -101,7 +101,10 @@ def _detail(recipe: dict) -> str:
     kept = recipe.get("non_int8_ops") or []
     if recipe.get("scheme") != "int8":
         return ""
-    return f"{len(kept)} op group(s) kept at int16/float" if kept else "every op int8"
+    groups = [o for o in kept if o.get("kind") != "every_op"]
+    parts = ([f"{len(groups)} op group(s) kept at int16/float"] if groups else []) + (
+        ["every activation at 16 bits"] if len(groups) < len(kept) else [])
+    return ", ".join(parts) or "every op int8"
 
 
 def _auto_budget_error(name: str, target: str, budget, accuracy, table: list[str]) -> BudgetError:

@@ -96,7 +96,7 @@ def test_allow_below_budget_writes_and_says_so(outlier, tmp_path):
                         allow_below_budget=True)
     entry = json.loads((tmp_path / "a" / "manifest.json").read_text())["accuracy_budget"]
     assert entry["met"] is False and entry["written_below_budget"] is True
-    assert entry["min_cosine"] == 0.99 and entry["measured"]["sample_cosine_per_output"][0] < 0.9
+    assert entry["min_cosine"] == 0.99 and entry["measured"]["sample_cosine_per_output"][0] < 0.99  # 0.97 with every op int16
     assert "BELOW ACCURACY BUDGET" in art.report()
 
 

@@ -57,7 +57,7 @@ def test_default_build_skips_the_int8_recipes_that_miss_and_writes_a_smaller_one
     auto = manifest["recipe"]["auto"]
     rows = {c["scheme"]: c for c in auto["candidates"]}
     assert list(rows) == ["int8", "dynamic-int8", "fp16", "none"]
-    assert not rows["int8"]["met_budget"] and rows["int8"]["sample_cosine_per_output"][0] < 0.9  # measured, not assumed
+    assert not rows["int8"]["met_budget"] and rows["int8"]["sample_cosine_per_output"][0] < 0.99  # measured, not assumed (0.97 with every op int16)
     chosen = rows[auto["chosen"]]
     assert chosen["met_budget"] and manifest["recipe"]["scheme"] == auto["chosen"]
     assert chosen["bytes"] == (outlier / "a" / "model.tflite").stat().st_size  # the row is the file written
