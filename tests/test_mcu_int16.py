@@ -197,6 +197,10 @@ def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
         tpuedge.build(program, "mcu", tmp_path / "neither", calibration=calibration, min_cosine=0.98,
                       flash_kb=1024, ram_kb=int8_arena // 1024 // 2)
     assert not (tmp_path / "neither").exists()
+    # below its budget (strict int8 at 0.98) and over the board: the board's answer, not the budget's
+    with pytest.raises(UserError, match="does not fit"):
+        tpuedge.build(program, "mcu", tmp_path / "both", calibration=calibration, strict_int8=True,
+                      flash_kb=1024, ram_kb=int8_arena // 1024 // 2)
 
 
 def test_a_candidate_that_aborts_tflite_micro_is_refused_and_the_build_lives_on():
