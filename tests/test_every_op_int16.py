@@ -90,3 +90,37 @@ def test_the_rung_is_not_measured_where_the_search_reached_its_target(tmp_path):
 @pytest.fixture(autouse=True)
 def _no_cache(monkeypatch):
     monkeypatch.setenv("TPUEDGE_NO_CACHE", "1")  # the rung's candidates are built here, not read back
+
+
+class _ConvThenOutlier(torch.nn.Module):
+    """A benign convolution, then a Linear with an outlier channel into a tanh: only the Linear's
+    output needs 16 bits."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.fc1, self.fc2 = torch.nn.Linear(288, 24), torch.nn.Linear(24, 16)
+        with torch.no_grad():
+            self.fc1.weight[0] *= 400.0
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(torch.relu(self.conv(x)).flatten(1))))
+
+
+def test_with_score_to_spare_the_heavy_op_types_go_back_to_int8(tmp_path, monkeypatch):
+    """int16 runs LiteRT's reference kernels; where every op at 16 bits clears the aim, each
+    compute-heavy op type returns to int8 while the aim holds: the convolution does, the Linear
+    whose outlier channel needs 16 bits does not."""
+    monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
+    torch.manual_seed(0)
+    program = tpuedge.export(_ConvThenOutlier().eval(), (torch.zeros(1, 3, 8, 8),), name="conv_outlier")
+    rng = np.random.default_rng(0)
+    calibration = [(rng.standard_normal((1, 3, 8, 8)).astype(np.float32),) for _ in range(32)]
+    art = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
+    recipe = art.manifest["recipe"]
+    rung = recipe["every_op_int16"]
+    back = {t["back_to_int8"]: t for t in rung["tried"] if "back_to_int8" in t}
+    assert set(back) == {"CONV_2D", "FULLY_CONNECTED"}
+    assert back["CONV_2D"]["score"] >= rung["aim"] > back["FULLY_CONNECTED"]["score"]
+    assert [o["group"] for o in recipe["non_int8_ops"]] == ["every_op but CONV_2D"]
+    assert art.manifest["accuracy_budget"]["met"]
