@@ -50,9 +50,9 @@ _HELD_OUT_MARGIN = 0.0025
 # the whole-model int16 rung: how many times an op type the target refuses at 16 bits is left
 # int8 and the rest measured again, and how much it must gain to be kept
 _EVERY_OP_TRIES = 3
+_MIN_EVERY_OP_GAIN = 1e-4
 # the op types the rung returns to int8 where it has score to spare (most of a model's time)
 _COMPUTE_HEAVY_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV")
-_MIN_EVERY_OP_GAIN = 1e-4
 LARGE_MODEL_PARAMETERS = 5_000_000
 LARGE_MODEL_SEARCH_SAMPLES = 16
 # The op-group search's one-group-at-a-time candidates (two per group: 78 of the 117 MiniLM
@@ -261,7 +261,7 @@ def static_int8(
     if not config.strict_int8 and score(assignment) < aim:
         with stage_progress(f"{program.name}: every activation at 16 bits", total=_EVERY_OP_TRIES + len(_COMPUTE_HEAVY_OPS)) as step:
             every_op = _every_op_int16(base, assignment, score, aim, refused, scopes, chosen["ranges"])
-        every_op = {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **every_op}
+        every_op = {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **every_op}  # the recipe's report
         if every_op["kept"]:
             assignment = every_op.pop("assignment")
             ranked_ops = ranked_ops + [every_op.pop("entry")]
@@ -292,7 +292,7 @@ def static_int8(
                        "(model outputs keep min/max), the best all-int8 score chosen",
             },
             "sensitivity": None if config.strict_int8 else ranked["report"],
-            "every_op_int16": None if every_op is None else {k: v for k, v in every_op.items() if k not in ("assignment", "entry")},
+            "every_op_int16": every_op,  # "assignment" and "entry" were taken out where it was kept
             "decisions": [d.to_json() for d in plan.decisions],
             "non_int8_ops": ranked_ops + [
                 {"group": d.group, "kind": d.kind, "precision": d.precision, "ops": list(d.ops), "why": d.reason}
@@ -409,31 +409,39 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
 def _every_op_int16(base: bytes, assignment: dict, score, aim: float, refused: dict, scopes, ranges: str) -> dict:
     """The search's last resort where `assignment` (the ranked points, the op groups, float
     islands) scores below its aim by `score`: every op type at 16-bit activations on top of it
-    (weights stay int8). Random-init DeiT-tiny on its held-out images: all-int8 0.84, every op int16 0.992. An op
-    type the target refuses at 16 bits (named in `refused`, the target's check: TFLite-Micro has
-    no int16 HARD_SWISH) is left int8 and the rest measured again, at most _EVERY_OP_TRIES times.
-    Where it reaches `aim`, the compute-heavy op types go back to int8 one at a time, each kept
-    int8 while the aim holds. Returns the report: "kept" (it scores _MIN_EVERY_OP_GAIN above
-    `start`), and where kept the new "assignment" and its non_int8_ops "entry"."""
+    (weights stay int8). Random-init DeiT-tiny on its held-out images: all-int8 0.84, every op
+    int16 0.992. An op type the target refuses at 16 bits (named in `refused`, the target's check:
+    TFLite-Micro has no int16 GATHER_ND) is left int8 and the rest measured again, at most
+    _EVERY_OP_TRIES times. Where it reaches `aim`, the compute-heavy op types go back to int8 one
+    at a time, each kept int8 while the aim holds. Returns the report: "kept" (it scores
+    _MIN_EVERY_OP_GAIN above `start`), and where kept the new "assignment" and its non_int8_ops
+    "entry"."""
     import re
 
-    from tpuedge.edge.quantizer_recipes import every_op_group
+    from tpuedge.edge.quantizer_recipes import every_op_group, every_op_types
 
+    types = every_op_types(base)
+    names = [name for name, _, _ in types]
     start = score(assignment)
-    excluded: frozenset[str] = frozenset()
-    tried = []
-    for _ in range(_EVERY_OP_TRIES):
-        group, members = every_op_group(base, excluded)
-        if not members:
-            break
+    tried: list[dict] = []
+
+    def measure_without(excluded: frozenset[str], **note) -> dict:
+        """Every op type but `excluded` at int16 on top of `assignment`, measured; its `tried` row."""
+        group, members = every_op_group(types, excluded)
         scopes[group.key] = members
         trial = {**assignment, group.key: "int16"}
         cosine = score(trial)
         why = refused.get(_key(trial, ranges))
-        tried.append({"left_int8": sorted(excluded), "score": _round(cosine), **({"refused": why} if why else {})})
-        named = {op.split(" x")[0] for op in group.ops}
-        named = {op for op in named if why and re.search(rf"\b{op}\b", why.upper())}
-        if why is None or not named:
+        tried.append({"left_int8": sorted(excluded), "score": _round(cosine), **note, **({"refused": why} if why else {})})
+        return tried[-1]
+
+    excluded: frozenset[str] = frozenset()
+    for _ in range(_EVERY_OP_TRIES):
+        if excluded >= set(names):
+            break
+        why = measure_without(excluded).get("refused")
+        named = {name for name in names if why and re.search(rf"\b{name}\b", why.upper())} - excluded
+        if not named:
             break
         excluded = excluded | named
     best = max((t for t in tried if "refused" not in t), key=lambda t: t["score"], default=None)
@@ -442,19 +450,12 @@ def _every_op_int16(base: bytes, assignment: dict, score, aim: float, refused: d
         return report
     # with score to spare, the heavy op types go back to int8 one at a time while the aim holds:
     # int16 runs LiteRT's reference kernels (ShuffleNetV2-x0.5: 1.6 ms per invoke -> 10.3 ms)
-    group, _ = every_op_group(base, frozenset(best["left_int8"]))
-    heavy = [op.split(" x")[0] for op in group.ops if op.split(" x")[0] in _COMPUTE_HEAVY_OPS]
-    for op in heavy if best["score"] >= aim else []:
-        excluded = frozenset(best["left_int8"]) | {op}
-        group, members = every_op_group(base, excluded)
-        scopes[group.key] = members
-        trial = {**assignment, group.key: "int16"}
-        cosine = score(trial)
-        why = refused.get(_key(trial, ranges))
-        tried.append({"left_int8": sorted(excluded), "score": _round(cosine), "back_to_int8": op, **({"refused": why} if why else {})})
-        if why is None and cosine >= aim:
-            best = tried[-1]
-    group, members = every_op_group(base, frozenset(best["left_int8"]))
+    heavy = [name for name in names if name in _COMPUTE_HEAVY_OPS and name not in best["left_int8"]]
+    for name in heavy if best["score"] >= aim else []:
+        row = measure_without(frozenset(best["left_int8"]) | {name}, back_to_int8=name)
+        if "refused" not in row and row["score"] >= aim:
+            best = row
+    group, members = every_op_group(types, frozenset(best["left_int8"]))
     scopes[group.key] = members
     entry = {"group": group.key, "kind": group.kind, "precision": "int16", "ops": list(group.ops),
              "why": f"the ranked points, the op groups and float islands left the model at {_round(start)}, below the "

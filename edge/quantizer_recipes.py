@@ -15,7 +15,7 @@ from tpuedge.quantize.config import QuantConfig
 from tpuedge.quantize.recipes import SensitiveGroup
 from tpuedge.shared_ir.errors import InternalError
 
-__all__ = ["find_sensitive_groups", "ranked_groups", "every_op_group", "EVERY_OP", "quantizer_recipe", "run_quantizer",
+__all__ = ["find_sensitive_groups", "ranked_groups", "every_op_types", "every_op_group", "EVERY_OP", "quantizer_recipe", "run_quantizer",
            "GroupScopes", "QuantizerError"]
 
 # group key -> the ops' scopes (as ai-edge-quantizer computes them) and their op names
@@ -147,10 +147,10 @@ def ranked_groups(float_tflite: bytes, ranking, *, limit: int = 24, floor: float
 EVERY_OP = "every_op"
 
 
-def every_op_group(float_tflite: bytes, excluded: frozenset[str] = frozenset()) -> tuple[SensitiveGroup, list[tuple[str, str]]]:
-    """(the group of every op type ai-edge-quantizer quantizes in `float_tflite` but those named in
-    `excluded` (flatbuffer builtin names), its GroupScopes entry). The key names what is left out,
-    so each exclusion is its own recipe."""
+def every_op_types(float_tflite: bytes) -> list[tuple[str, str, int]]:
+    """(flatbuffer builtin name, ai-edge-quantizer op name, count) of each op type in
+    `float_tflite` that ai-edge-quantizer has a 16x8 recipe for, in graph order: read once per
+    model, the rung's groups are made from it."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
 
     from tpuedge.edge import tflite_file
@@ -160,12 +160,20 @@ def every_op_group(float_tflite: bytes, excluded: frozenset[str] = frozenset()) 
     counts: "OrderedDict[tuple[str, str], int]" = OrderedDict()
     for op in model.subgraphs[0].operators or []:
         quantizer_name = tfl.TFL_OP_CODE_TO_NAME.get(model.operatorCodes[op.opcodeIndex].builtinCode)
-        if quantizer_name is not None and names[op.opcodeIndex] not in excluded and _takes_16x8(quantizer_name):
+        if quantizer_name is not None and _takes_16x8(quantizer_name):
             pair = (names[op.opcodeIndex], quantizer_name)
             counts[pair] = counts.get(pair, 0) + 1
+    return [(name, quantizer_name, count) for (name, quantizer_name), count in counts.items()]
+
+
+def every_op_group(types: list[tuple[str, str, int]], excluded: frozenset[str] = frozenset()) -> tuple[SensitiveGroup, list[tuple[str, str]]]:
+    """(the group of every op type in `types` (every_op_types) but those named in `excluded`
+    (flatbuffer builtin names), its GroupScopes entry). The key names what is left out, so each
+    exclusion is its own recipe."""
+    kept = [(name, quantizer_name, count) for name, quantizer_name, count in types if name not in excluded]
     key = EVERY_OP + (f" but {'+'.join(sorted(excluded))}" if excluded else "")
-    group = SensitiveGroup(key, "every_op", tuple(f"{name} x{count}" for (name, _), count in counts.items()))
-    return group, [(".*", quantizer_name) for (_, quantizer_name) in counts]
+    group = SensitiveGroup(key, "every_op", tuple(f"{name} x{count}" for name, _, count in kept))
+    return group, [(".*", quantizer_name) for _, quantizer_name, _ in kept]
 
 
 @functools.lru_cache(maxsize=None)
