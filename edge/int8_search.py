@@ -101,6 +101,8 @@ def static_int8(
     all_int8 = quantizer_recipe(config)
     with stage_progress(f"{program.name}: calibration on {len(cal_samples)} sample(s)"):
         quantize.calibrate(all_int8, cal_samples)
+    if quantize.capped_ranges:  # RSQRT outputs whose float range no quantized input can reach
+        recipe["capped_ranges"] = {name: [_round(before), _round(after)] for name, (before, after) in quantize.capped_ranges.items()}
     if trained_ranges is not None:
         return _with_trained_ranges(program, config, quantize, base, calibration, trained_ranges, recipe)
 

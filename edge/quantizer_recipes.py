@@ -284,6 +284,7 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         self._quantizer = quantizer.Quantizer(bytearray(float_tflite))
         self._calibration = None
         self._estimated: dict[str, dict] = {}
+        self.capped_ranges: dict[str, tuple[float, float]] = {}  # edge/singular_ranges.py, set by calibrate
         self.log: list[str] = []  # what ai-edge-quantizer printed, step by step
 
     def calibrate(self, recipe: list[dict], samples: list[dict]) -> None:
@@ -296,6 +297,7 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         from ai_edge_quantizer.utils import qsv_utils
 
         from tpuedge.edge.litert_lowering import SIGNATURE_KEY
+        from tpuedge.edge.singular_ranges import cap_singular_ranges
         from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_array_tree, encode_array_tree
 
         def statistics() -> dict:
@@ -309,9 +311,10 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
             return calib.get_model_qsvs()
 
         parts = {"float": hashlib.sha256(self._float).hexdigest(), "recipe": recipe, "samples": data_digest(samples)}
-        self._calibration = cached_stage(  # per-tensor ranges, shared by every recipe of this float model
+        calibration = cached_stage(  # per-tensor ranges, shared by every recipe of this float model
             "calibration", parts, statistics, encode=encode_array_tree, decode=decode_array_tree
         )
+        self._calibration, self.capped_ranges = cap_singular_ranges(self._float, calibration)
 
     def estimate_ranges(self, samples: list[dict], methods: tuple[str, ...]) -> None:
         """Also calibrate each activation by `methods` (quantize/range_estimation.py), on the

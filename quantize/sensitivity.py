@@ -70,6 +70,21 @@ def _mean_cosine(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
     return float(np.mean([mean_sample_cosine(a, b) for a, b in zip(ref, got)]))
 
 
+def _cap_rsqrt_ranges(ranges: dict, plan, nodes: dict) -> None:
+    """Each rsqrt point's high end capped at what its quantized input can give
+    (quantize/singular_ranges.py), in place: the edge calibration caps the same tensor."""
+    from tpuedge.quantize.activation_ranges import _key
+    from tpuedge.quantize.singular_ranges import RSQRT_OPS, rsqrt_output_max
+
+    for point, (lo, hi) in list(ranges.items()):
+        node = nodes.get(point)
+        if node is None or node.op != "call_function" or _key(node) not in RSQRT_OPS or not node.args:
+            continue
+        source = plan.inherits.get(node.args[0].name, node.args[0].name)
+        if source in ranges:
+            ranges[point] = (lo, min(hi, rsqrt_output_max(*ranges[source])))
+
+
 def rank_quant_points(program: Any, calibration: list, measure: list | None = None) -> list[PointSensitivity]:
     """Every float quantization point of `program`, most sensitive first; TooManyPoints over
     MAX_RANKED_POINTS.
@@ -118,6 +133,8 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
             observed[p] = (lo, hi) if p not in observed else (jnp.minimum(observed[p][0], lo), jnp.maximum(observed[p][1], hi))
     ranges = {p: (float(lo), float(hi)) for p, (lo, hi) in observed.items()}
     ranges.update(plan.fixed)
+    nodes = {n.name: n for n in program.exported_program.graph.nodes}
+    _cap_rsqrt_ranges(ranges, plan, nodes)
     lows = jnp.asarray([ranges.get(p, (0.0, 0.0))[0] for p in points], jnp.float32)
     highs = jnp.asarray([ranges.get(p, (0.0, 0.0))[1] for p in points], jnp.float32)
 
@@ -134,7 +151,6 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
     inputs = [_stack(measure, i) for i in range(n_inputs)]
     closed = jnp.zeros(len(points), jnp.float32)
     reference = [np.asarray(o) for o in run(jp.params, jp.buffers, closed, *inputs)]
-    nodes = {n.name: n for n in program.exported_program.graph.nodes}
     ranked = []
     for i, point in enumerate(points):
         if point not in observed and point not in plan.fixed:
