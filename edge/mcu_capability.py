@@ -27,6 +27,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.casts import CanonicalCasts
     from tpuedge.shared_ir.passes.clamp_bounds import OneSidedClamps
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+    from tpuedge.shared_ir.passes.cumsum_steps import CumsumAsShiftedSums
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite, TanhGeluArrangement
@@ -42,9 +43,10 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
     from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
+    from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), ConstantIndexAsView(), ExplicitPad(), PadAsSlices(), UnfoldAsGather(), GeluRewrite(gelu_form),
+        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), UnfoldAsGather(), GeluRewrite(gelu_form),
          SiluAsSigmoidMul(), HardSigmoidAsRelu6(), NormalizeAsRsqrt(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
@@ -77,6 +79,7 @@ _REWRITTEN_ON_THE_IR = {
     "aten.lstm": "unrolled on the IR over time into LSTM cells: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD, PACK",
     "aten.gru": "unrolled on the IR over time into GRU cells: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD, SUB, PACK",
     "aten.prelu": "rewritten on the IR as relu(x) + w*(x - relu(x)): RELU, SUB, MUL, ADD (no duplicated layer)",
+    "aten.cumsum": "rewritten on the IR as log-step shifted additions: STRIDED_SLICE, PAD, ADD (TFLM's CUMSUM takes float only)",
     "aten.dropout": "removed on the IR in eval mode (train=False)",
     "aten.dropout_": "removed on the IR in eval mode (train=False)",
     "aten.hardsigmoid": "rewritten on the IR as relu6(x + 3) / 6: ADD (RELU6 fused), MUL, exact",
