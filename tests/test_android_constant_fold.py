@@ -66,8 +66,7 @@ class _RelativeIndex(torch.nn.Module):
 def test_in_place_writes_through_views_are_not_folded_apart(tmp_path):
     """Old code folded each view on its own copy and left a constant the graph then wrote to:
     `check` and every android build stopped inside litert-torch with "Constant _folded_slice
-    is mutated in the forward method" (HF BEiT). The writes stay in the graph, and the answer
-    is torch's."""
+    is mutated in the forward method" (HF BEiT). The answer is torch's."""
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.program import Program
 
@@ -79,3 +78,41 @@ def test_in_place_writes_through_views_are_not_folded_apart(tmp_path):
     assert program.check("android") == []
     art = tpuedge.build(program, "android", tmp_path / "a", quantize="none")
     np.testing.assert_allclose(art.run(x)[0], program.run(x)[0], atol=1e-6)
+
+
+def test_in_place_writes_through_views_fold_into_the_index_they_build():
+    """The writes are evaluated as torch runs them (views share storage), and the index they
+    build is one constant: before, they stayed in the graph and the mcu check refused copy_ and
+    fill_ (HF BEiT's relative position bias, refused on mcu)."""
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+    from tpuedge.shared_ir.program import Program
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_RelativeIndex().eval(), (torch.zeros(10, 10),), name="relative_index")
+    folded, result = FoldConstants()(program.exported_program)
+    ops = set(Program(folded, name="folded").op_histogram)
+    assert not {op for op in ops if op.split(".")[1].endswith("_")}, ops  # no in-place op left
+    x = np.random.default_rng(0).standard_normal((10, 10)).astype(np.float32)
+    np.testing.assert_array_equal(Program(folded, name="folded").run(x)[0], program.run(x)[0])
+    assert program.check("mcu") == []
+
+
+class _ReadThenWritten(torch.nn.Module):
+    """A constant read by the input's side, then written in place, then read again: two
+    readers see two values, so it is not one constant."""
+
+    def forward(self, x):
+        c = torch.zeros(4)
+        first = x + c
+        c.add_(1.0)
+        return first * (x + c)
+
+
+def test_a_constant_written_between_two_readers_is_not_folded():
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+    from tpuedge.shared_ir.program import Program
+
+    program = tpuedge.export(_ReadThenWritten().eval(), (torch.zeros(4),), name="read_then_written")
+    folded, _ = FoldConstants()(program.exported_program)
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(Program(folded, name="folded").run(x)[0], program.run(x)[0])

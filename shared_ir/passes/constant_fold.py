@@ -5,7 +5,8 @@ Exported models often compute constants at run time: HF transformers build posit
 model's inputs. A target with no kernel for those ops should not refuse the model for them.
 This pass evaluates every deterministic ATen op whose operands are all constants (buffers that
 are never mutated, lifted constants, or ops with no tensor operand like `arange`) and replaces
-the frontier of that constant subgraph with lifted constants (CONSTANT_TENSOR inputs).
+the frontier of that constant subgraph with lifted constants (CONSTANT_TENSOR inputs). In-place
+ops are evaluated as eager torch runs them, through views (`_evaluate`), and leave the graph.
 
 Parameters are never folded (they stay weights, for quantization), and a fold that would
 materialize a large tensor from small ones (an `expand` to a big shape) is not made.
@@ -13,6 +14,7 @@ materialize a large tensor from small ones (an `expand` to a big shape) is not m
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
@@ -40,6 +42,7 @@ def constant_values(ep) -> dict[str, Any]:
 
 
 def _foldable_op(node) -> bool:
+    """A deterministic ATen op returning a tensor, pure or in place (writing its operands)."""
     import torch
 
     target = node.target
@@ -47,29 +50,28 @@ def _foldable_op(node) -> bool:
         isinstance(target, torch._ops.OpOverload)
         and target.namespace == "aten"
         and torch.Tag.nondeterministic_seeded not in target.tags
-        and (not target._schema.is_mutable or _private_in_place(node))
-        and isinstance(node.meta.get("val"), torch.Tensor)
+        and (not target._schema.is_mutable or target._schema.name.endswith("_"))
+        and _tensors(node.meta.get("val"))
     )
 
 
-def _private_in_place(node) -> bool:
-    """An in-place op (`x.add_(y)`, T5's relative position buckets) on a value nothing else
-    reads and that is no view of another: the same as its out-of-place form, so it folds too
-    (evaluated on a copy). Folding only its operand left a constant the op then mutated, which
-    litert-torch refuses."""
+def _tensors(value) -> bool:
+    """A tensor, or a list or tuple of them (meshgrid, split, unbind)."""
     import torch
 
-    written = _written_operands(node)
-    first = node.args[0] if node.args else None
-    return (
-        node.target._schema.name.endswith("_")
-        and len(written) == 1
-        and written[0] is first
-        and isinstance(first, torch.fx.Node)
-        and first.op == "call_function"
-        and len(first.users) == 1
-        and not _is_view(first)
-    )
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(isinstance(v, torch.Tensor) for v in value)
+    return isinstance(value, torch.Tensor)
+
+
+def _size(value) -> int:
+    return sum(v.numel() for v in value) if isinstance(value, (list, tuple)) else value.numel()
+
+
+def _is_mutating(node) -> bool:
+    import torch
+
+    return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
 
 
 def _written_operands(node) -> list:
@@ -90,61 +92,91 @@ def _is_view(node) -> bool:
     return alias is not None and not alias.is_write
 
 
-def _mutated_through_views(ep) -> set[str]:
-    """Nodes whose storage an in-place op writes that folding cannot fold with it: the written
-    value and every view of the same storage. BEiT builds its relative position index with
-    `coords[:, :, 0] += k` on views of one tensor: folding evaluates each node on its own copy,
-    so the writes would be lost, and the constant left behind is one the graph then mutates
-    ("Constant _folded_slice_4 is mutated in the forward method", raised inside litert-torch)."""
+def _storage_roots(ep) -> dict[str, str]:
+    """node -> the node whose storage it is, by the ops' schemas: a view's and an in-place op's
+    result are their first operand's storage (an alias-annotated op that copies, as `contiguous`
+    may, counts as a view: that only folds less)."""
     import torch
 
-    root: dict[str, str] = {}  # node -> the node whose storage it views
+    root: dict[str, str] = {}
     for node in ep.graph.nodes:
         first = node.args[0] if node.args else None
-        if node.op == "call_function" and _is_view(node) and isinstance(first, torch.fx.Node):
-            root[node.name] = root.get(first.name, first.name)
-        else:
-            root[node.name] = node.name
-    written = set()
-    for node in ep.graph.nodes:
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
-            continue
-        if not _private_in_place(node):
-            written.update(root[value.name] for value in _written_operands(node) if isinstance(value, torch.fx.Node))
-    return {name for name, base in root.items() if base in written}
+        aliases = node.op == "call_function" and (_is_view(node) or _is_mutating(node))
+        root[node.name] = root.get(first.name, first.name) if aliases and isinstance(first, torch.fx.Node) else node.name
+    return root
 
 
-def _evaluate(ep) -> dict[str, Any]:
-    """node name -> value, for every node computable from constants alone (none whose storage an
-    unfoldable in-place op writes)."""
+def _evaluate(ep) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(node name -> value, for every node computable from constants alone; node name -> the
+    value the first reader outside them saw, for those such a reader reads).
+
+    Evaluated as eager torch runs the graph, in order: a view shares its base's storage and an
+    in-place op writes through it. HF BEiT builds its relative position index that way
+    (`coords[:, :, 0] += k` on views of one tensor, then `index[1:, 1:] = ...`); folding each
+    node on its own copy lost the writes, and leaving the writes in the graph left `check` with
+    copy_/fill_ on mcu. A storage is not folded where an op this pass does not evaluate writes
+    it, or where two readers outside would see it at different values: the evaluation starts
+    again without it."""
+    root = _storage_roots(ep)
+    excluded: set[str] = set()
+    while True:
+        values, seen, stale = _evaluate_once(ep, root, excluded)
+        if not stale:
+            return values, seen
+        excluded |= stale
+
+
+def _evaluate_once(ep, root: dict[str, str], excluded: set[str]):
     import torch
     from torch.fx.node import map_arg
 
-    values = constant_values(ep)
-    unfoldable = _mutated_through_views(ep)
+    # copies: an in-place write never reaches the program's own buffers and constants
+    values = {name: value.clone() for name, value in constant_values(ep).items()}
+    seen: dict[str, Any] = {}
+    stale: set[str] = set()
+
+    def read_outside(node) -> None:
+        for operand in node.all_input_nodes:
+            if operand.name not in values or operand.op == "placeholder":
+                continue
+            if not isinstance(values[operand.name], torch.Tensor):
+                stale.add(root[operand.name])  # a folded list read as a whole: no constant holds it
+            elif operand.name not in seen:
+                seen[operand.name] = values[operand.name].clone()
+            elif not torch.equal(seen[operand.name], values[operand.name]):
+                stale.add(root[operand.name])  # written between two readers: no one constant for it
+
     for node in ep.graph.nodes:
-        if node.op != "call_function" or not _foldable_op(node) or node.name in unfoldable:
+        if node.op == "output":
+            read_outside(node)
+        if node.op != "call_function":
             continue
         operands = [n.name for n in node.all_input_nodes]
-        if not all(name in values for name in operands):
+        if node.target is operator.getitem and operands and operands[0] in values:  # an item of a folded list
+            values[node.name] = values[operands[0]][node.args[1]]
             continue
-        largest = max((values[n].numel() for n in operands), default=0)
-        if node.meta["val"].numel() > max(MAX_FOLDED_ELEMENTS, largest):
+        evaluable = (
+            _foldable_op(node)
+            and root[node.name] not in excluded
+            and all(name in values for name in operands)
+            and _size(node.meta["val"]) <= max(MAX_FOLDED_ELEMENTS, max((_size(values[n]) for n in operands), default=0))
+        )
+        if not evaluable:
+            if _is_mutating(node):  # it writes a storage this pass may have evaluated
+                stale.update(root[v.name] for v in _written_operands(node) if isinstance(v, torch.fx.Node) and root[v.name] not in excluded and v.name in values)
+            read_outside(node)
             continue
         args, kwargs = map_arg((node.args, node.kwargs), lambda n: values[n.name])
-        if node.target._schema.is_mutable:  # a private in-place op: mutate a copy, never the folded value
-            args = (args[0].clone(), *args[1:])
         with torch.no_grad():
-            values[node.name] = node.target(*args, **kwargs).detach().clone().contiguous()
-    return values
+            values[node.name] = node.target(*args, **kwargs)
+    return values, seen, stale
 
 
 class FoldConstants:
     name = "fold-constants"
 
     def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
-        values = _evaluate(exported_program)
+        values, seen = _evaluate(exported_program)
         folded = [n for n in exported_program.graph.nodes if n.op == "call_function" and n.name in values]
         if not folded:
             return exported_program, PassResult(self.name, 0, "no input-independent ops in the program")
@@ -155,7 +187,12 @@ class FoldConstants:
             if n.op == "call_function" and n.name in values and any(u.name not in values or u.op == "output" for u in n.users)
         ]
         for node in frontier:
-            replace_node(ep, node, lift_constant(ep, f"_folded_{node.name}", values[node.name], node))
+            value = seen.get(node.name, values[node.name]).detach().clone().contiguous()
+            replace_node(ep, node, lift_constant(ep, f"_folded_{node.name}", value, node))
+        # the folded in-place writes (dead code elimination keeps ops that mutate), last first
+        for node in reversed([n for n in graph.nodes if n.op == "call_function" and n.name in values and _is_mutating(n)]):
+            if not node.users:
+                graph.erase_node(node)
         finish(ep)
         ops = sorted({str(n.target).removeprefix("aten.") for n in folded})
         return ep, PassResult(
