@@ -40,13 +40,15 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
+    from tpuedge.shared_ir.passes.repeat_interleave_gather import RepeatInterleaveAsGather
+    from tpuedge.shared_ir.passes.roll_slices import RollAsSlices
     from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
     from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), UnfoldAsGather(), GeluRewrite(gelu_form),
+        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), GeluRewrite(gelu_form),
          SiluAsSigmoidMul(), HardSigmoidAsRelu6(), NormalizeAsRsqrt(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
@@ -80,6 +82,8 @@ _REWRITTEN_ON_THE_IR = {
     "aten.gru": "unrolled on the IR over time into GRU cells: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD, SUB, PACK",
     "aten.prelu": "rewritten on the IR as relu(x) + w*(x - relu(x)): RELU, SUB, MUL, ADD (no duplicated layer)",
     "aten.cumsum": "rewritten on the IR as log-step shifted additions: STRIDED_SLICE, PAD, ADD (TFLM's CUMSUM takes float only)",
+    "aten.repeat_interleave": "by a constant count along a dim: rewritten on the IR as one gather of constant positions (GATHER_ND)",
+    "aten.roll": "rewritten on the IR as slices + concatenation per rolled dim: STRIDED_SLICE, CONCATENATION",
     "aten.dropout": "removed on the IR in eval mode (train=False)",
     "aten.dropout_": "removed on the IR in eval mode (train=False)",
     "aten.hardsigmoid": "rewritten on the IR as relu6(x + 3) / 6: ADD (RELU6 fused), MUL, exact",

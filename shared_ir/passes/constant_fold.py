@@ -68,6 +68,25 @@ def _size(value) -> int:
     return sum(v.numel() for v in value) if isinstance(value, (list, tuple)) else value.numel()
 
 
+def _shape_only_fill(node) -> Any:
+    """The fill value of an op whose result reads only its operand's shape and dtype (Swin's
+    `x.new_zeros((H, W))` for its shifted-window mask, then filled in place), else None."""
+    import torch
+
+    aten = torch.ops.aten
+    val = node.meta.get("val")
+    if node.op != "call_function" or not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+        return None
+    if node.target in (aten.new_zeros.default, aten.zeros_like.default):
+        return 0
+    if node.target in (aten.new_ones.default, aten.ones_like.default):
+        return 1
+    if node.target in (aten.new_full.default, aten.full_like.default):
+        fill = node.args[2] if node.target == aten.new_full.default else node.args[1]
+        return fill if isinstance(fill, (int, float, bool)) else None
+    return None
+
+
 def _is_mutating(node) -> bool:
     import torch
 
@@ -154,6 +173,11 @@ def _evaluate_once(ep, root: dict[str, str], excluded: set[str]):
         operands = [n.name for n in node.all_input_nodes]
         if node.target is operator.getitem and operands and operands[0] in values:  # an item of a folded list
             values[node.name] = values[operands[0]][node.args[1]]
+            continue
+        filled = _shape_only_fill(node)
+        if filled is not None and root[node.name] not in excluded and node.meta["val"].numel() <= MAX_FOLDED_ELEMENTS:
+            val = node.meta["val"]
+            values[node.name] = torch.full(tuple(val.shape), filled, dtype=val.dtype)
             continue
         evaluable = (
             _foldable_op(node)
