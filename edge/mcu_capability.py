@@ -32,6 +32,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite, TanhGeluArrangement
     from tpuedge.shared_ir.passes.hardsigmoid import HardSigmoidAsRelu6
+    from tpuedge.shared_ir.passes.in_place_ops import InPlaceAsOutOfPlace
     from tpuedge.shared_ir.passes.index_as_view import ConstantIndexAsView
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
@@ -48,7 +49,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), GeluRewrite(gelu_form),
+        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), GeluRewrite(gelu_form),
          SiluAsSigmoidMul(), HardSigmoidAsRelu6(), NormalizeAsRsqrt(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
