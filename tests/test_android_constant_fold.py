@@ -116,3 +116,23 @@ def test_a_constant_written_between_two_readers_is_not_folded():
     folded, _ = FoldConstants()(program.exported_program)
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(Program(folded, name="folded").run(x)[0], program.run(x)[0])
+
+
+class _ConstantChunkWritten(torch.nn.Module):
+    """A chunk of a constant written with the input: the constant is that write's, not folded."""
+
+    def forward(self, x):
+        base = torch.arange(8, dtype=torch.float32)
+        head, _ = base.split(4)
+        head.add_(x)
+        return base * 2.0
+
+
+def test_a_constant_written_by_the_input_through_a_chunk_is_not_folded():
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+    from tpuedge.shared_ir.program import Program
+
+    program = tpuedge.export(_ConstantChunkWritten().eval(), (torch.zeros(4),), name="chunk_written")
+    folded, _ = FoldConstants()(program.exported_program)
+    x = np.arange(4, dtype=np.float32) + 1.0
+    np.testing.assert_array_equal(Program(folded, name="folded").run(x)[0], program.run(x)[0])

@@ -84,3 +84,21 @@ def test_a_written_value_that_is_an_output_keeps_its_place():
     got, want = Program(ep, name="returned").run(x), program.run(x)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+class _SplitWrite(torch.nn.Module):
+    """A chunk of split is a view of its input: writing it writes the input."""
+
+    def forward(self, x):
+        y = x * 2.0
+        a, b = y.split(2, dim=1)
+        a.mul_(3.0)
+        return y
+
+
+def test_a_write_into_a_split_chunk_is_left():
+    program = tpuedge.export(_SplitWrite(), (torch.zeros(2, 4),), name="split_write")
+    ep, (result,) = PassManager([InPlaceAsOutOfPlace()]).run(program.exported_program)
+    assert result.changed == 0
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(Program(ep, name="split_write").run(x)[0], program.run(x)[0])

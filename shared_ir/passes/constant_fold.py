@@ -113,14 +113,15 @@ def _is_view(node) -> bool:
 
 def _storage_roots(ep) -> dict[str, str]:
     """node -> the node whose storage it is, by the ops' schemas: a view's and an in-place op's
-    result are their first operand's storage (an alias-annotated op that copies, as `contiguous`
-    may, counts as a view: that only folds less)."""
+    result are their first operand's storage, and so is an item of a multi-output op's result
+    (split's chunks are views of its input). An alias-annotated op that copies, as `contiguous`
+    may, counts as a view: that only folds less."""
     import torch
 
     root: dict[str, str] = {}
     for node in ep.graph.nodes:
         first = node.args[0] if node.args else None
-        aliases = node.op == "call_function" and (_is_view(node) or _is_mutating(node))
+        aliases = node.op == "call_function" and (_is_view(node) or _is_mutating(node) or node.target is operator.getitem)
         root[node.name] = root.get(first.name, first.name) if aliases and isinstance(first, torch.fx.Node) else node.name
     return root
 
@@ -149,8 +150,11 @@ def _evaluate_once(ep, root: dict[str, str], excluded: set[str]):
     import torch
     from torch.fx.node import map_arg
 
-    # copies: an in-place write never reaches the program's own buffers and constants
-    values = {name: value.clone() for name, value in constant_values(ep).items()}
+    # an in-place write never reaches the program's own buffers and constants: those written
+    # (through a view or not) are copied first, the rest read as they are
+    written = {root[v.name] for n in ep.graph.nodes if n.op == "call_function" and _is_mutating(n)
+               for v in _written_operands(n) if isinstance(v, torch.fx.Node)}
+    values = {name: value.clone() if name in written else value for name, value in constant_values(ep).items()}
     seen: dict[str, Any] = {}
     stale: set[str] = set()
 

@@ -15,6 +15,7 @@ operand's dtype where the out-of-place one may promote). Anything else is left a
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
@@ -51,6 +52,8 @@ def _rewritable(node) -> Any:
     written = [i for i, a in enumerate(target._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
     operand = node.args[0] if node.args else None
     if functional is None or written != [0] or not isinstance(operand, torch.fx.Node) or operand.op != "call_function":
+        return None
+    if operand.target is operator.getitem:  # an item of split/unbind/chunk is a view of their input
         return None
     if _aliases(operand) or not hasattr(operand.meta.get("val"), "dtype"):
         return None
