@@ -73,12 +73,12 @@ def _mean_cosine(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
 def _cap_rsqrt_ranges(ranges: dict, plan, nodes: dict) -> None:
     """Each rsqrt point's high end capped at what its quantized input can give
     (quantize/singular_ranges.py), in place: the edge calibration caps the same tensor."""
-    from tpuedge.quantize.activation_ranges import _key
     from tpuedge.quantize.singular_ranges import RSQRT_OPS, rsqrt_output_max
+    from tpuedge.shared_ir.op_registry import op_key
 
     for point, (lo, hi) in list(ranges.items()):
         node = nodes.get(point)
-        if node is None or node.op != "call_function" or _key(node) not in RSQRT_OPS or not node.args:
+        if node is None or node.op != "call_function" or op_key(node.target) not in RSQRT_OPS or not node.args:
             continue
         source = plan.inherits.get(node.args[0].name, node.args[0].name)
         if source in ranges:

@@ -18,7 +18,7 @@ import operator
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import finish, replace_node
+from tpuedge.shared_ir.passes.graph_edit import finish, is_mutating, is_view, replace_node, written_operands
 
 __all__ = ["FoldConstants", "MAX_FOLDED_ELEMENTS", "lift_constant", "constant_values"]
 
@@ -87,30 +87,6 @@ def _shape_only_fill(node) -> Any:
     return None
 
 
-def _is_mutating(node) -> bool:
-    import torch
-
-    return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
-
-
-def _written_operands(node) -> list:
-    """The operands an in-place op writes (its schema's arguments marked `Tensor(a!)`)."""
-    arguments = node.target._schema.arguments
-    return [node.args[i] if i < len(node.args) else node.kwargs.get(arg.name) for i, arg in enumerate(arguments)
-            if arg.alias_info is not None and arg.alias_info.is_write]
-
-
-def _is_view(node) -> bool:
-    """The op returns a view of its first operand (slice, select, permute, ...)."""
-    import torch
-
-    target = node.target
-    if not isinstance(target, torch._ops.OpOverload) or not target._schema.returns:
-        return False
-    alias = target._schema.returns[0].alias_info
-    return alias is not None and not alias.is_write
-
-
 def _storage_roots(ep) -> dict[str, str]:
     """node -> the node whose storage it is, by the ops' schemas: a view's and an in-place op's
     result are their first operand's storage, and so is an item of a multi-output op's result
@@ -121,7 +97,7 @@ def _storage_roots(ep) -> dict[str, str]:
     root: dict[str, str] = {}
     for node in ep.graph.nodes:
         first = node.args[0] if node.args else None
-        aliases = node.op == "call_function" and (_is_view(node) or _is_mutating(node) or node.target is operator.getitem)
+        aliases = node.op == "call_function" and (is_view(node) or is_mutating(node) or node.target is operator.getitem)
         root[node.name] = root.get(first.name, first.name) if aliases and isinstance(first, torch.fx.Node) else node.name
     return root
 
@@ -152,8 +128,8 @@ def _evaluate_once(ep, root: dict[str, str], excluded: set[str]):
 
     # an in-place write never reaches the program's own buffers and constants: those written
     # (through a view or not) are copied first, the rest read as they are
-    written = {root[v.name] for n in ep.graph.nodes if n.op == "call_function" and _is_mutating(n)
-               for v in _written_operands(n) if isinstance(v, torch.fx.Node)}
+    written = {root[v.name] for n in ep.graph.nodes if n.op == "call_function" and is_mutating(n)
+               for v in written_operands(n) if isinstance(v, torch.fx.Node)}
     values = {name: value.clone() if name in written else value for name, value in constant_values(ep).items()}
     seen: dict[str, Any] = {}
     stale: set[str] = set()
@@ -190,8 +166,8 @@ def _evaluate_once(ep, root: dict[str, str], excluded: set[str]):
             and _size(node.meta["val"]) <= max(MAX_FOLDED_ELEMENTS, max((_size(values[n]) for n in operands), default=0))
         )
         if not evaluable:
-            if _is_mutating(node):  # it writes a storage this pass may have evaluated
-                stale.update(root[v.name] for v in _written_operands(node) if isinstance(v, torch.fx.Node) and root[v.name] not in excluded and v.name in values)
+            if is_mutating(node):  # it writes a storage this pass may have evaluated
+                stale.update(root[v.name] for v in written_operands(node) if isinstance(v, torch.fx.Node) and root[v.name] not in excluded and v.name in values)
             read_outside(node)
             continue
         args, kwargs = map_arg((node.args, node.kwargs), lambda n: values[n.name])
@@ -218,7 +194,7 @@ class FoldConstants:
             value = seen.get(node.name, values[node.name]).detach().clone().contiguous()
             replace_node(ep, node, lift_constant(ep, f"_folded_{node.name}", value, node))
         # the folded in-place writes (dead code elimination keeps ops that mutate), last first
-        for node in reversed([n for n in graph.nodes if n.op == "call_function" and n.name in values and _is_mutating(n)]):
+        for node in reversed([n for n in graph.nodes if n.op == "call_function" and n.name in values and is_mutating(n)]):
             if not node.users:
                 graph.erase_node(node)
         finish(ep)

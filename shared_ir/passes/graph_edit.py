@@ -13,7 +13,8 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import copy_program
 
-__all__ = ["replace_node", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "SOURCE_META"]
+__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls",
+           "is_view", "is_mutating", "written_argument_indices", "written_operands", "SOURCE_META"]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
 SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
@@ -59,13 +60,48 @@ def call_with_val(graph: Any, target: Any, *args: Any) -> Any:
 
 def replace_node(ep: Any, node: Any, replacement: Any) -> None:
     """Every use of `node` (graph output included) becomes `replacement`; `node` is erased."""
+    rename_output_specs(ep, node.name, replacement.name)
+    node.replace_all_uses_with(replacement)
+    node.graph.erase_node(node)
+
+
+def rename_output_specs(ep: Any, old: str, new: str) -> None:
+    """The graph signature's outputs that name node `old` name `new` (after the output node was
+    pointed at it)."""
     from torch.export.graph_signature import TensorArgument
 
     for spec in ep.graph_signature.output_specs:
-        if isinstance(spec.arg, TensorArgument) and spec.arg.name == node.name:
-            spec.arg = TensorArgument(name=replacement.name)
-    node.replace_all_uses_with(replacement)
-    node.graph.erase_node(node)
+        if isinstance(spec.arg, TensorArgument) and spec.arg.name == old:
+            spec.arg = TensorArgument(name=new)
+
+
+def is_view(node: Any) -> bool:
+    """The op returns a view of its first operand (slice, select, permute, ...), by its schema."""
+    import torch
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or not target._schema.returns:
+        return False
+    alias = target._schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
+
+
+def is_mutating(node: Any) -> bool:
+    """The op writes one of its operands (an in-place op, copy_, fill_), by its schema."""
+    import torch
+
+    return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+
+
+def written_argument_indices(target: Any) -> list[int]:
+    """The positions of the arguments an op writes (its schema's `Tensor(a!)`)."""
+    return [i for i, arg in enumerate(target._schema.arguments) if arg.alias_info is not None and arg.alias_info.is_write]
+
+
+def written_operands(node: Any) -> list:
+    """The operands an in-place op writes."""
+    arguments = node.target._schema.arguments
+    return [node.args[i] if i < len(node.args) else node.kwargs.get(arguments[i].name) for i in written_argument_indices(node.target)]
 
 
 def finish(ep: Any) -> Any:

@@ -19,7 +19,7 @@ import operator
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import finish, replace_node
+from tpuedge.shared_ir.passes.graph_edit import finish, is_view, rename_output_specs, replace_node, written_argument_indices
 
 __all__ = ["InPlaceAsOutOfPlace"]
 
@@ -37,9 +37,7 @@ def _out_of_place(target) -> Any:
 
 def _aliases(node) -> bool:
     """`node` is a view of something, or something views it."""
-    from tpuedge.shared_ir.passes.constant_fold import _is_view
-
-    return _is_view(node) or any(u.op == "call_function" and _is_view(u) for u in node.users)
+    return is_view(node) or any(u.op == "call_function" and is_view(u) for u in node.users)
 
 
 def _rewritable(node) -> Any:
@@ -49,7 +47,7 @@ def _rewritable(node) -> Any:
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
         return None
     functional = _out_of_place(target)
-    written = [i for i, a in enumerate(target._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    written = written_argument_indices(target)
     operand = node.args[0] if node.args else None
     if functional is None or written != [0] or not isinstance(operand, torch.fx.Node) or operand.op != "call_function":
         return None
@@ -58,15 +56,6 @@ def _rewritable(node) -> Any:
     if _aliases(operand) or not hasattr(operand.meta.get("val"), "dtype"):
         return None
     return functional
-
-
-def _rename_output(ep, old: str, new: str) -> None:
-    """The graph signature's user outputs name their nodes: the redirected one by its new name."""
-    from torch.export.graph_signature import OutputKind, TensorArgument
-
-    for spec in ep.graph_signature.output_specs:
-        if spec.kind == OutputKind.USER_OUTPUT and isinstance(spec.arg, TensorArgument) and spec.arg.name == old:
-            spec.arg = TensorArgument(name=new)
 
 
 class InPlaceAsOutOfPlace:
@@ -99,7 +88,7 @@ class InPlaceAsOutOfPlace:
             for user in [u for u in operand.users if u is not node and u is not new and order.get(u, -1) > order[node]]:
                 user.replace_input_with(operand, new)
                 if user.op == "output":
-                    _rename_output(ep, operand.name, new.name)
+                    rename_output_specs(ep, operand.name, new.name)
             replace_node(ep, node, new)
             key = str(functional).removeprefix("aten.")
             rewritten[key] = rewritten.get(key, 0) + 1
