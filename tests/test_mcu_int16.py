@@ -54,6 +54,11 @@ def test_int16_where_int8_misses_the_budget_and_strict_int8_fails_loudly(outlier
     model = tflite_file.read_model((tmp_path / "mcu" / "model.tflite").read_bytes())
     dtypes = {tflite_file.dtype_name(t.type) for t in model.subgraphs[0].tensors}
     assert "int16" in dtypes and not dtypes & {"float32", "float16"}
+    # the 16x8 FULLY_CONNECTED's int64 bias, like every bias, without its unread scale table
+    biases = [t for t in model.subgraphs[0].tensors if tflite_file.dtype_name(t.type) in ("int32", "int64")
+              and tflite_file.is_constant(model, t) and len(t.shape) == 1]
+    assert "int64" in {tflite_file.dtype_name(t.type) for t in biases}
+    assert all(tflite_file.tensor_quantization(t)[0].size == 0 for t in biases)
     assert art.run(calibration[-1][0])[0].shape == (1, 4)  # runs in TFLite-Micro
 
 
