@@ -55,9 +55,9 @@ _MIN_EVERY_OP_GAIN = 1e-4
 _COMPUTE_HEAVY_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV")
 LARGE_MODEL_PARAMETERS = 5_000_000
 LARGE_MODEL_SEARCH_SAMPLES = 16
-# The op-group search's one-group-at-a-time candidates (two per group: 78 of the 117 MiniLM
-# measured, each 8 LiteRT runs of ~0.13 s with int16 kernels) only order the groups and pick
-# int16 or float for each, so they run on 1/SCREENING_SHARE of the samples (at least
+# The op-group search's one-group-at-a-time candidates (one per group; two when it measured
+# int16 and float on android: 78 of the 117 MiniLM measured) only order the groups, so they
+# run on 1/SCREENING_SHARE of the samples (at least
 # MIN_SCREENING_SAMPLES); every upgrade kept is measured on all of them.
 SCREENING_SHARE = 4
 MIN_SCREENING_SAMPLES = 2
@@ -212,8 +212,9 @@ def static_int8(
         if equalized is not None:
             recipe["cross_layer_equalization"] = equalized["report"]
 
-    # where all-int8 misses the target, the IR's costliest points go int16 first (not under
-    # --strict-int8, whose reported cost compares it with this default recipe)
+    # where all-int8 misses the target, the IR's costliest points are upgraded first (float
+    # islands on android, int16 on mcu; not under --strict-int8, whose reported cost compares it
+    # with this default recipe)
     ranked: dict = {"assignment": {}, "report": None, "non_int8": []}
     if config.rank_points and (not config.strict_int8 or report_strict_cost):
         all_int8 = range_scores[chosen["ranges"]]
@@ -224,7 +225,7 @@ def static_int8(
     search_groups, expand = merge_by_kind(groups) if config.group_by_kind else (groups, dict)
 
     def search(*, strict: bool):
-        """choose_precisions over the groups: on top of the ranked int16 points unless `strict`,
+        """choose_precisions over the groups: on top of the upgraded ranked points unless `strict`,
         the one-group-at-a-time candidates screened on fewer samples where there are enough."""
         start = {} if strict else ranked["assignment"]
 
@@ -232,12 +233,12 @@ def static_int8(
             return lambda assignment: evaluate({**start, **expand(assignment)}, samples=samples)
 
         screen = scored(screening_samples) if screening_samples < len(eval_inputs) else None
-        return choose_precisions(search_groups, scored(), strict_int8=strict, float_islands=config.float_islands,
+        return choose_precisions(search_groups, scored(), strict_int8=strict, upgrades=(config.upgrade_precision,),
                                  target_cosine=config.target_cosine, screen=screen)
 
-    # at most: all-int8 (also screened), each group at int16 and at float, then each group's
+    # at most: all-int8 (also screened), each group at its upgrade, then each group's
     # upgrade in turn, and the best single upgrade measured on all samples
-    with stage_progress(f"{program.name}: int8 search over {len(search_groups)} op group(s)", total=3 + 3 * len(search_groups)) as step:
+    with stage_progress(f"{program.name}: int8 search over {len(search_groups)} op group(s)", total=3 + 2 * len(search_groups)) as step:
         plan = search(strict=config.strict_int8)
         mixed = search(strict=False) if config.strict_int8 and report_strict_cost else None
     ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
@@ -362,7 +363,8 @@ def _equalized_candidate(program, config, calibration, eval_inputs, reference, b
 
 def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scopes, evaluate, all_int8: float, config) -> dict:
     """Rank every int8 point of the IR by its own cost (quantize/sensitivity.py), then give the
-    costliest points' ops int16 activations, a growing prefix at a time, by measured cosine.
+    costliest points' ops the config's upgrade (`upgrade_precision`: float islands on android,
+    int16 activations on mcu), a growing prefix at a time, by measured cosine.
     `scopes` gains the ranked groups. Returns the assignment chosen and the report for the recipe."""
     from tpuedge.edge.litert_lowering import litert_ir_passes
     from tpuedge.edge.quantizer_recipes import ranked_groups
@@ -383,9 +385,9 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
             return {"assignment": {}, "report": {"unavailable": " ".join(str(exc).split())[:400]}, "non_int8": [], "groups": []}
     groups, group_scopes = ranked_groups(base, ranking)
     scopes.update(group_scopes)
-    with stage_progress(f"{program.name}: int16 for the top-ranked of {len(groups)} point(s)", total=len(groups)):
+    with stage_progress(f"{program.name}: {config.upgrade_precision} for the top-ranked of {len(groups)} point(s)", total=len(groups)):
         assignment, cosine, tried = upgrade_ranked(groups, evaluate, all_int8, target_cosine=config.target_cosine,
-                                                   float_islands=config.float_islands)
+                                                   float_islands=config.float_islands, precision=config.upgrade_precision)
     by_key = {g.key: g for g in groups}
     points = sum(by_key[key].kind == "ranked" for key in assignment)
     report = {
@@ -395,12 +397,13 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
         "inputs": "calibration samples (the search's own)",
         "top": [s.to_json() for s in ranking[:10]],
         "groups": [g.key for g in groups],
-        "prefixes_tried": [{"int16_groups": k, "search_score": _round(c)} for k, c in tried],
+        "precision": config.upgrade_precision,
+        "prefixes_tried": [{"groups": k, "search_score": _round(c)} for k, c in tried],
         "chosen": points,
     }
     non_int8 = [
         {"group": key, "kind": by_key[key].kind, "precision": precision, "ops": list(by_key[key].ops),
-         "why": (f"ranked among the {points} costliest IR points in int8" if precision == "int16" else
+         "why": (f"ranked among the {points} costliest IR points in int8" if by_key[key].kind == "ranked" else
                  "writes a model output from a ranked point's value (float keeps the output float)")
                 + f"; model cosine {_round(all_int8)} -> {_round(cosine)}"}
         for key, precision in assignment.items()

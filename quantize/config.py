@@ -35,9 +35,9 @@ class QuantConfig:
         reads int8 with the tensors' scale/zero point); int8 I/O needs scheme "int8" (or "auto",
         which then tries only static int8).
     strict_int8: every op int8, no int16 or float island; scheme "int8" or "auto".
-    float_islands: whether the int8 search may leave ops float where int8 and int16 cost too
-        much (android). False keeps every op integer, int8 or int16 activations (16x8), which is
-        what TFLite-Micro runs (mcu).
+    float_islands: whether the int8 search may leave ops float where int8 costs too much
+        (android: its upgrade is then a float island, `upgrade_precision`). False keeps every op
+        integer, int8 or int16 activations (16x8), which is what TFLite-Micro runs (mcu).
     per_channel: per-output-channel weight scales (False: one scale per tensor).
     channels_last: image inputs (rank 4) taken as NHWC instead of NCHW.
     min_calibration_samples: fewer samples than this is an error for scheme "int8".
@@ -64,6 +64,15 @@ class QuantConfig:
     target_cosine: float = 0.995
     rank_points: bool = True
     group_by_kind: bool = False
+
+    @property
+    def upgrade_precision(self) -> str:
+        """What the int8 search gives an op whose int8 costs too much: a float island where they
+        are allowed (LiteRT runs it on XNNPACK's float kernels, its int8 weights dequantized once;
+        16-bit activations run LiteRT's reference kernels: MiniLM-L6's int8 build took 77 ms per
+        invoke with int16 islands, 5.1 ms with float ones, as fast as its float model), else 16-bit
+        activations (TFLite-Micro runs only integer graphs)."""
+        return "float" if self.float_islands else "int16"
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:

@@ -95,7 +95,7 @@ def choose_precisions(
     evaluate: Callable[[dict[str, str]], float],
     *,
     strict_int8: bool = False,
-    float_islands: bool = True,
+    upgrades: tuple[str, ...] = ("int16", "float"),
     target_cosine: float = 0.995,
     screen: Callable[[dict[str, str]], float] | None = None,
 ) -> PrecisionPlan:
@@ -113,8 +113,10 @@ def choose_precisions(
     measurements, which only order the groups and pick int16 or float for each; every
     upgrade kept, and the best single upgrade, is then measured by `evaluate`.
 
-    float_islands=False: int16 is the only upgrade (an integer-only runtime, TFLite-Micro): no
-    group is measured or left at float.
+    upgrades: the precisions each group is measured at. Both: int16 is chosen where it recovers
+    _INT16_SHARE of float's gain. The int8 search passes one, its config's `upgrade_precision`:
+    ("int16",) for an integer-only runtime (TFLite-Micro), ("float",) for LiteRT, where a float
+    island runs on XNNPACK's float kernels and 16-bit activations on the reference ones.
     """
     base = {g.key: "int8" for g in groups}
     c0 = evaluate(dict(base))
@@ -130,7 +132,6 @@ def choose_precisions(
 
     probe, s0 = (evaluate, c0) if screen is None else (screen, screen(dict(base)))
     count += screen is not None
-    upgrades = ("int16", "float") if float_islands else ("int16",)
     measured: dict[str, dict[str, float]] = {}  # by `probe`: `evaluate`'s numbers only without a screen
     for g in groups:
         measured[g.key] = {"int8": s0}
@@ -140,7 +141,9 @@ def choose_precisions(
 
     def choice(key: str) -> tuple[str, float]:
         m = measured[key]
-        gain16, gainf = m["int16"] - s0, m.get("float", s0) - s0
+        if len(upgrades) == 1:
+            return upgrades[0], m[upgrades[0]] - s0
+        gain16, gainf = m["int16"] - s0, m["float"] - s0
         if gain16 >= _INT16_SHARE * gainf and gain16 >= _MIN_GAIN:
             return "int16", gain16
         return "float", gainf
@@ -238,15 +241,17 @@ def upgrade_ranked(
     *,
     target_cosine: float,
     float_islands: bool = True,
+    precision: str = "int16",
 ) -> tuple[dict[str, str], float, list[tuple[int, float]]]:
-    """int16 activations for the first k "ranked" groups of `groups` (most sensitive first, each
-    with its "ranked_output" companion as a float island, or left int8 without `float_islands`),
-    k growing until the measured cosine meets `target_cosine`: a handful of measurements however
-    many groups there are. Returns (assignment, its cosine, [(k, cosine) measured]); the empty
-    assignment (all-int8, `all_int8`) when no prefix measured better by at least 1e-4."""
+    """`precision` (int16 activations, or float islands) for the first k "ranked" groups of
+    `groups` (most sensitive first, each with its "ranked_output" companion as a float island,
+    or left int8 without `float_islands`), k growing until the measured cosine meets
+    `target_cosine`: a handful of measurements however many groups there are. Returns
+    (assignment, its cosine, [(k, cosine) measured]); the empty assignment (all-int8,
+    `all_int8`) when no prefix measured better by at least 1e-4."""
     if not float_islands:
         groups = [g for g in groups if g.kind != "ranked_output"]
-    return _ranked_prefixes(groups, evaluate, {}, all_int8, "int16", target_cosine)
+    return _ranked_prefixes(groups, evaluate, {}, all_int8, precision, target_cosine)
 
 
 def float_ranked(

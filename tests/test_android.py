@@ -193,11 +193,12 @@ def test_int8_search_measures_sensitive_ops(outlier_search):
     recipe = cm.recipe
     kinds = {d["kind"] for d in recipe["decisions"]}
     assert {"layer_norm", "softmax", "gelu", "attention_matmul"} <= kinds
-    assert recipe["search"]["evaluations"] >= 1 + 2 * len(recipe["decisions"])
-    assert all(set(d["cosine"]) == {"int8", "int16", "float"} for d in recipe["decisions"])
+    assert recipe["search"]["evaluations"] >= 1 + len(recipe["decisions"])
+    # android's upgrade is a float island: 16-bit activations would run LiteRT's reference kernels
+    assert all(set(d["cosine"]) == {"int8", "float"} for d in recipe["decisions"])
     assert recipe["search"]["final_cosine"] >= recipe["search"]["all_int8_cosine"]
     for d in recipe["decisions"]:
-        best_gain = max(d["cosine"]["int16"], d["cosine"]["float"]) - d["cosine"]["int8"]
+        best_gain = d["cosine"]["float"] - d["cosine"]["int8"]
         if d["precision"] == "int8":
             assert "int8 kept" in d["reason"]
         else:  # upgraded only for a measured gain, and listed with its reason
@@ -206,8 +207,7 @@ def test_int8_search_measures_sensitive_ops(outlier_search):
     summary = summarize_tflite(cm.tflite)
     precisions = {item["precision"] for item in recipe["non_int8_ops"]}
     assert ("float" in precisions) == bool(summary.float_ops)
-    if "int16" in precisions:
-        assert summary.activation_dtypes.get("int16", 0) > 0
+    assert "int16" not in precisions and not summary.activation_dtypes.get("int16", 0)
     test = _outliers(2, 16)
     runner = LiteRTRunner(cm.tflite)
     acc = compare_outputs([program.run(*s) for s in test], [runner.run(s) for s in test])
@@ -277,8 +277,8 @@ def test_lstm_int8_measures_its_recurrent_state(tmp_path):
 
     strict_target = program_to_tflite(program, QuantConfig(scheme="int8", target_cosine=0.99999), calibration)
     [state] = [d for d in strict_target.recipe["decisions"] if d["kind"] == "recurrent_state"]
-    assert set(state["cosine"]) == {"int8", "int16", "float"}
-    assert state["precision"] in ("int16", "float") and state["cosine"][state["precision"]] > state["cosine"]["int8"] + 1e-4
+    assert set(state["cosine"]) == {"int8", "float"}
+    assert state["precision"] == "float" and state["cosine"]["float"] > state["cosine"]["int8"] + 1e-4
     assert [i["group"] for i in strict_target.recipe["non_int8_ops"]] == ["recurrent_state:LSTMTagger/LSTM_lstm"]
     runner = LiteRTRunner(strict_target.tflite)
     upgraded = compare_outputs(reference, [runner.run(s) for s in test])

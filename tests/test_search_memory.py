@@ -15,7 +15,8 @@ from tpuedge.edge import int8_search
 class WideCancellation(torch.nn.Module):
     """A small signal carried next to a huge one and recovered by subtraction (as in
     test_quant_sensitivity.py), in several blocks: neither all-int8 nor int16 holds it, so the
-    search measures many candidates, each with ~0.4 MB of int8 weights."""
+    search measures many candidates, each with ~0.4 MB of int8 weights (on mcu, where no float
+    island is allowed)."""
 
     def __init__(self, width: int = 192, depth: int = 4):
         super().__init__()
@@ -44,8 +45,7 @@ def test_the_search_does_not_keep_every_candidate_in_memory(tmp_path, monkeypatc
     monkeypatch.setattr(int8_search, "_score_candidate", traced_score)
     tracemalloc.start()
     try:
-        tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration,
-                      allow_below_budget=True)
+        tpuedge.build(program, "mcu", tmp_path / "int8", calibration=calibration, allow_below_budget=True)
     finally:
         tracemalloc.stop()
     # the second half of the search: range estimation and its histograms are done, so what grows

@@ -189,9 +189,10 @@ def test_a_screened_single_upgrade_is_measured_in_full_before_it_wins():
     assert [(d.group, d.precision) for d in plan.non_int8] == [("gelu:a", "float")]
 
 
-def test_without_float_islands_the_search_measures_and_keeps_only_int16():
-    """An integer-only runtime (mcu): float is never measured, so never chosen, even where it
-    would gain more than int16; a group int16 does not help stays int8."""
+def test_the_search_measures_and_keeps_only_its_upgrade():
+    """An integer-only runtime (mcu, upgrades int16): float is never measured, so never chosen,
+    even where it would gain more than int16; a group int16 does not help stays int8. LiteRT's
+    (android, upgrades float): int16 is never measured, even where it would gain as much."""
     groups = [SensitiveGroup("softmax:a", "softmax"), SensitiveGroup("layer_norm:b", "layer_norm")]
     gains = {("softmax:a", "int16"): 0.004, ("softmax:a", "float"): 0.02, ("layer_norm:b", "float"): 0.01}
     seen: list[dict] = []
@@ -200,12 +201,17 @@ def test_without_float_islands_the_search_measures_and_keeps_only_int16():
         seen.append(dict(assignment))
         return 0.98 + sum(gains.get((k, v), 0.0) for k, v in assignment.items())
 
-    plan = choose_precisions(groups, evaluate, float_islands=False, target_cosine=0.995)
+    plan = choose_precisions(groups, evaluate, upgrades=("int16",), target_cosine=0.995)
     assert all(v in ("int8", "int16") for a in seen for v in a.values())
     assert plan.assignment == {"softmax:a": "int16", "layer_norm:b": "int8"}
     assert plan.final_cosine == pytest.approx(0.984)
-    with_islands = choose_precisions(groups, evaluate, target_cosine=0.995)  # the android search, for contrast
-    assert with_islands.assignment["softmax:a"] == "float"
+    seen.clear()
+    gains[("layer_norm:b", "int16")] = 0.01  # as much as float: still not measured
+    islands = choose_precisions(groups, evaluate, upgrades=("float",), target_cosine=1.1)  # upgrade both
+    assert all(v in ("int8", "float") for a in seen for v in a.values())
+    assert islands.assignment == {"softmax:a": "float", "layer_norm:b": "float"}
+    both = choose_precisions(groups, evaluate, target_cosine=1.1)  # both measured: int16 where it recovers 75%
+    assert both.assignment == {"softmax:a": "float", "layer_norm:b": "int16"}
 
 
 def test_a_screened_score_is_never_taken_for_a_full_one():
