@@ -16,8 +16,10 @@ __all__ = ["convert_for_android", "int8_rewrites"]
 
 
 def convert_for_android(program: "Program", config, calibration, **options: Any):
-    """program_to_tflite, with android's own IR rewrites for static int8 (`int8_rewrites`) and
-    the tensor names shortened (edge/tensor_names.py); the recipe lists the rewrites."""
+    """program_to_tflite, with android's own IR rewrites for static int8 (`int8_rewrites`), the
+    tensor names shortened (edge/tensor_names.py) and a quantized model's equal vectors written
+    once (`tflite_file.compact_model`); the recipe lists the rewrites."""
+    from tpuedge.edge import tflite_file
     from tpuedge.edge.convert import program_to_tflite
     from tpuedge.edge.tensor_names import shorten_tensor_names
 
@@ -26,7 +28,10 @@ def convert_for_android(program: "Program", config, calibration, **options: Any)
         program, rewrites = int8_rewrites(program)
     converted = program_to_tflite(program, config, calibration, target="android", **options)
     recipe = {**converted.recipe, "ir_rewrites": rewrites} if rewrites else converted.recipe
-    return dataclasses.replace(converted, tflite=shorten_tensor_names(converted.tflite), recipe=recipe)
+    tflite = shorten_tensor_names(converted.tflite)
+    if config.scheme != "none":  # a float build writes float_tflite's model, which write_model wrote (names shortened)
+        tflite = tflite_file.compact_model(tflite)
+    return dataclasses.replace(converted, tflite=tflite, recipe=recipe)
 
 
 def int8_rewrites(program: "Program") -> tuple["Program", list[dict]]:

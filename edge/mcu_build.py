@@ -39,7 +39,9 @@ def _r(x: float | None, digits: int = 6) -> float | None:
 def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=None) -> tuple[Any, bytes, list[int]]:
     """(converted, tflite with every buffer inline, indices of the buffers moved inline): int8,
     with int16 activations where the search measured them needed unless `config.strict_int8`;
-    names shortened and the biases' quantization tables, which TFLite-Micro never reads, dropped."""
+    names shortened, the biases' quantization tables, which TFLite-Micro never reads, dropped,
+    and equal vectors written once (`tflite_file.compact_model`)."""
+    from tpuedge.edge import tflite_file
     from tpuedge.edge.bias_quantization import drop_bias_quantization
     from tpuedge.edge.convert import program_to_tflite
     from tpuedge.edge.tflm_candidates import tflm_candidate_problem
@@ -57,7 +59,7 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     if rewritten_forms:
         converted.recipe["tflm_forms"] = rewritten_forms
     tflite, _ = drop_bias_quantization(shorten_tensor_names(tflite))
-    return converted, tflite, moved
+    return converted, tflite_file.compact_model(tflite), moved
 
 
 # ---- lowering -------------------------------------------------------------------------------

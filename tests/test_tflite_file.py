@@ -213,9 +213,13 @@ def test_writing_a_model_holds_about_two_copies_and_gives_the_same_bytes(built):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    builder = flatbuffers.Builder(1024)
+    builder = tflite_file._ModelBuilder(1024)  # the bytes do not depend on the starting size
     builder.Finish(model.Pack(builder), file_identifier=tflite_file.FILE_IDENTIFIER)
     assert data == bytes(builder.Output())
+    stock = flatbuffers.Builder(1024)  # and the buffers are the stock builder's, byte for byte
+    stock.Finish(model.Pack(stock), file_identifier=tflite_file.FILE_IDENTIFIER)
+    assert [bytes(b.data) for b in tflite_file.read_model(data).buffers if b.data is not None] == \
+        [bytes(b.data) for b in tflite_file.read_model(bytes(stock.Output())).buffers if b.data is not None]
     assert peak < 2.6 * size, f"packing {size / 2**20:.0f} MiB of weights held {peak / 2**20:.0f} MiB"
 
 
@@ -245,4 +249,57 @@ def test_the_one_copy_vector_writer_gives_the_runtimes_bytes_for_every_kind_of_a
         builder.Finish(builder.EndVector())
         return bytes(builder.Output())
 
-    assert written(tflite_file._OneCopyBuilder(64)) == written(flatbuffers.Builder(64))
+    assert written(tflite_file._ModelBuilder(64)) == written(flatbuffers.Builder(64))
+
+
+class _Channels(torch.nn.Module):
+    """Three convs of 16 output channels: per-channel int8, each weight and bias with a zero
+    point vector of 16 zeros."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 16, 1),
+        )
+
+    def forward(self, x):
+        return self.convs(x)
+
+
+def test_equal_vectors_are_written_once_and_the_model_runs_the_same(tmp_path):
+    """ai-edge-quantizer writes every tensor's zero points (and shapes, op inputs) as its own
+    vector; a built int8 model holds each distinct vector once (old code: 6 int64 zero point
+    vectors of 16 zeros, one per conv weight and bias), and LiteRT and TFLite-Micro give the
+    same outputs as on the quantizer's own layout."""
+    import flatbuffers
+
+    from tpuedge.edge.litert_runtime import preserving_interpreter
+    from tpuedge.edge.tflm_runtime import TflmRunner
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Channels().eval(), (torch.zeros(1, 3, 8, 8),), name="channels")
+    rng = np.random.default_rng(0)
+    calibration = [(rng.standard_normal((1, 3, 8, 8)).astype(np.float32),) for _ in range(16)]
+    tpuedge.build(program, "android", tmp_path / "int8", calibration=calibration, quantize="int8")
+    data = (tmp_path / "int8" / "model.tflite").read_bytes()
+    zeros16 = np.zeros(16, "<i8").tobytes()
+    assert data.count(zeros16) == 1  # each of the six tables points at the one copy
+
+    model = tflite_file.read_model(data)
+    builder = flatbuffers.Builder(1 << 16)  # the same model, each vector its own: the quantizer's layout
+    builder.Finish(model.Pack(builder), file_identifier=tflite_file.FILE_IDENTIFIER)
+    separate = bytes(builder.Output())
+    assert separate.count(zeros16) == 6 and len(separate) > len(data)
+    assert tflite_file.compact_model(separate) == data  # one writer, one layout
+
+    def litert(tflite: bytes, x: np.ndarray) -> np.ndarray:
+        interpreter = preserving_interpreter(tflite)
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+    for (x,) in calibration[:3]:
+        np.testing.assert_array_equal(litert(data, x), litert(separate, x))
+        np.testing.assert_array_equal(TflmRunner(data, 100_000).run_raw([x])[0], TflmRunner(separate, 100_000).run_raw([x])[0])
