@@ -17,7 +17,6 @@ from tpuedge.edge.float_model import clear_float_cache, float_tflite, tflite_lay
 from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, run_samples
 from tpuedge.edge.tflite_inspect import summarize_tflite
 from tpuedge.quantize import QuantConfig
-from tpuedge.quantize.calibration import load_calibration
 from tpuedge.quantize.metrics import compare_outputs
 
 MODELS = ("build_cnn", "build_depthwise", "build_transformer")
