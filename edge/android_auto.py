@@ -102,8 +102,9 @@ def _detail(recipe: dict) -> str:
     if recipe.get("scheme") != "int8":
         return ""
     groups = [o for o in kept if o.get("kind") != "every_op"]
+    every = {o["precision"] for o in kept if o.get("kind") == "every_op"}
     parts = ([f"{len(groups)} op group(s) kept at int16/float"] if groups else []) + (
-        ["every activation at 16 bits"] if len(groups) < len(kept) else [])
+        ["every activation at 16 bits"] if "int16" in every else []) + (["every op in float (weights int8)"] if "float" in every else [])
     return ", ".join(parts) or "every op int8"
 
 

@@ -258,12 +258,12 @@ def static_int8(
         if fallback is not None:
             assignment, ranked_ops = fallback
             final_cosine = evaluate(assignment)
-    # then every activation at 16 bits, the integer recipe nearest float (after the float islands,
-    # which leave the rest of the model on LiteRT's int8 kernels, several times faster than int16's)
+    # then every op at the upgrade precision (after the ranked float islands, which leave the
+    # rest of the model on LiteRT's int8 kernels)
     every_op = None
     if not config.strict_int8 and score(assignment) < aim:
-        with stage_progress(f"{program.name}: every activation at 16 bits", total=_EVERY_OP_TRIES + len(_COMPUTE_HEAVY_OPS)) as step:
-            every_op = _every_op_int16(base, assignment, score, aim, refused, scopes, chosen["ranges"])
+        with stage_progress(f"{program.name}: every op at {config.upgrade_precision}", total=_EVERY_OP_TRIES + len(_COMPUTE_HEAVY_OPS)) as step:
+            every_op = _every_op(base, assignment, score, aim, refused, scopes, chosen["ranges"], config.upgrade_precision)
         every_op = {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **every_op}  # the recipe's report
         if every_op["kept"]:
             assignment = every_op.pop("assignment")
@@ -295,7 +295,7 @@ def static_int8(
                        "(model outputs keep min/max), the best all-int8 score chosen",
             },
             "sensitivity": None if config.strict_int8 else ranked["report"],
-            "every_op_int16": every_op,  # "assignment" and "entry" were taken out where it was kept
+            "every_op": every_op,  # "assignment" and "entry" were taken out where it was kept
             "decisions": [d.to_json() for d in plan.decisions],
             "non_int8_ops": ranked_ops + [
                 {"group": d.group, "kind": d.kind, "precision": d.precision, "ops": list(d.ops), "why": d.reason}
@@ -411,16 +411,18 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
     return {"assignment": assignment, "report": report, "non_int8": non_int8, "groups": groups}
 
 
-def _every_op_int16(base: bytes, assignment: dict, score, aim: float, refused: dict, scopes, ranges: str) -> dict:
+def _every_op(base: bytes, assignment: dict, score, aim: float, refused: dict, scopes, ranges: str, precision: str) -> dict:
     """The search's last resort where `assignment` (the ranked points, the op groups, float
-    islands) scores below its aim by `score`: every op type at 16-bit activations on top of it
-    (weights stay int8). Random-init DeiT-tiny on its held-out images: all-int8 0.84, every op
-    int16 0.992. An op type the target refuses at 16 bits (named in `refused`, the target's check:
-    TFLite-Micro has no int16 GATHER_ND) is left int8 and the rest measured again, at most
-    _EVERY_OP_TRIES times. Where it reaches `aim`, the compute-heavy op types go back to int8 one
-    at a time, each kept int8 while the aim holds. Returns the report: "kept" (it scores
-    _MIN_EVERY_OP_GAIN above `start`), and where kept the new "assignment" and its non_int8_ops
-    "entry"."""
+    islands) scores below its aim by `score`: every op type at `precision` on top of it, weights
+    int8 (the config's upgrade: 16-bit activations on mcu, float compute on android, where LiteRT
+    runs int16 on its reference kernels: ShuffleNetV2-x0.5's int8 candidate took 25.3 ms per
+    invoke with every op int16, its float model 1.3 ms). Random-init DeiT-tiny on its held-out
+    images: all-int8 0.84, every op int16 0.992. An op type the target refuses (named in
+    `refused`, the target's check: TFLite-Micro has no int16 GATHER_ND) is left int8 and the rest
+    measured again, at most _EVERY_OP_TRIES times. Where it reaches `aim`, the compute-heavy op
+    types go back to int8 one at a time, each kept int8 while the aim holds. Returns the report:
+    "kept" (it scores _MIN_EVERY_OP_GAIN above `start`), and where kept the new "assignment" and
+    its non_int8_ops "entry"."""
     import re
 
     from tpuedge.edge.quantizer_recipes import every_op_group, every_op_types
@@ -431,10 +433,10 @@ def _every_op_int16(base: bytes, assignment: dict, score, aim: float, refused: d
     tried: list[dict] = []
 
     def measure_without(excluded: frozenset[str], **note) -> dict:
-        """Every op type but `excluded` at int16 on top of `assignment`, measured; its `tried` row."""
+        """Every op type but `excluded` at `precision` on top of `assignment`, measured; its `tried` row."""
         group, members = every_op_group(types, excluded)
         scopes[group.key] = members
-        trial = {**assignment, group.key: "int16"}
+        trial = {**assignment, group.key: precision}
         cosine = score(trial)
         why = refused.get(_key(trial, ranges))
         tried.append({"left_int8": sorted(excluded), "score": _round(cosine), **note, **({"refused": why} if why else {})})
@@ -450,11 +452,11 @@ def _every_op_int16(base: bytes, assignment: dict, score, aim: float, refused: d
             break
         excluded = excluded | named
     best = max((t for t in tried if "refused" not in t), key=lambda t: t["score"], default=None)
-    report = {"start_score": _round(start), "tried": tried, "kept": False}
+    report = {"precision": precision, "start_score": _round(start), "tried": tried, "kept": False}
     if best is None or best["score"] < start + _MIN_EVERY_OP_GAIN:
         return report
     # with score to spare, the heavy op types go back to int8 one at a time while the aim holds:
-    # int16 runs LiteRT's reference kernels (ShuffleNetV2-x0.5: 1.6 ms per invoke -> 10.3 ms)
+    # int8 kernels are the fast ones (int16 in LiteRT, ShuffleNetV2-x0.5: 1.6 ms per invoke -> 10.3 ms)
     heavy = [name for name in names if name in _COMPUTE_HEAVY_OPS and name not in best["left_int8"]]
     for name in heavy if best["score"] >= aim else []:
         row = measure_without(frozenset(best["left_int8"]) | {name}, back_to_int8=name)
@@ -462,10 +464,11 @@ def _every_op_int16(base: bytes, assignment: dict, score, aim: float, refused: d
             best = row
     group, members = every_op_group(types, frozenset(best["left_int8"]))
     scopes[group.key] = members
-    entry = {"group": group.key, "kind": group.kind, "precision": "int16", "ops": list(group.ops),
+    every = "every activation at 16 bits" if precision == "int16" else "every op in float (weights int8)"
+    entry = {"group": group.key, "kind": group.kind, "precision": precision, "ops": list(group.ops),
              "why": f"the ranked points, the op groups and float islands left the model at {_round(start)}, below the "
-                    f"search's aim; every activation at 16 bits: {best['score']}"}
-    return {**report, "kept": True, "cosine": best["score"], "assignment": {**assignment, group.key: "int16"}, "entry": entry}
+                    f"search's aim; {every}: {best['score']}"}
+    return {**report, "kept": True, "cosine": best["score"], "assignment": {**assignment, group.key: precision}, "entry": entry}
 
 
 def _float_ranked_points(program, ranked: dict, budget_score, assignment: dict, aim: float):

@@ -228,9 +228,14 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
         for key, precision in sorted((assignment or {}).items(), key=lambda kp: (_PRECEDENCE[kp[1]], kp[0])):
             if precision == "int8":
                 continue
-            if is_every_op(key):  # int16 only (float everywhere is --quantize none); one entry per op type
+            if is_every_op(key):  # one entry per op type: 16-bit activations, or float compute with int8 weights
                 for _, op in (scopes or {})[key]:
-                    rm.add_static_config(".*", op, activation_num_bits=16, weight_num_bits=8, weight_granularity=gran)
+                    if precision == "int16":
+                        rm.add_static_config(".*", op, activation_num_bits=16, weight_num_bits=8, weight_granularity=gran)
+                        continue
+                    rm.add_quantization_config(".*", op, algorithm_key=AlgorithmName.NO_QUANTIZE)
+                    if op in _WEIGHT_ONLY_OPS:
+                        rm.add_weight_only_config(".*", op, num_bits=8, granularity=gran)
                 continue
             regex = _scope_regex((scopes or {})[key])
             if precision == "int16":

@@ -37,7 +37,7 @@ SENSITIVE_KINDS = {
     "division": "a division by a computed tensor: LiteRT's int8 DIV refuses a divisor that rounds to its zero point",
     "ranked": "an op the IR sensitivity ranking (quantize/sensitivity.py) puts among the costliest in int8",
     "ranked_output": "an op writing a model output that reads a ranked op's value: float, so the output stays float",
-    "every_op": "every activation at 16 bits (weights int8): the integer recipe nearest float, where the groups fall short",
+    "every_op": "every op at the upgrade precision (16-bit activations on mcu, float compute on android; weights int8), where the groups fall short",
 }
 # how many of the ranked groups `upgrade_ranked` tries at once, in turn
 _RANKED_PREFIXES = (1, 2, 4, 8, 12, 16, 24)

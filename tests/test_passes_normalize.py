@@ -120,7 +120,7 @@ def test_a_division_litert_refuses_in_int8_is_a_failed_recipe_not_a_crash(tmp_pa
     art = tpuedge.build(program, "android", tmp_path / "out", quantize="int8", calibration=_tokens(48, 0))
     recipe = art.manifest["recipe"]
     assert min(c["cosine"] for c in recipe["search"]["candidates"]) == -1.0  # the refused ones, scored worst
-    assert recipe["every_op_int16"]["kept"] and art.manifest["accuracy_budget"]["met"]
+    assert recipe["every_op"]["kept"] and art.manifest["accuracy_budget"]["met"]
 
 
 def test_mcu_build_whose_division_litert_refuses_exits_below_budget_not_internal_error(tmp_path):

@@ -1,5 +1,7 @@
-"""The int8 search's whole-model int16 rung: where the ranked points and the op groups leave a
-model below target, every activation at 16 bits (weights int8) is measured and kept if better.
+"""The int8 search's whole-model rung: where the ranked points and the op groups leave a model
+below target, every op at the target's upgrade precision (weights int8) is measured and kept if
+better: 16-bit activations on mcu, float compute on android (LiteRT runs int16 on its reference
+kernels).
 
 The models here have no op group the search knows (no norm, softmax, attention or recurrence),
 and the IR ranking is switched off as it is for a model over its point limit (Resemblyzer's
@@ -48,17 +50,23 @@ def _dtypes(path) -> set[str]:
     return {tflite_file.dtype_name(t.type) for t in model.subgraphs[0].tensors}
 
 
-def test_every_activation_at_16_bits_where_no_group_reaches_the_budget(tmp_path, monkeypatch):
+def test_every_op_in_float_on_android_where_no_group_reaches_the_budget(tmp_path, monkeypatch):
+    """Old code: every activation at 16 bits here, run by LiteRT's reference kernels."""
+    from tpuedge.edge.tflite_inspect import summarize_tflite
+
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
     program, calibration = _program_and_samples(pad=False)
     art = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
     recipe = art.manifest["recipe"]
-    rung = recipe["every_op_int16"]
-    assert rung["kept"] and rung["tried"][0]["score"] > rung["start_score"]
-    assert [o["group"] for o in recipe["non_int8_ops"]] == ["every_op"]
+    rung = recipe["every_op"]
+    assert rung["kept"] and rung["precision"] == "float" and rung["tried"][0]["score"] > rung["start_score"]
+    assert [(o["group"], o["precision"]) for o in recipe["non_int8_ops"]] == [("every_op", "float")]
     assert art.manifest["accuracy_budget"]["met"]  # on the 8 samples calibration did not see
     assert min(art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
-    assert "int16" in _dtypes(tmp_path / "int8" / "model.tflite")
+    model = tmp_path / "int8" / "model.tflite"
+    assert "int16" not in _dtypes(model)
+    summary = summarize_tflite(model.read_bytes())
+    assert summary.float_ops.get("FULLY_CONNECTED") == 3 and summary.weight_dtypes["int8"] >= 16 * 24 + 24 * 24 + 24 * 16
 
 
 def test_an_op_type_the_board_refuses_at_16_bits_stays_int8(tmp_path, monkeypatch):
@@ -67,7 +75,8 @@ def test_an_op_type_the_board_refuses_at_16_bits_stays_int8(tmp_path, monkeypatc
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
     program, calibration = _program_and_samples(pad=True)
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration)
-    rung = art.manifest["quantization"]["recipe"]["every_op_int16"]
+    rung = art.manifest["quantization"]["recipe"]["every_op"]
+    assert rung["precision"] == "int16"  # TFLite-Micro runs only integer graphs
     first, second = rung["tried"][:2]
     assert "GATHER_ND" in first["refused"] and second["left_int8"] == ["GATHER_ND"] and "refused" not in second
     assert rung["kept"]
@@ -83,7 +92,7 @@ def test_the_rung_is_not_measured_where_the_search_reached_its_target(tmp_path):
     rng = np.random.default_rng(0)
     calibration = [(rng.standard_normal((1, 16)).astype(np.float32),) for _ in range(16)]
     art = tpuedge.build(program, "android", tmp_path / "plain", quantize="int8", calibration=calibration)
-    assert art.manifest["recipe"]["every_op_int16"] is None
+    assert art.manifest["recipe"]["every_op"] is None
     assert "int16" not in _dtypes(tmp_path / "plain" / "model.tflite")
 
 
@@ -108,9 +117,9 @@ class _ConvThenOutlier(torch.nn.Module):
 
 
 def test_with_score_to_spare_the_heavy_op_types_go_back_to_int8(tmp_path, monkeypatch):
-    """int16 runs LiteRT's reference kernels; where every op at 16 bits clears the aim, each
-    compute-heavy op type returns to int8 while the aim holds: the convolution does, the Linear
-    whose outlier channel needs 16 bits does not."""
+    """int8 kernels are the fast ones; where every op in float clears the aim, each compute-heavy
+    op type returns to int8 while the aim holds: the convolution does, the Linear whose outlier
+    channel int8 cannot hold does not."""
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
     torch.manual_seed(0)
     program = tpuedge.export(_ConvThenOutlier().eval(), (torch.zeros(1, 3, 8, 8),), name="conv_outlier")
@@ -118,7 +127,7 @@ def test_with_score_to_spare_the_heavy_op_types_go_back_to_int8(tmp_path, monkey
     calibration = [(rng.standard_normal((1, 3, 8, 8)).astype(np.float32),) for _ in range(32)]
     art = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
     recipe = art.manifest["recipe"]
-    rung = recipe["every_op_int16"]
+    rung = recipe["every_op"]
     back = {t["back_to_int8"]: t for t in rung["tried"] if "back_to_int8" in t}
     assert set(back) == {"CONV_2D", "FULLY_CONNECTED"}
     assert back["CONV_2D"]["score"] >= rung["aim"] > back["FULLY_CONNECTED"]["score"]
