@@ -55,7 +55,7 @@ _MIN_EVERY_OP_GAIN = 1e-4
 _COMPUTE_HEAVY_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV")
 LARGE_MODEL_PARAMETERS = 5_000_000
 LARGE_MODEL_SEARCH_SAMPLES = 16
-# The op-group search's one-group-at-a-time candidates (one per group; two when it measured
+# The op-group search's one-group-at-a-time candidates (one per group; two while it measured
 # int16 and float on android: 78 of the 117 MiniLM measured) only order the groups, so they
 # run on 1/SCREENING_SHARE of the samples (at least
 # MIN_SCREENING_SAMPLES); every upgrade kept is measured on all of them.
@@ -233,7 +233,7 @@ def static_int8(
             return lambda assignment: evaluate({**start, **expand(assignment)}, samples=samples)
 
         screen = scored(screening_samples) if screening_samples < len(eval_inputs) else None
-        return choose_precisions(search_groups, scored(), strict_int8=strict, upgrades=(config.upgrade_precision,),
+        return choose_precisions(search_groups, scored(), strict_int8=strict, upgrade=config.upgrade_precision,
                                  target_cosine=config.target_cosine, screen=screen)
 
     # at most: all-int8 (also screened), each group at its upgrade, then each group's

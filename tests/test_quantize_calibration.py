@@ -146,11 +146,14 @@ def test_precision_search_uses_measurements():
         calls.append(dict(assignment))
         return 1.0 - sum(cost[g][assignment.get(g, "int8")] for g in cost)
 
-    plan = choose_precisions(groups, evaluate, target_cosine=0.999)
-    assert plan.assignment == {"softmax:a": "int16", "gelu:b": "float", "layer_norm:c": "int8"}
+    plan = choose_precisions(groups, evaluate, target_cosine=0.999)  # float islands (android)
+    assert plan.assignment == {"softmax:a": "float", "gelu:b": "float", "layer_norm:c": "int8"}
     assert plan.all_int8_cosine == pytest.approx(0.93) and plan.final_cosine == pytest.approx(1.0)
     assert {d.group for d in plan.non_int8} == {"softmax:a", "gelu:b"}
     assert all("cosine" in d.reason for d in plan.decisions)
+    integer = choose_precisions(groups, evaluate, upgrade="int16", target_cosine=0.999)  # mcu
+    assert integer.assignment == {"softmax:a": "int16", "gelu:b": "int16", "layer_norm:c": "int8"}
+    assert integer.final_cosine == pytest.approx(0.985)  # int16 recovers a quarter of gelu's cost
     strict = choose_precisions(groups, evaluate, strict_int8=True)
     assert set(strict.assignment.values()) == {"int8"} and strict.final_cosine == pytest.approx(0.93)
     met = choose_precisions(groups, evaluate, target_cosine=0.9)
