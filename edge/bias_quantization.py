@@ -30,10 +30,9 @@ BIAS_INPUT = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2}
 _INTEGER_BIAS = ("int32", "int64")
 
 
-def drop_bias_quantization(tflite: bytes) -> tuple[bytes, int]:
-    """(the model with those bias tables dropped, how many were dropped); the input bytes when none
-    is. Buffers stored after the flatbuffer stay there."""
-    model = tflite_file.read_model(tflite)
+def drop_bias_quantization(model) -> int:
+    """Drop those bias tables from `model` (a `schema.ModelT`, read by tflite_file.read_model), in
+    place; how many were dropped."""
     names = tflite_file.operator_names(model)
     dropped = 0
     for graph in model.subgraphs:
@@ -54,6 +53,4 @@ def drop_bias_quantization(tflite: bytes) -> tuple[bytes, int]:
             ):
                 tensor.quantization = None
                 dropped += 1
-    if not dropped:
-        return tflite, 0
-    return tflite_file.write_model(model, external_from=tflite), dropped
+    return dropped

@@ -387,7 +387,7 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
     scopes.update(group_scopes)
     with stage_progress(f"{program.name}: {config.upgrade_precision} for the top-ranked of {len(groups)} point(s)", total=len(groups)):
         assignment, cosine, tried = upgrade_ranked(groups, evaluate, all_int8, target_cosine=config.target_cosine,
-                                                   float_islands=config.float_islands, precision=config.upgrade_precision)
+                                                   precision=config.upgrade_precision)
     by_key = {g.key: g for g in groups}
     points = sum(by_key[key].kind == "ranked" for key in assignment)
     report = {

@@ -40,7 +40,7 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     """(converted, tflite with every buffer inline, indices of the buffers moved inline): int8,
     with int16 activations where the search measured them needed unless `config.strict_int8`;
     names shortened, the biases' quantization tables, which TFLite-Micro never reads, dropped,
-    and equal vectors written once (`tflite_file.compact_model`)."""
+    and the model written once more by tflite_file.write_model (equal vectors once)."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.bias_quantization import drop_bias_quantization
     from tpuedge.edge.convert import program_to_tflite
@@ -58,8 +58,9 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     tflite, rewritten_forms = tflm_forms(tflite)
     if rewritten_forms:
         converted.recipe["tflm_forms"] = rewritten_forms
-    tflite, _ = drop_bias_quantization(shorten_tensor_names(tflite))
-    return converted, tflite_file.compact_model(tflite), moved
+    model = tflite_file.read_model(shorten_tensor_names(tflite))
+    drop_bias_quantization(model)
+    return converted, tflite_file.write_model(model), moved  # every buffer inline: none to carry over
 
 
 # ---- lowering -------------------------------------------------------------------------------

@@ -230,16 +230,16 @@ def upgrade_ranked(
     all_int8: float,
     *,
     target_cosine: float,
-    float_islands: bool = True,
     precision: str = "int16",
 ) -> tuple[dict[str, str], float, list[tuple[int, float]]]:
     """`precision` (int16 activations, or float islands) for the first k "ranked" groups of
-    `groups` (most sensitive first, each with its "ranked_output" companion as a float island,
-    or left int8 without `float_islands`), k growing until the measured cosine meets
-    `target_cosine`: a handful of measurements however many groups there are. Returns
-    (assignment, its cosine, [(k, cosine) measured]); the empty assignment (all-int8,
-    `all_int8`) when no prefix measured better by at least 1e-4."""
-    if not float_islands:
+    `groups` (most sensitive first), k growing until the measured cosine meets `target_cosine`:
+    a handful of measurements however many groups there are. A ranked group's "ranked_output"
+    companion goes float with it where the upgrade is float (android), and stays int8 where it
+    is int16 (an integer-only runtime: no float island). Returns (assignment, its cosine,
+    [(k, cosine) measured]); the empty assignment (all-int8, `all_int8`) when no prefix
+    measured better by at least 1e-4."""
+    if precision != "float":
         groups = [g for g in groups if g.kind != "ranked_output"]
     return _ranked_prefixes(groups, evaluate, {}, all_int8, precision, target_cosine)
 

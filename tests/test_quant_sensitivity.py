@@ -233,7 +233,7 @@ def test_upgrade_ranked_without_float_islands_leaves_output_companions_int8():
         seen.append(dict(assignment))
         return 0.9 + 0.05 * sum(v == "int16" for v in assignment.values())
 
-    assignment, cosine, tried = upgrade_ranked(groups, evaluate, 0.9, target_cosine=0.995, float_islands=False)
+    assignment, cosine, tried = upgrade_ranked(groups, evaluate, 0.9, target_cosine=0.995, precision="int16")
     assert assignment == {"ranked:a": "int16", "ranked:b": "int16"} and cosine == pytest.approx(1.0)
     assert all("float" not in a.values() and "ranked:a:output" not in a for a in seen)
     assert [k for k, _ in tried] == [1, 2]

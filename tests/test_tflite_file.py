@@ -275,7 +275,7 @@ def test_equal_vectors_are_written_once_and_the_model_runs_the_same(tmp_path):
     same outputs as on the quantizer's own layout."""
     import flatbuffers
 
-    from tpuedge.edge.litert_runtime import preserving_interpreter
+    from litert_builtin import builtin_output
     from tpuedge.edge.tflm_runtime import TflmRunner
 
     torch.manual_seed(0)
@@ -294,12 +294,6 @@ def test_equal_vectors_are_written_once_and_the_model_runs_the_same(tmp_path):
     assert separate.count(zeros16) == 6 and len(separate) > len(data)
     assert tflite_file.compact_model(separate) == data  # one writer, one layout
 
-    def litert(tflite: bytes, x: np.ndarray) -> np.ndarray:
-        interpreter = preserving_interpreter(tflite)
-        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
-        interpreter.invoke()
-        return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
-
     for (x,) in calibration[:3]:
-        np.testing.assert_array_equal(litert(data, x), litert(separate, x))
+        np.testing.assert_array_equal(builtin_output(data, x), builtin_output(separate, x))
         np.testing.assert_array_equal(TflmRunner(data, 100_000).run_raw([x])[0], TflmRunner(separate, 100_000).run_raw([x])[0])
