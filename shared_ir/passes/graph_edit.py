@@ -14,7 +14,7 @@ from typing import Any
 from tpuedge.shared_ir.passes import copy_program
 
 __all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls",
-           "is_view", "is_mutating", "written_argument_indices", "written_operands", "SOURCE_META"]
+           "is_view", "is_mutating", "written_argument_indices", "written_operands", "drop_unused_inputs", "SOURCE_META"]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
 SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
@@ -144,3 +144,28 @@ def rewrite_calls(exported_program: Any, found: list, rewrite, *, with_program: 
         return exported_program, 0
     return finish(ep), count
 
+
+
+def drop_unused_inputs(ep: Any) -> int:
+    """Erase the parameter, buffer and constant inputs no node reads any more (a folded
+    BatchNorm's statistics), with their signature entries and values; user inputs always stay.
+    Returns how many went."""
+    from torch.export.graph_signature import InputKind
+
+    kept_kinds = (InputKind.USER_INPUT, InputKind.TOKEN)
+    mutated = set(ep.graph_signature.buffers_to_mutate.values())
+    graph = ep.graph_module.graph
+    placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    dropped = [s for s in ep.graph_signature.input_specs
+               if s.kind not in kept_kinds and s.target not in mutated and not placeholders[s.arg.name].users]
+    if not dropped:
+        return 0
+    for spec in dropped:
+        graph.erase_node(placeholders[spec.arg.name])
+    ep.graph_signature.input_specs[:] = [s for s in ep.graph_signature.input_specs if s not in dropped]
+    still_read = {s.target for s in ep.graph_signature.input_specs}
+    for spec in dropped:
+        if spec.target not in still_read:
+            ep.state_dict.pop(spec.target, None)
+            ep.constants.pop(spec.target, None)
+    return len(dropped)
