@@ -95,20 +95,22 @@ def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> di
     """One `tpuedge build` in a child process: wall seconds, peak RSS, the cache line it printed."""
     env = {**os.environ, "TPUEDGE_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
     env.pop("TPUEDGE_NO_CACHE", None)
-    command = [sys.executable, "-m", "tpuedge.cli", "build", spec, "--target", target, "--out", str(out), *extra]
-    with tempfile.TemporaryFile("w+") as out_file, tempfile.TemporaryFile("w+") as err_file:
+    with tempfile.TemporaryFile("w+") as out_file, tempfile.TemporaryFile("w+") as err_file, \
+            tempfile.TemporaryDirectory() as tmp:
+        # the child's own peak RSS (bench/peak_rss.py): wait4's would be at least this process's
+        report = Path(tmp) / "rss.json"
+        command = [sys.executable, str(ROOT / "bench" / "peak_rss.py"), str(report), "-m", "tpuedge.cli", "build", spec,
+                   "--target", target, "--out", str(out), *extra]
         started = time.perf_counter()
-        proc = subprocess.Popen(command, env=env, stdout=out_file, stderr=err_file, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (KiB on linux)
+        proc = subprocess.run(command, env=env, stdout=out_file, stderr=err_file, text=True)
         wall = time.perf_counter() - started
-        returncode = os.waitstatus_to_exitcode(status)
-        proc.returncode = returncode
         out_file.seek(0), err_file.seek(0)
         stdout, stderr = out_file.read(), err_file.read()
-    if returncode != 0:
-        raise BuildFailed(f"build failed ({' '.join(command)}):\n{stderr[-3000:]}")
+        if proc.returncode != 0:
+            raise BuildFailed(f"build failed ({' '.join(command)}):\n{stderr[-3000:]}")
+        peak_rss_mb = json.loads(report.read_text())["peak_rss_mb"]
     line = next((l for l in stdout.splitlines() if l.startswith("cache:")), "")
-    return {"wall_s": round(wall, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "cache": line}
+    return {"wall_s": round(wall, 3), "peak_rss_mb": peak_rss_mb, "cache": line}
 
 
 def bench_model(name: str, spec: str, calibration: str, work: Path) -> dict:

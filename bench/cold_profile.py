@@ -41,23 +41,26 @@ def _child_env(**extra: str) -> dict:
     return env
 
 
-def _run(command: list[str], env: dict) -> tuple[float, float, str]:
-    """Run a child: wall seconds, its own peak RSS (MB), stderr; raises on failure."""
-    with tempfile.TemporaryFile("w+") as err:
+def _run(module_args: list[str], env: dict) -> tuple[float, float, str]:
+    """Run `python -m MODULE ARGS` as a child: wall seconds, its own peak RSS (MB, bench/peak_rss.py:
+    wait4's figure would be at least this process's own), stderr; raises on failure."""
+    with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "rss.json"
+        command = [sys.executable, str(HERE / "peak_rss.py"), str(report), "-m", *module_args]
         started = time.perf_counter()
         proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc.wait()
         wall = time.perf_counter() - started
         err.seek(0)
         stderr = err.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{' '.join(command[:6])} ... failed:\n{stderr[-3000:]}")
-    return wall, usage.ru_maxrss / 1024, stderr
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(module_args[:6])} ... failed:\n{stderr[-3000:]}")
+        return wall, json.loads(report.read_text())["peak_rss_mb"], stderr
 
 
 def tpuedge_side(name: str, target: str, quantize: str, folder: Path) -> dict:
     times = folder / f"{name}-{target}-stages.json"
-    command = [sys.executable, "-m", "tpuedge.cli", "build", f"{HERE}/zoo_specs.py:{name}", "--target", target,
+    command = ["tpuedge.cli", "build", f"{HERE}/zoo_specs.py:{name}", "--target", target,
                "--no-cache", "--out", str(folder / f"{name}-{target}")]
     if target == "android":
         command += ["--quantize", quantize]
@@ -72,8 +75,7 @@ def tpuedge_side(name: str, target: str, quantize: str, folder: Path) -> dict:
 
 def peer_side(name: str, quantize: str, folder: Path) -> dict:
     times = folder / f"{name}-peer-stages.json"
-    command = [sys.executable, str(Path(__file__).resolve()), "--peer-child", name, quantize, str(times),
-               str(folder / f"{name}-peer.tflite")]
+    command = ["cold_profile", "--peer-child", name, quantize, str(times), str(folder / f"{name}-peer.tflite")]
     wall, rss, _ = _run(command, _child_env())
     stages = json.loads(times.read_text())
     stages[OTHER] = max(0.0, wall - sum(stages.values()))

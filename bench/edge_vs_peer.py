@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from peak_rss import own_peak_rss_mb  # noqa: E402
 from peer import peer_convert  # noqa: E402
 
 from tpuedge.edge.litert_latency import median_latency_ms  # noqa: E402
@@ -118,7 +118,7 @@ def child(name: str, scheme: str, side: str, out_path: str, digits_weights: str 
         data = peer_convert(module, args, scheme, calibration)
     seconds = time.perf_counter() - start
     Path(out_path).write_bytes(data)
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = own_peak_rss_mb()  # since this child's exec (getrusage's counts the parent's too)
     print(json.dumps({"seconds": seconds, "rss_mb": rss_mb}))
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -41,6 +40,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))  # the checkout's tpuedge wins over an installed copy
 
+from peak_rss import own_peak_rss_mb  # noqa: E402
 from peer import peer_convert  # noqa: E402
 
 from tpuedge.edge.litert_latency import median_latency_ms  # noqa: E402
@@ -110,7 +110,7 @@ def run_child(spec: dict) -> None:
         result["seconds"] = time.perf_counter() - start
     except Exception as exc:  # noqa: BLE001 - every failure is a row of the table
         result.update(error=_first_line(exc), kind=type(exc).__name__, seconds=time.perf_counter() - start)
-    result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["rss_mb"] = own_peak_rss_mb()  # since this child's exec (getrusage's counts the parent's too)
     print("ZOO-RESULT " + json.dumps(result), flush=True)
 
 
