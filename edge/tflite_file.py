@@ -30,7 +30,7 @@ from tpuedge.shared_ir.errors import UserError
 __all__ = [
     "FILE_IDENTIFIER", "DTYPE_NAMES", "read_model", "write_model", "compact_model", "operator_names", "dtype_name",
     "is_external", "buffer_nbytes", "is_constant", "tensor_bytes", "tensor_quantization", "text", "schema",
-    "op_scales",
+    "op_scales", "tensor_names",
 ]
 
 FILE_IDENTIFIER = b"TFL3"
@@ -226,6 +226,14 @@ def operator_names(model) -> list[str]:
         else:
             names.append(_BUILTIN_NAMES.get(number, f"BUILTIN_{number}"))
     return names
+
+
+def tensor_names(data: bytes) -> list[list[str]]:
+    """Each subgraph's tensor names, read in place (no object tree, no weight copies). For bytes
+    this package wrote or checked; `read_model` is the checked reader."""
+    model = schema.Model.GetRootAs(data, 0)
+    graphs = [model.Subgraphs(i) for i in range(model.SubgraphsLength())]
+    return [[text(g.Tensors(j).Name()) for j in range(g.TensorsLength())] for g in graphs]
 
 
 def op_scales(data: bytes, builtins: frozenset[str]) -> list[tuple[int, str, str, list, list]]:

@@ -99,3 +99,26 @@ def test_the_float_model_comes_out_short_named_and_a_float_build_writes_it_as_it
     art = tpuedge.build(program, "android", tmp_path / "f", quantize="none")
     assert (tmp_path / "f" / "model.tflite").read_bytes() == base
     assert art.manifest["sizes"]["float_tflite_bytes"] == len(base)
+
+
+def test_repeated_scopes_get_the_first_free_suffix_and_a_short_named_model_is_not_unpacked(tmp_path, monkeypatch):
+    """An unrolled recurrent layer gives thousands of tensors one scope: each repeat gets the first
+    free ";k" (as the one-by-one search gave, without its quadratic cost), and a model whose names
+    are short already is returned as it is from its names read in place: unpacking Resemblyzer's
+    object tree (10k tensors) took a second, twice per float build."""
+    from tpuedge.edge.tensor_names import _unique_short_names
+
+    scope = "pkg.Net/torch.nn.modules.rnn.LSTM_lstm"
+    names = [scope, f"{scope};7", "Net/LSTM_lstm;2", scope, "serving_default_x", scope]
+    assert _unique_short_names(names) == ["Net/LSTM_lstm", "Net/LSTM_lstm;1", "Net/LSTM_lstm;2", "Net/LSTM_lstm;3",
+                                          "serving_default_x", "Net/LSTM_lstm;4"]
+
+    program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="named")
+    tpuedge.build(program, "android", tmp_path / "float", quantize="none")
+    data = (tmp_path / "float" / "model.tflite").read_bytes()
+
+    def unpacked(*args, **kwargs):
+        raise AssertionError("the model was unpacked to find nothing to rename")
+
+    monkeypatch.setattr(tflite_file, "read_model", unpacked)
+    assert shorten_tensor_names(data) is data
