@@ -51,7 +51,10 @@ _HELD_OUT_MARGIN = 0.0025
 # int8 and the rest measured again, and how much it must gain to be kept
 _EVERY_OP_TRIES = 3
 _MIN_EVERY_OP_GAIN = 1e-4
-# the op types the rung returns to int8 where it has score to spare (most of a model's time)
+# the op types the rung returns to int8 where it has score to spare: table lookups first (an
+# embedding table is most of a text model's bytes: MiniLM-L6's every-op-float recipe kept its
+# 30522x384 table float, 57.9 MB against 22.7 MB), then the compute-heavy ops (most of its time)
+_TABLE_OPS = ("GATHER_ND", "GATHER", "EMBEDDING_LOOKUP")
 _COMPUTE_HEAVY_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV")
 LARGE_MODEL_PARAMETERS = 5_000_000
 LARGE_MODEL_SEARCH_SAMPLES = 16
@@ -262,7 +265,7 @@ def static_int8(
     # rest of the model on LiteRT's int8 kernels)
     every_op = None
     if not config.strict_int8 and score(assignment) < aim:
-        with stage_progress(f"{program.name}: every op at {config.upgrade_precision}", total=_EVERY_OP_TRIES + len(_COMPUTE_HEAVY_OPS)) as step:
+        with stage_progress(f"{program.name}: every op at {config.upgrade_precision}", total=_EVERY_OP_TRIES + len(_TABLE_OPS) + len(_COMPUTE_HEAVY_OPS)) as step:
             every_op = _every_op(base, assignment, score, aim, refused, scopes, chosen["ranges"], config.upgrade_precision)
         every_op = {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **every_op}  # the recipe's report
         if every_op["kept"]:
@@ -419,8 +422,8 @@ def _every_op(base: bytes, assignment: dict, score, aim: float, refused: dict, s
     invoke with every op int16, its float model 1.3 ms). Random-init DeiT-tiny on its held-out
     images: all-int8 0.84, every op int16 0.992. An op type the target refuses (named in
     `refused`, the target's check: TFLite-Micro has no int16 GATHER_ND) is left int8 and the rest
-    measured again, at most _EVERY_OP_TRIES times. Where it reaches `aim`, the compute-heavy op
-    types go back to int8 one at a time, each kept int8 while the aim holds. Returns the report:
+    measured again, at most _EVERY_OP_TRIES times. Where it reaches `aim`, the table lookups and
+    then the compute-heavy op types go back to int8 one at a time, each kept int8 while the aim holds. Returns the report:
     "kept" (it scores _MIN_EVERY_OP_GAIN above `start`), and where kept the new "assignment" and
     its non_int8_ops "entry"."""
     import re
@@ -455,9 +458,11 @@ def _every_op(base: bytes, assignment: dict, score, aim: float, refused: dict, s
     report = {"precision": precision, "start_score": _round(start), "tried": tried, "kept": False}
     if best is None or best["score"] < start + _MIN_EVERY_OP_GAIN:
         return report
-    # with score to spare, the heavy op types go back to int8 one at a time while the aim holds:
-    # int8 kernels are the fast ones (int16 in LiteRT, ShuffleNetV2-x0.5: 1.6 ms per invoke -> 10.3 ms)
-    heavy = [name for name in names if name in _COMPUTE_HEAVY_OPS and name not in best["left_int8"]]
+    # with score to spare, the tables and the heavy op types go back to int8 one at a time while
+    # the aim holds: int8 tables are a quarter of the bytes, int8 kernels the fast ones (int16 in
+    # LiteRT, ShuffleNetV2-x0.5: 1.6 ms per invoke -> 10.3 ms); tables first, each kind in graph order
+    heavy = sorted((name for name in names if name in _TABLE_OPS + _COMPUTE_HEAVY_OPS and name not in best["left_int8"]),
+                   key=lambda name: name not in _TABLE_OPS)
     for name in heavy if best["score"] >= aim else []:
         row = measure_without(frozenset(best["left_int8"]) | {name}, back_to_int8=name)
         if "refused" not in row and row["score"] >= aim:

@@ -133,3 +133,39 @@ def test_with_score_to_spare_the_heavy_op_types_go_back_to_int8(tmp_path, monkey
     assert back["CONV_2D"]["score"] >= rung["aim"] > back["FULLY_CONNECTED"]["score"]
     assert [o["group"] for o in recipe["non_int8_ops"]] == ["every_op but CONV_2D"]
     assert art.manifest["accuracy_budget"]["met"]
+
+
+class _LookupThenOutliers(torch.nn.Module):
+    """Token ids through an embedding table (as the int8 rewrites store it: one int8 gather) into
+    the outlier Linears, which need every op in float."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(2000, 16)
+        self.outliers = _Outliers()
+
+    def forward(self, ids):
+        return self.outliers(self.table(ids).mean(1))
+
+
+def test_the_float_rung_puts_an_embedding_table_back_to_int8(tmp_path, monkeypatch):
+    """The table is most of a text model's bytes: MiniLM-L6's every-op-float recipe kept its table
+    float (57.9 MB for 22.7M parameters). The rung returns table lookups to int8 first, measured:
+    the old code left this one float (128,000 bytes of float32 table)."""
+    from tpuedge.edge.tflite_inspect import summarize_tflite
+
+    monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
+    torch.manual_seed(0)
+    program = tpuedge.export(_LookupThenOutliers().eval(), (torch.zeros(1, 6, dtype=torch.long),), name="lookup")
+    rng = np.random.default_rng(0)
+    calibration = [(rng.integers(0, 2000, (1, 6)),) for _ in range(32)]
+    art = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
+    rung = art.manifest["recipe"]["every_op"]
+    assert rung["kept"] and rung["precision"] == "float"
+    back = [row["back_to_int8"] for row in rung["tried"] if "back_to_int8" in row]
+    assert back[0] in ("GATHER_ND", "GATHER", "EMBEDDING_LOOKUP"), rung["tried"]  # tables are tried first
+    assert art.manifest["accuracy_budget"]["met"]
+    summary = summarize_tflite((tmp_path / "int8" / "model.tflite").read_bytes())
+    assert not {"GATHER_ND", "GATHER", "EMBEDDING_LOOKUP"} & set(summary.float_ops), summary.float_ops
+    assert summary.weight_dtypes.get("float32", 0) < 2000 * 16 * 4, summary.weight_dtypes  # the table is int8
+    assert summary.weight_dtypes["int8"] >= 2000 * 16
