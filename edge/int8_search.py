@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tpuedge.edge.float_model import float_tflite, tflite_layout_inputs
-from tpuedge.quantize.recipes import choose_precisions, merge_by_kind, upgrade_ranked
+from tpuedge.quantize.recipes import PrecisionPlan, choose_precisions, merge_by_kind, upgrade_ranked
 from tpuedge.shared_ir.errors import InternalError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +56,8 @@ _MIN_EVERY_OP_GAIN = 1e-4
 # 30522x384 table float, 57.9 MB against 22.7 MB), then the compute-heavy ops (most of its time)
 _TABLE_OPS = ("GATHER_ND", "GATHER", "EMBEDDING_LOOKUP")
 _COMPUTE_HEAVY_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV")
+# from this many op groups on (android), the whole-model float rung is measured before them
+EVERY_OP_FIRST_GROUPS = 8
 LARGE_MODEL_PARAMETERS = 5_000_000
 LARGE_MODEL_SEARCH_SAMPLES = 16
 # The op-group search's one-group-at-a-time candidates (one per group; two while it measured
@@ -227,6 +229,29 @@ def static_int8(
     # the groups searched: each op group, or one per kind (config.group_by_kind)
     search_groups, expand = merge_by_kind(groups) if config.group_by_kind else (groups, dict)
 
+    def budget_score(assignment: dict[str, str]) -> float:  # the budget's own metric
+        summary = measure(assignment)
+        return summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
+
+    # the last resorts aim this far above the budget on the search's own samples, or at the target
+    if budget_cosine is None:
+        aim, score, metric = config.target_cosine, evaluate, "the search's score"
+    else:
+        aim, score, metric = min(budget_cosine + _HELD_OUT_MARGIN, 1.0), budget_score, "the budget's metric (mean per-sample cosine)"
+
+    # Where float islands are allowed and the op groups are many (a transformer's norms, GELUs and
+    # attention products, 3-5 a layer), the whole-model float rung is measured first: a handful of
+    # candidates against one per group and more. Where it meets the aim the group search is not run
+    # (MiniLM-L6 ended on this rung after ~45 group candidates, ~15 s of a 38 s build).
+    every_op = None
+    if (not config.strict_int8 and config.float_islands and len(search_groups) >= EVERY_OP_FIRST_GROUPS
+            and score(ranked["assignment"]) < aim):
+        with stage_progress(f"{program.name}: every op at {config.upgrade_precision}", total=_EVERY_OP_TRIES + len(_TABLE_OPS) + len(_COMPUTE_HEAVY_OPS)) as step:
+            early = _every_op(base, ranked["assignment"], score, aim, refused, scopes, chosen["ranges"], config.upgrade_precision)
+        if early["kept"] and early["cosine"] >= aim:
+            every_op = {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **early,
+                        "before_op_groups": f"measured before the {len(search_groups)} op groups, which it made unneeded"}
+
     def search(*, strict: bool):
         """choose_precisions over the groups: on top of the upgraded ranked points unless `strict`,
         the one-group-at-a-time candidates screened on fewer samples where there are enough."""
@@ -241,30 +266,27 @@ def static_int8(
 
     # at most: all-int8 (also screened), each group at its upgrade, then each group's
     # upgrade in turn, and the best single upgrade measured on all samples
-    with stage_progress(f"{program.name}: int8 search over {len(search_groups)} op group(s)", total=3 + 2 * len(search_groups)) as step:
-        plan = search(strict=config.strict_int8)
-        mixed = search(strict=False) if config.strict_int8 and report_strict_cost else None
-    ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
-    assignment = expand(plan.assignment) if config.strict_int8 else {**ranked["assignment"], **expand(plan.assignment)}
-    final_cosine = plan.final_cosine
-    def budget_score(assignment: dict[str, str]) -> float:  # the budget's own metric
-        summary = measure(assignment)
-        return summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
-
-    # the last resorts aim this far above the budget on the search's own samples, or at the target
-    if budget_cosine is None:
-        aim, score, metric = config.target_cosine, evaluate, "the search's score"
+    mixed = None
+    if every_op is not None:  # the float rung met the aim on top of the ranked points
+        plan = PrecisionPlan({}, [], None, None, 0)
+        ranked_ops = ranked["non_int8"] + [every_op.pop("entry")]
+        assignment = every_op.pop("assignment")
+        final_cosine = evaluate(assignment)
     else:
-        aim, score, metric = min(budget_cosine + _HELD_OUT_MARGIN, 1.0), budget_score, "the budget's metric (mean per-sample cosine)"
-    if budget_cosine is not None and not config.strict_int8 and config.float_islands and ranked.get("groups"):
+        with stage_progress(f"{program.name}: int8 search over {len(search_groups)} op group(s)", total=3 + 2 * len(search_groups)) as step:
+            plan = search(strict=config.strict_int8)
+            mixed = search(strict=False) if config.strict_int8 and report_strict_cost else None
+        ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
+        assignment = expand(plan.assignment) if config.strict_int8 else {**ranked["assignment"], **expand(plan.assignment)}
+        final_cosine = plan.final_cosine
+    if every_op is None and budget_cosine is not None and not config.strict_int8 and config.float_islands and ranked.get("groups"):
         fallback = _float_ranked_points(program, ranked, budget_score, assignment, aim)
         if fallback is not None:
             assignment, ranked_ops = fallback
             final_cosine = evaluate(assignment)
     # then every op at the upgrade precision (after the ranked float islands, which leave the
     # rest of the model on LiteRT's int8 kernels)
-    every_op = None
-    if not config.strict_int8 and score(assignment) < aim:
+    if every_op is None and not config.strict_int8 and score(assignment) < aim:
         with stage_progress(f"{program.name}: every op at {config.upgrade_precision}", total=_EVERY_OP_TRIES + len(_TABLE_OPS) + len(_COMPUTE_HEAVY_OPS)) as step:
             every_op = _every_op(base, assignment, score, aim, refused, scopes, chosen["ranges"], config.upgrade_precision)
         every_op = {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **every_op}  # the recipe's report

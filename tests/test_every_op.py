@@ -169,3 +169,39 @@ def test_the_float_rung_puts_an_embedding_table_back_to_int8(tmp_path, monkeypat
     assert not {"GATHER_ND", "GATHER", "EMBEDDING_LOOKUP"} & set(summary.float_ops), summary.float_ops
     assert summary.weight_dtypes.get("float32", 0) < 2000 * 16 * 4, summary.weight_dtypes  # the table is int8
     assert summary.weight_dtypes["int8"] >= 2000 * 16
+
+
+class _TinyEncoder(torch.nn.Module):
+    """Two transformer layers: 12 op groups (norms, softmaxes, attention products, GELUs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(16, 32)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, activation="gelu", batch_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.out = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.out(self.enc(self.inp(x)))
+
+
+def test_with_many_op_groups_the_float_rung_is_measured_first_and_spares_the_group_search(tmp_path, monkeypatch):
+    """An input channel 200x the others spoils int8 activations throughout; every op in float
+    (weights int8) meets the aim, and with 12 op groups it is measured before them: 6 candidates
+    in all, where the old code measured each group first (and then this rung anyway)."""
+    from tpuedge.edge.int8_search import EVERY_OP_FIRST_GROUPS
+
+    monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
+    torch.manual_seed(0)
+    program = tpuedge.export(_TinyEncoder().eval(), (torch.zeros(1, 6, 16),), name="encoder")
+    rng = np.random.default_rng(0)
+    scale = np.r_[200.0, np.ones(15)]
+    calibration = [((rng.standard_normal((1, 6, 16)) * scale).astype(np.float32),) for _ in range(32)]
+    art = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
+    recipe = art.manifest["recipe"]
+    rung = recipe["every_op"]
+    assert "before_op_groups" in rung and rung["kept"] and rung["cosine"] >= rung["aim"], rung
+    assert recipe["decisions"] == []  # no op group was measured
+    assert recipe["search"]["evaluations"] < EVERY_OP_FIRST_GROUPS <= 12
+    assert [o["group"].split(" ")[0] for o in recipe["non_int8_ops"]] == ["every_op"]
+    assert art.manifest["accuracy_budget"]["met"]  # on the 8 samples calibration did not see
