@@ -6,7 +6,7 @@ weights scaled by s[c] and its bias (b - mean) * s + beta. The TFLite converter 
 deep in its MLIR passes; folding it on the IR gives every lowering a graph of one op per layer
 instead of three (conv, batch_norm, getitem after litert-torch's decomposition). On
 torchvision's MobileNetV2 (52 BatchNorms) the float android build took about half the time
-(one-off measurement: 8.3 s -> 4.9 s), and the .tflite has the same ops and weights.
+(one-off measurement: 8.3 s -> 5.2 s), and the .tflite has the same ops and weights.
 
 Folded only where it changes no other computation: the layer's sole user is the BatchNorm,
 its weight (and bias) are parameters nothing else reads, the statistics are constants, and the

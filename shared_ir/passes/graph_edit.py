@@ -145,7 +145,6 @@ def rewrite_calls(exported_program: Any, found: list, rewrite, *, with_program: 
     return finish(ep), count
 
 
-
 def drop_unused_inputs(ep: Any) -> int:
     """Erase the parameter, buffer and constant inputs no node reads any more (a folded
     BatchNorm's statistics), with their signature entries and values; user inputs always stay.
@@ -157,7 +156,8 @@ def drop_unused_inputs(ep: Any) -> int:
     graph = ep.graph_module.graph
     placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
     dropped = [s for s in ep.graph_signature.input_specs
-               if s.kind not in kept_kinds and s.target not in mutated and not placeholders[s.arg.name].users]
+               if s.kind not in kept_kinds and s.target not in mutated and getattr(s.arg, "name", None) in placeholders
+               and not placeholders[s.arg.name].users]
     if not dropped:
         return 0
     for spec in dropped:
