@@ -243,14 +243,19 @@ def static_int8(
     # attention products, 3-5 a layer), the whole-model float rung is measured first: a handful of
     # candidates against one per group and more. Where it meets the aim the group search is not run
     # (MiniLM-L6 ended on this rung after ~45 group candidates, ~15 s of a 38 s build).
+    def every_op_rung(start: dict[str, str]) -> dict:
+        """`_every_op` on top of `start`, its progress shown; the recipe's report."""
+        nonlocal step
+        with stage_progress(f"{program.name}: every op at {config.upgrade_precision}", total=_EVERY_OP_TRIES + len(_TABLE_OPS) + len(_COMPUTE_HEAVY_OPS)) as step:
+            report = _every_op(base, start, score, aim, refused, scopes, chosen["ranges"], config.upgrade_precision)
+        return {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **report}
+
     every_op = None
     if (not config.strict_int8 and config.float_islands and len(search_groups) >= EVERY_OP_FIRST_GROUPS
             and score(ranked["assignment"]) < aim):
-        with stage_progress(f"{program.name}: every op at {config.upgrade_precision}", total=_EVERY_OP_TRIES + len(_TABLE_OPS) + len(_COMPUTE_HEAVY_OPS)) as step:
-            early = _every_op(base, ranked["assignment"], score, aim, refused, scopes, chosen["ranges"], config.upgrade_precision)
+        early = every_op_rung(ranked["assignment"])
         if early["kept"] and early["cosine"] >= aim:
-            every_op = {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **early,
-                        "before_op_groups": f"measured before the {len(search_groups)} op groups, which it made unneeded"}
+            every_op = {**early, "before_op_groups": f"measured before the {len(search_groups)} op groups, which it made unneeded"}
 
     def search(*, strict: bool):
         """choose_precisions over the groups: on top of the upgraded ranked points unless `strict`,
@@ -287,9 +292,7 @@ def static_int8(
     # then every op at the upgrade precision (after the ranked float islands, which leave the
     # rest of the model on LiteRT's int8 kernels)
     if every_op is None and not config.strict_int8 and score(assignment) < aim:
-        with stage_progress(f"{program.name}: every op at {config.upgrade_precision}", total=_EVERY_OP_TRIES + len(_TABLE_OPS) + len(_COMPUTE_HEAVY_OPS)) as step:
-            every_op = _every_op(base, assignment, score, aim, refused, scopes, chosen["ranges"], config.upgrade_precision)
-        every_op = {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **every_op}  # the recipe's report
+        every_op = every_op_rung(assignment)
         if every_op["kept"]:
             assignment = every_op.pop("assignment")
             ranked_ops = ranked_ops + [every_op.pop("entry")]
