@@ -101,10 +101,12 @@ def _detail(recipe: dict) -> str:
     kept = recipe.get("non_int8_ops") or []
     if recipe.get("scheme") != "int8":
         return ""
-    groups = [o for o in kept if o.get("kind") != "every_op"]
+    groups = [o for o in kept if o.get("kind") not in ("every_op", "ranked_weights")]
     every = {o["precision"] for o in kept if o.get("kind") == "every_op"}
+    weights = [o for o in kept if o.get("kind") == "ranked_weights"]
     parts = ([f"{len(groups)} op group(s) kept at int16/float"] if groups else []) + (
-        ["every activation at 16 bits"] if "int16" in every else []) + (["every op in float (weights int8)"] if "float" in every else [])
+        ["every activation at 16 bits"] if "int16" in every else []) + (["every op in float (weights int8)"] if "float" in every else []) + (
+        [f"{len(weights)} weight tensor(s) in float32"] if weights else [])
     return ", ".join(parts) or "every op int8"
 
 

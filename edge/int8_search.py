@@ -7,7 +7,8 @@ one it measured (quantize/recipes.py chooses).
 
 Static int8, where all-int8 misses the target, measures remedies before the search: estimated
 activation ranges (MSE, percentile) and cross-layer equalization of conv/linear pairs across
-a relu (shared_ir/passes/cross_layer_equalization.py). Each is kept only if it scores better;
+a relu (shared_ir/passes/cross_layer_equalization.py). Its last rungs (android) are every op in
+float with int8 weights, then float32 weights for the weight tensors whose int8 values cost most. Each is kept only if it scores better;
 an equalized program is then converted in the user's program's place (the manifest says so,
 and per-layer verify compares against it).
 """
@@ -56,6 +57,10 @@ _MIN_EVERY_OP_GAIN = 1e-4
 # 30522x384 table float, 57.9 MB against 22.7 MB), then the compute-heavy ops (most of its time)
 _TABLE_OPS = ("GATHER_ND", "GATHER", "EMBEDDING_LOOKUP")
 _COMPUTE_HEAVY_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV")
+# the float32-weights rung's extra bytes (3 an element over int8) stay within this share of the
+# parameter count plus this floor: the size goal's slack (int8 size <= 1.1x parameter bytes + 32 KiB)
+FLOAT_WEIGHTS_BYTES_SHARE = 0.1
+FLOAT_WEIGHTS_BYTES_FLOOR = 32 * 1024
 # from this many op groups on (android), the whole-model float rung is measured before them
 EVERY_OP_FIRST_GROUPS = 8
 LARGE_MODEL_PARAMETERS = 5_000_000
@@ -297,6 +302,15 @@ def static_int8(
             assignment = every_op.pop("assignment")
             ranked_ops = ranked_ops + [every_op.pop("entry")]
             final_cosine = evaluate(assignment)
+    # then float32 weights for the weight tensors whose int8 values cost most, where int8 weights
+    # alone keep the model below its aim (android: float islands allowed)
+    float_weights = None
+    if not config.strict_int8 and config.float_islands and score(assignment) < aim:
+        float_weights = _float_weights_rung(program, config, base, eval_samples, scopes, score, assignment, aim)
+        if float_weights["kept"]:
+            assignment = float_weights.pop("assignment")
+            ranked_ops = ranked_ops + float_weights.pop("entries")
+            final_cosine = evaluate(assignment)
     final = candidate_bytes(_key(assignment, chosen["ranges"]))
     recipe.update(
         {
@@ -324,6 +338,7 @@ def static_int8(
             },
             "sensitivity": None if config.strict_int8 else ranked["report"],
             "every_op": every_op,  # "assignment" and "entry" were taken out where it was kept
+            "float_weights": float_weights,
             "decisions": [d.to_json() for d in plan.decisions],
             "non_int8_ops": ranked_ops + [
                 {"group": d.group, "kind": d.kind, "precision": d.precision, "ops": list(d.ops), "why": d.reason}
@@ -499,6 +514,57 @@ def _every_op(base: bytes, assignment: dict, score, aim: float, refused: dict, s
              "why": f"the ranked points, the op groups and float islands left the model at {_round(start)}, below the "
                     f"search's aim; {every}: {best['score']}"}
     return {**report, "kept": True, "cosine": best["score"], "assignment": {**assignment, group.key: precision}, "entry": entry}
+
+
+def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, score, assignment: dict, aim: float) -> dict:
+    """The search's last rung (android): the IR's weight tensors ranked by their int8 cost alone
+    (quantize/weight_sensitivity.py), then float32 weights for the ops reading the costliest, the
+    fewest that reach `aim` on top of `assignment`, within FLOAT_WEIGHTS_BYTES_SHARE of the
+    parameter count in extra bytes. Returns the report, with "kept" and, where kept, the new
+    "assignment" and its non_int8_ops "entries"."""
+    from tpuedge.edge.litert_lowering import litert_ir_passes
+    from tpuedge.edge.quantizer_recipes import weight_groups
+    from tpuedge.quantize.recipes import float_weights_ranked
+    from tpuedge.quantize.weight_sensitivity import WEIGHT_RANKING_SAMPLES, rank_weights
+    from tpuedge.shared_ir.progress import stage_progress
+    from tpuedge.shared_ir.program import Program
+    from tpuedge.shared_ir.stage_times import timed
+
+    samples = eval_samples[:WEIGHT_RANKING_SAMPLES]
+    with stage_progress(f"{program.name}: int8 cost of each weight tensor ({len(samples)} samples)", total=1), \
+            timed("int8 search: IR weight ranking"):
+        # the program the converter saw (BatchNorm folded): its weights are the ones quantized
+        lowered = Program(litert_ir_passes(program.exported_program), name=program.name)
+        ranking = rank_weights(lowered, samples, per_channel=config.per_channel)
+    # float32 costs 3 bytes an element over int8: the extra stays within the size goal's slack
+    cap = int((FLOAT_WEIGHTS_BYTES_SHARE * program.parameter_count + FLOAT_WEIGHTS_BYTES_FLOOR) / 3)
+    groups, group_scopes = weight_groups(base, ranking, cap)
+    scopes.update(group_scopes)
+    start = score(assignment)
+    report = {
+        "method": "each IR weight tensor alone rounded to int8 (symmetric, "
+                  f"{'per output channel' if config.per_channel else 'per tensor'}), activations float, "
+                  "1 - the worst output's mean per-sample cosine vs float (torch, the IR)",
+        "samples": len(samples),
+        "inputs": "calibration samples (the search's own)",
+        "top": [w.to_json() for w in ranking[:10]],
+        "weights_ranked": len(ranking),
+        "float32_elements_cap": cap,
+        "start_score": _round(start),
+        "kept": False,
+    }
+    if not groups:
+        return report
+    with stage_progress(f"{program.name}: float32 weights for the costliest of {len(groups)} weight tensor(s)", total=1):
+        floated, cosine, tried = float_weights_ranked(groups, score, assignment, start, target_cosine=aim)
+    report["prefixes_tried"] = [{"weights": k, "score": _round(c)} for k, c in tried]
+    if floated == assignment:
+        return report
+    why = (f"int8 weights left the model at {_round(start)} with every other remedy (aim {_round(aim)}); "
+           f"float32 weights for the costliest: {_round(cosine)}")
+    entries = [{"group": g.key, "kind": g.kind, "precision": "float32", "ops": list(g.ops), "why": why}
+               for g in groups if floated.get(g.key) == "float32"]
+    return {**report, "kept": True, "cosine": _round(cosine), "assignment": floated, "entries": entries}
 
 
 def _float_ranked_points(program, ranked: dict, budget_score, assignment: dict, aim: float):

@@ -10,12 +10,14 @@ import hashlib
 import re
 from collections import OrderedDict
 
+import numpy as np
+
 from tpuedge.edge.tool_output import held_tool_output, tail
 from tpuedge.quantize.config import QuantConfig
 from tpuedge.quantize.recipes import SensitiveGroup
 from tpuedge.shared_ir.errors import InternalError
 
-__all__ = ["find_sensitive_groups", "ranked_groups", "every_op_types", "every_op_group", "EVERY_OP", "quantizer_recipe", "run_quantizer",
+__all__ = ["find_sensitive_groups", "ranked_groups", "every_op_types", "every_op_group", "weight_groups", "EVERY_OP", "quantizer_recipe", "run_quantizer",
            "GroupScopes", "QuantizerError"]
 
 # group key -> the ops' scopes (as ai-edge-quantizer computes them) and their op names
@@ -141,6 +143,57 @@ def ranked_groups(float_tflite: bytes, ranking, *, limit: int = 24, floor: float
     return groups, scopes
 
 
+def weight_groups(float_tflite: bytes, ranking, elements_cap: int) -> tuple[list[SensitiveGroup], GroupScopes]:
+    """Groups for the IR weight tensors `ranking` (quantize/weight_sensitivity.py, costliest
+    first): each the flatbuffer ops reading that tensor, found by value (the float converter
+    copies a weight's values, in its own layout: the same sorted values), else among its
+    module's ops one reading a constant of as many elements (a pass that rescales a weight,
+    e.g. SmoothQuant-style). Groups are added while their weights' elements stay within
+    `elements_cap` (float32 costs 3 bytes an element more than int8); a weight whose ops are
+    taken or not found is skipped."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
+
+    from tpuedge.edge import tflite_file
+
+    model = tflite_file.read_model(float_tflite)
+    subgraph = model.subgraphs[0]
+    op_names = tflite_file.operator_names(model)
+    ops = [(tfl.get_op_scope(op, subgraph.tensors), op_names[op.opcodeIndex], op) for op in subgraph.operators or []]
+    readers_by_size: dict[int, dict[int, list[int]]] = {}  # elements -> float constant tensor -> ops reading it
+    for i, (_, _, op) in enumerate(ops):
+        for t in op.inputs if op.inputs is not None else ():
+            tensor = subgraph.tensors[int(t)] if int(t) >= 0 else None
+            if tensor is not None and tensor.type == 0 and tflite_file.is_constant(model, tensor):  # FLOAT32
+                size = int(np.prod(tensor.shape, dtype=np.int64)) if tensor.shape is not None else 0
+                readers_by_size.setdefault(size, {}).setdefault(int(t), []).append(i)
+
+    @functools.lru_cache(maxsize=None)
+    def values_key(t: int) -> bytes:
+        values = tflite_file.constant_array(float_tflite, model, subgraph.tensors[t])
+        return hashlib.sha256(np.sort(values.astype(np.float32))).digest()
+
+    taken: set[int] = set()
+    groups, scopes, elements = [], {}, 0
+    for weight in ranking:
+        if elements + weight.elements > elements_cap:
+            continue
+        candidates = readers_by_size.get(weight.elements, {})
+        key = hashlib.sha256(np.sort(weight.values.astype(np.float32).ravel())).digest()
+        found = [i for t, readers in candidates.items() if values_key(t) == key for i in readers]
+        if not found and weight.scope:
+            found = [i for readers in candidates.values() for i in readers if _module_path(ops[i][0]) == weight.scope]
+        found = [i for i in dict.fromkeys(found) if i not in taken]
+        if not found:
+            continue
+        taken.update(found)
+        elements += weight.elements
+        key_name = f"weights:{weight.name}"
+        members = [(ops[i][0], ops[i][1]) for i in found]
+        groups.append(SensitiveGroup(key_name, "ranked_weights", tuple(f"{op} {_module_path(s)}" for s, op in members)))
+        scopes[key_name] = members
+    return groups, scopes
+
+
 # The group of every op (the int8 search's whole-model int16 rung). Its GroupScopes entry lists
 # (".*", ai-edge-quantizer op name) per op type: quantizer_recipe gives each type its own entry,
 # so a type the target can't run at 16 bits is left out by name, wherever its scope is.
@@ -201,7 +254,7 @@ def _scope_regex(scopes: list[tuple[str, str]]) -> str:
     return "^(?:" + "|".join(re.escape(scope) for scope, _ in scopes) + ")$"
 
 
-_PRECEDENCE = {"int8": 0, "int16": 1, "float": 2}  # quantizer_recipe: the later entry wins an op
+_PRECEDENCE = {"int8": 0, "int16": 1, "float": 2, "float32": 3}  # quantizer_recipe: the later entry wins an op
 # the ops ai-edge-quantizer can give int8 weights with float compute (weight-only, explicit DEQUANTIZE)
 _WEIGHT_ONLY_OPS = ("FULLY_CONNECTED", "BATCH_MATMUL", "CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D_TRANSPOSE", "EMBEDDING_LOOKUP")
 
@@ -209,7 +262,7 @@ _WEIGHT_ONLY_OPS = ("FULLY_CONNECTED", "BATCH_MATMUL", "CONV_2D", "DEPTHWISE_CON
 def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = None, scopes: GroupScopes | None = None) -> list[dict]:
     """The ai-edge-quantizer recipe (JSON-able list) for `config`; None-equivalent for "none".
 
-    assignment: sensitive group -> "int8" | "int16" | "float" (int8 scheme only).
+    assignment: sensitive group -> "int8" | "int16" | "float" | "float32" (int8 scheme only).
     """
     from ai_edge_quantizer import qtyping, recipe_manager
     from ai_edge_quantizer.algorithm_manager import AlgorithmName
@@ -238,7 +291,9 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
                         rm.add_weight_only_config(".*", op, num_bits=8, granularity=gran)
                 continue
             regex = _scope_regex((scopes or {})[key])
-            if precision == "int16":
+            if precision == "float32":  # last of all: no entry after it gives these ops int8 weights
+                rm.add_quantization_config(regex, "*", algorithm_key=AlgorithmName.NO_QUANTIZE)
+            elif precision == "int16":
                 rm.add_static_config(regex, "*", activation_num_bits=16, weight_num_bits=8, weight_granularity=gran)
             else:  # a float island: float compute, but its weights stay int8 (dequantized once, at load);
                 # float32 weights made islands grow the file (MiniLM-L6 int8: 1.26x its parameter bytes, now 1.03x)

@@ -29,7 +29,7 @@ from tpuedge.shared_ir.errors import UserError
 
 __all__ = [
     "FILE_IDENTIFIER", "DTYPE_NAMES", "read_model", "write_model", "compact_model", "operator_names", "dtype_name",
-    "is_external", "buffer_nbytes", "is_constant", "tensor_bytes", "tensor_quantization", "text", "schema",
+    "is_external", "buffer_nbytes", "is_constant", "constant_array", "tensor_bytes", "tensor_quantization", "text", "schema",
     "op_scales", "tensor_names",
 ]
 
@@ -278,6 +278,20 @@ def is_constant(model, tensor) -> bool:
     """A tensor whose value is stored in the file (a weight), not computed at run time."""
     buffers = model.buffers or []
     return 0 < int(tensor.buffer) < len(buffers) and buffer_nbytes(buffers[int(tensor.buffer)]) > 0
+
+
+def constant_array(data: bytes, model, tensor) -> np.ndarray | None:
+    """A constant tensor's value (flat, in its stored dtype) from the file's bytes `data`, inline
+    or stored after the flatbuffer; None for a computed tensor or a dtype numpy has no width for."""
+    if not is_constant(model, tensor):
+        return None
+    try:
+        dtype = np.dtype(dtype_name(tensor.type))
+    except TypeError:
+        return None
+    buffer = model.buffers[int(tensor.buffer)]
+    raw = data[int(buffer.offset):int(buffer.offset) + int(buffer.size)] if is_external(buffer) else np.asarray(buffer.data, np.uint8).tobytes()
+    return np.frombuffer(raw, dtype)
 
 
 def tensor_bytes(tensor) -> int:

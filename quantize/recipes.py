@@ -22,12 +22,14 @@ __all__ = [
     "choose_precisions",
     "upgrade_ranked",
     "float_ranked",
+    "float_weights_ranked",
     "merge_by_kind",
     "scheme_summary",
 ]
 
-# int16 = 16-bit activations with int8 weights ("16x8"); float = left unquantized (an island).
-PRECISIONS = ("int8", "int16", "float")
+# int16 = 16-bit activations with int8 weights ("16x8"); float = float compute (an island), its
+# weights still int8; float32 = float compute and float32 weights (ranked weights, android only).
+PRECISIONS = ("int8", "int16", "float", "float32")
 SENSITIVE_KINDS = {
     "layer_norm": "normalization (mean/variance/rsqrt) over a few values: int8 loses the small variances",
     "softmax": "exponentials over a wide range of logits",
@@ -37,6 +39,7 @@ SENSITIVE_KINDS = {
     "division": "a division by a computed tensor: LiteRT's int8 DIV refuses a divisor that rounds to its zero point",
     "ranked": "an op the IR sensitivity ranking (quantize/sensitivity.py) puts among the costliest in int8",
     "ranked_output": "an op writing a model output that reads a ranked op's value: float, so the output stays float",
+    "ranked_weights": "the ops reading a weight tensor whose int8 values the IR weight ranking (quantize/weight_sensitivity.py) puts among the costliest: float32 weights",
     "every_op": "every op at the upgrade precision (16-bit activations on mcu, float compute on android; weights int8), where the groups fall short",
 }
 # how many of the ranked groups `upgrade_ranked` tries at once, in turn
@@ -260,10 +263,26 @@ def float_ranked(
     return _ranked_prefixes(groups, evaluate, start, start_cosine, "float", target_cosine)
 
 
-def _ranked_prefixes(groups, evaluate, start: dict[str, str], start_cosine: float, precision: str, target_cosine: float):
+def float_weights_ranked(
+    groups: Sequence[SensitiveGroup],
+    evaluate: Callable[[dict[str, str]], float],
+    start: dict[str, str],
+    start_cosine: float,
+    *,
+    target_cosine: float,
+) -> tuple[dict[str, str], float, list[tuple[int, float]]]:
+    """The rung after every op in float, where int8 weights alone keep the model short of
+    `target_cosine`: float32 weights for the first k weight groups (most costly first), k growing
+    as in `upgrade_ranked`. Returns as `float_ranked` does."""
+    return _ranked_prefixes([g for g in groups if g.kind == "ranked_weights"], evaluate, start, start_cosine, "float32", target_cosine,
+                            leader="ranked_weights")
+
+
+def _ranked_prefixes(groups, evaluate, start: dict[str, str], start_cosine: float, precision: str, target_cosine: float,
+                     leader: str = "ranked"):
     steps: list[list[SensitiveGroup]] = []
     for g in groups:
-        if g.kind == "ranked" or not steps:
+        if g.kind == leader or not steps:
             steps.append([g])
         else:
             steps[-1].append(g)

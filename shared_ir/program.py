@@ -140,6 +140,30 @@ class Program:
             memo[key] = [a.copy() for a in result]
         return result
 
+    def run_replacing(self, tensors: dict[str, Any], *inputs: Any) -> list[np.ndarray]:
+        """`run`, with some of the program's state tensors (parameters, buffers, constants, by
+        state-dict name) replaced for this call: what the model computes with one weight rounded
+        (quantize/weight_sensitivity.py). Runs a module of its own (built once), its attributes
+        swapped and put back: never the program's tensors written, never `run`'s memo."""
+        import torch
+
+        arrays = validate_inputs(self.inputs, inputs, f"Program {self.name!r}")
+        if self.__dict__.get("_variant_module") is None:
+            self.__dict__["_variant_module"] = self.exported_program.module()
+        module = self.__dict__["_variant_module"]
+        saved = []
+        try:
+            for name, value in tensors.items():
+                *path, attr = name.split(".")
+                holder = module.get_submodule(".".join(path))
+                saved.append((holder, attr, _swap_attribute(holder, attr, value)))
+            with torch.no_grad():
+                out = module(*[torch.from_numpy(np.ascontiguousarray(a)) for a in arrays])
+            return [to_numpy(t) for t in torch.utils._pytree.tree_leaves(out)]
+        finally:
+            for holder, attr, original in reversed(saved):
+                _swap_attribute(holder, attr, original)
+
     def _runnable_module(self):
         """`exported_program.module()` costs ~70 ms (it unlifts and recompiles the graph): build it
         once, unless running mutates buffers (training capture), where each run starts fresh."""
@@ -257,6 +281,20 @@ class Program:
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.inputs)
         return f"Program({self.name!r}, inputs=[{ins}], params={self.parameter_count}, fingerprint={self.fingerprint[:12]})"
+
+
+def _swap_attribute(holder, attr: str, value):
+    """Set a module's parameter, buffer or plain tensor attribute to `value`; returns the old one."""
+    import torch
+
+    for table in (holder._parameters, holder._buffers):
+        if attr in table:
+            old = table[attr]
+            table[attr] = torch.nn.Parameter(value, requires_grad=False) if isinstance(old, torch.nn.Parameter) and not isinstance(value, torch.nn.Parameter) else value
+            return old
+    old = getattr(holder, attr)
+    setattr(holder, attr, value)
+    return old
 
 
 _RUN_MEMO_BYTES = 64 * 1024 * 1024  # outputs remembered per Program (a few hundred samples of a small model)

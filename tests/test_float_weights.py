@@ -1,0 +1,94 @@
+"""The int8 search's float32-weights rung (android): where every op already computes in float
+and the model still misses its budget, the int8 weights are the loss, and float32 weights for
+the few tensors that cost most (quantize/weight_sensitivity.py) are measured.
+
+The model: a Linear reading one quiet input and fifteen loud ones (a mel power spectrogram's
+bands, as in Resemblyzer's speaker encoder), whose quiet input's weights are large. Each output
+row's int8 scale is set by that large weight, and the loud inputs' small weights round to zero."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tpuedge
+
+
+class _LoudBands(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+        with torch.no_grad():
+            self.fc1.weight[:, 1:] *= 3e-3  # the loud inputs' weights: small
+            self.fc1.weight[:, 0] *= 50.0  # the quiet input's: large, setting each row's int8 scale
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def _program_and_samples():
+    torch.manual_seed(0)
+    program = tpuedge.export(_LoudBands().eval(), (torch.zeros(1, 16),), name="loud_bands")
+    rng = np.random.default_rng(0)
+    scale = np.r_[1.0, np.full(15, 300.0)]
+    return program, [((rng.standard_normal((1, 16)) * scale).astype(np.float32),) for _ in range(32)]
+
+
+@pytest.fixture(autouse=True)
+def _no_cache(monkeypatch):
+    monkeypatch.setenv("TPUEDGE_NO_CACHE", "1")  # the rung's candidates are built here, not read back
+
+
+def test_the_ranking_names_the_weight_int8_cannot_hold_and_leaves_the_program_as_it_was():
+    from tpuedge.quantize.weight_sensitivity import rank_weights
+
+    program, samples = _program_and_samples()
+    before = program.run(*samples[0])[0].copy()
+    ranking = rank_weights(program, samples[:4])
+    assert [w.name for w in ranking] == ["fc1.weight", "fc2.weight"]
+    assert ranking[0].loss > 0.05 > 1e-3 > ranking[1].loss
+    assert ranking[0].scope == "_LoudBands/Linear_fc1" and ranking[0].shape == (32, 16)
+    np.testing.assert_array_equal(program.run(*samples[0])[0], before)  # rounded copies were swapped in, not written
+
+
+def test_per_tensor_rounding_is_ranked_as_the_config_asks():
+    from tpuedge.quantize.weight_sensitivity import rank_weights
+
+    program, samples = _program_and_samples()
+    per_channel = {w.name: w.loss for w in rank_weights(program, samples[:4])}
+    per_tensor = {w.name: w.loss for w in rank_weights(program, samples[:4], per_channel=False)}
+    assert per_tensor["fc2.weight"] > per_channel["fc2.weight"]  # one scale for all rows loses more
+
+
+def test_float32_weights_for_the_costly_tensor_meet_the_budget(tmp_path, monkeypatch):
+    """Old code: every op in float (weights int8) was the last rung, and the build failed its
+    budget (0.943 on the search's samples)."""
+    from tpuedge.edge.tflite_inspect import summarize_tflite
+
+    monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
+    program, calibration = _program_and_samples()
+    art = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
+    recipe = art.manifest["recipe"]
+    rung = recipe["float_weights"]
+    assert rung["kept"] and rung["top"][0]["weight"] == "fc1.weight" and rung["start_score"] < 0.99
+    assert rung["prefixes_tried"][0]["weights"] == 1 and rung["cosine"] >= 0.999
+    assert [(o["group"], o["precision"]) for o in recipe["non_int8_ops"]] == [("every_op", "float"), ("weights:fc1.weight", "float32")]
+    assert art.manifest["accuracy_budget"]["met"]  # on the 8 samples calibration did not see
+    summary = summarize_tflite((tmp_path / "int8" / "model.tflite").read_bytes())
+    assert summary.weight_dtypes.get("float32", 0) >= 32 * 16 * 4  # fc1's weights
+    assert summary.weight_dtypes["int8"] >= 8 * 32  # fc2's stay int8
+
+
+def test_the_rung_respects_its_size_cap(tmp_path, monkeypatch):
+    """With no room for float32 bytes, the weights stay int8 and the build misses its budget (exit 1
+    from the CLI), saying what the rung measured."""
+    from tpuedge.shared_ir.errors import BudgetError
+
+    monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
+    monkeypatch.setattr("tpuedge.edge.int8_search.FLOAT_WEIGHTS_BYTES_FLOOR", 0)
+    monkeypatch.setattr("tpuedge.edge.int8_search.FLOAT_WEIGHTS_BYTES_SHARE", 0.0)
+    program, calibration = _program_and_samples()
+    with pytest.raises(BudgetError):
+        tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
+    assert not (tmp_path / "int8").exists()
