@@ -57,9 +57,12 @@ def build_auto(
             step(f"{scheme}: convert and measure")
             # the int8 candidate without the IR ranking and with one precision per op kind
             # (quantize/config.py: rank_points and group_by_kind say why)
+            # dynamic-int8 measures its float32-weights rung on the calibration samples too (the
+            # budget's samples are held out of them)
+            searched = {"int8": {}, "dynamic-int8": {"budget_cosine": budget.min_cosine}}
             with timed(f"auto: {scheme} candidate"):
                 converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
-                                                calibration if scheme == "int8" else None)
+                                                calibration if scheme in searched else None, **searched.get(scheme, {}))
             try:
                 with timed("auto: candidates' accuracy runs (LiteRT)"):
                     runner = LiteRTRunner(converted.tflite)
@@ -99,6 +102,8 @@ def build_auto(
 
 def _detail(recipe: dict) -> str:
     kept = recipe.get("non_int8_ops") or []
+    if recipe.get("scheme") == "dynamic-int8":
+        return f"{len(kept)} weight tensor(s) in float32" if kept else ""
     if recipe.get("scheme") != "int8":
         return ""
     groups = [o for o in kept if o.get("kind") not in ("every_op", "ranked_weights")]

@@ -164,7 +164,8 @@ class AndroidLowered:
             has_labels=evaluation is not None and evaluation.labels is not None,
         )
         held_out = []
-        if samples and config.uses_calibration and evaluation is None:  # ranges not set on the accuracy samples
+        # ranges (int8) or dynamic-int8's float32-weights rung are not set on the accuracy samples
+        if samples and (config.uses_calibration or config.scheme == "dynamic-int8") and evaluation is None:
             from tpuedge.edge.accuracy_samples import split_calibration
 
             samples, held_out = split_calibration(samples, config.min_calibration_samples)
@@ -239,8 +240,11 @@ class AndroidLowered:
             from tpuedge.edge.android_convert import convert_for_android
 
             trained = program.activation_ranges if self.uses_trained_ranges else None
+            search_samples = self.calibration
+            if config.scheme == "dynamic-int8" and not self.held_out and self.evaluation is None:
+                search_samples = None  # too few to hold any out: the budget reads them, so no search may
             with timed("quantization (after the float model)"):
-                converted = convert_for_android(program, config, self.calibration, report_strict_cost=trained is None,
+                converted = convert_for_android(program, config, search_samples, report_strict_cost=trained is None,
                                                 trained_ranges=trained, budget_cosine=self.budget.min_cosine)
             try:
                 with timed("verification run (LiteRT)"):

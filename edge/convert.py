@@ -67,7 +67,9 @@ def program_to_tflite(
     only): they replace the calibrated range of every tensor they reach, and no per-op search runs.
     budget_cosine: the build's accuracy budget (worst output's mean per-sample cosine). Where the
     search ends below it (plus a margin for held-out samples), the top-ranked points become
-    float islands (edge/int8_search.py); None: no such last resort.
+    float islands (edge/int8_search.py); None: no such last resort. dynamic-int8 given
+    `calibration` (samples the budget does not read) and a budget measures its model on them,
+    and below the budget gives the costliest weight tensors' ops float32 (edge/int8_search.py).
     equalize: where all-int8 misses the target, also measure the program after cross-layer
     equalization (edge/int8_search.py); False for that program itself.
     candidate_problem: the calling target's check of a quantized candidate (bytes -> why it
@@ -100,6 +102,10 @@ def program_to_tflite(
         recipe["quantizer_recipe"] = entries
         recipe["quantizer"] = "ai-edge-quantizer"
         quantized = cached_stage("quantized", {"float": hashlib.sha256(base).hexdigest(), "recipe": entries}, lambda: quantize(entries))
+        if config.scheme == "dynamic-int8" and calibration and budget_cosine is not None and config.float_islands:
+            from tpuedge.edge.int8_search import dynamic_int8_weights
+
+            quantized = dynamic_int8_weights(program, config, calibration, base, quantized, recipe, quantize, budget_cosine)
         return ConvertedModel(quantized, recipe, base, config)
 
     from tpuedge.edge.int8_search import Equalized, static_int8

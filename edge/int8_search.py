@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.quantize.metrics import AccuracySummary
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["static_int8", "Equalized", "search_score", "SEARCH_SAMPLES"]
+__all__ = ["static_int8", "dynamic_int8_weights", "Equalized", "search_score", "SEARCH_SAMPLES"]
 
 # At most this many calibration samples are used to measure candidate recipes; fewer for a
 # model of LARGE_MODEL_PARAMETERS or more, where one candidate's LiteRT run costs 0.1-0.2 s per
@@ -560,11 +560,51 @@ def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, scor
     report["prefixes_tried"] = [{"weights": k, "score": _round(c)} for k, c in tried]
     if floated == assignment:
         return report
-    why = (f"int8 weights left the model at {_round(start)} with every other remedy (aim {_round(aim)}); "
+    why = (f"int8 weights left the model at {_round(start)} (aim {_round(aim)}); "
            f"float32 weights for the costliest: {_round(cosine)}")
     entries = [{"group": g.key, "kind": g.kind, "precision": "float32", "ops": list(g.ops), "why": why}
                for g in groups if floated.get(g.key) == "float32"]
     return {**report, "kept": True, "cosine": _round(cosine), "assignment": floated, "entries": entries}
+
+
+def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: bytes, recipe: dict, quantize,
+                         budget_cosine: float) -> bytes:
+    """dynamic-int8's one remedy (android): where its model scores below the aim on the
+    calibration samples (the build holds its budget's samples out of them), the float32-weights
+    rung (`_float_weights_rung`): the ops reading the costliest weight tensors left unquantized,
+    weights and activations. Returns the model (`quantized` where nothing better was measured);
+    `recipe` gains "float_weights", and where kept its "non_int8_ops" and "quantizer_recipe"."""
+    from tpuedge.edge.quantizer_recipes import quantizer_recipe
+    from tpuedge.shared_ir.stage_times import timed
+
+    large = program.parameter_count >= LARGE_MODEL_PARAMETERS
+    eval_samples = calibration[:LARGE_MODEL_SEARCH_SAMPLES if large else SEARCH_SAMPLES]
+    reference = functools.cache(lambda: [program.run(*s) for s in eval_samples])
+    eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
+    aim = min(budget_cosine + _HELD_OUT_MARGIN, 1.0)
+    scopes: dict = {}
+    built: dict[str, tuple[bytes, float]] = {}
+
+    def score(assignment: dict[str, str]) -> float:  # the budget's metric, on the search's samples
+        key = _key(assignment)
+        if key not in built:
+            with timed("dynamic-int8: float32-weights candidates"):
+                data = quantize(quantizer_recipe(config, assignment, scopes)) if assignment else quantized
+                summary = _score_candidate(data, eval_inputs, reference)
+            built[key] = (data, summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine)
+        return built[key][1]
+
+    if score({}) >= aim:
+        recipe["float_weights"] = None
+        return quantized
+    report = _float_weights_rung(program, config, base, eval_samples, scopes, score, {}, aim)
+    recipe["float_weights"] = report
+    if not report["kept"]:
+        return quantized
+    assignment = report.pop("assignment")
+    recipe["non_int8_ops"] = report.pop("entries")
+    recipe["quantizer_recipe"] = quantizer_recipe(config, assignment, scopes)
+    return built[_key(assignment)][0]
 
 
 def _float_ranked_points(program, ranked: dict, budget_score, assignment: dict, aim: float):

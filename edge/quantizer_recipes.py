@@ -262,7 +262,7 @@ _WEIGHT_ONLY_OPS = ("FULLY_CONNECTED", "BATCH_MATMUL", "CONV_2D", "DEPTHWISE_CON
 def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = None, scopes: GroupScopes | None = None) -> list[dict]:
     """The ai-edge-quantizer recipe (JSON-able list) for `config`; None-equivalent for "none".
 
-    assignment: sensitive group -> "int8" | "int16" | "float" | "float32" (int8 scheme only).
+    assignment: sensitive group -> "int8" | "int16" | "float" | "float32" (int8; dynamic-int8 reads float32 only).
     """
     from ai_edge_quantizer import qtyping, recipe_manager
     from ai_edge_quantizer.algorithm_manager import AlgorithmName
@@ -273,6 +273,9 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
         rm.add_weight_only_config(".*", "*", num_bits=16, algorithm_key=AlgorithmName.FLOAT_CASTING)
     elif config.scheme == "dynamic-int8":
         rm.add_dynamic_config(".*", "*", num_bits=8, granularity=gran)
+        for key, precision in sorted((assignment or {}).items()):  # the float32-weights rung's ops: unquantized
+            if precision == "float32":
+                rm.add_quantization_config(_scope_regex((scopes or {})[key]), "*", algorithm_key=AlgorithmName.NO_QUANTIZE)
     elif config.scheme == "int8":
         rm.add_static_config(".*", "*", activation_num_bits=8, weight_num_bits=8, weight_granularity=gran)
         # an op in two groups takes the more precise choice (ai-edge-quantizer: a later entry wins);

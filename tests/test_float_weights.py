@@ -92,3 +92,34 @@ def test_the_rung_respects_its_size_cap(tmp_path, monkeypatch):
     with pytest.raises(BudgetError):
         tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
     assert not (tmp_path / "int8").exists()
+
+
+def test_dynamic_int8_gives_the_costly_tensor_float32_measured_on_held_out_samples(tmp_path):
+    """dynamic-int8 quantizes fc1's input on the fly too, so its loss is there as well. Old code:
+    no remedy, and the build missed its budget; the calibration samples were the budget's own."""
+    program, calibration = _program_and_samples()
+    art = tpuedge.build(program, "android", tmp_path / "dyn", quantize="dynamic-int8", calibration=calibration)
+    recipe, manifest = art.manifest["recipe"], art.manifest
+    rung = recipe["float_weights"]
+    assert rung["kept"] and rung["start_score"] < 0.99 <= rung["cosine"]
+    assert [(o["group"], o["precision"]) for o in recipe["non_int8_ops"]] == [("weights:fc1.weight", "float32")]
+    assert manifest["calibration"]["held_out_for_accuracy"] > 0 and manifest["accuracy"]["inputs"] == "held out from calibration"
+    assert manifest["accuracy_budget"]["met"]
+
+
+def test_dynamic_int8_does_not_search_on_the_samples_its_budget_reads(tmp_path):
+    """Too few calibration samples to hold any out: the budget reads them all, so no rung runs."""
+    program, calibration = _program_and_samples()
+    art = tpuedge.build(program, "android", tmp_path / "dyn", quantize="dynamic-int8", calibration=calibration[:3],
+                        allow_below_budget=True)
+    assert art.manifest["recipe"].get("float_weights") is None
+    assert art.manifest["calibration"]["held_out_for_accuracy"] == 0
+
+
+def test_auto_measures_the_rung_on_its_dynamic_int8_candidate(tmp_path):
+    """Old code: auto's dynamic-int8 candidate had no remedy and missed the budget."""
+    program, calibration = _program_and_samples()
+    art = tpuedge.build(program, "android", tmp_path / "auto", calibration=calibration)
+    rows = {c["scheme"]: c for c in art.manifest["recipe"]["auto"]["candidates"]}
+    assert rows["dynamic-int8"]["met_budget"] and rows["dynamic-int8"]["detail"] == "1 weight tensor(s) in float32"
+    assert art.manifest["accuracy_budget"]["met"]
