@@ -123,3 +123,27 @@ def test_auto_measures_the_rung_on_its_dynamic_int8_candidate(tmp_path):
     rows = {c["scheme"]: c for c in art.manifest["recipe"]["auto"]["candidates"]}
     assert rows["dynamic-int8"]["met_budget"] and rows["dynamic-int8"]["detail"] == "1 weight tensor(s) in float32"
     assert art.manifest["accuracy_budget"]["met"]
+
+
+def test_weights_are_found_in_the_float_model_by_value_else_by_their_module():
+    """The converter copies most weights as they are (found by value, in its own layout); where it
+    stores one changed, the op of as many elements in the weight's module is taken."""
+    import dataclasses
+
+    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.quantizer_recipes import weight_groups
+    from tpuedge.quantize.weight_sensitivity import rank_weights
+
+    program, samples = _program_and_samples()
+    base = float_tflite(program)
+    ranking = rank_weights(program, samples[:2])
+    groups, scopes = weight_groups(base, ranking, elements_cap=10_000)
+    assert [g.key for g in groups] == ["weights:fc1.weight", "weights:fc2.weight"]
+    assert [op for _, op in scopes["weights:fc1.weight"]] == ["FULLY_CONNECTED"]
+    changed = [dataclasses.replace(w, values=w.values * 2) for w in ranking]
+    # fc2's op writes the model output and is named for it ("serving_default_output_0..."), so
+    # only its value finds it
+    assert [g.key for g in weight_groups(base, changed, elements_cap=10_000)[0]] == ["weights:fc1.weight"]
+    lost = [dataclasses.replace(w, values=w.values * 2, scope="Elsewhere") for w in ranking]
+    assert weight_groups(base, lost, elements_cap=10_000)[0] == []
+    assert [g.key for g in weight_groups(base, ranking, elements_cap=300)[0]] == ["weights:fc2.weight"]  # fc1's 512 over the cap
