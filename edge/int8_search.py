@@ -525,7 +525,8 @@ def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, scor
     from tpuedge.edge.litert_lowering import litert_ir_passes
     from tpuedge.edge.quantizer_recipes import weight_groups
     from tpuedge.quantize.recipes import float_weights_ranked
-    from tpuedge.quantize.weight_sensitivity import WEIGHT_RANKING_SAMPLES, rank_weights
+    from tpuedge.quantize.weight_sensitivity import WEIGHT_RANKING_SAMPLES, rank_weights, ranking_from_json
+    from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_json, encode_json
     from tpuedge.shared_ir.progress import stage_progress
     from tpuedge.shared_ir.program import Program
     from tpuedge.shared_ir.stage_times import timed
@@ -535,7 +536,10 @@ def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, scor
             timed("int8 search: IR weight ranking"):
         # the program the converter saw (BatchNorm folded): its weights are the ones quantized
         lowered = Program(litert_ir_passes(program.exported_program), name=program.name)
-        ranking = rank_weights(lowered, samples, per_channel=config.per_channel)
+        parts = {"ir": program.fingerprint, "samples": data_digest(samples), "per_channel": config.per_channel}
+        entries = cached_stage("weight_ranking", parts, lambda: [w.to_json() for w in rank_weights(lowered, samples, per_channel=config.per_channel)],
+                               encode=encode_json, decode=decode_json)
+        ranking = ranking_from_json(lowered, entries)
     # float32 costs 3 bytes an element over int8: the extra stays within the size goal's slack
     cap = int((FLOAT_WEIGHTS_BYTES_SHARE * program.parameter_count + FLOAT_WEIGHTS_BYTES_FLOOR) / 3)
     groups, group_scopes = weight_groups(base, ranking, cap)
@@ -575,6 +579,7 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     weights and activations. Returns the model (`quantized` where nothing better was measured);
     `recipe` gains "float_weights", and where kept its "non_int8_ops" and "quantizer_recipe"."""
     from tpuedge.edge.quantizer_recipes import quantizer_recipe
+    from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
     from tpuedge.shared_ir.stage_times import timed
 
     large = program.parameter_count >= LARGE_MODEL_PARAMETERS
@@ -588,10 +593,19 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     def score(assignment: dict[str, str]) -> float:  # the budget's metric, on the search's samples
         key = _key(assignment)
         if key not in built:
-            with timed("dynamic-int8: float32-weights candidates"):
-                data = quantize(quantizer_recipe(config, assignment, scopes)) if assignment else quantized
+            entries = quantizer_recipe(config, assignment, scopes)
+
+            def build_and_score() -> tuple[bytes, dict]:
+                data = quantize(entries) if assignment else quantized
                 summary = _score_candidate(data, eval_inputs, reference)
-            built[key] = (data, summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine)
+                return data, {"score": summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine}
+
+            parts = {"ir": program.fingerprint, "float": hashlib.sha256(base).hexdigest(),
+                     "calibration": data_digest(eval_samples), "channels_last": config.channels_last, "recipe": entries}
+            with timed("dynamic-int8: float32-weights candidates"):
+                data, meta = cached_stage("quant_candidate", parts, build_and_score,
+                                          encode=encode_blob_and_json, decode=decode_blob_and_json)
+            built[key] = (data, float(meta["score"]))
         return built[key][1]
 
     if score({}) >= aim:

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WeightSensitivity", "rank_weights", "weight_readers", "MAX_RANKED_WEIGHTS", "MIN_WEIGHT_ELEMENTS",
-           "WEIGHT_RANKING_SAMPLES"]
+__all__ = ["WeightSensitivity", "rank_weights", "ranking_from_json", "weight_readers", "MAX_RANKED_WEIGHTS",
+           "MIN_WEIGHT_ELEMENTS", "WEIGHT_RANKING_SAMPLES"]
 
 # Samples each weight's cost is measured on (a torch forward pass each; it only orders the
 # weights, and the recipes it leads to are measured on all the search's samples). RegNetY-400MF's
@@ -105,3 +105,12 @@ def rank_weights(program: Any, samples: list, *, per_channel: bool = True) -> li
         ranking.append(WeightSensitivity(name, tuple(value.shape), 1.0 - float(worst), module_scope(readers[0]),
                                          value.detach().numpy()))
     return sorted(ranking, key=lambda w: -w.loss)
+
+
+def ranking_from_json(program: Any, entries: list[dict]) -> list[WeightSensitivity]:
+    """A ranking back from its `to_json` entries (the build cache keeps those), each tensor's
+    values read from `program` again."""
+    ep = program.exported_program
+    tensors = {**ep.state_dict, **ep.constants}
+    return [WeightSensitivity(e["weight"], tuple(e["shape"]), float(e["loss"]), e["scope"], tensors[e["weight"]].detach().numpy())
+            for e in entries]

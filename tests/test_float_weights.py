@@ -147,3 +147,27 @@ def test_weights_are_found_in_the_float_model_by_value_else_by_their_module():
     lost = [dataclasses.replace(w, values=w.values * 2, scope="Elsewhere") for w in ranking]
     assert weight_groups(base, lost, elements_cap=10_000)[0] == []
     assert [g.key for g in weight_groups(base, ranking, elements_cap=300)[0]] == ["weights:fc2.weight"]  # fc1's 512 over the cap
+
+
+@pytest.mark.parametrize("scheme", ["int8", "dynamic-int8"])
+def test_a_cached_rebuild_reads_the_ranking_and_the_candidates_back(tmp_path, monkeypatch, scheme):
+    """Old code: the weight ranking (one forward pass per tensor) ran again on every rebuild, and
+    dynamic-int8's candidates were quantized and measured again."""
+    from tpuedge.edge.float_model import clear_float_cache
+    from tpuedge.shared_ir.cache_keys import build_session
+
+    monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
+    monkeypatch.setenv("TPUEDGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TPUEDGE_NO_CACHE")
+    outcomes, files = [], []
+    for name in ("cold", "warm"):
+        clear_float_cache()  # as a fresh process: nothing converted in memory
+        program, calibration = _program_and_samples()
+        with build_session() as session:
+            tpuedge.build(program, "android", tmp_path / name, quantize=scheme, calibration=calibration)
+        outcomes.append([(r.stage, r.outcome) for r in session.stages])
+        files.append((tmp_path / name / "model.tflite").read_bytes())
+    cold, warm = outcomes
+    assert ("weight_ranking", "miss") in cold and ("quant_candidate", "miss") in cold
+    assert warm == [(stage, "hit") for stage, _ in cold]
+    assert files[0] == files[1]
