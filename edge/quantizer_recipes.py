@@ -148,10 +148,10 @@ def weight_groups(float_tflite: bytes, ranking, elements_cap: int) -> tuple[list
     first): each the flatbuffer ops reading that tensor, found by value (the float converter
     copies a weight's values, in its own layout: the same sorted values), else among its
     module's ops one reading a constant of as many elements (the converter stores some weights
-    changed: 27 of MiniLM-L6's 40, its query/key/value and FFN-up; an op writing a model output
-    is named for the output, so only its value finds it). Groups are added while their
-    weights' elements stay within `elements_cap` (float32 costs 3 bytes an element more than
-    int8); a weight whose ops are taken or not found is skipped."""
+    changed: 27 of MiniLM-L6's 40 2-D tensors, its query/key/value and FFN-up weights among
+    them; an op writing a model output is named for the output, so only its value finds it).
+    Groups are added while their weights' elements stay within `elements_cap` (float32 costs 3
+    bytes an element more than int8); a weight whose ops are taken or not found is skipped."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
 
     from tpuedge.edge import tflite_file
