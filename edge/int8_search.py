@@ -588,7 +588,8 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
     aim = min(budget_cosine + _HELD_OUT_MARGIN, 1.0)
     scopes: dict = {}
-    built: dict[str, tuple[bytes, float]] = {}
+    built: dict[str, float] = {}  # recipe key -> score; only the newest candidate's bytes are kept
+    last: dict[str, bytes] = {}
 
     def score(assignment: dict[str, str]) -> float:  # the budget's metric, on the search's samples
         key = _key(assignment)
@@ -605,8 +606,10 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
             with timed("dynamic-int8: float32-weights candidates"):
                 data, meta = cached_stage("quant_candidate", parts, build_and_score,
                                           encode=encode_blob_and_json, decode=decode_blob_and_json)
-            built[key] = (data, float(meta["score"]))
-        return built[key][1]
+            built[key] = float(meta["score"])
+            last.clear()
+            last[key] = data
+        return built[key]
 
     if score({}) >= aim:
         recipe["float_weights"] = None
@@ -618,7 +621,8 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     assignment = report.pop("assignment")
     recipe["non_int8_ops"] = report.pop("entries")
     recipe["quantizer_recipe"] = quantizer_recipe(config, assignment, scopes)
-    return built[_key(assignment)][0]
+    # the prefix search ends on the one it keeps unless a later one measured worse: quantized again then
+    return last.get(_key(assignment)) or quantize(recipe["quantizer_recipe"])
 
 
 def _float_ranked_points(program, ranked: dict, budget_score, assignment: dict, aim: float):
