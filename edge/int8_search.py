@@ -116,8 +116,7 @@ def static_int8(
     if trained_ranges is not None:
         return _with_trained_ranges(program, config, quantize, base, calibration, trained_ranges, recipe)
 
-    large = program.parameter_count >= LARGE_MODEL_PARAMETERS
-    eval_samples = calibration[:LARGE_MODEL_SEARCH_SAMPLES if large else SEARCH_SAMPLES]
+    eval_samples = _search_samples(program, calibration)
     reference = functools.cache(lambda: [program.run(*s) for s in eval_samples])  # not run when every candidate is cached
     eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
     # only a digest of each candidate's bytes stays in memory (a 22M-parameter encoder's ~100
@@ -356,6 +355,13 @@ def static_int8(
     return final, recipe
 
 
+def _search_samples(program, calibration: list) -> list:
+    """The calibration samples a search measures its candidates on: at most SEARCH_SAMPLES, or
+    LARGE_MODEL_SEARCH_SAMPLES for a model of LARGE_MODEL_PARAMETERS or more."""
+    large = program.parameter_count >= LARGE_MODEL_PARAMETERS
+    return calibration[:LARGE_MODEL_SEARCH_SAMPLES if large else SEARCH_SAMPLES]
+
+
 def _quantizer_samples(samples, input_infos, channels_last: bool) -> list[dict]:
     out = []
     for sample in samples:
@@ -582,8 +588,7 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
     from tpuedge.shared_ir.stage_times import timed
 
-    large = program.parameter_count >= LARGE_MODEL_PARAMETERS
-    eval_samples = calibration[:LARGE_MODEL_SEARCH_SAMPLES if large else SEARCH_SAMPLES]
+    eval_samples = _search_samples(program, calibration)
     reference = functools.cache(lambda: [program.run(*s) for s in eval_samples])
     eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
     aim = min(budget_cosine + _HELD_OUT_MARGIN, 1.0)
