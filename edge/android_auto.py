@@ -52,14 +52,14 @@ def build_auto(
     results = {}
     refused: dict[str, str] = {}  # scheme -> why LiteRT would not run its model
     schemes = candidate_schemes(bool(calibration), config.integer_only)
+    # the candidates that read the calibration samples: int8's ranges and search, and dynamic-int8's
+    # float32-weights rung (the budget's samples are held out of them)
+    searched = {"int8": {}, "dynamic-int8": {"budget_cosine": budget.min_cosine}}
     with stage_progress(f"{program.name}: --quantize auto", total=len(schemes) + 1) as step:
         for scheme in schemes:
             step(f"{scheme}: convert and measure")
             # the int8 candidate without the IR ranking and with one precision per op kind
             # (quantize/config.py: rank_points and group_by_kind say why)
-            # dynamic-int8 measures its float32-weights rung on the calibration samples too (the
-            # budget's samples are held out of them)
-            searched = {"int8": {}, "dynamic-int8": {"budget_cosine": budget.min_cosine}}
             with timed(f"auto: {scheme} candidate"):
                 converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
                                                 calibration if scheme in searched else None, **searched.get(scheme, {}))

@@ -164,8 +164,7 @@ class AndroidLowered:
             has_labels=evaluation is not None and evaluation.labels is not None,
         )
         held_out = []
-        # ranges (int8) or dynamic-int8's float32-weights rung are not set on the accuracy samples
-        if samples and (config.uses_calibration or config.scheme == "dynamic-int8") and evaluation is None:
+        if samples and config.reads_calibration and evaluation is None:  # nothing read off the accuracy samples
             from tpuedge.edge.accuracy_samples import split_calibration
 
             samples, held_out = split_calibration(samples, config.min_calibration_samples)
@@ -241,7 +240,7 @@ class AndroidLowered:
 
             trained = program.activation_ranges if self.uses_trained_ranges else None
             search_samples = self.calibration
-            if config.scheme == "dynamic-int8" and not self.held_out and self.evaluation is None:
+            if not config.uses_calibration and not self.held_out and self.evaluation is None:
                 search_samples = None  # too few to hold any out: the budget reads them, so no search may
             with timed("quantization (after the float model)"):
                 converted = convert_for_android(program, config, search_samples, report_strict_cost=trained is None,

@@ -530,7 +530,7 @@ def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, scor
     "assignment" and its non_int8_ops "entries"."""
     from tpuedge.edge.litert_lowering import litert_ir_passes
     from tpuedge.edge.quantizer_recipes import weight_groups
-    from tpuedge.quantize.recipes import float_weights_ranked
+    from tpuedge.quantize.recipes import float_ranked
     from tpuedge.quantize.weight_sensitivity import WEIGHT_RANKING_SAMPLES, rank_weights, ranking_from_json
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_json, encode_json
     from tpuedge.shared_ir.progress import stage_progress
@@ -566,7 +566,7 @@ def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, scor
     if not groups:
         return report
     with stage_progress(f"{program.name}: float32 weights for the costliest of {len(groups)} weight tensor(s)", total=1):
-        floated, cosine, tried = float_weights_ranked(groups, score, assignment, start, target_cosine=aim)
+        floated, cosine, tried = float_ranked(groups, score, assignment, start, target_cosine=aim, precision="float32")
     report["prefixes_tried"] = [{"weights": k, "score": _round(c)} for k, c in tried]
     if floated == assignment:
         return report

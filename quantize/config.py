@@ -109,6 +109,12 @@ class QuantConfig:
         return self.scheme in ("int8", "auto")
 
     @property
+    def reads_calibration(self) -> bool:
+        """The conversion reads calibration data when given: its ranges, or dynamic-int8's search
+        (the float32-weights rung). Accuracy is then measured on samples held out from it."""
+        return self.uses_calibration or self.scheme == "dynamic-int8"
+
+    @property
     def granularity(self) -> str:
         return "per-channel" if self.per_channel else "per-tensor"
 

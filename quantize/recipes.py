@@ -22,7 +22,6 @@ __all__ = [
     "choose_precisions",
     "upgrade_ranked",
     "float_ranked",
-    "float_weights_ranked",
     "merge_by_kind",
     "scheme_summary",
 ]
@@ -254,35 +253,21 @@ def float_ranked(
     start_cosine: float,
     *,
     target_cosine: float,
+    precision: str = "float",
 ) -> tuple[dict[str, str], float, list[tuple[int, float]]]:
-    """The last resort where int16 and the kind groups left the model short of `target_cosine`
-    (float islands allowed): the first k "ranked" groups of `groups` as float islands on top of
-    `start`, k growing as in `upgrade_ranked`. Float costs size and speed, so it comes after
-    every int8/int16 recipe. Returns (assignment, its cosine, [(k, cosine) measured]); `start`
-    when no prefix measured better by at least 1e-4."""
-    return _ranked_prefixes(groups, evaluate, start, start_cosine, "float", target_cosine)
+    """The last resorts where int16 and the kind groups left the model short of `target_cosine`
+    (float allowed): the first k groups of `groups` (most costly first) at `precision` on top of
+    `start`, k growing as in `upgrade_ranked`: float islands for the ranked points, or "float32"
+    for the costliest weight tensors ("ranked_weights" groups). Float costs size and speed, so it
+    comes after every int8/int16 recipe. Returns (assignment, its cosine, [(k, cosine) measured]);
+    `start` when no prefix measured better by at least 1e-4."""
+    return _ranked_prefixes(groups, evaluate, start, start_cosine, precision, target_cosine)
 
 
-def float_weights_ranked(
-    groups: Sequence[SensitiveGroup],
-    evaluate: Callable[[dict[str, str]], float],
-    start: dict[str, str],
-    start_cosine: float,
-    *,
-    target_cosine: float,
-) -> tuple[dict[str, str], float, list[tuple[int, float]]]:
-    """The rung after every op in float, where int8 weights alone keep the model short of
-    `target_cosine`: float32 weights for the first k weight groups (most costly first), k growing
-    as in `upgrade_ranked`. Returns as `float_ranked` does."""
-    return _ranked_prefixes([g for g in groups if g.kind == "ranked_weights"], evaluate, start, start_cosine, "float32", target_cosine,
-                            leader="ranked_weights")
-
-
-def _ranked_prefixes(groups, evaluate, start: dict[str, str], start_cosine: float, precision: str, target_cosine: float,
-                     leader: str = "ranked"):
-    steps: list[list[SensitiveGroup]] = []
+def _ranked_prefixes(groups, evaluate, start: dict[str, str], start_cosine: float, precision: str, target_cosine: float):
+    steps: list[list[SensitiveGroup]] = []  # each ranked group with the "ranked_output" companions after it
     for g in groups:
-        if g.kind == leader or not steps:
+        if g.kind != "ranked_output" or not steps:
             steps.append([g])
         else:
             steps[-1].append(g)

@@ -57,7 +57,7 @@ def weight_readers(program: Any) -> dict[str, list]:
     ep = program.exported_program
     sig = ep.graph_signature
     names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
-    tensors = {**ep.state_dict, **ep.constants}
+    tensors = _state_tensors(program)
     found: dict[str, list] = {}
     for node in ep.graph.nodes:
         if node.op != "placeholder" or node.name not in names:
@@ -72,12 +72,25 @@ def weight_readers(program: Any) -> dict[str, list]:
 
 
 def _rounded(value, per_channel: bool):
-    """`value` rounded to symmetric int8 and back (one scale per index of axis 0, or per tensor)."""
+    """`value` rounded to symmetric int8 and back (one scale per index of axis 0, or per tensor),
+    with the project's one quantize/dequantize pair (quantize/affine.py)."""
     import torch
 
-    flat = value.detach().reshape(value.shape[0], -1) if per_channel else value.detach().reshape(1, -1)
-    scale = flat.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(value.dtype).tiny) / 127
-    return (torch.round(flat / scale).clamp(-127, 127) * scale).reshape(value.shape).to(value.dtype)
+    from tpuedge.quantize.affine import dequantize, quantize
+
+    array = value.detach().float().numpy()
+    flat = array.reshape(array.shape[0], -1) if per_channel else array.reshape(1, -1)
+    scale = np.maximum(np.abs(flat).max(axis=1), np.finfo(np.float32).tiny) / 127
+    axis = 0 if per_channel else None
+    scale = scale if per_channel else scale[0]
+    q = quantize(array, scale, 0, np.int8, axis=axis)
+    return torch.from_numpy(dequantize(q, scale, 0, axis=axis)).to(value.dtype)
+
+
+def _state_tensors(program: Any) -> dict:
+    """The program's parameters, buffers and constants by state-dict name."""
+    ep = program.exported_program
+    return {**ep.state_dict, **ep.constants}
 
 
 def rank_weights(program: Any, samples: list, *, per_channel: bool = True) -> list[WeightSensitivity]:
@@ -89,8 +102,7 @@ def rank_weights(program: Any, samples: list, *, per_channel: bool = True) -> li
     weights = weight_readers(program)
     if not weights or len(weights) > MAX_RANKED_WEIGHTS:
         return []
-    ep = program.exported_program
-    tensors = {**ep.state_dict, **ep.constants}
+    tensors = _state_tensors(program)
 
     def stacked(runs: list[list[np.ndarray]]) -> list[np.ndarray]:
         return [np.stack([np.asarray(run[i], np.float64) for run in runs]) for i in range(len(runs[0]))]
@@ -110,7 +122,6 @@ def rank_weights(program: Any, samples: list, *, per_channel: bool = True) -> li
 def ranking_from_json(program: Any, entries: list[dict]) -> list[WeightSensitivity]:
     """A ranking back from its `to_json` entries (the build cache keeps those), each tensor's
     values read from `program` again."""
-    ep = program.exported_program
-    tensors = {**ep.state_dict, **ep.constants}
+    tensors = _state_tensors(program)
     return [WeightSensitivity(e["weight"], tuple(e["shape"]), float(e["loss"]), e["scope"], tensors[e["weight"]].detach().numpy())
             for e in entries]
