@@ -24,14 +24,20 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     activations) or runs it (RESIZE_BILINEAR, which prepares). Run once on zeros, in a child
     process (a kernel may abort instead of refusing), with an arena no plan or kernel can outgrow
     (`_candidate_arena`), so the answer is about kernels, never about the arena. A candidate whose ops, by builtin and tensor dtypes, all
-    ran in an earlier candidate is not run again (most of a search's candidates); the candidate is
-    parsed once for all of that, and put in TFLite-Micro's form only when it runs."""
+    ran in an earlier candidate is not run again (most of a search's candidates). All of it is
+    judged on the candidate in TFLite-Micro's form (edge/tflm_forms.py), parsed once; its bytes
+    are written in that form only when it runs."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.litert_runtime import aborting_op
-    from tpuedge.edge.tflm_forms import tflm_forms
+    from tpuedge.edge.tflm_forms import tflm_forms, tflm_forms_in_place
     from tpuedge.edge.tflm_model import inline_buffers
 
-    parsed = tflite_file.read_model(tflite)
+    inlined = inline_buffers(tflite)  # the lookup tables' values, which the form rewrites
+    parsed = tflite_file.read_model(inlined)
+    # judged in the form TFLM gets: the quantizer leaves an embedding lookup in float, and the
+    # build stores its table in int8 (edge/tflm_forms.py); the raw candidate's float lookup
+    # refused every int16 candidate of a model with an embedding
+    tflm_forms_in_place(parsed)
     floats = _float_compute_ops(parsed)
     if floats:
         return "left in float: " + ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
@@ -41,7 +47,7 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     signatures = _op_signatures(parsed)
     if signatures <= _RAN_IN_TFLM:
         return None
-    model, _ = tflm_forms(inline_buffers(tflite))
+    model, _ = tflm_forms(inlined)
     problem = _run_in_a_child(model, _candidate_arena(parsed, len(tflite)))
     if problem is None:
         _RAN_IN_TFLM.update(signatures)

@@ -1,4 +1,4 @@
-"""The converter's int8 model rewritten into forms TFLite-Micro runs, exactly (`tflm_forms`).
+"""The converter's int8 model rewritten into forms TFLite-Micro runs (`tflm_forms`).
 
 - SELECT becomes SELECT_V2. The converter writes SELECT for a `torch.where` over equal shapes;
   TFLM has only SELECT_V2, which computes the same thing (and also broadcasts).
@@ -12,9 +12,14 @@ the table is written in int8 with that QUANTIZE's scale and zero point, the look
 QUANTIZE's int8 output itself, and the QUANTIZE goes: the same int8 values bit for bit, a
 quarter of the table's bytes, and TFLM's int8 EMBEDDING_LOOKUP (a row copy) runs it.
 
+Where the search gave the rows 16 bits (the QUANTIZE writes int16), TFLM has no int16 lookup:
+the table is written in int8 on its own min/max, the lookup writes int8 rows, and the QUANTIZE
+stays, re-quantizing them to int16. Not bit for bit: the rows carry the table's int8 rounding,
+as every int8 weight does.
+
 Only the plain case is folded: a float32 constant table that nothing else reads, whose looked-up
-rows only one per-tensor int8 QUANTIZE reads. Anything else is left as converted, so the build's
-float-op check still reports it.
+rows only one per-tensor int8 or int16 QUANTIZE reads. Anything else is left as converted, so
+the build's float-op check still reports it.
 """
 
 from __future__ import annotations
@@ -23,16 +28,21 @@ import numpy as np
 
 from tpuedge.edge import tflite_file
 
-__all__ = ["tflm_forms"]
+__all__ = ["tflm_forms", "tflm_forms_in_place"]
 
 
 def tflm_forms(tflite: bytes) -> tuple[bytes, dict[str, int]]:
     """(the model in forms TFLM runs, {what changed: how many}) -- only non-zero counts; the
     input bytes themselves when nothing changed. edge/tflm_ops.py's rule knows both rewrites."""
     model = tflite_file.read_model(tflite)
-    changes = {"select_as_select_v2": _select_as_select_v2(model), "int8_lookup_tables": _fold_lookup_quantize(model)}
-    changes = {k: v for k, v in changes.items() if v}
+    changes = tflm_forms_in_place(model)
     return (tflite_file.write_model(model) if changes else tflite), changes
+
+
+def tflm_forms_in_place(model) -> dict[str, int]:
+    """`tflm_forms` on a parsed model (changed in place): {what changed: how many}, non-zero only."""
+    changes = {"select_as_select_v2": _select_as_select_v2(model), "int8_lookup_tables": _fold_lookup_quantize(model)}
+    return {k: v for k, v in changes.items() if v}
 
 
 def _select_as_select_v2(model) -> int:
@@ -56,7 +66,8 @@ def _select_as_select_v2(model) -> int:
 
 
 def _fold_lookup_quantize(model) -> int:
-    """Each foldable float lookup + QUANTIZE becomes one int8 lookup, in place; how many."""
+    """Each foldable float lookup + QUANTIZE becomes one int8 lookup (and, for int16 rows, the
+    QUANTIZE re-quantizing its int8 rows), in place; how many."""
     from tpuedge.quantize.affine import quantize as affine_quantize
 
     names = tflite_file.operator_names(model)
@@ -83,20 +94,34 @@ def _fold_lookup_quantize(model) -> int:
             if sum(1 for t in graph.tensors if t.buffer == table_tensor.buffer) != 1:
                 continue  # a buffer shared with another tensor keeps its float bytes
             target = graph.tensors[int(quantize.outputs[0])]
-            scale, zero, _ = tflite_file.tensor_quantization(target)
             table_values = np.frombuffer(bytes(bytearray(buffer.data)), np.float32)
-            buffer.data = affine_quantize(table_values, scale[0], zero[0], np.int8, ties="away").view(np.uint8)  # as TFLM's QUANTIZE
+            if target.type == schema.TensorType.INT8:  # the QUANTIZE's own int8 values: it goes
+                scale, zero, _ = tflite_file.tensor_quantization(target)
+                scale, zero = float(scale[0]), int(zero[0])
+                op.outputs = np.array([int(quantize.outputs[0])], np.int32)
+                drop.add(readers[rows][0])
+            else:  # int16 rows: TFLM looks up no int16 table; int8 rows on the table's own range, re-quantized to int16
+                scale, zero = _int8_range(table_values)
+                rows_tensor = graph.tensors[rows]
+                rows_tensor.type = schema.TensorType.INT8
+                rows_tensor.quantization = _per_tensor(schema, scale, zero)
+            buffer.data = affine_quantize(table_values, scale, zero, np.int8, ties="away").view(np.uint8)  # as TFLM's QUANTIZE
             table_tensor.type = schema.TensorType.INT8
-            table_tensor.quantization = _per_tensor(schema, float(scale[0]), int(zero[0]))
-            op.outputs = np.array([int(quantize.outputs[0])], np.int32)
-            drop.add(readers[rows][0])  # the QUANTIZE, the rows' one reader
+            table_tensor.quantization = _per_tensor(schema, scale, zero)
             folded += 1
         graph.operators = [op for i, op in enumerate(graph.operators) if i not in drop]
     return folded
 
 
+def _int8_range(values: np.ndarray) -> tuple[float, int]:
+    """(scale, zero point) of per-tensor int8 over `values`' min/max, zero included (it must be exact)."""
+    low, high = min(float(values.min(initial=0.0)), 0.0), max(float(values.max(initial=0.0)), 0.0)
+    scale = (high - low) / 255.0 or 1.0
+    return scale, int(np.clip(np.round(-128.0 - low / scale), -128, 127))
+
+
 def _sole_quantize(graph, names: list[str], reader_ops: list[int], is_output: bool):
-    """The one per-tensor int8 QUANTIZE that is the rows' only reader, or None."""
+    """The one per-tensor int8 or int16 QUANTIZE that is the rows' only reader, or None."""
     if is_output or len(reader_ops) != 1:
         return None
     op = graph.operators[reader_ops[0]]
@@ -104,7 +129,7 @@ def _sole_quantize(graph, names: list[str], reader_ops: list[int], is_output: bo
         return None
     out = graph.tensors[int(op.outputs[0])]
     scale, _, _ = tflite_file.tensor_quantization(out)
-    if out.type != tflite_file.schema.TensorType.INT8 or scale.size != 1:
+    if out.type not in (tflite_file.schema.TensorType.INT8, tflite_file.schema.TensorType.INT16) or scale.size != 1:
         return None
     return op
 
