@@ -255,8 +255,11 @@ def _evaluate(entry, target: str, ref: dict, out: Path, row: dict) -> None:
         islands = len(recipe.get("non_int8_ops") or [])
         row["recipe"] = recipe.get("scheme", "") + (f" ({islands} group(s) int16/float)" if islands else "")
         auto = {c["scheme"]: c for c in (recipe.get("auto") or {}).get("candidates", [])}
-        if "int8" in auto:
-            row["all_int8_cosine"] = min(auto["int8"]["sample_cosine_per_output"])
+        if "int8" in auto:  # auto's int8 candidate after its search, on the budget's samples
+            row["int8_candidate_cosine"] = min(auto["int8"]["sample_cosine_per_output"])
+        search = (recipe.get("auto") or {}).get("int8_search") or recipe.get("search") or {}
+        if search.get("all_int8_cosine") is not None:  # every op int8, the search's score on its own samples
+            row["all_int8_cosine"] = search["all_int8_cosine"]
     if target == "mcu":
         manifest = json.loads((out / "manifest.json").read_text())
         row["arena_bytes"] = manifest.get("arena", {}).get("measured_bytes")

@@ -95,6 +95,9 @@ def build_auto(
             raise _auto_budget_error(program.name, target, budget, accuracy, table + refused_lines)
         chosen = max(candidates, key=lambda c: (min(c.sample_cosine), -c.bytes))  # the most accurate
     entry = auto_report(candidates, chosen, samples=len(samples), inputs=accuracy.kind)
+    if "int8" in built:  # what every op at int8 scored before the search's remedies, whichever scheme won
+        search = built["int8"].recipe.get("search") or {}
+        entry["int8_search"] = {k: search.get(k) for k in ("metric", "samples", "all_int8_cosine", "final_cosine")}
     if refused:
         entry["refused_by_litert"] = refused
     return built[chosen.scheme], entry, results[chosen.scheme].to_json(written_below=written_below), outputs[chosen.scheme]
