@@ -253,7 +253,8 @@ def _evaluate(entry, target: str, ref: dict, out: Path, row: dict) -> None:
     if target.startswith("android:"):  # what was written: auto's choice, and the int8 search's islands
         recipe = json.loads((out / "manifest.json").read_text()).get("recipe", {})
         islands = len(recipe.get("non_int8_ops") or [])
-        row["recipe"] = recipe.get("scheme", "") + (f" ({islands} group(s) int16/float)" if islands else "")
+        kept = "weight tensor(s) float32" if recipe.get("scheme") == "dynamic-int8" else "group(s) int16/float"
+        row["recipe"] = recipe.get("scheme", "") + (f" ({islands} {kept})" if islands else "")
         auto = {c["scheme"]: c for c in (recipe.get("auto") or {}).get("candidates", [])}
         if "int8" in auto:  # auto's int8 candidate after its search, on the budget's samples
             row["int8_candidate_cosine"] = min(auto["int8"]["sample_cosine_per_output"])
