@@ -56,6 +56,7 @@ def program_to_tflite(
     budget_cosine: float | None = None,
     equalize: bool = True,
     candidate_problem: "Callable[[bytes], str | None] | None" = None,
+    candidate_outputs: "Callable[[bytes, list], list] | None" = None,
 ) -> ConvertedModel:
     """Lower `program` to LiteRT and quantize it per `config` (see the module docstring).
 
@@ -75,6 +76,9 @@ def program_to_tflite(
     candidate_problem: the calling target's check of a quantized candidate (bytes -> why it
     can't run there, or None): the int8 search scores a recipe it refuses as one that failed
     to run (mcu: a float op, or an int16 kernel TFLite-Micro lacks).
+    candidate_outputs: the calling target's runtime (bytes, samples -> outputs), which the int8
+    search scores its candidates in instead of LiteRT (mcu: TFLite-Micro, whose int16 kernels
+    are not LiteRT's).
     """
     if config.scheme == "auto":  # a choice among conversions, made by the target (edge/android_auto.py)
         raise InternalError("program_to_tflite converts one scheme; resolve --quantize auto with edge.android_auto.build_auto")
@@ -112,11 +116,11 @@ def program_to_tflite(
 
     result = static_int8(program, config, calibration, base, recipe, quantize, report_strict_cost=report_strict_cost,
                          target=target, trained_ranges=trained_ranges, budget_cosine=budget_cosine, equalize=equalize,
-                         candidate_problem=candidate_problem)
+                         candidate_problem=candidate_problem, candidate_outputs=candidate_outputs)
     if isinstance(result, Equalized):  # converted in the user's program's place (the recipe says so)
         converted = program_to_tflite(result.program, config, calibration, report_strict_cost=report_strict_cost,
                                       target=target, budget_cosine=budget_cosine, equalize=False,
-                                      candidate_problem=candidate_problem)
+                                      candidate_problem=candidate_problem, candidate_outputs=candidate_outputs)
         converted.recipe["cross_layer_equalization"] = result.report
         return converted
     tflite, recipe = result

@@ -86,6 +86,7 @@ def static_int8(
     program: "Program", config, calibration, base: bytes, recipe: dict, quantize, *, report_strict_cost: bool,
     target: str | None, trained_ranges: Any, budget_cosine: float | None, equalize: bool,
     candidate_problem: "Callable[[bytes], str | None] | None" = None,
+    candidate_outputs: "Callable[[bytes, list], list] | None" = None,
 ) -> "tuple[bytes, dict] | Equalized":
     """(the int8 model of `program`, its recipe) from its float model `base` and `quantize`
     (run_quantizer(base)); `recipe` is the conversion's record so far, completed in place. Or
@@ -159,13 +160,15 @@ def static_int8(
                     if problem is not None:
                         scored[same] = {**asdict(AccuracySummary.failed_to_run(count)), "refused": problem}
                     else:
-                        with timed("int8 search: candidates in LiteRT"):
-                            scored[same] = asdict(_score_candidate(data, eval_inputs[:count], lambda: reference()[:count]))
+                        with timed("int8 search: candidates in LiteRT" if candidate_outputs is None else "int8 search: candidates in the target's runtime"):
+                            scored[same] = asdict(_score_candidate(data, eval_inputs[:count], lambda: reference()[:count],
+                                                                   candidate_outputs))
                 return data, scored[same]
 
             parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {}),
                      **({"samples": count} if count != len(eval_inputs) else {}),
-                     **({"target_check": target} if candidate_problem is not None else {})}
+                     **({"target_check": target} if candidate_problem is not None else {}),
+                     **({"scored_in": target} if candidate_outputs is not None else {})}
             data, score = cached_stage("quant_candidate", parts, build_and_score,
                                        encode=encode_blob_and_json, decode=decode_blob_and_json)
             score = dict(score)
@@ -215,7 +218,8 @@ def static_int8(
     if equalize and best_all_int8 < config.target_cosine:
         with stage_progress(f"{program.name}: all-int8 after cross-layer equalization", total=1) as step:
             step("equalize, convert, calibrate, score")
-            equalized = _equalized_candidate(program, config, calibration, eval_inputs, reference, best_all_int8, target)
+            equalized = _equalized_candidate(program, config, calibration, eval_inputs, reference, best_all_int8, target,
+                                             candidate_outputs)
         if equalized is not None and equalized["report"]["kept"]:
             return Equalized(equalized["program"], equalized["report"])
         if equalized is not None:
@@ -370,24 +374,26 @@ def _quantizer_samples(samples, input_infos, channels_last: bool) -> list[dict]:
     return out
 
 
-def _score_candidate(tflite: bytes, eval_inputs, reference) -> "AccuracySummary":
-    """A quantized candidate run in LiteRT on `eval_inputs` (the .tflite's layout) against
-    `reference()`; the worst score when LiteRT refuses to run it (an int8 kernel's own check, a
-    DIV whose divisor rounds to its zero point) or its outputs are inf/NaN (a float DIV by 0):
-    a recipe that can't ship."""
+def _score_candidate(tflite: bytes, eval_inputs, reference, outputs_of=None) -> "AccuracySummary":
+    """A quantized candidate run on `eval_inputs` (the .tflite's layout) against `reference()`,
+    in LiteRT or by `outputs_of` (the target's runtime: TFLite-Micro for mcu); the worst score
+    when the runtime refuses to run it (an int8 kernel's own check, a DIV whose divisor rounds
+    to its zero point) or its outputs are inf/NaN (a float DIV by 0): a recipe that can't ship."""
     from tpuedge.edge.litert_runtime import ModelRunError, run_samples
+    from tpuedge.edge.tflm_runtime import TflmError
     from tpuedge.quantize.metrics import AccuracySummary, compare_outputs
 
     try:
-        outputs = run_samples(tflite, eval_inputs)
-    except ModelRunError:
+        outputs = (outputs_of or run_samples)(tflite, eval_inputs)
+    except (ModelRunError, TflmError):
         return AccuracySummary.failed_to_run(len(eval_inputs))
     if not all(np.isfinite(o).all() for sample in outputs for o in sample):
         return AccuracySummary.failed_to_run(len(eval_inputs))
     return compare_outputs(reference(), outputs)
 
 
-def _equalized_candidate(program, config, calibration, eval_inputs, reference, best: float, target) -> dict | None:
+def _equalized_candidate(program, config, calibration, eval_inputs, reference, best: float, target,
+                         candidate_outputs=None) -> dict | None:
     """{"program": the program after cross-layer equalization, "report": what was measured, with
     "kept": whether its all-int8 (min/max ranges) beats `best`, this program's best all-int8, by
     _MIN_EQUALIZED_GAIN}; None when no pair can be equalized."""
@@ -404,7 +410,7 @@ def _equalized_candidate(program, config, calibration, eval_inputs, reference, b
     quantize = run_quantizer(base)
     entries = quantizer_recipe(config)
     quantize.calibrate(entries, _quantizer_samples(calibration, LiteRTRunner(base).inputs, config.channels_last))
-    score = search_score(_score_candidate(quantize(entries), eval_inputs, reference))
+    score = search_score(_score_candidate(quantize(entries), eval_inputs, reference, candidate_outputs))
     return {"program": equalized, "report": {"pairs": result.changed, "all_int8_cosine_before": _round(best),
                                               "all_int8_cosine_equalized": _round(score),
                                               "kept": score >= best + _MIN_EQUALIZED_GAIN}}

@@ -44,13 +44,14 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     from tpuedge.edge import tflite_file
     from tpuedge.edge.bias_quantization import drop_bias_quantization
     from tpuedge.edge.convert import program_to_tflite
-    from tpuedge.edge.tflm_candidates import tflm_candidate_problem
+    from tpuedge.edge.tflm_candidates import tflm_candidate_outputs, tflm_candidate_problem
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tensor_names import shorten_tensor_names
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
 
     converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges,
-                                  report_strict_cost=config.strict_int8, candidate_problem=tflm_candidate_problem)
+                                  report_strict_cost=config.strict_int8, candidate_problem=tflm_candidate_problem,
+                                  candidate_outputs=tflm_candidate_outputs)
     moved = external_buffers(converted.tflite)
     tflite = inline_buffers(converted.tflite)
     if external_buffers(tflite):

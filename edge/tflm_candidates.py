@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["tflm_candidate_problem", "float_compute_ops", "candidate_child"]
+__all__ = ["tflm_candidate_problem", "tflm_candidate_outputs", "float_compute_ops", "candidate_child"]
 
 
 def tflm_candidate_problem(tflite: bytes) -> str | None:
@@ -52,6 +52,24 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     if problem is None:
         _RAN_IN_TFLM.update(signatures)
     return problem
+
+
+def tflm_candidate_outputs(tflite: bytes, samples) -> list[list[np.ndarray]]:
+    """A candidate of the int8 search run in TFLite-Micro, in its form, on `samples` (float in,
+    float out), with an arena no plan can outgrow: what the mcu search scores, not LiteRT's run.
+    The two differ where it matters most: LiteRT's int16 RSQRT misses by up to 30% on inputs
+    near the bottom of a wide range (silero-vad's spectrum magnitude, 0 to 717), where
+    TFLite-Micro's is within 1% (tests/test_mcu_int16.py), so LiteRT scored silero-vad's int16
+    candidates below all-int8. Raises TflmError where TFLite-Micro refuses the model."""
+    from tpuedge.edge import tflite_file
+    from tpuedge.edge.tflm_forms import tflm_forms
+    from tpuedge.edge.tflm_model import inline_buffers
+    from tpuedge.edge.tflm_runtime import TflmRunner
+
+    inlined = inline_buffers(tflite)
+    model, _ = tflm_forms(inlined)
+    runner = TflmRunner(model, _candidate_arena(tflite_file.read_model(inlined), len(tflite)))
+    return [runner.run(sample) for sample in samples]
 
 
 def _run_in_a_child(model: bytes, arena: int) -> str | None:
