@@ -148,7 +148,7 @@ def test_int16_candidates_of_a_model_with_an_embedding_run_in_tflite_micro(monke
     """The quantizer leaves an embedding lookup in float, and the mcu build stores its table in
     int8 (edge/tflm_forms.py). The candidate check judged the raw candidate, so it refused every
     int16 candidate of a model with an embedding ("left in float: EMBEDDING_LOOKUP"): MiniLM-L6's
-    mcu search measured none of its 42 int16 recipes. Rows read at 16 bits come from an int8
+    mcu search ran none of its 41 int16 recipes. Rows read at 16 bits come from an int8
     table on its own range, re-quantized to int16 (TFLite-Micro looks up no int16 table)."""
     from tpuedge.edge import tflite_file, tflm_candidates
     from tpuedge.edge.litert_runtime import LiteRTRunner
