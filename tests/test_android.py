@@ -166,9 +166,9 @@ def outlier_search():
     config = QuantConfig(scheme="int8", target_cosine=0.99999)
     real_score = int8_search._score_candidate
 
-    def spy(tflite, eval_inputs, reference):  # the real scoring, counted by model bytes and samples
+    def spy(tflite, eval_inputs, reference, *runtime):  # the real scoring, counted by model bytes and samples
         _OUTLIER_SEARCH_RUNS.append((hashlib.sha256(tflite).hexdigest(), len(eval_inputs)))
-        return real_score(tflite, eval_inputs, reference)
+        return real_score(tflite, eval_inputs, reference, *runtime)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(int8_search, "_score_candidate", spy)
