@@ -10,6 +10,7 @@ the candidate once in a child process.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -27,28 +28,22 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     ran in an earlier candidate is not run again (most of a search's candidates). All of it is
     judged on the candidate in TFLite-Micro's form (edge/tflm_forms.py), parsed once; its bytes
     are written in that form only when it runs."""
-    from tpuedge.edge import tflite_file
     from tpuedge.edge.litert_runtime import aborting_op
-    from tpuedge.edge.tflm_forms import tflm_forms, tflm_forms_in_place
-    from tpuedge.edge.tflm_model import inline_buffers
 
-    inlined = inline_buffers(tflite)  # the lookup tables' values, which the form rewrites
-    parsed = tflite_file.read_model(inlined)
     # judged in the form TFLM gets: the quantizer leaves an embedding lookup in float, and the
     # build stores its table in int8 (edge/tflm_forms.py); the raw candidate's float lookup
     # refused every int16 candidate of a model with an embedding
-    tflm_forms_in_place(parsed)
-    floats = _float_compute_ops(parsed)
+    form = _tflm_form(tflite)
+    floats = _float_compute_ops(form.parsed)
     if floats:
         return "left in float: " + ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
     aborting = aborting_op(tflite)  # TFLite-Micro's ADD and SUB rescale (and abort) as LiteRT's do
     if aborting:
         return aborting
-    signatures = _op_signatures(parsed)
+    signatures = _op_signatures(form.parsed)
     if signatures <= _RAN_IN_TFLM:
         return None
-    model, _ = tflm_forms(inlined)
-    problem = _run_in_a_child(model, _candidate_arena(parsed, len(tflite)))
+    problem = _run_in_a_child(form.data(), form.arena)
     if problem is None:
         _RAN_IN_TFLM.update(signatures)
     return problem
@@ -61,15 +56,40 @@ def tflm_candidate_outputs(tflite: bytes, samples) -> list[list[np.ndarray]]:
     near the bottom of a wide range (silero-vad's spectrum magnitude, 0 to 717), where
     TFLite-Micro's is within 1% (tests/test_mcu_int16.py), so LiteRT scored silero-vad's int16
     candidates below all-int8. Raises TflmError where TFLite-Micro refuses the model."""
-    from tpuedge.edge import tflite_file
-    from tpuedge.edge.tflm_forms import tflm_forms
-    from tpuedge.edge.tflm_model import inline_buffers
     from tpuedge.edge.tflm_runtime import TflmRunner
 
-    inlined = inline_buffers(tflite)
-    model, _ = tflm_forms(inlined)
-    runner = TflmRunner(model, _candidate_arena(tflite_file.read_model(inlined), len(tflite)))
+    form = _tflm_form(tflite)
+    runner = TflmRunner(form.data(), form.arena)
     return [runner.run(sample) for sample in samples]
+
+
+class _TflmForm:
+    """A candidate in TFLite-Micro's form (edge/tflm_forms.py), buffers inline: parsed, its
+    kernels' arena bound, and its bytes, written once when first asked for."""
+
+    def __init__(self, tflite: bytes):
+        from tpuedge.edge import tflite_file
+        from tpuedge.edge.tflm_forms import tflm_forms_in_place
+        from tpuedge.edge.tflm_model import inline_buffers
+
+        self._inlined = inline_buffers(tflite)  # the lookup tables' values, which the form rewrites
+        self.parsed = tflite_file.read_model(self._inlined)
+        self._changed = bool(tflm_forms_in_place(self.parsed))
+        self.arena = _candidate_arena(self.parsed, len(tflite))
+        self._data: bytes | None = None
+
+    def data(self) -> bytes:
+        if self._data is None:
+            from tpuedge.edge import tflite_file
+
+            self._data = tflite_file.write_model(self.parsed) if self._changed else self._inlined
+        return self._data
+
+
+@functools.lru_cache(maxsize=1)
+def _tflm_form(tflite: bytes) -> _TflmForm:
+    """The search checks a candidate, then scores it: one form for both (the newest only)."""
+    return _TflmForm(tflite)
 
 
 def _run_in_a_child(model: bytes, arena: int) -> str | None:
