@@ -22,25 +22,25 @@ class _Outliers(torch.nn.Module):
     on that channel's range and the rest of the layer rounds to a few steps; the tanh bounds what
     follows, so the model's int8 output (mcu) is not itself the loss."""
 
-    def __init__(self, pad: bool = False):
+    def __init__(self, gather: bool = False):
         super().__init__()
-        self.pad = pad
-        self.fc1, self.fc2, self.fc3 = torch.nn.Linear(16, 24), torch.nn.Linear(48 if pad else 24, 24), torch.nn.Linear(24, 16)
+        self.gather = gather
+        self.fc1, self.fc2, self.fc3 = torch.nn.Linear(16, 24), torch.nn.Linear(48 if gather else 24, 24), torch.nn.Linear(24, 16)
         with torch.no_grad():
             self.fc2.weight[0] *= 400.0
-            if not pad:
+            if not gather:
                 self.fc1.weight[0] *= 400.0
 
     def forward(self, x):
         h = torch.tanh(self.fc1(x))
-        if self.pad:  # a reflect pad wider than 9: one GATHER_ND on mcu, which TFLite-Micro refuses at int16
-            h = torch.nn.functional.pad(h.unsqueeze(1), (12, 12), mode="reflect").squeeze(1)
+        if self.gather:  # each feature twice: one GATHER_ND on mcu, which TFLite-Micro refuses at int16
+            h = torch.repeat_interleave(h, 2, dim=-1)
         return self.fc3(torch.tanh(self.fc2(h)))
 
 
-def _program_and_samples(pad: bool):
+def _program_and_samples(gather: bool):
     torch.manual_seed(0)
-    program = tpuedge.export(_Outliers(pad).eval(), (torch.zeros(1, 16),), name="outliers")
+    program = tpuedge.export(_Outliers(gather).eval(), (torch.zeros(1, 16),), name="outliers")
     rng = np.random.default_rng(0)
     return program, [(rng.standard_normal((1, 16)).astype(np.float32),) for _ in range(32)]
 
@@ -55,7 +55,7 @@ def test_every_op_in_float_on_android_where_no_group_reaches_the_budget(tmp_path
     from tpuedge.edge.tflite_inspect import summarize_tflite
 
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
-    program, calibration = _program_and_samples(pad=False)
+    program, calibration = _program_and_samples(gather=False)
     art = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)
     recipe = art.manifest["recipe"]
     rung = recipe["every_op"]
@@ -73,7 +73,7 @@ def test_an_op_type_the_board_refuses_at_16_bits_stays_int8(tmp_path, monkeypatc
     """TFLite-Micro has no int16 GATHER_ND: the every-op candidate is refused, the op type named in
     the refusal is left int8 and the rest measured again."""
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
-    program, calibration = _program_and_samples(pad=True)
+    program, calibration = _program_and_samples(gather=True)
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration)
     rung = art.manifest["quantization"]["recipe"]["every_op"]
     assert rung["precision"] == "int16"  # TFLite-Micro runs only integer graphs

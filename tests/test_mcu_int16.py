@@ -62,16 +62,15 @@ def test_int16_where_int8_misses_the_budget_and_strict_int8_fails_loudly(outlier
     assert art.run(calibration[-1][0])[0].shape == (1, 4)  # runs in TFLite-Micro
 
 
-class _WidePad(torch.nn.Module):
-    """A reflect pad wider than 9 in all: the mcu passes make it one GATHER_ND of constant positions."""
+class _Repeated(torch.nn.Module):
+    """Each feature repeated twice: the mcu passes make it one GATHER_ND of constant positions."""
 
     def __init__(self):
         super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(40, 4)
+        self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(32, 4)
 
     def forward(self, x):
-        h = torch.nn.functional.pad(self.fc1(x).unsqueeze(1), (12, 12), mode="reflect").squeeze(1)
-        return self.fc2(h)
+        return self.fc2(torch.repeat_interleave(self.fc1(x), 2, dim=-1))
 
 
 class _HardSwish(torch.nn.Module):
@@ -124,8 +123,8 @@ def test_the_candidate_check_names_what_tflite_micro_cannot_run():
     from tpuedge.edge.tflm_candidates import tflm_candidate_problem
 
     # a kernel TFLite-Micro has, refusing int16 tensors when it prepares
-    assert "TFLite-Micro refused it" in tflm_candidate_problem(_all_int16(_WidePad()))
-    assert "GATHER_ND" in tflm_candidate_problem(_all_int16(_WidePad()))
+    assert "TFLite-Micro refused it" in tflm_candidate_problem(_all_int16(_Repeated()))
+    assert "GATHER_ND" in tflm_candidate_problem(_all_int16(_Repeated()))
     # one that prepares and refuses them when it runs (found on torchvision's LRASPP head)
     assert "RESIZE_BILINEAR" in tflm_candidate_problem(_all_int16(_Upsample(), (1, 3, 8, 8)))
     # an op the quantizer leaves float at 16 bits
@@ -324,3 +323,4 @@ def test_the_mcu_search_scores_its_candidates_in_tflite_micro():
     litert = LiteRTRunner(candidate).run([x])[0]
     assert np.max(np.abs(tflm[0] - truth) / truth) < 0.03
     assert np.max(np.abs(litert[0] - truth) / truth) > 0.1  # why the search must not score mcu in LiteRT
+
