@@ -36,6 +36,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.index_as_view import ConstantIndexAsView
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
+    from tpuedge.shared_ir.passes.magnitude import MagnitudeAsProjections
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
@@ -50,7 +51,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
 
     return PassManager(
         [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), NormalizeAsRsqrt(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 

@@ -15,14 +15,15 @@ from tpuedge.quantize.singular_ranges import rsqrt_output_max
 
 
 class _Magnitude(torch.nn.Module):
-    """The magnitude of a 2-channel signal (a spectrogram's re, im), then a Linear over it."""
+    """The 2-norm over a signal's channels, then a Linear over it (written as a sum of squares: two
+    squares added are a complex magnitude, which mcu writes as projections with no RSQRT)."""
 
     def __init__(self):
         super().__init__()
         self.fc = torch.nn.Linear(32, 8)
 
     def forward(self, x):
-        return self.fc(torch.sqrt(x[:, 0] ** 2 + x[:, 1] ** 2))
+        return self.fc(torch.sqrt((x**2).sum(dim=1)))
 
 
 def _samples(count: int, rng) -> list:
