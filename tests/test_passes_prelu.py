@@ -67,9 +67,12 @@ def test_int8_prelu_net_stays_within_its_parameter_bytes_and_runs_in_tflm(rnet, 
     weights = summarize_tflite((art.directory / "model.tflite").read_bytes()).weight_bytes
     assert weights <= 1.02 * param_bytes, weights  # measured 101,060: each layer's weights stored once (was 175,285)
     check = m["verification"]["held_out"]  # TFLite-Micro vs the float IR
-    assert check["tflm_vs_litert_max_lsb"] <= 1
+    # the search keeps every op but the convolutions at 16 bits here, outputs too: 8 int16 steps
+    # measured, 1/32 of an int8 step (an int8 output: at most 1)
+    assert check["tflm_vs_litert_max_lsb"] <= 32
     err = check["tflm_vs_float"]
-    # measured: max abs error 0.0021 on an output range of 0.675, centered cosine 0.90 (random weights)
+    # measured: max abs error 0.0024 on an output range of 0.675, centered cosine 0.997 (0.93 with
+    # int8 outputs; random weights)
     assert err["max_abs_error"] <= 0.01 * err["output_range"] and err["centered_cosine"] > 0.85, err
 
 
