@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["child_folder", "run_child"]
+__all__ = ["child_folder", "run_child", "child_command", "child_env"]
 
 
 @contextmanager
@@ -30,14 +30,18 @@ def child_folder(prefix: str) -> Iterator[Path]:
 def run_child(entry: str, folder: Path, *args: str) -> subprocess.CompletedProcess:
     """Run `entry` ("package.module.function") in a fresh interpreter with argv = folder, *args;
     returns the finished process (a negative returncode: killed by that signal)."""
-    module, _, function = entry.rpartition(".")
     return subprocess.run(
-        [sys.executable, "-c", f"from {module} import {function}; {function}()", str(folder), *args],
-        env=_child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        child_command(entry, str(folder), *args), env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
 
 
-def _child_env() -> dict[str, str]:
+def child_command(entry: str, *args: str) -> list[str]:
+    """The command line that runs `entry` ("package.module.function") in a fresh interpreter."""
+    module, _, function = entry.rpartition(".")
+    return [sys.executable, "-c", f"from {module} import {function}; {function}()", *args]
+
+
+def child_env() -> dict[str, str]:
     # the tpuedge this process runs (a checkout or an install) is the one the child imports
     root = str(Path(sys.modules["tpuedge"].__file__).resolve().parent.parent)
     path = os.environ.get("PYTHONPATH")

@@ -11,11 +11,10 @@ the candidate once in a child process.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 
-__all__ = ["tflm_candidate_problem", "tflm_candidate_outputs", "float_compute_ops", "candidate_child"]
+__all__ = ["tflm_candidate_problem", "tflm_candidate_outputs", "float_compute_ops", "kernel_problem"]
 
 
 def tflm_candidate_problem(tflite: bytes) -> str | None:
@@ -43,7 +42,7 @@ def tflm_candidate_problem(tflite: bytes) -> str | None:
     signatures = _op_signatures(form.parsed)
     if signatures <= _RAN_IN_TFLM:
         return None
-    problem = _run_in_a_child(form.data(), form.arena)
+    problem = kernel_problem(form.data(), form.arena)
     if problem is None:
         _RAN_IN_TFLM.update(signatures)
     return problem
@@ -55,12 +54,13 @@ def tflm_candidate_outputs(tflite: bytes, samples) -> list[list[np.ndarray]]:
     The two differ where it matters most: LiteRT's int16 RSQRT misses by up to 30% on inputs
     near the bottom of a wide range (silero-vad's spectrum magnitude, 0 to 717), where
     TFLite-Micro's is within 1% (tests/test_mcu_int16.py), so LiteRT scored silero-vad's int16
-    candidates below all-int8. Raises TflmError where TFLite-Micro refuses the model."""
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    candidates below all-int8. Run in the build's TFLite-Micro worker process (edge/tflm_worker.py:
+    a kernel may abort on a candidate the check did not run, all-int8 among them). Raises
+    TflmError where TFLite-Micro refuses the model or crashes on it."""
+    from tpuedge.edge.tflm_worker import worker_outputs
 
     form = _tflm_form(tflite)
-    runner = TflmRunner(form.data(), form.arena)
-    return [runner.run(sample) for sample in samples]
+    return worker_outputs(form.data(), form.arena, samples)
 
 
 class _TflmForm:
@@ -92,39 +92,20 @@ def _tflm_form(tflite: bytes) -> _TflmForm:
     return _TflmForm(tflite)
 
 
-def _run_in_a_child(model: bytes, arena: int) -> str | None:
-    """`model` run once on zeros in TFLite-Micro, in a child process: some of its kernels abort
-    the process on an int16 candidate instead of refusing it (timm's PiT-tiny: SIGABRT inside
-    invoke, the build gone with exit 134)."""
-    from tpuedge.edge.child_process import child_folder, run_child
-    from tpuedge.edge.tool_output import tail
+def kernel_problem(model: bytes, arena: int) -> str | None:
+    """`model` run once on zeros in the build's TFLite-Micro worker process (edge/tflm_worker.py):
+    some kernels abort the process on an int16 candidate instead of refusing it (timm's PiT-tiny:
+    SIGABRT inside invoke, the build gone with exit 134). What TFLite-Micro said, or None."""
+    from tpuedge.edge.tflm_runtime import TflmError
+    from tpuedge.edge.tflm_worker import worker_outputs
 
-    with child_folder("tpuedge-candidate-") as work:
-        (work / "model.tflite").write_bytes(model)
-        done = run_child("tpuedge.edge.tflm_candidates.candidate_child", work, str(arena))
-        result = work / "result.txt"
-        if result.is_file():
-            text = result.read_text()
-            return None if text == "ok" else text
-    printed = " | ".join(tail(done.stderr, 2).splitlines())
-    return f"TFLite-Micro crashed running it (exit {done.returncode})" + (f": {printed}" if printed else "")
-
-
-def candidate_child() -> None:
-    """The child `_run_in_a_child` starts: argv = folder, arena bytes; writes result.txt."""
-    import sys
-
-    from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
-
-    folder, arena = Path(sys.argv[1]), int(sys.argv[2])
     try:
-        runner = TflmRunner((folder / "model.tflite").read_bytes(), arena)
-        runner.run_raw([np.zeros(d["shape"], d["dtype"]) for d in runner.input_details])
-        text = "ok"
+        worker_outputs(model, arena, None)
     except TflmError as exc:
         lines = [line.strip() for line in exc.log.splitlines() if line.strip()]
-        text = "TFLite-Micro refused it: " + ("; ".join(lines[-2:]) if lines else str(exc))
-    (folder / "result.txt").write_text(text)
+        head = str(exc).split(":", 1)[0]  # "TFLite-Micro refused it" or "... crashed running it (exit N)"
+        return (f"{head}: " + "; ".join(lines[-2:])) if lines else head
+    return None
 
 
 # (builtin, input dtypes, output dtypes) of every op some candidate ran in TFLite-Micro, this process

@@ -253,15 +253,15 @@ def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
 def test_a_candidate_that_aborts_tflite_micro_is_refused_and_the_build_lives_on():
     """Some TFLite-Micro kernels abort the process instead of refusing a model (timm's PiT-tiny:
     SIGABRT in SOFTMAX's Eval); run in the build's own process, that ended the build with exit
-    134 and no message. The check runs the candidate in a child: here an int8 ADD whose rescale
+    134 and no message. The check runs the candidate in a worker process: here an int8 ADD whose rescale
     factor TFLite-Micro's own check aborts on."""
     from tflm_single_op import single_op_model
 
-    from tpuedge.edge.tflm_candidates import _run_in_a_child
+    from tpuedge.edge.tflm_candidates import kernel_problem
 
-    problem = _run_in_a_child(single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0)), 1 << 20)
+    problem = kernel_problem(single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0)), 1 << 20)
     assert problem is not None and problem.startswith("TFLite-Micro crashed running it (exit")
-    assert _run_in_a_child(single_op_model("ADD", n_inputs=2), 1 << 20) is None
+    assert kernel_problem(single_op_model("ADD", n_inputs=2), 1 << 20) is None
 
 
 def test_the_candidate_check_runs_only_on_candidates_that_are_not_all_int8(outlier, tmp_path, monkeypatch):
@@ -362,3 +362,21 @@ def test_quiet_audio_is_heard_in_16_bits_on_mcu(tmp_path):
     graph = model.subgraphs[0]
     assert [tflite_file.dtype_name(graph.tensors[i].type) for i in graph.inputs] == ["int16"]
     assert min(art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
+
+
+def test_the_search_scores_a_candidate_that_aborts_tflite_micro_as_failed_and_lives_on():
+    """The search runs its candidates in TFLite-Micro, all-int8 among them, which the candidate
+    check does not run first: in the build's own process, a kernel's abort ended the build with
+    exit 134 and no message (HF's tiny random-init MobileViT: a softmax scale below 2^-26). They
+    run in a worker process now: a crash is that candidate's TflmError, and the next candidate
+    gets a fresh worker."""
+    from tflm_single_op import single_op_model
+
+    from tpuedge.edge.tflm_candidates import tflm_candidate_outputs
+    from tpuedge.edge.tflm_runtime import TflmError
+
+    sample = [np.ones((1, 4), np.float32), np.ones((1, 4), np.float32)]
+    with pytest.raises(TflmError, match=r"TFLite-Micro crashed running it \(exit"):
+        tflm_candidate_outputs(single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0)), [sample])
+    (out,), = tflm_candidate_outputs(single_op_model("ADD", n_inputs=2), [sample])
+    np.testing.assert_allclose(out, np.full((1, 4), 2.0))

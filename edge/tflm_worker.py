@@ -1,0 +1,139 @@
+"""TFLite-Micro in one long-lived child process: where the mcu search runs its candidates.
+
+Some TFLite-Micro kernels abort the process instead of refusing a model: a softmax whose input
+scale is below 2^-26 (`QuantizeMultiplierGreaterThanOne`, HF's tiny random-init MobileViT) took
+the whole build down with SIGABRT and no message once the search scored its candidates in
+TFLite-Micro in-process. Here one worker serves a build's candidates (one interpreter start,
+not one per candidate: a search measures up to a hundred), a crash is that candidate's refusal
+(`TflmError`, with the tail of what the child printed), and the next candidate gets a fresh
+worker. The child answers on a private copy of its stdout; whatever TFLite-Micro or a library
+prints goes to its stderr, a file the parent reads only after a crash. A worker whose parent
+is gone reads end-of-file and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["TflmWorker", "worker_outputs", "serve"]
+
+_LENGTH = struct.Struct("<Q")
+_STDERR_TAIL = 4000
+
+
+def _send(stream, obj) -> None:
+    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LENGTH.pack(len(blob)))
+    stream.write(blob)
+    stream.flush()
+
+
+def _receive(stream):
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        raise EOFError("the other side closed the channel")
+    size = _LENGTH.unpack(head)[0]
+    blob = stream.read(size)
+    if len(blob) < size:
+        raise EOFError("the other side closed the channel mid-message")
+    return pickle.loads(blob)
+
+
+class TflmWorker:
+    """A child process that runs models in TFLite-Micro."""
+
+    def __init__(self):
+        self._proc: subprocess.Popen | None = None
+        self._stderr = None
+        self._lock = threading.Lock()
+
+    def outputs(self, model: bytes, arena: int, samples: Sequence[Sequence[np.ndarray]] | None) -> list[list[np.ndarray]]:
+        """Each sample's outputs (float in, float out); samples=None: one run on raw zeros, no outputs."""
+        from tpuedge.edge.tflm_runtime import TflmError
+
+        with self._lock:
+            if self._proc is None:
+                self._start()
+            try:
+                _send(self._proc.stdin, (model, arena, None if samples is None else [list(s) for s in samples]))
+                status, payload = _receive(self._proc.stdout)
+            except (BrokenPipeError, EOFError, OSError):
+                code = self._proc.wait()
+                log = self._stderr_tail()
+                self._proc = None
+                raise TflmError(f"TFLite-Micro crashed running it (exit {code})", log) from None
+        if status != "ok":
+            raise TflmError("TFLite-Micro refused it", payload)
+        return payload
+
+    def _start(self) -> None:
+        from tpuedge.edge.child_process import child_command, child_env
+
+        if self._stderr is not None:
+            self._stderr.close()
+        self._stderr = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(child_command("tpuedge.edge.tflm_worker.serve"), env=child_env(),
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0, os.SEEK_END)
+        self._stderr.seek(max(0, self._stderr.tell() - _STDERR_TAIL))
+        return self._stderr.read().decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None:
+                self._proc.stdin.close()  # the worker reads end-of-file and exits
+                self._proc.wait()
+                self._proc = None
+            if self._stderr is not None:
+                self._stderr.close()
+                self._stderr = None
+
+
+_WORKER: TflmWorker | None = None
+_WORKER_LOCK = threading.Lock()
+
+
+def worker_outputs(model: bytes, arena: int, samples) -> list[list[np.ndarray]]:
+    """`samples` run on `model` in this process's TFLite-Micro worker (started on first use);
+    samples=None runs it once on zeros (does each kernel take the model?)."""
+    global _WORKER
+    with _WORKER_LOCK:
+        if _WORKER is None:
+            _WORKER = TflmWorker()
+        worker = _WORKER
+    return worker.outputs(model, arena, samples)
+
+
+def serve() -> None:
+    """The worker: read (model, arena, samples or None), answer ("ok", outputs) or ("refused", log)."""
+    from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
+
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a library's print goes to stderr, never into a reply
+    requests = sys.stdin.buffer
+    while True:
+        try:
+            model, arena, samples = _receive(requests)
+        except EOFError:
+            return
+        try:
+            runner = TflmRunner(model, arena)
+            if samples is None:  # a kernel check: one run on raw zeros
+                runner.run_raw([np.zeros(d["shape"], d["dtype"]) for d in runner.input_details])
+                reply = ("ok", [])
+            else:
+                reply = ("ok", [runner.run(sample) for sample in samples])
+        except TflmError as exc:
+            reply = ("refused", exc.log or str(exc))
+        _send(replies, reply)
