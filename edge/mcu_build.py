@@ -48,10 +48,14 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tensor_names import shorten_tensor_names
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
+    from tpuedge.edge.tflm_worker import close_worker
 
-    converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges,
-                                  report_strict_cost=config.strict_int8, candidate_problem=tflm_candidate_problem,
-                                  candidate_outputs=tflm_candidate_outputs)
+    try:
+        converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges,
+                                      report_strict_cost=config.strict_int8, candidate_problem=tflm_candidate_problem,
+                                      candidate_outputs=tflm_candidate_outputs)
+    finally:
+        close_worker()  # the search's TFLite-Micro worker: not left idle in a long-lived process
     moved = external_buffers(converted.tflite)
     tflite = inline_buffers(converted.tflite)
     if external_buffers(tflite):

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["TflmWorker", "worker_outputs", "serve"]
+__all__ = ["TflmWorker", "worker_outputs", "close_worker", "serve"]
 
 _LENGTH = struct.Struct("<Q")
 _STDERR_TAIL = 4000
@@ -113,6 +113,15 @@ def worker_outputs(model: bytes, arena: int, samples) -> list[list[np.ndarray]]:
             _WORKER = TflmWorker()
         worker = _WORKER
     return worker.outputs(model, arena, samples)
+
+
+def close_worker() -> None:
+    """End this process's worker, if one runs (the next `worker_outputs` starts another)."""
+    global _WORKER
+    with _WORKER_LOCK:
+        worker, _WORKER = _WORKER, None
+    if worker is not None:
+        worker.close()
 
 
 def serve() -> None:

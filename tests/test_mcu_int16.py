@@ -362,6 +362,9 @@ def test_quiet_audio_is_heard_in_16_bits_on_mcu(tmp_path):
     graph = model.subgraphs[0]
     assert [tflite_file.dtype_name(graph.tensors[i].type) for i in graph.inputs] == ["int16"]
     assert min(art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
+    from tpuedge.edge import tflm_worker
+
+    assert tflm_worker._WORKER is None  # the search's TFLite-Micro worker ended with the build
 
 
 def test_the_search_scores_a_candidate_that_aborts_tflite_micro_as_failed_and_lives_on():

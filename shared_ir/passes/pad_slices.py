@@ -67,8 +67,8 @@ def _border(program, graph, y, dim: int, positions: list[int], name: str):
     contiguous run of the input) as one slice times a constant 0/1 matrix: a FULLY_CONNECTED,
     which TFLite-Micro runs with 16-bit activations, where a gather (GATHER_ND) runs in 8 bits
     only. Exact in float; with int8 or int16 activations each output is one input value times a
-    weight of 1 (127 at a 1/127 scale). silero-vad reflects 64 audio samples each side: through
-    an int8 gather, its 16-bit model heard 8-bit audio (held-out cosine 0.93, not 0.99)."""
+    weight of 1 (127 at a 1/127 scale). silero-vad reflects 64 audio samples: through an int8
+    gather, its 16-bit model heard 8-bit audio (held-out cosine 0.93, not 0.99)."""
     import torch
 
     aten = torch.ops.aten
