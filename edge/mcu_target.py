@@ -2,7 +2,8 @@
 
     tpuedge build MODEL --target mcu --calibration DATA --out DIR [--board NAME | --flash-kb N --ram-kb N]
 
-Always static full int8 (never hybrid or weight-only), int8 I/O by default. The pipeline:
+Always static and integer only (int8, int16 activations where the search measures them needed;
+never hybrid or weight-only), int8 I/O by default (int16 where every op runs at 16 bits). The pipeline:
 check the IR against TFLite-Micro's op data -> IR passes (GELU rewrite, its accuracy cost
 measured) -> the shared edge conversion (`program_to_tflite`, strict int8) -> every buffer
 inside the flatbuffer -> ops checked against TFLM again -> arena measured by bisection in the
@@ -26,7 +27,7 @@ BOARD_NAMES = ("nrf52840", "stm32f746", "esp32s3", "rp2040", "cortex-m0plus")
 
 class McuTarget(Target):
     name = "mcu"
-    summary = "full-int8 LiteRT flatbuffer + C array for microcontrollers (TFLite-Micro)"
+    summary = "fully integer LiteRT flatbuffer + C array for microcontrollers (TFLite-Micro)"
     runtime = "TFLite-Micro interpreter (tflite_micro)"
     implemented = True
 
@@ -52,7 +53,8 @@ class McuTarget(Target):
             BuildOption("board", "Board whose flash/RAM budget the model must fit.", BOARD_NAMES),
             BuildOption("flash_kb", "Custom flash budget in KB (with --ram-kb, or overriding --board's).", int),
             BuildOption("ram_kb", "Custom RAM budget in KB (with --flash-kb, or overriding --board's).", int),
-            BuildOption("io_dtype", "I/O tensor dtype of the int8 model.", ("float32", "int8"), "int8"),
+            BuildOption("io_dtype", "I/O tensor dtype of the integer model: int8 (int16 where the int8 search puts "
+                        "every op at 16 bits), or float32 (quantized inside the model).", ("float32", "int8"), "int8"),
             BuildOption(
                 "channels_last", "NHWC image inputs, no TRANSPOSE (the mcu default; --no-channels-last keeps NCHW)", bool, True
             ),
