@@ -68,6 +68,36 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     return converted, tflite_file.write_model(model), moved  # every buffer inline: none to carry over
 
 
+def _unpreparable(name: str, tflite: bytes, exc: Exception) -> str:
+    """The error for an integer model LiteRT will not prepare (TFLite-Micro's kernels make the same
+    checks). The case met: a CONV_2D whose output scale is so small (6e-11, a random-init
+    MobileNetV2 whose activations shrink 20x a layer) that its fused RELU6's bound overflows int32
+    steps (kernel_util.cc: no_integer_overflow_from_quantization)."""
+    import re
+
+    from tpuedge.edge import tflite_file
+
+    said = " ".join(str(exc).split())
+    where = ""
+    found = re.search(r"Node number (\d+) \((\w+)\)", said)
+    if found:
+        model = tflite_file.read_model(tflite)
+        graph = model.subgraphs[0]
+        index = int(found.group(1))
+        if index < len(graph.operators) and len(graph.operators[index].outputs):
+            scales = tflite_file.tensor_quantization(graph.tensors[graph.operators[index].outputs[0]])[0]
+            if scales.size and float(scales.max()) < 1e-6:
+                where = (f" Its {found.group(2)} (op {index}) was calibrated to outputs of about "
+                         f"{float(scales.max()) * 127:.1e}: at a scale of {float(scales.max()):.1e} its activation's "
+                         "bounds do not fit in int32 steps. The layer's activations are near zero on the "
+                         "calibration data.")
+    return (
+        f"{name}: the integer mcu model can't run: {said.rstrip('.')}; nothing was written.{where} Give "
+        "calibration data that drives the model as its real inputs do, and check that the model's weights "
+        "are the trained ones (a layer scaled near zero)."
+    )
+
+
 # ---- lowering -------------------------------------------------------------------------------
 class McuLowered:
     """A Program checked for TFLite-Micro, rewritten by the mcu passes, with its data loaded."""
@@ -230,6 +260,7 @@ class McuLowered:
         """(converted, tflite, buffers moved inline, arena) of the integer model `config` gives,
         its ops checked against TFLite-Micro's."""
         from tpuedge.edge.arena_probe import measure_arena
+        from tpuedge.edge.litert_runtime import ModelRunError
         from tpuedge.edge.mcu_runtimes import McuRuntimes
         from tpuedge.edge.tflm_model import ops_used
         from tpuedge.shared_ir.stage_times import timed
@@ -239,7 +270,11 @@ class McuLowered:
         self._check_tflm_ops(ops_used(tflite))
         self._check_integer_only(tflite)
         with timed("arena probe (TFLite-Micro)"):
-            arena = measure_arena(tflite, McuRuntimes(tflite, config.channels_last).quantized(self.calibration[0]))
+            try:
+                runtimes = McuRuntimes(tflite, config.channels_last)
+            except ModelRunError as exc:
+                raise UserError(_unpreparable(self.program.name, tflite, exc)) from None
+            arena = measure_arena(tflite, runtimes.quantized(self.calibration[0]))
         return converted, tflite, moved, arena
 
     def _int16_over_the_board(self, converted, tflite: bytes, arena) -> bool:

@@ -224,3 +224,31 @@ def test_a_model_that_crashes_tflite_micro_at_every_arena_size_is_told_so():
     model = single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0))
     with pytest.raises(UserError, match=r"TFLite-Micro crashed \(its process aborted\) running the model"):
         measure_arena(model, [np.zeros((1, 4), np.int8), np.zeros((1, 4), np.int8)])
+
+
+def test_a_layer_calibrated_near_zero_is_a_user_error_naming_it(tmp_path):
+    """A convolution whose outputs are ~1e-9 on the calibration data (a random-init HF MobileNetV2
+    shrinks its activations 20x a layer) gets an output scale at which its fused RELU6's bound
+    overflows int32 steps, and LiteRT will not prepare the model. That was an internal error (a
+    traceback); it is the user's error now, naming the op and what calibration gave it."""
+    import torch
+
+    from tpuedge.shared_ir.errors import UserError
+
+    class Faint(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(8, 4)
+            with torch.no_grad():
+                self.conv.weight.mul_(1e-10), self.conv.bias.zero_()
+
+        def forward(self, x):
+            return self.fc(torch.nn.functional.relu6(self.conv(x)).mean((2, 3)))
+
+    torch.manual_seed(0)
+    program = tpuedge.export(Faint().eval(), (torch.zeros(1, 3, 8, 8),), name="faint")
+    rng = np.random.default_rng(0)
+    calibration = [(rng.standard_normal((1, 3, 8, 8)).astype(np.float32),) for _ in range(24)]
+    with pytest.raises(UserError, match=r"can't run: .*nothing was written\. Its CONV_2D \(op 0\) was calibrated to outputs of about"):
+        tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration)
+    assert not (tmp_path / "mcu").exists()
