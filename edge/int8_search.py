@@ -600,6 +600,7 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     aim = min(budget_cosine + _HELD_OUT_MARGIN, 1.0)
     scopes: dict = {}
     built: dict[str, float] = {}  # recipe key -> score; only the newest candidate's bytes are kept
+    digests: dict[str, str] = {}  # recipe key -> sha256 of the bytes it scored
     last: dict[str, bytes] = {}
 
     def score(assignment: dict[str, str]) -> float:  # the budget's metric, on the search's samples
@@ -618,6 +619,7 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
                 data, meta = cached_stage("quant_candidate", parts, build_and_score,
                                           encode=encode_blob_and_json, decode=decode_blob_and_json)
             built[key] = float(meta["score"])
+            digests[key] = hashlib.sha256(data).hexdigest()
             last.clear()
             last[key] = data
         return built[key]
@@ -632,8 +634,18 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     assignment = report.pop("assignment")
     recipe["non_int8_ops"] = report.pop("entries")
     recipe["quantizer_recipe"] = quantizer_recipe(config, assignment, scopes)
-    # the prefix search ends on the one it keeps unless a later one measured worse: quantized again then
-    return last.get(_key(assignment)) or quantize(recipe["quantizer_recipe"])
+    # the prefix search ends on the one it keeps unless a later one measured worse: quantized again
+    # then, and it must be the model that was measured
+    key = _key(assignment)
+    if key in last:
+        return last[key]
+    data = quantize(recipe["quantizer_recipe"])
+    if hashlib.sha256(data).hexdigest() != digests[key]:
+        raise InternalError(
+            f"ai-edge-quantizer gave different bytes for the dynamic-int8 recipe {key!r} the second time it "
+            "quantized it; the float32-weights rung assumes one recipe always gives one model."
+        )
+    return data
 
 
 def _float_ranked_points(program, ranked: dict, budget_score, assignment: dict, aim: float):

@@ -171,3 +171,39 @@ def test_a_cached_rebuild_reads_the_ranking_and_the_candidates_back(tmp_path, mo
     assert ("weight_ranking", "miss") in cold and ("quant_candidate", "miss") in cold
     assert warm == [(stage, "hit") for stage, _ in cold]
     assert files[0] == files[1]
+
+
+def test_the_kept_dynamic_candidate_quantized_again_must_be_the_model_measured(tmp_path, monkeypatch):
+    """Where a prefix measured after the kept one replaced it in memory, the kept recipe is quantized
+    again; bytes that differ from the ones measured were shipped without a word. Here the quantizer
+    gives different bytes the second time for a recipe: the build stops (an internal error) instead."""
+    import tpuedge.edge.quantizer_recipes as recipes
+    import tpuedge.quantize.recipes as search_recipes
+    from tpuedge.shared_ir.errors import InternalError
+
+    real_run, real_ranked = recipes.run_quantizer, search_recipes.float_ranked
+
+    def run_quantizer(base):
+        quantize, seen = real_run(base), []
+
+        def once_then_other(entries, *args):
+            data = quantize(entries, *args)
+            repeat = entries in seen
+            seen.append(entries)
+            return data + b"\0" if repeat else data  # a quantizer that is not deterministic
+
+        return once_then_other
+
+    def ranked_then_one_more(groups, evaluate, start, start_cosine, **kw):
+        kept = real_ranked(groups, evaluate, start, start_cosine, **kw)
+        # one more candidate after it (dynamic-int8 reads only "float32": all-int8 under another key),
+        # so the kept one's bytes are no longer in memory
+        evaluate({**start, groups[-1].key: "float"})
+        return kept
+
+    monkeypatch.setattr(recipes, "run_quantizer", run_quantizer)
+    monkeypatch.setattr(search_recipes, "float_ranked", ranked_then_one_more)
+    program, calibration = _program_and_samples()
+    with pytest.raises(InternalError, match="gave different bytes for the dynamic-int8 recipe"):
+        tpuedge.build(program, "android", tmp_path / "dyn", quantize="dynamic-int8", calibration=calibration)
+    assert not (tmp_path / "dyn").exists()
