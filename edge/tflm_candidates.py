@@ -103,8 +103,8 @@ def kernel_problem(model: bytes, arena: int) -> str | None:
         worker_outputs(model, arena, None)
     except TflmError as exc:
         lines = [line.strip() for line in exc.log.splitlines() if line.strip()]
-        head = str(exc).split(":", 1)[0]  # "TFLite-Micro refused it" or "... crashed running it (exit N)"
-        return (f"{head}: " + "; ".join(lines[-2:])) if lines else head
+        # "TFLite-Micro refused it" or "TFLite-Micro crashed running it (exit N)", and its last words
+        return (f"{exc.message}: " + "; ".join(lines[-2:])) if lines else exc.message
     return None
 
 

@@ -25,7 +25,7 @@ class TflmError(RuntimeError):
 
     def __init__(self, message: str, log: str):
         super().__init__(f"{message}: {log.strip()}" if log.strip() else message)
-        self.log = log
+        self.message, self.log = message, log
 
 
 def _to_model(x: np.ndarray, detail: dict) -> np.ndarray:
