@@ -226,6 +226,8 @@ def test_a_model_that_crashes_tflite_micro_at_every_arena_size_is_told_so():
         measure_arena(model, [np.zeros((1, 4), np.int8), np.zeros((1, 4), np.int8)])
 
 
+# ai-edge-quantizer's cast of this near-zero layer to int8 meets an invalid value (numpy warns); expected here
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning:ai_edge_quantizer")
 def test_a_layer_calibrated_near_zero_is_a_user_error_naming_it(tmp_path):
     """A convolution whose outputs are ~1e-9 on the calibration data (a random-init HF MobileNetV2
     shrinks its activations 20x a layer) gets an output scale at which its fused RELU6's bound
