@@ -21,7 +21,6 @@ Static int8's calibration, remedies and per-op precision search: edge/int8_searc
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from tpuedge.shared_ir.errors import InternalError
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
+    from tpuedge.edge.int8_search import CandidateRuntime
     from tpuedge.shared_ir.program import Program
 
 __all__ = ["ConvertedModel", "program_to_tflite"]
@@ -55,8 +55,7 @@ def program_to_tflite(
     trained_ranges: Any = None,
     budget_cosine: float | None = None,
     equalize: bool = True,
-    candidate_problem: "Callable[[bytes], str | None] | None" = None,
-    candidate_outputs: "Callable[[bytes, list], list] | None" = None,
+    candidates: "CandidateRuntime | None" = None,
 ) -> ConvertedModel:
     """Lower `program` to LiteRT and quantize it per `config` (see the module docstring).
 
@@ -73,12 +72,10 @@ def program_to_tflite(
     and below the budget gives the costliest weight tensors' ops float32 (edge/int8_search.py).
     equalize: where all-int8 misses the target, also measure the program after cross-layer
     equalization (edge/int8_search.py); False for that program itself.
-    candidate_problem: the calling target's check of a quantized candidate (bytes -> why it
-    can't run there, or None): the int8 search scores a recipe it refuses as one that failed
-    to run (mcu: a float op, or an int16 kernel TFLite-Micro lacks).
-    candidate_outputs: the calling target's runtime (bytes, samples -> outputs), which the int8
-    search scores its candidates in instead of LiteRT (mcu: TFLite-Micro, whose int16 kernels
-    are not LiteRT's).
+    candidates: the calling target's own judge of the int8 search's candidates (edge/int8_search.
+    CandidateRuntime): its check, which refuses a recipe the target can't run (mcu: a float op,
+    or an int16 kernel TFLite-Micro lacks), and its runtime, which scores them instead of
+    LiteRT (mcu: TFLite-Micro, whose int16 kernels are not LiteRT's).
     """
     if config.scheme == "auto":  # a choice among conversions, made by the target (edge/android_auto.py)
         raise InternalError("program_to_tflite converts one scheme; resolve --quantize auto with edge.android_auto.build_auto")
@@ -116,11 +113,11 @@ def program_to_tflite(
 
     result = static_int8(program, config, calibration, base, recipe, quantize, report_strict_cost=report_strict_cost,
                          target=target, trained_ranges=trained_ranges, budget_cosine=budget_cosine, equalize=equalize,
-                         candidate_problem=candidate_problem, candidate_outputs=candidate_outputs)
+                         candidates=candidates)
     if isinstance(result, Equalized):  # converted in the user's program's place (the recipe says so)
         converted = program_to_tflite(result.program, config, calibration, report_strict_cost=report_strict_cost,
                                       target=target, budget_cosine=budget_cosine, equalize=False,
-                                      candidate_problem=candidate_problem, candidate_outputs=candidate_outputs)
+                                      candidates=candidates)
         converted.recipe["cross_layer_equalization"] = result.report
         return converted
     tflite, recipe = result

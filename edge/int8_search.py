@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.quantize.metrics import AccuracySummary
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["static_int8", "dynamic_int8_weights", "Equalized", "search_score", "SEARCH_SAMPLES"]
+__all__ = ["static_int8", "dynamic_int8_weights", "CandidateRuntime", "Equalized", "search_score", "SEARCH_SAMPLES"]
 
 # At most this many calibration samples are used to measure candidate recipes; fewer for a
 # model of LARGE_MODEL_PARAMETERS or more, where one candidate's LiteRT run costs 0.1-0.2 s per
@@ -75,6 +75,18 @@ _SCREENED = "screened on"  # in a screening candidate's key, the table of recipe
 
 
 @dataclass(frozen=True)
+class CandidateRuntime:
+    """A target's own judge of the int8 search's candidates, where LiteRT is not its runtime (mcu:
+    TFLite-Micro, edge/tflm_candidates.py). `problem`: bytes -> why the target can't run an
+    upgraded recipe, or None (the search scores a refused one as failed); `outputs`: (bytes,
+    samples) -> outputs, which every candidate is scored by instead of LiteRT."""
+
+    target: str
+    problem: "Callable[[bytes], str | None]"
+    outputs: "Callable[[bytes, list], list]"
+
+
+@dataclass(frozen=True)
 class Equalized:
     """`static_int8`'s answer where cross-layer equalization won: convert `program` instead."""
 
@@ -85,8 +97,7 @@ class Equalized:
 def static_int8(
     program: "Program", config, calibration, base: bytes, recipe: dict, quantize, *, report_strict_cost: bool,
     target: str | None, trained_ranges: Any, budget_cosine: float | None, equalize: bool,
-    candidate_problem: "Callable[[bytes], str | None] | None" = None,
-    candidate_outputs: "Callable[[bytes, list], list] | None" = None,
+    candidates: CandidateRuntime | None = None,
 ) -> "tuple[bytes, dict] | Equalized":
     """(the int8 model of `program`, its recipe) from its float model `base` and `quantize`
     (run_quantizer(base)); `recipe` is the conversion's record so far, completed in place. Or
@@ -125,7 +136,7 @@ def static_int8(
     built: dict[str, tuple[list, str, str]] = {}  # recipe key -> (entries, ranges, sha256 of its bytes)
     last: dict[str, bytes] = {}  # the newest candidate's bytes: the chosen one more often than not
     measured: dict = {}  # recipe key -> AccuracySummary; the search re-asks for recipes it has measured
-    refused: dict[str, str] = {}  # recipe key -> why the target can't run it (`candidate_problem`)
+    refused: dict[str, str] = {}  # recipe key -> why the target can't run it (`candidates.problem`)
     # (sha256 of a candidate's bytes, samples) -> its score: different recipes can give one model (a
     # group whose ops the ranked points already made int16; 18 of MiniLM-L6's 105 candidates)
     scored: dict[tuple[str, int], dict] = {}
@@ -156,19 +167,18 @@ def static_int8(
                     # model's own answer, which the build checks and reports op by op, however the
                     # assignment spells it: {} or every group named "int8")
                     upgraded = any(p != "int8" for p in assignment.values())
-                    problem = candidate_problem(data) if candidate_problem is not None and upgraded else None
+                    problem = candidates.problem(data) if candidates is not None and upgraded else None
                     if problem is not None:
                         scored[same] = {**asdict(AccuracySummary.failed_to_run(count)), "refused": problem}
                     else:
-                        with timed("int8 search: candidates in LiteRT" if candidate_outputs is None else "int8 search: candidates in the target's runtime"):
+                        with timed("int8 search: candidates in LiteRT" if candidates is None else "int8 search: candidates in the target's runtime"):
                             scored[same] = asdict(_score_candidate(data, eval_inputs[:count], lambda: reference()[:count],
-                                                                   candidate_outputs))
+                                                                   candidates and candidates.outputs))
                 return data, scored[same]
 
             parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {}),
                      **({"samples": count} if count != len(eval_inputs) else {}),
-                     **({"target_check": target} if candidate_problem is not None else {}),
-                     **({"scored_in": target} if candidate_outputs is not None else {})}
+                     **({"target_check": candidates.target, "scored_in": candidates.target} if candidates is not None else {})}
             data, score = cached_stage("quant_candidate", parts, build_and_score,
                                        encode=encode_blob_and_json, decode=decode_blob_and_json)
             score = dict(score)
@@ -184,13 +194,7 @@ def static_int8(
         if key in last:
             return last[key]
         entries, ranges, digest = built[key]
-        data = quantize(entries, ranges)
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise InternalError(
-                f"ai-edge-quantizer gave different bytes for the recipe {key or 'all int8'!r} the second time it "
-                "quantized it; the int8 search assumes one recipe always gives one model."
-            )
-        return data
+        return _quantized_again(lambda: quantize(entries, ranges), digest, f"the recipe {key or 'all int8'!r}")
 
     def evaluate(assignment: dict[str, str], ranges: str | None = None, samples: int | None = None) -> float:
         # the budget reads every output's mean per-sample cosine: the search aims at it too, so it
@@ -219,7 +223,7 @@ def static_int8(
         with stage_progress(f"{program.name}: all-int8 after cross-layer equalization", total=1) as step:
             step("equalize, convert, calibrate, score")
             equalized = _equalized_candidate(program, config, calibration, eval_inputs, reference, best_all_int8, target,
-                                             candidate_outputs)
+                                             candidates and candidates.outputs)
         if equalized is not None and equalized["report"]["kept"]:
             return Equalized(equalized["program"], equalized["report"])
         if equalized is not None:
@@ -393,7 +397,7 @@ def _score_candidate(tflite: bytes, eval_inputs, reference, outputs_of=None) -> 
 
 
 def _equalized_candidate(program, config, calibration, eval_inputs, reference, best: float, target,
-                         candidate_outputs=None) -> dict | None:
+                         outputs_of=None) -> dict | None:
     """{"program": the program after cross-layer equalization, "report": what was measured, with
     "kept": whether its all-int8 (min/max ranges) beats `best`, this program's best all-int8, by
     _MIN_EQUALIZED_GAIN}; None when no pair can be equalized."""
@@ -410,7 +414,7 @@ def _equalized_candidate(program, config, calibration, eval_inputs, reference, b
     quantize = run_quantizer(base)
     entries = quantizer_recipe(config)
     quantize.calibrate(entries, _quantizer_samples(calibration, LiteRTRunner(base).inputs, config.channels_last))
-    score = search_score(_score_candidate(quantize(entries), eval_inputs, reference, candidate_outputs))
+    score = search_score(_score_candidate(quantize(entries), eval_inputs, reference, outputs_of))
     return {"program": equalized, "report": {"pairs": result.changed, "all_int8_cosine_before": _round(best),
                                               "all_int8_cosine_equalized": _round(score),
                                               "kept": score >= best + _MIN_EQUALIZED_GAIN}}
@@ -599,8 +603,7 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
     aim = min(budget_cosine + _HELD_OUT_MARGIN, 1.0)
     scopes: dict = {}
-    built: dict[str, float] = {}  # recipe key -> score; only the newest candidate's bytes are kept
-    digests: dict[str, str] = {}  # recipe key -> sha256 of the bytes it scored
+    built: dict[str, tuple[float, str]] = {}  # recipe key -> (score, sha256 of its bytes); only the newest's bytes are kept
     last: dict[str, bytes] = {}
 
     def score(assignment: dict[str, str]) -> float:  # the budget's metric, on the search's samples
@@ -618,11 +621,10 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
             with timed("dynamic-int8: float32-weights candidates"):
                 data, meta = cached_stage("quant_candidate", parts, build_and_score,
                                           encode=encode_blob_and_json, decode=decode_blob_and_json)
-            built[key] = float(meta["score"])
-            digests[key] = hashlib.sha256(data).hexdigest()
+            built[key] = (float(meta["score"]), hashlib.sha256(data).hexdigest())
             last.clear()
             last[key] = data
-        return built[key]
+        return built[key][0]
 
     if score({}) >= aim:
         recipe["float_weights"] = None
@@ -639,11 +641,17 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     key = _key(assignment)
     if key in last:
         return last[key]
-    data = quantize(recipe["quantizer_recipe"])
-    if hashlib.sha256(data).hexdigest() != digests[key]:
+    return _quantized_again(lambda: quantize(recipe["quantizer_recipe"]), built[key][1], f"the dynamic-int8 recipe {key!r}")
+
+
+def _quantized_again(quantize_it, digest: str, what: str) -> bytes:
+    """A measured candidate whose bytes were let go, quantized again: the very model that was
+    measured (sha256 `digest`), or an InternalError rather than a model nobody scored."""
+    data = quantize_it()
+    if hashlib.sha256(data).hexdigest() != digest:
         raise InternalError(
-            f"ai-edge-quantizer gave different bytes for the dynamic-int8 recipe {key!r} the second time it "
-            "quantized it; the float32-weights rung assumes one recipe always gives one model."
+            f"ai-edge-quantizer gave different bytes for {what} the second time it quantized it; the int8 "
+            "search assumes one recipe always gives one model."
         )
     return data
 

@@ -44,6 +44,7 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     from tpuedge.edge import tflite_file
     from tpuedge.edge.bias_quantization import drop_bias_quantization
     from tpuedge.edge.convert import program_to_tflite
+    from tpuedge.edge.int8_search import CandidateRuntime
     from tpuedge.edge.tflm_candidates import tflm_candidate_outputs, tflm_candidate_problem
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tensor_names import shorten_tensor_names
@@ -52,8 +53,8 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
 
     try:
         converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges,
-                                      report_strict_cost=config.strict_int8, candidate_problem=tflm_candidate_problem,
-                                      candidate_outputs=tflm_candidate_outputs)
+                                      report_strict_cost=config.strict_int8,
+                                      candidates=CandidateRuntime("mcu", tflm_candidate_problem, tflm_candidate_outputs))
     finally:
         close_worker()  # the search's TFLite-Micro worker: not left idle in a long-lived process
     moved = external_buffers(converted.tflite)
