@@ -42,7 +42,7 @@ class AndroidTarget(Target):
 
     def build_options(self) -> list[BuildOption]:
         from tpuedge.quantize.budget import budget_build_options
-        from tpuedge.quantize.config import DEFAULT_SCHEME, IO_DTYPES, SCHEMES
+        from tpuedge.quantize.config import DEFAULT_SCHEME, IO_DTYPE_HELP, IO_DTYPES, SCHEMES
 
         return [
             BuildOption("quantize", "quantization scheme", tuple(SCHEMES), DEFAULT_SCHEME),
@@ -53,7 +53,7 @@ class AndroidTarget(Target):
                 None,
             ),
             BuildOption("strict_int8", "every op int8 (no int16/float islands); reports the accuracy cost", bool, False),
-            BuildOption("io_dtype", "I/O tensor dtype of int8 models", tuple(IO_DTYPES), "float32"),
+            BuildOption("io_dtype", IO_DTYPE_HELP, tuple(IO_DTYPES), "float32"),
             BuildOption("channels_last", "NHWC image inputs (no TRANSPOSE in the model)", bool, False),
             BuildOption("per_channel", "per-channel int8 weight scales (else per-tensor)", bool, True),
             BuildOption(
@@ -84,7 +84,7 @@ def _integer_request(config) -> str:
     """What asked for static int8, in the user's flags."""
     if config.scheme == "int8":
         return "--quantize int8"
-    flags = [f for f, on in (("--strict-int8", config.strict_int8), ("--io-dtype int8", config.io_dtype == "int8")) if on]
+    flags = [f for f, on in (("--strict-int8", config.strict_int8), (f"--io-dtype {config.io_dtype}", config.io_dtype != "float32")) if on]
     return f"{' / '.join(flags)} (only static int8 gives it, so --quantize auto tries only that)"
 
 

@@ -112,7 +112,7 @@ class McuLowered:
         board: str | None = None,
         flash_kb: int | None = None,
         ram_kb: int | None = None,
-        io_dtype: str = "int8",
+        io_dtype: str = "integer",
         symbol: str | None = None,
         gelu: str = "sigmoid",
         per_channel: bool = True,
@@ -138,7 +138,7 @@ class McuLowered:
         self.board = resolve_board(board, flash_kb, ram_kb)
         self.symbols = symbols_for(program.name, symbol)
         self.config = QuantConfig(
-            scheme="int8", io_dtype=io_dtype or "int8", strict_int8=bool(strict_int8), float_islands=False, per_channel=per_channel,
+            scheme="int8", io_dtype=io_dtype or "integer", strict_int8=bool(strict_int8), float_islands=False, per_channel=per_channel,
             channels_last=True if channels_last is None else bool(channels_last),
             min_calibration_samples=_MIN_CALIBRATION,
         )

@@ -3,7 +3,8 @@
     tpuedge build MODEL --target mcu --calibration DATA --out DIR [--board NAME | --flash-kb N --ram-kb N]
 
 Always static and integer only (int8, int16 activations where the search measures them needed;
-never hybrid or weight-only), int8 I/O by default (int16 where every op runs at 16 bits). The pipeline:
+never hybrid or weight-only), integer I/O by default: int8, int16 where every op runs at 16 bits
+(`--io-dtype int8` keeps int8 ends, `float32` quantizes inside the model). The pipeline:
 check the IR against TFLite-Micro's op data -> IR passes (GELU rewrite, its accuracy cost
 measured) -> the shared edge conversion (`program_to_tflite`, strict int8) -> every buffer
 inside the flatbuffer -> ops checked against TFLM again -> arena measured by bisection in the
@@ -38,6 +39,7 @@ class McuTarget(Target):
 
     def build_options(self) -> list[BuildOption]:
         from tpuedge.quantize.budget import budget_build_options
+        from tpuedge.quantize.config import IO_DTYPE_HELP, IO_DTYPES
 
         return [
             BuildOption(
@@ -53,8 +55,7 @@ class McuTarget(Target):
             BuildOption("board", "Board whose flash/RAM budget the model must fit.", BOARD_NAMES),
             BuildOption("flash_kb", "Custom flash budget in KB (with --ram-kb, or overriding --board's).", int),
             BuildOption("ram_kb", "Custom RAM budget in KB (with --flash-kb, or overriding --board's).", int),
-            BuildOption("io_dtype", "I/O tensor dtype of the integer model: int8 (int16 where the int8 search puts "
-                        "every op at 16 bits), or float32 (quantized inside the model).", ("float32", "int8"), "int8"),
+            BuildOption("io_dtype", IO_DTYPE_HELP, tuple(IO_DTYPES), "integer"),
             BuildOption(
                 "channels_last", "NHWC image inputs, no TRANSPOSE (the mcu default; --no-channels-last keeps NCHW)", bool, True
             ),

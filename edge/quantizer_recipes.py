@@ -285,10 +285,10 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
         for key, precision in sorted((assignment or {}).items(), key=lambda kp: (_PRECEDENCE[kp[1]], kp[0])):
             if precision == "int8":
                 continue
-            if is_every_op(key) and precision == "int16":
+            if is_every_op(key) and precision == "int16" and config.io_dtype == "integer":
                 # the model's inputs and outputs too (an integer input read by 16-bit ops only
                 # loses its low bits at the door: silero-vad's audio in 8 bits cost 0.91 cosine on
-                # its own); float I/O's NO_QUANTIZE entries, added last, still win
+                # its own); "int8" I/O asked for int8 ends, which the quantizer then requantizes
                 for end in ("INPUT", "OUTPUT"):
                     rm.add_static_config(".*", end, activation_num_bits=16, weight_num_bits=8, weight_granularity=gran)
             if is_every_op(key):  # one entry per op type: 16-bit activations, or float compute with int8 weights

@@ -15,10 +15,14 @@ from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["QuantConfig", "SCHEMES", "IO_DTYPES", "DEFAULT_SCHEME"]
+__all__ = ["QuantConfig", "SCHEMES", "IO_DTYPES", "IO_DTYPE_HELP", "DEFAULT_SCHEME"]
 
 SCHEMES = ("none", "fp16", "dynamic-int8", "int8", "auto")
-IO_DTYPES = ("float32", "int8")
+# "integer": int8 ends, int16 where the int8 search runs every op at 16 bits (mcu's default)
+IO_DTYPES = ("float32", "int8", "integer")
+# one text for android's and mcu's option (`tpuedge build --help` lists one per option name)
+IO_DTYPE_HELP = ("I/O tensors of an integer model: float32 (quantized inside the model; android's default), int8, "
+                 "or integer (int8, int16 where the int8 search runs every op at 16 bits; mcu's default)")
 # android's default: the smallest, then fastest, scheme that meets the accuracy budget (quantize/auto.py)
 DEFAULT_SCHEME = "auto"
 
@@ -31,9 +35,11 @@ class QuantConfig:
         (int8 weights, activations quantized on the fly), "int8" (static: int8 weights and
         activations from calibration data), "auto" (the target builds each of those it can and
         keeps the smallest, then fastest, that meets the accuracy budget; see quantize/auto.py).
-    io_dtype: "float32" (quantize/dequantize inside the model) or "int8" (the caller feeds and
-        reads int8 with the tensors' scale/zero point); int8 I/O needs scheme "int8" (or "auto",
-        which then tries only static int8).
+    io_dtype: "float32" (quantize/dequantize inside the model), "int8" (the caller feeds and
+        reads int8 with the tensors' scale/zero point, whatever the search chose inside) or
+        "integer" (int8, or int16 where the search runs every op at 16 bits: an input read by
+        16-bit ops only loses its low bits at an int8 door). Integer I/O needs scheme "int8" (or
+        "auto", which then tries only static int8).
     strict_int8: every op int8, no int16 or float island; scheme "int8" or "auto".
     float_islands: whether the int8 search may leave ops float where int8 costs too much
         (android: its upgrade is then a float island, `upgrade_precision`). False keeps every op
@@ -79,9 +85,9 @@ class QuantConfig:
             raise UserError(f"Unknown quantization scheme {self.scheme!r}; choose one of: {', '.join(SCHEMES)}.")
         if self.io_dtype not in IO_DTYPES:
             raise UserError(f"Unknown I/O dtype {self.io_dtype!r}; choose one of: {', '.join(IO_DTYPES)}.")
-        if self.io_dtype == "int8" and self.scheme not in ("int8", "auto"):
+        if self.io_dtype != "float32" and self.scheme not in ("int8", "auto"):
             raise UserError(
-                f"--io-dtype int8 needs integer activations, but the scheme is {self.scheme!r}; "
+                f"--io-dtype {self.io_dtype} needs integer activations, but the scheme is {self.scheme!r}; "
                 "use --quantize int8 with --calibration, or keep --io-dtype float32."
             )
         if self.strict_int8 and self.scheme not in ("int8", "auto"):
@@ -97,7 +103,7 @@ class QuantConfig:
     @property
     def integer_only(self) -> bool:
         """int8 I/O or a strict int8 graph: only static int8 can give it (auto then tries only that)."""
-        return self.strict_int8 or self.io_dtype == "int8"
+        return self.strict_int8 or self.io_dtype != "float32"
 
     @property
     def needs_calibration(self) -> bool:

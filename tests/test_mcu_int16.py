@@ -367,6 +367,23 @@ def test_quiet_audio_is_heard_in_16_bits_on_mcu(tmp_path):
     assert tflm_worker._WORKER is None  # the search's TFLite-Micro worker ended with the build
 
 
+def test_int8_io_keeps_int8_ends_where_every_op_runs_at_16_bits(tmp_path):
+    """`--io-dtype int8` asks for int8 tensors at the model's ends. The every-op int16 rung gave
+    the same model as above int16 ends whatever was asked; only "integer" (mcu's default) lets it
+    widen them now, and an int8 request gets int8 ends (the quantizer requantizes inside)."""
+    from tpuedge.edge import tflite_file
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_LearnedSpectrum().eval(), (torch.zeros(1, 104),), name="spectrum")
+    rng = np.random.default_rng(0)
+    clips = [(rng.standard_normal((1, 104)) * 10 ** rng.uniform(-3, 0)).astype(np.float32) for _ in range(40)]
+    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=[(c,) for c in clips], board="nrf52840",
+                        io_dtype="int8", allow_below_budget=True)
+    graph = tflite_file.read_model((art.directory / "model.tflite").read_bytes()).subgraphs[0]
+    assert [tflite_file.dtype_name(graph.tensors[i].type) for i in [*graph.inputs, *graph.outputs]] == ["int8", "int8"]
+    assert "int16" in {tflite_file.dtype_name(t.type) for t in graph.tensors}  # the search's 16-bit ops stay inside
+
+
 def test_the_search_scores_a_candidate_that_aborts_tflite_micro_as_failed_and_lives_on():
     """The search runs its candidates in TFLite-Micro, all-int8 among them, which the candidate
     check does not run first: in the build's own process, a kernel's abort ended the build with

@@ -39,7 +39,7 @@ def test_config_is_frozen_and_validated():
     assert cfg.needs_calibration and cfg.granularity == "per-tensor"
     assert QuantConfig().scheme == "auto" and not QuantConfig().needs_calibration and QuantConfig().uses_calibration
     assert QuantConfig(io_dtype="int8").needs_calibration and QuantConfig(strict_int8=True).integer_only
-    for bad in (dict(scheme="int4"), dict(io_dtype="uint8"), dict(scheme="fp16", io_dtype="int8"), dict(scheme="none", strict_int8=True)):
+    for bad in (dict(scheme="int4"), dict(io_dtype="uint8"), dict(scheme="fp16", io_dtype="int8"), dict(scheme="none", io_dtype="integer"), dict(scheme="none", strict_int8=True)):
         with pytest.raises(UserError):
             QuantConfig(**bad)
 
