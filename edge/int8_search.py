@@ -94,6 +94,33 @@ class Equalized:
     report: dict
 
 
+class _MeasuredCandidates:
+    """The candidates one search measured, by recipe key: how to quantize each again and the
+    sha256 of its bytes. Only the newest candidate's bytes stay in memory (a 22M-parameter
+    encoder's ~100 candidates held 2.4 GB; the newest is the one kept more often than not); any
+    other is quantized again when asked for, and must be the very model that was measured."""
+
+    def __init__(self) -> None:
+        self._again: dict[str, tuple[Callable[[], bytes], str]] = {}
+        self._newest: tuple[str, bytes] | None = None
+
+    def add(self, key: str, data: bytes, quantize_again: Callable[[], bytes], digest: str | None = None) -> None:
+        self._again[key] = (quantize_again, digest or hashlib.sha256(data).hexdigest())
+        self._newest = (key, data)
+
+    def bytes_of(self, key: str, what: str) -> bytes:
+        if self._newest is not None and self._newest[0] == key:
+            return self._newest[1]
+        quantize_again, digest = self._again[key]
+        data = quantize_again()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise InternalError(
+                f"ai-edge-quantizer gave different bytes for {what} the second time it quantized it; the int8 "
+                "search assumes one recipe always gives one model."
+            )
+        return data
+
+
 def static_int8(
     program: "Program", config, calibration, base: bytes, recipe: dict, quantize, *, report_strict_cost: bool,
     target: str | None, trained_ranges: Any, budget_cosine: float | None, equalize: bool,
@@ -131,10 +158,7 @@ def static_int8(
     eval_samples = _search_samples(program, calibration)
     reference = functools.cache(lambda: [program.run(*s) for s in eval_samples])  # not run when every candidate is cached
     eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
-    # only a digest of each candidate's bytes stays in memory (a 22M-parameter encoder's ~100
-    # candidates held 2.4 GB); the chosen one is quantized again at the end and checked against it
-    built: dict[str, tuple[list, str, str]] = {}  # recipe key -> (entries, ranges, sha256 of its bytes)
-    last: dict[str, bytes] = {}  # the newest candidate's bytes: the chosen one more often than not
+    built = _MeasuredCandidates()
     measured: dict = {}  # recipe key -> AccuracySummary; the search re-asks for recipes it has measured
     refused: dict[str, str] = {}  # recipe key -> why the target can't run it (`candidates.problem`)
     # (sha256 of a candidate's bytes, samples) -> its score: different recipes can give one model (a
@@ -184,17 +208,10 @@ def static_int8(
             score = dict(score)
             if "refused" in score:
                 refused[key] = score.pop("refused")
-            built[key] = (entries, ranges, digest[0] if digest else hashlib.sha256(data).hexdigest())  # a cache hit: not built here
-            last.clear()
-            last[key] = data
+            # (a cache hit was not quantized here: its digest is taken from the bytes)
+            built.add(key, data, lambda: quantize(entries, ranges), digest[0] if digest else None)
             measured[key] = AccuracySummary(**score)
         return measured[key]
-
-    def candidate_bytes(key: str) -> bytes:
-        if key in last:
-            return last[key]
-        entries, ranges, digest = built[key]
-        return _quantized_again(lambda: quantize(entries, ranges), digest, f"the recipe {key or 'all int8'!r}")
 
     def evaluate(assignment: dict[str, str], ranges: str | None = None, samples: int | None = None) -> float:
         # the budget reads every output's mean per-sample cosine: the search aims at it too, so it
@@ -318,7 +335,8 @@ def static_int8(
             assignment = float_weights.pop("assignment")
             ranked_ops = ranked_ops + float_weights.pop("entries")
             final_cosine = evaluate(assignment)
-    final = candidate_bytes(_key(assignment, chosen["ranges"]))
+    final_key = _key(assignment, chosen["ranges"])
+    final = built.bytes_of(final_key, f"the recipe {final_key or 'all int8'!r}")
     recipe.update(
         {
             "quantizer": "ai-edge-quantizer",
@@ -603,12 +621,12 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
     aim = min(budget_cosine + _HELD_OUT_MARGIN, 1.0)
     scopes: dict = {}
-    built: dict[str, tuple[float, str]] = {}  # recipe key -> (score, sha256 of its bytes); only the newest's bytes are kept
-    last: dict[str, bytes] = {}
+    scores: dict[str, float] = {}  # recipe key -> the budget's metric
+    built = _MeasuredCandidates()
 
     def score(assignment: dict[str, str]) -> float:  # the budget's metric, on the search's samples
         key = _key(assignment)
-        if key not in built:
+        if key not in scores:
             entries = quantizer_recipe(config, assignment, scopes)
 
             def build_and_score() -> tuple[bytes, dict]:
@@ -619,12 +637,11 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
             parts = {"ir": program.fingerprint, "float": hashlib.sha256(base).hexdigest(),
                      "calibration": data_digest(eval_samples), "channels_last": config.channels_last, "recipe": entries}
             with timed("dynamic-int8: float32-weights candidates"):
-                data, meta = cached_stage("quant_candidate", parts, build_and_score,
+                data, meta = cached_stage("dynamic_candidate", parts, build_and_score,
                                           encode=encode_blob_and_json, decode=decode_blob_and_json)
-            built[key] = (float(meta["score"]), hashlib.sha256(data).hexdigest())
-            last.clear()
-            last[key] = data
-        return built[key][0]
+            scores[key] = float(meta["score"])
+            built.add(key, data, lambda: quantize(entries) if assignment else quantized)
+        return scores[key]
 
     if score({}) >= aim:
         recipe["float_weights"] = None
@@ -636,24 +653,9 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
     assignment = report.pop("assignment")
     recipe["non_int8_ops"] = report.pop("entries")
     recipe["quantizer_recipe"] = quantizer_recipe(config, assignment, scopes)
-    # the prefix search ends on the one it keeps unless a later one measured worse: quantized again
-    # then, and it must be the model that was measured
+    # the prefix search ends on the one it keeps unless a later one measured worse
     key = _key(assignment)
-    if key in last:
-        return last[key]
-    return _quantized_again(lambda: quantize(recipe["quantizer_recipe"]), built[key][1], f"the dynamic-int8 recipe {key!r}")
-
-
-def _quantized_again(quantize_it, digest: str, what: str) -> bytes:
-    """A measured candidate whose bytes were let go, quantized again: the very model that was
-    measured (sha256 `digest`), or an InternalError rather than a model nobody scored."""
-    data = quantize_it()
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise InternalError(
-            f"ai-edge-quantizer gave different bytes for {what} the second time it quantized it; the int8 "
-            "search assumes one recipe always gives one model."
-        )
-    return data
+    return built.bytes_of(key, f"the dynamic-int8 recipe {key!r}")
 
 
 def _float_ranked_points(program, ranked: dict, budget_score, assignment: dict, aim: float):
