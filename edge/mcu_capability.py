@@ -27,6 +27,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.casts import CanonicalCasts
     from tpuedge.shared_ir.passes.clamp_bounds import OneSidedClamps
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+    from tpuedge.shared_ir.passes.addcmul import AddcmulAsMulAdd
     from tpuedge.shared_ir.passes.cumsum_steps import CumsumAsShiftedSums
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
@@ -35,6 +36,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.in_place_ops import InPlaceAsOutOfPlace
     from tpuedge.shared_ir.passes.index_as_view import ConstantIndexAsView
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
+    from tpuedge.shared_ir.passes.im2col_conv import Im2colAsConv
     from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
     from tpuedge.shared_ir.passes.magnitude import MagnitudeAsProjections
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
@@ -50,8 +52,8 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
+        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), GeluRewrite(gelu_form),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), AddcmulAsMulAdd(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 

@@ -40,7 +40,9 @@ def _same_value(x: Any, y: Any) -> bool:
 
 
 def _squared(node: Any, aten) -> Any | None:
-    """x when `node` is x * x or x ** 2."""
+    """x when `node` is x * x, x ** 2 or square(x)."""
+    if getattr(node, "target", None) == aten.square.default:
+        return node.args[0]
     if getattr(node, "target", None) == aten.mul.Tensor and _same_value(node.args[0], node.args[1]):
         return node.args[0]
     if getattr(node, "target", None) == aten.pow.Tensor_Scalar and node.args[1] == 2:

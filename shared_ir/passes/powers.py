@@ -1,6 +1,6 @@
 """Powers, square roots and 2-norms as products and RSQRT, which TFLite-Micro runs in int8.
 
-    x ** 2 -> x * x        x ** 3 -> x * x * x        x ** 1 -> x        x ** -0.5 -> rsqrt(x)
+    x ** 2, square(x) -> x * x        x ** 3 -> x * x * x        x ** 1 -> x        x ** -0.5 -> rsqrt(x)
     sqrt(x), x ** 0.5 -> x * rsqrt(max(x, 1e-30))
     linalg_vector_norm(x, 2, dims) -> sqrt(sum(x * x, dims))         (F.normalize, embeddings)
 
@@ -60,7 +60,8 @@ class PowersAsProducts:
         import torch
 
         aten = torch.ops.aten
-        kinds = {aten.pow.Tensor_Scalar: "pow", aten.sqrt.default: "sqrt", aten.linalg_vector_norm.default: "2-norm"}
+        kinds = {aten.pow.Tensor_Scalar: "pow", aten.sqrt.default: "sqrt", aten.linalg_vector_norm.default: "2-norm",
+                 aten.square.default: "square"}  # square: MetaFormer's StarReLU, relu(x) ** 2
         rewritten: dict[str, int] = {}
 
         def rewrite(graph, node):
@@ -68,6 +69,8 @@ class PowersAsProducts:
                 out = _sqrt(graph, aten, node.args[0])
             elif node.target == aten.pow.Tensor_Scalar:
                 out = _power(graph, aten, node.args[0], node.args[1])
+            elif node.target == aten.square.default:
+                out = _power(graph, aten, node.args[0], 2)
             else:
                 out = _norm(graph, aten, node)
             if out is not None:  # None: an exponent or norm with no int8 form here, left for the check to report
