@@ -49,11 +49,12 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.roll_slices import RollAsSlices
     from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
     from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
+    from tpuedge.shared_ir.passes.slice_assign import SliceAssignmentAsConcat
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), GeluRewrite(gelu_form),
+        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), SliceAssignmentAsConcat(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), GeluRewrite(gelu_form),
          SiluAsSigmoidMul(), HardSigmoidAsRelu6(), AddcmulAsMulAdd(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
