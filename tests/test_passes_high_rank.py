@@ -99,17 +99,25 @@ def test_clamps_above_5d_build_for_android():
 
 
 class Shuffle6D(torch.nn.Module):
-    def forward(self, x):  # every axis moves: no lower-rank transpose does it
-        return x.permute(0, 2, 4, 1, 3, 5) * 2.0
+    def forward(self, x):  # every axis moves: no merge of axes brings it to 5-D (Hiera's unroll)
+        return x.permute(0, 2, 4, 1, 3, 5) * 2.0, x.permute(5, 3, 1, 4, 0, 2) + 1.0
 
 
-def test_the_mcu_check_names_a_transpose_that_stays_above_5d():
-    """Old code: the check passed it and the build stopped at TFLite-Micro's TRANSPOSE."""
+def test_a_permute_no_merge_brings_to_5d_becomes_swaps_and_builds_for_mcu(tmp_path):
+    """Old code: the check named it ("at most 5 dimensions ... here it has 6") and mcu stopped
+    there (timm's Hiera). Now each swap of two axes is a 5-D transpose between reshapes."""
     program = tpuedge.export(Shuffle6D().eval(), (torch.zeros(2, 3, 4, 5, 6, 7),), name="shuffle6d")
-    problems = program.check("mcu")
-    assert [(p.kind, p.subject) for p in problems] == [("rank", "aten.permute.default")]
-    assert "at most 5 dimensions" in problems[0].message and "6" in problems[0].message
-    assert program.check("android") == []  # LiteRT's TRANSPOSE takes 6-D
+    ep, result = PermuteAtMost5D()(program.exported_program)
+    assert result.changed == 2
+    rewritten = Program(ep, name="shuffle6d")
+    sample = _samples((2, 3, 4, 5, 6, 7), 1)[0]
+    for got, want in zip(rewritten.run(*sample), program.run(*sample)):
+        np.testing.assert_array_equal(got, want)
+    assert all(len(n.meta["val"].shape) <= 5 for n in ep.graph.nodes if n.op == "call_function" and n.target == torch.ops.aten.permute.default)
+    assert program.check("mcu") == [] and program.check("android") == []
+    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=_samples((2, 3, 4, 5, 6, 7), 24),
+                             board="esp32s3")
+    assert min(artifact.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 3, 4), (1, 2, 3, 2, 4)])

@@ -5,7 +5,10 @@ Measured (tests/test_passes_high_rank.py builds each):
   partition (Swin's `view(B, h, w, h2, w2, C).permute(0, 1, 3, 2, 4, 5)`, or HF's
   `.transpose(2, 3)` of the same view) moves only some axes:
   `PermuteAtMost5D` drops size-1 axes and merges input axes that stay adjacent and in order
-  (here 0-1 and 4-5), so the same data movement is a 4-D transpose between two reshapes.
+  (here 0-1 and 4-5), so the same data movement is a 4-D transpose between two reshapes. Where
+  that still leaves more than 5 axes (timm's Hiera unrolls its tokens with 6-D and 7-D
+  permutes), the permutation is done as a few swaps of two axes, each a 5-D transpose of
+  (before, a, between, b, after) between reshapes: at most rank - 1 of them.
 - litert-torch's converter fails to legalize a 6-D `tfl.maximum`, `tfl.minimum` or `tfl.pow`
   against a scalar: relu, relu6/hardtanh, clamp and `x ** k` on a 6-D tensor stop android and
   mcu builds alike. Elementwise, they give the same values on the tensor flattened to 1-D:
@@ -75,9 +78,10 @@ class PermuteAtMost5D:
             shape = tuple(int(d) for d in source.meta["val"].shape)
             perm = _permutation(node, len(shape))
             merged, reduced = reduced_permutation(shape, perm)
-            if len(merged) >= len(shape):
-                return None
             out_shape = [int(d) for d in node.meta["val"].shape]
+            if len(merged) > MAX_RANK:
+                flat = call_with_val(graph, aten.reshape.default, source, list(merged))
+                return call_with_val(graph, aten.reshape.default, _by_swaps(graph, aten, flat, merged, reduced), out_shape)
             if reduced == tuple(range(len(reduced))):  # only size-1 axes moved: no data moves
                 return call_with_val(graph, aten.reshape.default, source, out_shape)
             # reshape, not view: the source may itself be a permute's strided output, which eager
@@ -88,8 +92,23 @@ class PermuteAtMost5D:
 
         ep, count = rewrite_calls(exported_program, found, rewrite)
         if not count:
-            return exported_program, PassResult(self.name, 0, f"no permute above {MAX_RANK}-D that fewer axes can do")
-        return ep, PassResult(self.name, count, f"did {count} permute(s) above {MAX_RANK}-D as a lower-rank transpose")
+            return exported_program, PassResult(self.name, 0, f"no permute above {MAX_RANK}-D in the program")
+        return ep, PassResult(self.name, count, f"did {count} permute(s) above {MAX_RANK}-D as transposes of at most {MAX_RANK} axes")
+
+
+def _by_swaps(graph, aten, x, shape: tuple[int, ...], perm: tuple[int, ...]):
+    """permute(x, perm) as swaps of two axes, each a 5-D transpose (before, a, between, b,
+    after) between reshapes: position k gets its axis by one swap, k = 0, 1, ..."""
+    current, sizes = list(range(len(shape))), list(shape)  # current[k]: the input axis now at k
+    for k, wanted in enumerate(perm):
+        j = current.index(wanted)
+        if j == k:
+            continue
+        five = [math.prod(sizes[:k]), sizes[k], math.prod(sizes[k + 1:j]), sizes[j], math.prod(sizes[j + 1:])]
+        moved = call_with_val(graph, aten.permute.default, call_with_val(graph, aten.reshape.default, x, five), [0, 3, 2, 1, 4])
+        current[k], current[j], sizes[k], sizes[j] = current[j], current[k], sizes[j], sizes[k]
+        x = call_with_val(graph, aten.reshape.default, moved, list(sizes))
+    return x
 
 
 def _elementwise_targets():
