@@ -7,8 +7,10 @@ quantizer and converter). The build checks the converted model's builtins with t
 Before that the mcu pipeline rewrites the IR (`mcu_passes`): autocast regions are inlined, no-op casts, eval-mode dropout and
 input-independent ops vanish, a gather by constant aranges becomes a view, reflect/replicate padding becomes slices + concatenation, GELU (no
 kernel) an approximation, SiLU x * sigmoid(x), hardsigmoid relu6(x + 3) / 6, powers, square roots and 2-norms products
-and RSQRT. The check applies the same passes the build applies, so `tpuedge check --target mcu`
-and `tpuedge build --target mcu` never disagree.
+and RSQRT, and the ops TFLite-Micro has no kernel for (assignments into slices, F.unfold / F.fold,
+bicubic resizes, maxima over a dim, addcmul) forms it runs; docs/mcu.md lists every pass. The check
+applies the same passes the build applies, so `tpuedge check --target mcu` and `tpuedge build
+--target mcu` never disagree.
 """
 
 from __future__ import annotations
