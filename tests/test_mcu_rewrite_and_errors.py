@@ -254,3 +254,27 @@ def test_a_layer_calibrated_near_zero_is_a_user_error_naming_it(tmp_path):
     with pytest.raises(UserError, match=r"can't run: .*nothing was written\. Its CONV_2D \(op 0\) was calibrated to outputs of about"):
         tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration)
     assert not (tmp_path / "mcu").exists()
+
+
+def test_the_mcu_check_of_a_dynamic_program_reports_its_shapes_and_does_not_crash():
+    """The rewrites that compute sizes, slices or constants from a shape (F.fold, F.unfold, a
+    bicubic resize, a max over a dim, a slice assignment) raised on a symbolic width (old code:
+    TypeError inside col2im-as-sums), so `tpuedge check --target mcu` crashed instead of naming
+    the dynamic input. They leave such ops alone now; the check lists them and the shapes."""
+    import torch
+    import torch.nn.functional as F
+
+    class Dynamic(torch.nn.Module):
+        def forward(self, x):
+            a = x * 2
+            a[:, :, 1:] = a[:, :, 1:] + 1
+            y = a.max(dim=-1).values.sum() + torch.amax(a, dim=1).sum()
+            z = F.interpolate(x, scale_factor=2, mode="bicubic")
+            folded = F.fold(F.unfold(x, 2, stride=2), (x.shape[2], x.shape[3]), 2, stride=2)
+            return y, z.mean(), folded.sum()
+
+    width = {"x": {3: torch.export.Dim("w", min=4, max=64) * 2}}
+    program = tpuedge.export(Dynamic().eval(), (torch.zeros(1, 3, 8, 8),), name="dynamic", dynamic_shapes=width)
+    problems = program.check("mcu")
+    assert any(p.kind == "dynamic-shape" and p.subject.startswith("x: float32[1, 3, 8,") for p in problems)
+    assert "aten.col2im.default" in {p.subject for p in problems if p.kind == "op"}  # left as it was

@@ -17,7 +17,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls, static_shapes
 
 __all__ = ["BicubicAsMatmuls"]
 
@@ -52,6 +52,8 @@ def _rewrite(program, graph, node) -> Any:
     x, _, align_corners = node.args[:3]
     scales = node.args[3] if len(node.args) > 3 else node.kwargs.get("scale_factors")
     val = x.meta["val"]
+    if not static_shapes(x, node):
+        return None
     (h, w), (h2, w2) = val.shape[-2:], node.meta["val"].shape[-2:]
     if val.dim() != 4 or not val.dtype.is_floating_point or max(h * h2, w * w2) > MAX_MATRIX:
         return None

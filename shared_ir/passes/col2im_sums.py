@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls, static_shapes
 
 __all__ = ["Col2imAsSums"]
 
@@ -54,6 +54,8 @@ def _rewrite(graph, node) -> Any:
     (kh, kw), (h, w) = kernel, size
     if val.dim() != 3 or not val.dtype.is_floating_point or kh * kw > MAX_TAPS:
         return None  # an unbatched fold, or a kernel too large for a sum of taps
+    if not static_shapes(cols, node) or not all(isinstance(v, int) for v in size):
+        return None
     n, channels = val.shape[0], val.shape[1] // (kh * kw)
     hp, wp = h + 2 * padding[0], w + 2 * padding[1]
     lh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1

@@ -13,7 +13,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import copy_program
 
-__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls",
+__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "static_shapes",
            "is_view", "is_mutating", "written_argument_indices", "written_operands", "drop_unused_inputs", "SOURCE_META"]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
@@ -45,6 +45,17 @@ def built_in_place_of(node: Any) -> Iterator[list]:
     for n in new:
         n.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
         n.meta.setdefault("val", node.meta.get("val"))
+
+
+def static_shapes(*nodes: Any) -> bool:
+    """Whether every one of `nodes` (fx nodes, or anything else, which counts as static) has a
+    shape of plain ints: a rewrite that computes sizes, slices or constants from a shape leaves
+    an op of a symbolic shape alone (the check reports the program's dynamic shapes)."""
+    for node in nodes:
+        val = getattr(node, "meta", {}).get("val")
+        if val is not None and not all(isinstance(d, int) for d in getattr(val, "shape", ())):
+            return False
+    return True
 
 
 def call_with_val(graph: Any, target: Any, *args: Any) -> Any:

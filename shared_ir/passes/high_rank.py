@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls, static_shapes
 
 __all__ = ["PermuteAtMost5D", "ElementwiseAtMost5D", "MAX_RANK", "reduced_permutation"]
 
@@ -75,6 +75,8 @@ class PermuteAtMost5D:
 
         def rewrite(graph, node):
             source = node.args[0]
+            if not static_shapes(source, node):
+                return None
             shape = tuple(int(d) for d in source.meta["val"].shape)
             perm = _permutation(node, len(shape))
             merged, reduced = reduced_permutation(shape, perm)

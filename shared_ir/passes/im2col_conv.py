@@ -17,7 +17,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls, static_shapes
 
 __all__ = ["Im2colAsConv"]
 
@@ -28,7 +28,7 @@ def _rewrite(program, graph, node) -> Any:
     aten = torch.ops.aten
     x, kernel, dilation, padding, stride = node.args[:5]
     val = x.meta["val"]
-    if val.dim() != 4 or not val.dtype.is_floating_point:
+    if val.dim() != 4 or not val.dtype.is_floating_point or not static_shapes(x, node):
         return None  # an unbatched (3-D) unfold is left for the check to report
     channels, (kh, kw) = val.shape[1], kernel
     taps = torch.zeros(channels * kh * kw, 1, kh, kw, dtype=val.dtype)

@@ -15,7 +15,7 @@ import operator
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls, static_shapes
 
 __all__ = ["ReduceMaxAsMaximum"]
 
@@ -44,6 +44,8 @@ class ReduceMaxAsMaximum:
         def rewrite(graph, node):
             x = node.args[0]
             val = x.meta["val"]
+            if not static_shapes(x):
+                return None
             if node.target == aten.max.dim:
                 if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in node.users):
                     return None  # its indices are read

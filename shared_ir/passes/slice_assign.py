@@ -20,7 +20,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_with_val, finish, is_view, rename_output_specs
+from tpuedge.shared_ir.passes.graph_edit import call_with_val, finish, is_view, rename_output_specs, static_shapes
 
 __all__ = ["SliceAssignmentAsConcat"]
 
@@ -33,6 +33,8 @@ def _chain(dst, aten) -> tuple[Any, list] | None:
         if len(node.users) != 1:
             return None
         source = node.args[0]
+        if not static_shapes(source):
+            return None
         size = source.meta["val"].shape
         dim = node.args[1] if len(node.args) > 1 else 0
         dim %= len(size)
