@@ -11,6 +11,8 @@ import tpuedge
 from tpuedge.shared_ir.passes.addcmul import AddcmulAsMulAdd
 from tpuedge.shared_ir.program import Program
 
+from mcu_rewrite_helpers import assert_builds_for_mcu_within_budget
+
 
 class _AffineAndGrn(torch.nn.Module):
     """ResMLP's Affine (addcmul of per-channel parameters), ConvNeXt-V2's GRN, an addcdiv, and
@@ -49,8 +51,4 @@ def test_addcmul_addcdiv_and_square_become_products_and_the_mcu_check_passes():
 
 def test_the_affine_and_grn_block_runs_in_tflite_micro_within_budget(tmp_path):
     program = _program()
-    rng = np.random.default_rng(1)
-    samples = [(rng.standard_normal((1, 4, 4, 16)).astype(np.float32),) for _ in range(40)]
-    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=samples, board="nrf52840")
-    assert {"addcmul-as-mul-add", "powers-as-products"} <= {r["pass"] for r in art.manifest["rewrites"]}
-    assert min(art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
+    assert_builds_for_mcu_within_budget(program, (1, 4, 4, 16), {"addcmul-as-mul-add", "powers-as-products"}, tmp_path / "mcu")

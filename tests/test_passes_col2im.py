@@ -12,6 +12,8 @@ import tpuedge
 from tpuedge.shared_ir.passes.col2im_sums import Col2imAsSums
 from tpuedge.shared_ir.program import Program
 
+from mcu_rewrite_helpers import assert_builds_for_mcu_within_budget
+
 
 class _Outlook(torch.nn.Module):
     """Patches out, weighted, folded back: VOLO's outlook attention in small."""
@@ -44,8 +46,4 @@ def test_fold_becomes_sums_of_placed_taps_with_the_same_numbers(geometry):
 def test_an_outlook_block_runs_in_tflite_micro_within_budget(tmp_path):
     torch.manual_seed(0)
     program = tpuedge.export(_Outlook().eval(), (torch.zeros(1, 2, 8, 8),), name="outlook")
-    rng = np.random.default_rng(1)
-    samples = [(rng.standard_normal((1, 2, 8, 8)).astype(np.float32),) for _ in range(40)]
-    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=samples, board="nrf52840")
-    assert {"col2im-as-sums", "im2col-as-conv"} <= {r["pass"] for r in art.manifest["rewrites"]}
-    assert min(art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
+    assert_builds_for_mcu_within_budget(program, (1, 2, 8, 8), {"col2im-as-sums", "im2col-as-conv"}, tmp_path / "mcu")

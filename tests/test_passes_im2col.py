@@ -12,6 +12,8 @@ import tpuedge
 from tpuedge.shared_ir.passes.im2col_conv import Im2colAsConv
 from tpuedge.shared_ir.program import Program
 
+from mcu_rewrite_helpers import assert_builds_for_mcu_within_budget
+
 
 class _Patches(torch.nn.Module):
     def __init__(self, kernel, stride, padding, dilation):
@@ -40,8 +42,4 @@ def test_unfold_becomes_a_depthwise_convolution_with_the_same_numbers(kernel, st
 def test_tnt_style_pixel_patches_run_in_tflite_micro_within_budget(tmp_path):
     torch.manual_seed(0)
     program = tpuedge.export(_Patches(4, 4, 0, 1).eval(), (torch.zeros(1, 3, 12, 12),), name="patches")
-    rng = np.random.default_rng(1)
-    samples = [(rng.standard_normal((1, 3, 12, 12)).astype(np.float32),) for _ in range(40)]
-    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=samples, board="nrf52840")
-    assert "im2col-as-conv" in {r["pass"] for r in art.manifest["rewrites"]}
-    assert min(art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
+    assert_builds_for_mcu_within_budget(program, (1, 3, 12, 12), {"im2col-as-conv"}, tmp_path / "mcu")
