@@ -21,14 +21,14 @@ def convert_for_android(program: "Program", config, calibration, **options: Any)
     once (`tflite_file.compact_model`); the recipe lists the rewrites."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.convert import program_to_tflite
-    from tpuedge.edge.tensor_names import shorten_tensor_names
+    from tpuedge.edge.tensor_names import ScopeNames, shorten_tensor_names
 
     rewrites: list[dict] = []
     if config.scheme == "int8":
         program, rewrites = int8_rewrites(program)
     converted = program_to_tflite(program, config, calibration, target="android", **options)
     recipe = {**converted.recipe, "ir_rewrites": rewrites} if rewrites else converted.recipe
-    tflite = shorten_tensor_names(converted.tflite)
+    tflite = shorten_tensor_names(converted.tflite, ScopeNames(program.exported_program))
     if config.scheme != "none":  # a float build writes float_tflite's model, which write_model wrote (names shortened)
         tflite = tflite_file.compact_model(tflite)
     return dataclasses.replace(converted, tflite=tflite, recipe=recipe)

@@ -102,19 +102,20 @@ def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
         # there when mcu's own passes changed nothing else (most CNNs). NHWC changes only rank-4
         # float inputs: other models share one float model across layouts
         "float_tflite", {"ir": lowered_fingerprint(program), "channels_last": bool(channels_last) and _has_image_input(program),
-                         "tensor_names": "short"},
+                         "tensor_names": "module scopes"},
         lambda: _lowered(program, channels_last),
     )
 
 
 def _lowered(program: "Program", channels_last: bool) -> bytes:
-    """litert-torch's float model with its tensor names shortened (edge/tensor_names.py), once
-    here: every scheme quantizes from it, so a float build writes it as it is and a quantized
-    model comes out short-named, with no copy of the model per build to rename it."""
+    """litert-torch's float model with its tensor names written as module scopes
+    (edge/tensor_names.py), once here: every scheme quantizes from it, so a float build writes it
+    as it is and a quantized model comes out so named, with no copy of the model per build to
+    rename it."""
     from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
-    from tpuedge.edge.tensor_names import shorten_tensor_names
+    from tpuedge.edge.tensor_names import ScopeNames, shorten_tensor_names
 
-    return shorten_tensor_names(lower_to_float_flatbuffer(program, channels_last=channels_last))
+    return shorten_tensor_names(lower_to_float_flatbuffer(program, channels_last=channels_last), ScopeNames(program.exported_program))
 
 
 def _has_image_input(program: "Program") -> bool:

@@ -158,6 +158,7 @@ def lowered_fingerprint(program) -> str:
 
 
 def _decompose(exported_program):
+    from tpuedge.edge.tensor_names import stack_as_scope
     from tpuedge.shared_ir.stage_times import timed
 
     _quiet()
@@ -168,6 +169,7 @@ def _decompose(exported_program):
 
         fx_infra.silence_torch_logs()
         ep = fx_infra.graph_utils.reset_from_node_meta(_private_copy(exported_program))
+        stack_as_scope(ep)  # tensor names come out as module scopes (edge/tensor_names.py)
         return fx_infra.safe_run_decompositions(ep, fx_infra.decomp.pre_convert_decomp(), can_skip=False)
 
 

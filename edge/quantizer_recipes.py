@@ -1,6 +1,6 @@
 """QuantConfig -> ai-edge-quantizer recipes on the float .tflite, and the sensitive op groups
-of a float .tflite (found from its ops and the module scopes litert-torch writes into tensor
-names, e.g. ".../torch.nn.modules.normalization.LayerNorm_ln1;3").
+of a float .tflite (found from its ops and the module scopes its tensor names hold,
+edge/tensor_names.py: "blocks.0.ln1/LayerNorm;3").
 """
 
 from __future__ import annotations
@@ -27,22 +27,15 @@ _NORM_MODULES = re.compile(r"(LayerNorm|RMSNorm|GroupNorm)_?([^/;]*)$")
 _RECURRENT_MODULES = re.compile(r"(LSTM|GRU|RNN)_?([^/;]*)$")
 # ops with weights: a normalization never lowers to one. The converter can name a layer's
 # output after the norm before it (MiniLM's query/key/value projections read
-# ".../LayerNorm_LayerNorm;;...Linear_query"): grouped with the norm, they went float with it.
+# "embeddings.LayerNorm/LayerNorm;encoder.layer.0.attention.self.query/Linear"): grouped with
+# the norm, they went float with it.
 _WEIGHTED_OPS = frozenset({"FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D"})
 
 
 def _module_path(scope: str) -> str:
-    """First tensor name of an op's scope, up to the ';' litert-torch appends."""
+    """The module an op belongs to: the first module scope of its output's name ("blocks.0.ln1/LayerNorm",
+    the module's qualified name and class), up to the ';' before the next."""
     return scope.split(";", 1)[0]
-
-
-def _instance_key(path: str) -> str:
-    """The module instance a scope names, as a short unique path: 'Enc/Block_0/LayerNorm_LayerNorm'.
-
-    Each component is 'package.Class_attribute' (an index for ModuleList items), so the whole path
-    tells instances apart; the last component alone does not (HF names every norm `LayerNorm`).
-    """
-    return "/".join(part.rsplit(".", 1)[-1] for part in path.split("/"))
 
 
 def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], GroupScopes]:
@@ -68,9 +61,9 @@ def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], Gr
         module = path.rsplit("/", 1)[-1]
         norm, recurrent = _NORM_MODULES.search(module), _RECURRENT_MODULES.search(module)
         if recurrent and "/" in path:
-            add(f"recurrent_state:{_instance_key(path)}", "recurrent_state", scope, name)
+            add(f"recurrent_state:{path}", "recurrent_state", scope, name)
         elif norm and "/" in path and name not in _WEIGHTED_OPS:
-            add(f"layer_norm:{_instance_key(path)}", "layer_norm", scope, name)
+            add(f"layer_norm:{path}", "layer_norm", scope, name)
         elif name == "RSQRT":
             add(f"layer_norm:op{index}", "layer_norm", scope, name)
         elif name == "SOFTMAX":

@@ -1,22 +1,29 @@
-"""Tensor names in a written .tflite: litert-torch's module scopes, shortened to what is read.
+"""Tensor names in a written .tflite: the modules the tensor came from, by qualified name.
 
-litert-torch names each tensor after the `nn_module_stack` of the IR nodes it came from, with
-full Python class paths ("torchvision.models.mobilenetv2.MobileNetV2/torch.nn.modules.conv.
-Conv2d_0"), and a fused op joins its nodes' scopes with ";", often the same scope several times.
-No runtime reads these names: they are for people and for per-layer verify, which compares
-only class and attribute names (the module part of a class path can differ between the process
-that built the artifact and the one that verifies it). Those long names cost bytes in every
-file and flash on a board: 125 KB of a 4.1 MB int8 MobileNetV2, 3% of it.
+litert-torch names each tensor after the `nn_module_stack` of the IR nodes it came from: the
+whole chain of modules, each as its class's Python path and last attribute
+("timm.models.byobnet.ByobNet/torch.nn.modules.container.Sequential_stages/.../torch.nn.
+modules.normalization.LayerNorm_norm1"), and a fused op joins its nodes' chains with ";". No
+runtime reads these names: they are for people, for per-layer verify and for the int8 search's
+recipes, which read them as module scopes (`shared_ir.sources.module_scope`). tpuedge writes each
+chain as that scope: the module's qualified name, as `named_modules()` gives it, and its class
+("stages.3.1.transformer.0.norm1/LayerNorm"). An int8 MobileViT-xxs carried 109 KB of names in the
+converter's chains shortened to class names; 37 KB this way.
 
-`short_scope` is the one shortening (verify's matching uses it too); `shorten_tensor_names`
-writes each tensor name as its distinct scopes, shortened, in their order.
+The converter's chains cannot always be told apart: a root module that iterates two
+ModuleLists of Conv1d calls `depthwise[0]` and `pointwise[0]` both "Net/Conv1d_0". So litert-torch
+is handed each node's module stack as one entry, its scope (`stack_as_scope`), and writes that;
+`ScopeNames` maps the parts of a name to scopes (verify reads names through it too, and so also
+places tensors of files named by the converter or by older builds, where a chain is not
+ambiguous); `shorten_tensor_names` writes each tensor name as its distinct scopes, in their order,
+each name unique.
 """
 
 from __future__ import annotations
 
 from tpuedge.edge import tflite_file
 
-__all__ = ["short_scope", "short_tensor_name", "shorten_tensor_names"]
+__all__ = ["ScopeNames", "short_scope", "shorten_tensor_names", "stack_as_scope"]
 
 
 def short_scope(scope: str) -> str:
@@ -24,23 +31,60 @@ def short_scope(scope: str) -> str:
     return "/".join(layer.rsplit(".", 1)[-1] for layer in scope.split("/"))
 
 
-def short_tensor_name(name: str) -> str:
-    """A tensor name's ";"-joined scopes, each shortened, once each, in order (the empty and
-    numeric parts the converter adds carry nothing verify reads); a name without a class path
-    ("serving_default_x", "StatefulPartitionedCall:0") comes out as it went in."""
-    parts = [short_scope(part) for part in name.split(";") if part and not part.isdigit()]
-    return ";".join(dict.fromkeys(parts)) if parts else name
+def stack_as_scope(exported_program) -> None:
+    """Each node's `nn_module_stack` as one entry, ("", its module scope), in `exported_program`,
+    litert-torch's private copy (its nodes' meta dicts are copies): the converter writes an entry's
+    class as it is when it is a string, and an empty path adds no attribute, so the tensor names
+    come out as scopes. torch.export's verifier takes the entry (a str -> (str, str) dict)."""
+    from tpuedge.shared_ir.sources import module_scope
+
+    for node in exported_program.graph.nodes:
+        if scope := module_scope(node):
+            node.meta["nn_module_stack"] = {"scope": ("", scope)}
 
 
-def shorten_tensor_names(tflite: bytes) -> bytes:
-    """The same model with every tensor name shortened (`short_tensor_name`) and still unique: a
-    name taken already gets ";1", ";2", ... as the converter's own names do (numeric parts, which
-    verify skips). ai-edge-quantizer refuses a model whose names repeat ("Tensor name ... is not
-    unique"), and a user may quantize a float model we wrote. Buffers stored after the flatbuffer
-    stay there. The input bytes when no name changes (decided on the names read in place: the
-    object tree of an unrolled LSTM's 10k tensors takes a second to unpack)."""
+class ScopeNames:
+    """A program's module chains (as litert-torch writes them, class paths cut) -> its module
+    scopes. A name part already a scope stays one; a chain the program does not hold, or holds for
+    two modules, keeps its class names (`short_scope`)."""
+
+    def __init__(self, exported_program=None):
+        from tpuedge.shared_ir.sources import module_chain, module_scope
+
+        chains: dict[str, set[str]] = {}
+        self._scope: dict[str, str] = {}
+        for node in exported_program.graph.nodes if exported_program is not None else ():
+            if scope := module_scope(node):
+                self._scope[scope] = scope
+                chains.setdefault(module_chain(node), set()).add(scope)
+        for chain, scopes in chains.items():
+            if len(scopes) == 1:
+                self._scope.setdefault(chain, *scopes)
+
+    def part(self, part: str) -> str:
+        return self._scope.get(part) or self._scope.get(short := short_scope(part)) or short
+
+    def name(self, name: str) -> str:
+        """A tensor name's ";"-joined parts, each as its scope, once each, in order (the empty and
+        numeric parts the converter adds carry nothing verify reads); a name without a module
+        chain ("serving_default_x", "StatefulPartitionedCall:0") comes out as it went in."""
+        parts = [self.part(part) for part in name.split(";") if part and not part.isdigit()]
+        return ";".join(dict.fromkeys(parts)) if parts else name
+
+    def scopes(self, name: str) -> set[str]:
+        """The module scopes a tensor name holds (what verify compares with its nodes')."""
+        return {self.part(part) for part in name.split(";") if part and not part.isdigit()}
+
+
+def shorten_tensor_names(tflite: bytes, scopes: ScopeNames) -> bytes:
+    """The same model with every tensor name written as its scopes (`ScopeNames.name`) and still
+    unique: a name taken already gets ";1", ";2", ... as the converter's own names do (numeric
+    parts, which verify skips). ai-edge-quantizer refuses a model whose names repeat ("Tensor name
+    ... is not unique"), and a user may quantize a float model we wrote. Buffers stored after the
+    flatbuffer stay there. The input bytes when no name changes (decided on the names read in
+    place: the object tree of an unrolled LSTM's 10k tensors takes a second to unpack)."""
     names = [name for graph in tflite_file.tensor_names(tflite) for name in graph]  # unique across subgraphs
-    renamed = _unique_short_names(names)
+    renamed = _unique_names(names, scopes)
     if renamed == names:
         return tflite
     model = tflite_file.read_model(tflite)
@@ -50,16 +94,16 @@ def shorten_tensor_names(tflite: bytes) -> bytes:
     return tflite_file.write_model(model, external_from=tflite)
 
 
-def _unique_short_names(names: list[str]) -> list[str]:
-    """Each name shortened, a repeat given the first free ";k" suffix. The next suffix to try is
-    kept per short name: thousands of tensors share one scope in an unrolled recurrent layer, and
+def _unique_names(names: list[str], scopes: ScopeNames) -> list[str]:
+    """Each name renamed, a repeat given the first free ";k" suffix. The next suffix to try is
+    kept per name: thousands of tensors share one scope in an unrolled recurrent layer, and
     trying ";1", ";2", ... from the start for each was quadratic (4 s on Resemblyzer's 3-layer
     LSTM over 160 steps)."""
     taken: set[str] = set()
     next_suffix: dict[str, int] = {}
     out = []
     for name in names:
-        short = short_tensor_name(name)
+        short = scopes.name(name)
         suffix = next_suffix.get(short, 0)
         while (unique := short if not suffix else f"{short};{suffix}") in taken:
             suffix += 1

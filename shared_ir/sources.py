@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["node_source", "module_scope", "user_frame_from_traceback", "source_line"]
+__all__ = ["node_source", "module_scope", "module_chain", "user_frame_from_traceback", "source_line"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
 # Frames inside these libraries are never the user's model code.
@@ -49,18 +49,36 @@ def node_source(node, *, bare: bool = False) -> str | None:
 
 
 def module_scope(node) -> str:
-    """The node's module path as the LiteRT models tpuedge writes name its tensors:
-    "Class_attr/Class_attr" (the root module has no attribute), from torch.export's
-    nn_module_stack; "" without one. litert-torch writes each class's full Python path there,
-    and tpuedge keeps the class name alone (edge/tensor_names.py). Recomputed per IR node, it
-    maps a flatbuffer tensor back to the nodes it came from (per-layer verify, the int8 search's
-    ranked points)."""
-    parts = []
-    for path, kind in ((node.meta.get("nn_module_stack") if hasattr(node, "meta") else None) or {}).values():
-        # a program loaded from a .pt2 keeps the class's qualified name as a string
-        name = (kind if isinstance(kind, str) else kind.__qualname__).rsplit(".", 1)[-1]
-        parts.append(name + (f"_{str(path).split('.')[-1]}" if path else ""))
-    return "/".join(parts)
+    """The module a node was traced in, as the LiteRT models tpuedge writes name its tensors:
+    "blocks.0.attn.qkv/Linear", its qualified name (`named_modules()`'s) and its class; the root
+    module as its class alone ("Net"); "" without torch.export's nn_module_stack. litert-torch
+    writes the whole chain of modules there, each as its class's Python path and last attribute;
+    tpuedge renames those to this form (edge/tensor_names.py). Recomputed per IR node, it maps a
+    flatbuffer tensor back to the nodes it came from (per-layer verify, the int8 search's ranked
+    points)."""
+    stack = _module_stack(node)
+    if not stack:
+        return ""
+    path, kind = stack[-1]
+    return f"{path}/{_class_name(kind)}" if path else _class_name(kind)
+
+
+def module_chain(node) -> str:
+    """The node's module chain as litert-torch names it, class paths cut to the class:
+    "Net/Block_0/Linear_qkv" (the root module has no attribute); what a converter tensor name
+    shortens to (edge/tensor_names.short_scope), and so the key that renames it."""
+    return "/".join(_class_name(kind) + (f"_{path.split('.')[-1]}" if path else "") for path, kind in _module_stack(node))
+
+
+def _module_stack(node) -> list[tuple[str, object]]:
+    """(qualified name, class) per module the node was traced in, outermost first."""
+    stack = (node.meta.get("nn_module_stack") if hasattr(node, "meta") else None) or {}
+    return [(str(path), kind) for path, kind in stack.values()]
+
+
+def _class_name(kind) -> str:
+    # a program loaded from a .pt2 keeps the class's qualified name as a string
+    return (kind if isinstance(kind, str) else kind.__qualname__).rsplit(".", 1)[-1]
 
 
 def user_frame_from_traceback(tb) -> str | None:

@@ -265,7 +265,7 @@ def test_lstm_int8_measures_its_recurrent_state(tmp_path):
     float_model = summarize_tflite(float_tflite(program))  # cached: the one this build quantized
     float_ops = float_model.op_histogram
     in_group = [op.split()[0] for op in state["ops"] for _ in range(int(op.rsplit("\u00d7", 1)[1]) if "\u00d7" in op else 1)]  # "op ×count"
-    assert state["group"] == "recurrent_state:LSTMTagger/LSTM_lstm" and all("LSTM_lstm" in op for op in state["ops"])
+    assert state["group"] == "recurrent_state:lstm/LSTM" and all("lstm/LSTM" in op for op in state["ops"])
     for gate_op in ("LOGISTIC", "TANH"):  # every gate non-linearity of the unrolled LSTM is in the group
         assert in_group.count(gate_op) == float_ops[gate_op] > 0
     assert state["precision"] == "int8" and "meets the target" in state["reason"]
@@ -278,7 +278,7 @@ def test_lstm_int8_measures_its_recurrent_state(tmp_path):
     [state] = [d for d in strict_target.recipe["decisions"] if d["kind"] == "recurrent_state"]
     assert set(state["cosine"]) == {"int8", "float"}
     assert state["precision"] == "float" and state["cosine"]["float"] > state["cosine"]["int8"] + 1e-4
-    assert [i["group"] for i in strict_target.recipe["non_int8_ops"]] == ["recurrent_state:LSTMTagger/LSTM_lstm"]
+    assert [i["group"] for i in strict_target.recipe["non_int8_ops"]] == ["recurrent_state:lstm/LSTM"]
     runner = LiteRTRunner(strict_target.tflite)
     upgraded = compare_outputs(reference, [runner.run(s) for s in test])
     assert upgraded.centered_cosine > int8_acc.centered_cosine, (upgraded.describe(), int8_acc.describe())

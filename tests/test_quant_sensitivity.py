@@ -210,7 +210,7 @@ class _Wrapped(torch.nn.Module):
 
 def test_a_ranked_point_finds_its_ops_in_the_float_model_by_module_scope():
     """The ranking names each point's module in the form the LiteRT float model's tensor names
-    take (class and attribute, the names shortened once at lowering); the edge search finds the
+    take (qualified name and class, written once at lowering); the edge search finds the
     ops a point became by it. A mismatch of forms (the class's Python path on one side) finds
     none, and the search silently upgrades nothing."""
     from tpuedge.edge.float_model import float_tflite
@@ -219,7 +219,7 @@ def test_a_ranked_point_finds_its_ops_in_the_float_model_by_module_scope():
     torch.manual_seed(0)
     program = tpuedge.export(_Wrapped().eval(), (torch.zeros(1, 16),), name="wrapped")
     ranking = rank_quant_points(program, _samples(32, 0), _samples(8, 1))
-    assert ranking[0].scope == "_Wrapped/OutlierResidual_inner", ranking[0].scope
+    assert ranking[0].scope == "inner/OutlierResidual", ranking[0].scope
     groups, scopes = ranked_groups(float_tflite(program), ranking)
     first = groups[0]
     assert first.kind == "ranked" and first.key == f"ranked:{ranking[0].node}" and scopes[first.key], groups

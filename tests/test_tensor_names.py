@@ -1,6 +1,6 @@
-"""Tensor names in built .tflite files are litert-torch's module scopes without the Python class
-paths: the bytes go, and per-layer verify, which compares class and attribute names only, still
-places every tensor."""
+"""Tensor names in built .tflite files are module scopes, each module's qualified name and class
+("blocks.0.conv/Conv2d"), where litert-torch writes the chain of modules with their Python class
+paths: the bytes go, and per-layer verify, which reads names as scopes, still places every tensor."""
 
 from __future__ import annotations
 
@@ -9,13 +9,23 @@ import torch
 
 import tpuedge
 from tpuedge.edge import tflite_file
-from tpuedge.edge.tensor_names import short_tensor_name, shorten_tensor_names
+from tpuedge.edge.tensor_names import ScopeNames, shorten_tensor_names
 
 
-def test_a_name_keeps_its_distinct_scopes_shortened_in_order():
-    fused = "pkg.models.Net/torch.nn.modules.conv.Conv2d_conv;pkg.models.Net/torch.nn.modules.conv.Conv2d_conv;;3;pkg.models.Net/torch.nn.modules.activation.ReLU_act"
-    assert short_tensor_name(fused) == "Net/Conv2d_conv;Net/ReLU_act"
-    assert short_tensor_name("test_tensor_names._Net;1") == "_Net"
+def test_a_name_keeps_its_distinct_scopes_in_order():
+    """The converter's chains (full class paths), the class-name chains older builds wrote and
+    scopes already written all come out as the program's module scopes; a chain the program does
+    not hold keeps its class names."""
+    program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="named")
+    scopes = ScopeNames(program.exported_program)
+    block = "test_tensor_names._Net/torch.nn.modules.container.Sequential_blocks/test_tensor_names._Block_0"
+    fused = f"{block}/torch.nn.modules.conv.Conv2d_conv;{block}/torch.nn.modules.conv.Conv2d_conv;;3;{block}/torch.nn.modules.activation.ReLU_act"
+    assert scopes.name(fused) == "blocks.0.conv/Conv2d;blocks.0.act/ReLU"
+    assert scopes.name("_Net/Sequential_blocks/_Block_1/Conv2d_conv;2") == "blocks.1.conv/Conv2d"
+    assert scopes.name("blocks.1.conv/Conv2d;head/Linear") == "blocks.1.conv/Conv2d;head/Linear"
+    assert scopes.name("test_tensor_names._Net;1") == "_Net"
+    assert scopes.name("pkg.Other/torch.nn.modules.linear.Linear_fc") == "Other/Linear_fc"
+    assert scopes.scopes(f"{block}/torch.nn.modules.conv.Conv2d_conv;7") == {"blocks.0.conv/Conv2d"}
 
 
 def test_short_names_stay_unique_and_the_quantizer_takes_them(tmp_path):
@@ -35,7 +45,7 @@ def test_short_names_stay_unique_and_the_quantizer_takes_them(tmp_path):
     quantize.calibrate(recipe, [{"x": np.full((1, 3, 8, 8), i, np.float32)} for i in range(4)])
     assert len(quantize(recipe)) > 0
     for plain in ("serving_default_x", "StatefulPartitionedCall:0", "7"):
-        assert short_tensor_name(plain) == plain
+        assert ScopeNames(program.exported_program).name(plain) == plain
 
 
 class _Block(torch.nn.Module):
@@ -72,10 +82,10 @@ def test_android_and_mcu_builds_write_short_names_and_verify_still_places_layers
         artifact = tpuedge.build(program, target, tmp_path / target, calibration=calibration, **options)
         data = (tmp_path / target / "model.tflite").read_bytes()
         names = _names(data)
-        assert not [n for n in names if "torch.nn.modules" in n or "test_tensor_names" in n], names
-        assert any("_Block_0/Conv2d_conv" in n for n in names), names
+        assert not [n for n in names if "torch.nn.modules" in n or "test_tensor_names" in n or "_Block_" in n], names
+        assert any(n.startswith("blocks.0.conv/Conv2d") for n in names), names
         assert len(set(names)) == len(names)  # ai-edge-quantizer refuses repeated names
-        assert shorten_tensor_names(data) is data  # already short
+        assert shorten_tensor_names(data, ScopeNames(program.exported_program)) is data  # already scopes
         x = calibration[0][0]
         result = tpuedge.verify(artifact, program, [x] * 2, per_layer=True, layer_samples=2)
         compared = [l.node for l in result.layers.layers if not l.is_input]
@@ -94,8 +104,9 @@ def test_the_float_model_comes_out_short_named_and_a_float_build_writes_it_as_it
     program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="sized")
     converter_names = lower_to_float_flatbuffer(program)
     base = float_tflite(program, cache=False)
-    assert base == shorten_tensor_names(converter_names) and len(base) < len(converter_names)
-    assert shorten_tensor_names(base) is base
+    scopes = ScopeNames(program.exported_program)
+    assert base == shorten_tensor_names(converter_names, scopes) and len(base) < len(converter_names)
+    assert shorten_tensor_names(base, scopes) is base
     art = tpuedge.build(program, "android", tmp_path / "f", quantize="none")
     assert (tmp_path / "f" / "model.tflite").read_bytes() == base
     assert art.manifest["sizes"]["float_tflite_bytes"] == len(base)
@@ -106,14 +117,15 @@ def test_repeated_scopes_get_the_first_free_suffix_and_a_short_named_model_is_no
     free ";k" (as the one-by-one search gave, without its quadratic cost), and a model whose names
     are short already is returned as it is from its names read in place: unpacking Resemblyzer's
     object tree (10k tensors) took a second, twice per float build."""
-    from tpuedge.edge.tensor_names import _unique_short_names
-
-    scope = "pkg.Net/torch.nn.modules.rnn.LSTM_lstm"
-    names = [scope, f"{scope};7", "Net/LSTM_lstm;2", scope, "serving_default_x", scope]
-    assert _unique_short_names(names) == ["Net/LSTM_lstm", "Net/LSTM_lstm;1", "Net/LSTM_lstm;2", "Net/LSTM_lstm;3",
-                                          "serving_default_x", "Net/LSTM_lstm;4"]
+    from tpuedge.edge.tensor_names import _unique_names
 
     program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="named")
+    scopes = ScopeNames(program.exported_program)
+    scope = "test_tensor_names._Net/torch.nn.modules.linear.Linear_head"
+    names = [scope, f"{scope};7", "head/Linear;2", scope, "serving_default_x", scope]
+    assert _unique_names(names, scopes) == ["head/Linear", "head/Linear;1", "head/Linear;2", "head/Linear;3",
+                                            "serving_default_x", "head/Linear;4"]
+
     tpuedge.build(program, "android", tmp_path / "float", quantize="none")
     data = (tmp_path / "float" / "model.tflite").read_bytes()
 
@@ -121,4 +133,33 @@ def test_repeated_scopes_get_the_first_free_suffix_and_a_short_named_model_is_no
         raise AssertionError("the model was unpacked to find nothing to rename")
 
     monkeypatch.setattr(tflite_file, "read_model", unpacked)
-    assert shorten_tensor_names(data) is data
+    assert shorten_tensor_names(data, scopes) is data
+
+
+class _TwoLists(torch.nn.Module):
+    """The root iterates two ModuleLists: litert-torch names depthwise[0] and pointwise[0] alike
+    ("_TwoLists/Conv1d_0"), so renaming its names could not tell them apart."""
+
+    def __init__(self):
+        super().__init__()
+        self.depthwise = torch.nn.ModuleList(torch.nn.Conv1d(4, 4, 3, padding=1, groups=4) for _ in range(2))
+        self.pointwise = torch.nn.ModuleList(torch.nn.Conv1d(4, 4, 1) for _ in range(2))
+
+    def forward(self, x):
+        for depthwise, pointwise in zip(self.depthwise, self.pointwise):
+            x = torch.relu(pointwise(torch.relu(depthwise(x))))
+        return x
+
+
+def test_modules_the_converter_names_alike_get_their_own_names():
+    """Renaming the converter's chains named every pointwise tensor after the depthwise module
+    its chain also names (first found): an mcu build on trained activation ranges then found no
+    range for them (the train-to-mcu example's SwishDSCNN). litert-torch is handed the scopes."""
+    from tpuedge.edge.float_model import float_tflite
+
+    program = tpuedge.export(_TwoLists().eval(), (torch.zeros(1, 4, 16),), name="lists")
+    names = _names(float_tflite(program, cache=False))
+    for i in (0, 1):
+        assert f"_TwoLists;depthwise.{i}/Conv1d" in names and f"_TwoLists;pointwise.{i}/Conv1d" in names, names
+    assert ScopeNames(program.exported_program).name("_TwoLists/Conv1d_0") == "_TwoLists/Conv1d_0"  # two modules: kept
+

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpuedge.edge.tensor_names import short_scope
+from tpuedge.edge.tensor_names import ScopeNames
 from tpuedge.shared_ir.sources import module_scope
 from tpuedge.verify.ir_values import IRLayer
 from tpuedge.verify.runner import inverse_permutation, layout_permutation
@@ -104,10 +104,6 @@ def dequantize(tensor: TfliteTensor, raw: np.ndarray) -> np.ndarray:
     return affine.dequantize(raw, tensor.scale, tensor.zero_point, tensor.quantized_dimension).astype(np.float64)
 
 
-def _scopes(name: str) -> set[str]:
-    return {short_scope(part) for part in name.split(";") if part and not part.isdigit()}
-
-
 # IR ops a converter folds into the op before them (BatchNorm into conv weights, activations
 # as the fused activation): a tensor named after a conv may hold the value after them.
 _FUSABLE_OPS = {
@@ -172,6 +168,7 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
     from tpuedge.shared_ir.op_registry import op_key
 
     ep = program.exported_program
+    scope_names = ScopeNames(ep)
     nodes = {n.name: n for n in ep.graph.nodes}
     scope_of = {name: s for name, n in nodes.items() if (s := module_scope(n))}
     order = {n.name: i for i, n in enumerate(ep.graph.nodes)}
@@ -228,7 +225,7 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
             if out in output_of:
                 names = [output_of[out]]
             else:
-                scopes = _scopes(tensor.name)
+                scopes = scope_names.scopes(tensor.name)
                 region, frontier = set(), [nodes[name] for name in seeds]
                 while frontier:  # IR nodes downstream of the inputs, inside the tensor's scopes
                     node = frontier.pop()
@@ -278,9 +275,10 @@ def counterpart_nodes(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -
     from torch.export.graph_signature import OutputKind
 
     ep = program.exported_program
+    scope_names = ScopeNames(ep)
     by_scope: dict[str, list[TfliteTensor]] = {}
     for tensor in graph.tensors:
-        for scope in _scopes(tensor.name):
+        for scope in scope_names.scopes(tensor.name):
             by_scope.setdefault(scope, []).append(tensor)
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
     found = {
