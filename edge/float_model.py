@@ -34,10 +34,12 @@ def clear_float_cache() -> None:
 
 
 def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True, target: str | None = None) -> bytes:
-    """The float32 .tflite of `program` (cached per IR fingerprint: the same IR gives the same bytes)."""
+    """The float32 .tflite of `program` (cached per IR fingerprint and module scopes: the same IR
+    gives the same bytes, its tensor names those of its modules)."""
+    from tpuedge.edge.tensor_names import scopes_digest
     from tpuedge.shared_ir.progress import stage_progress
 
-    key = (program.fingerprint, bool(channels_last))
+    key = (program.fingerprint, scopes_digest(program.exported_program), bool(channels_last))
     with _LOCK:
         if cache and key in _FLOAT_CACHE:
             _FLOAT_CACHE.move_to_end(key)
@@ -93,6 +95,7 @@ def converter_refusal(text: str) -> str | None:
 
 def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
     from tpuedge.edge.litert_lowering import lowered_fingerprint
+    from tpuedge.edge.tensor_names import scopes_digest
     from tpuedge.shared_ir.cache_keys import cached_stage
 
     if not cache:
@@ -102,7 +105,7 @@ def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
         # there when mcu's own passes changed nothing else (most CNNs). NHWC changes only rank-4
         # float inputs: other models share one float model across layouts
         "float_tflite", {"ir": lowered_fingerprint(program), "channels_last": bool(channels_last) and _has_image_input(program),
-                         "tensor_names": "module scopes"},
+                         "tensor_names": scopes_digest(program.exported_program)},
         lambda: _lowered(program, channels_last),
     )
 

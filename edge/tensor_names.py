@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from tpuedge.edge import tflite_file
 
-__all__ = ["ScopeNames", "short_scope", "shorten_tensor_names", "stack_as_scope"]
+__all__ = ["ScopeNames", "scopes_digest", "short_scope", "shorten_tensor_names", "stack_as_scope"]
 
 
 def short_scope(scope: str) -> str:
@@ -41,6 +41,20 @@ def stack_as_scope(exported_program) -> None:
     for node in exported_program.graph.nodes:
         if scope := module_scope(node):
             node.meta["nn_module_stack"] = {"scope": ("", scope)}
+
+
+def scopes_digest(exported_program) -> str:
+    """What the names depend on beyond the graph: each node's module scope. The float model's cache
+    key needs it: the IR fingerprint leaves module stacks out, and a model whose class was renamed
+    got the old name's tensors from the cache, bytes a cold build does not write."""
+    import hashlib
+
+    from tpuedge.shared_ir.sources import module_scope
+
+    digest = hashlib.sha256()
+    for node in exported_program.graph.nodes:
+        digest.update(f"{node.name}={module_scope(node)}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 class ScopeNames:

@@ -163,3 +163,36 @@ def test_modules_the_converter_names_alike_get_their_own_names():
         assert f"_TwoLists;depthwise.{i}/Conv1d" in names and f"_TwoLists;pointwise.{i}/Conv1d" in names, names
     assert ScopeNames(program.exported_program).name("_TwoLists/Conv1d_0") == "_TwoLists/Conv1d_0"  # two modules: kept
 
+
+def _renamed_net() -> torch.nn.Module:
+    """_Net with its block class renamed: the same graph, parameter names and weights."""
+
+    class _Stage(_Block):
+        pass
+
+    torch.manual_seed(0)
+    weights = _Net().state_dict()  # what the test's seeded _Net() holds
+    net = _Net()
+    net.blocks = torch.nn.Sequential(*(_Stage() for _ in range(2)))
+    net.load_state_dict(weights)
+    return net
+
+
+def test_a_cache_hit_carries_the_names_a_cold_build_writes(tmp_path, monkeypatch):
+    """The IR fingerprint leaves module stacks out: a model whose class was renamed got its float
+    model, and so its tensor names, from the old class's entry (in the process's memo and on
+    disk), bytes no cold build of it writes. Both keys now cover the names' scopes."""
+    from tpuedge.edge.float_model import float_tflite
+
+    monkeypatch.setenv("TPUEDGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TPUEDGE_NO_CACHE", raising=False)
+    x = (torch.zeros(1, 3, 8, 8),)
+    renamed = tpuedge.export(_renamed_net().eval(), x, name="named")
+    torch.manual_seed(0)
+    first = tpuedge.export(_Net().eval(), x, name="named")
+    assert renamed.fingerprint == first.fingerprint
+    tpuedge.build(first, "android", tmp_path / "first", quantize="none")
+    tpuedge.build(renamed, "android", tmp_path / "renamed", quantize="none")
+    cold = float_tflite(renamed, cache=False)
+    assert any("/_Stage" in n for n in _names(cold)), _names(cold)
+    assert (tmp_path / "renamed" / "model.tflite").read_bytes() == cold
