@@ -5,7 +5,8 @@ after the `nn_module_stack` scopes of the IR nodes it was lowered from (fused op
 the scopes with ";"). `match_tensors` walks the ops in execution order; an op's output may
 hold any IR node downstream of the op's already-placed inputs that lies in one of the tensor's
 scopes and has the tensor's shape (IR layout, channels-last, without the size-1 axes a
-FULLY_CONNECTED drops, or for a TRANSPOSE's output any axis order), or a BatchNorm /
+FULLY_CONNECTED drops, with the one a Conv1d run as CONV_2D gains, or for a TRANSPOSE's output
+any axis order), or a BatchNorm /
 activation folded right after such a node. Ops that only move data (QUANTIZE, TRANSPOSE,
 RESHAPE of a layout) hold their input's node. `tflite_matches` then settles, per tensor, which
 candidate it holds, by value on one sample.
@@ -113,17 +114,34 @@ _FUSABLE_OPS = {
 }
 
 
-def _unit_axes_dropped(ir_shape, runtime_shape) -> bool:
-    """The runtime shape is the IR's without some of its size-1 axes: a FULLY_CONNECTED on a
-    (1, T, C) input yields (T, C). The same values, in the same order."""
-    return len(runtime_shape) < len(ir_shape) and [d for d in ir_shape if d != 1] == [d for d in runtime_shape if d != 1]
+def _unit_axes_differ(ir_shape, runtime_shape) -> bool:
+    """The runtime shape is the IR's but for some size-1 axes: a FULLY_CONNECTED on a (1, T, C)
+    input yields (T, C); a Conv1d runs as a 2-D convolution on (N, C, 1, W). The same values, in
+    the same order."""
+    return len(runtime_shape) != len(ir_shape) and [d for d in ir_shape if d != 1] == [d for d in runtime_shape if d != 1]
+
+
+def _unit_axis_channels_last(ir_shape, runtime_shape) -> tuple[int, ...] | None:
+    """The layout of a 1-D convolution's tensors: the converter runs Conv1d as CONV_2D on the IR's
+    (N, C, W) with a size-1 axis put in, channels last ((N, 1, W, C)). The permutation of that
+    expanded shape, or None. A wav2vec2 or keyword-spotting front end was blind to per-layer
+    verify without it."""
+    rank = len(ir_shape)
+    if rank < 3 or len(runtime_shape) != rank + 1:
+        return None
+    for axis in range(2, rank + 1):
+        expanded = (*ir_shape[:axis], 1, *ir_shape[axis:])
+        perm = layout_permutation(expanded, runtime_shape)
+        if perm:
+            return perm
+    return None
 
 
 def to_ir_layout(value: np.ndarray, perm: tuple[int, ...], ir_shape) -> np.ndarray:
     """A runtime tensor's value in its IR node's layout: the channels-last permutation undone,
-    and the size-1 axes the converter dropped put back."""
+    and the size-1 axes the converter dropped or put in taken back."""
     got = np.transpose(value, inverse_permutation(perm)) if perm else value
-    return got.reshape(ir_shape) if _unit_axes_dropped(ir_shape, got.shape) else got
+    return got.reshape(ir_shape) if _unit_axes_differ(ir_shape, got.shape) else got
 
 
 def _other_layouts(ir_shape, tensor: TfliteTensor) -> list[tuple[int, ...]]:
@@ -142,7 +160,7 @@ def _other_layouts(ir_shape, tensor: TfliteTensor) -> list[tuple[int, ...]]:
 def _choose_perm(ir_shape, tensor: TfliteTensor, op_name: str, seed_perm: tuple[int, ...] | None):
     perm = layout_permutation(ir_shape, tensor.shape)
     if perm is None:
-        return () if _unit_axes_dropped(ir_shape, tensor.shape) else None
+        return () if _unit_axes_differ(ir_shape, tensor.shape) else _unit_axis_channels_last(ir_shape, tensor.shape)
     channels_last = (0, *range(2, len(ir_shape)), 1) if len(ir_shape) >= 3 else None
     ambiguous = perm == () and channels_last is not None and layout_permutation(
         [ir_shape[p] for p in channels_last], tensor.shape
@@ -270,8 +288,9 @@ def _position(graph: TfliteGraph, tensor_index: int) -> int:
 
 def counterpart_nodes(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> set[str]:
     """IR layers some runtime tensor may hold, by structure alone: a tensor named after the
-    node's module scope with the node's shape (IR or channels-last), or a graph output. What
-    per-layer coverage is measured against (how many of these get compared)."""
+    node's module scope with the node's shape (IR, channels-last, or a Conv1d's as CONV_2D runs
+    it), or a graph output. What per-layer coverage is measured against (how many of these get
+    compared)."""
     from torch.export.graph_signature import OutputKind
 
     ep = program.exported_program
@@ -291,7 +310,8 @@ def counterpart_nodes(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -
         layer = layers.get(node.name)
         if node.op != "call_function" or layer is None or not scope:
             continue
-        if any(layout_permutation(layer.shape, t.shape) is not None for t in by_scope.get(scope, ())):
+        if any(layout_permutation(layer.shape, t.shape) is not None or _unit_axis_channels_last(layer.shape, t.shape)
+               for t in by_scope.get(scope, ())):
             found.add(node.name)
     return found
 
