@@ -343,6 +343,9 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
     def __init__(self, float_tflite: bytes):
         from ai_edge_quantizer import quantizer
 
+        from tpuedge.edge.large_weights import install
+
+        install()  # per-channel weights over 32 MiB (edge/large_weights.py)
         self._float = bytes(float_tflite)
         self._quantizer = quantizer.Quantizer(bytearray(float_tflite))
         self._calibration = None
