@@ -8,7 +8,7 @@ runtime reads these names: they are for people, for per-layer verify and for the
 recipes, which read them as module scopes (`shared_ir.sources.module_scope`). tpuedge writes each
 chain as that scope: the module's qualified name, as `named_modules()` gives it, and its class
 ("stages.3.1.transformer.0.norm1/LayerNorm"). An int8 MobileViT-xxs carried 109 KB of names in the
-converter's chains shortened to class names; 37 KB this way.
+converter's chains shortened to class names; 43 KB this way.
 
 The converter's chains cannot always be told apart: a root module that iterates two
 ModuleLists of Conv1d calls `depthwise[0]` and `pointwise[0]` both "Net/Conv1d_0". So litert-torch
