@@ -17,7 +17,7 @@ __all__ = ["convert_for_android", "int8_rewrites"]
 
 def convert_for_android(program: "Program", config, calibration, **options: Any):
     """program_to_tflite, with android's own IR rewrites for static int8 (`int8_rewrites`), the
-    tensor names shortened (edge/tensor_names.py) and a quantized model's equal vectors written
+    tensor names module scopes (edge/tensor_names.py) and a quantized model's equal vectors written
     once (`tflite_file.compact_model`); the recipe lists the rewrites."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.convert import program_to_tflite
@@ -29,7 +29,7 @@ def convert_for_android(program: "Program", config, calibration, **options: Any)
     converted = program_to_tflite(program, config, calibration, target="android", **options)
     recipe = {**converted.recipe, "ir_rewrites": rewrites} if rewrites else converted.recipe
     tflite = shorten_tensor_names(converted.tflite, ScopeNames(program.exported_program))
-    if config.scheme != "none":  # a float build writes float_tflite's model, which write_model wrote (names shortened)
+    if config.scheme != "none":  # a float build writes float_tflite's model, which write_model wrote (names as scopes)
         tflite = tflite_file.compact_model(tflite)
     return dataclasses.replace(converted, tflite=tflite, recipe=recipe)
 

@@ -39,7 +39,7 @@ def _r(x: float | None, digits: int = 6) -> float | None:
 def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=None) -> tuple[Any, bytes, list[int]]:
     """(converted, tflite with every buffer inline, indices of the buffers moved inline): int8,
     with int16 activations where the search measured them needed unless `config.strict_int8`;
-    names shortened, the biases' quantization tables, which TFLite-Micro never reads, dropped,
+    names module scopes, the biases' quantization tables, which TFLite-Micro never reads, dropped,
     and the model written once more by tflite_file.write_model (equal vectors once)."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.bias_quantization import drop_bias_quantization
