@@ -94,7 +94,7 @@ def converter_refusal(text: str) -> str | None:
 
 
 def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
-    from tpuedge.edge.litert_lowering import lowered_fingerprint
+    from tpuedge.edge.litert_lowering import litert_ir_passes, lowered_fingerprint
     from tpuedge.edge.tensor_names import scopes_digest
     from tpuedge.shared_ir.cache_keys import cached_stage
 
@@ -105,7 +105,7 @@ def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
         # there when mcu's own passes changed nothing else (most CNNs). NHWC changes only rank-4
         # float inputs: other models share one float model across layouts
         "float_tflite", {"ir": lowered_fingerprint(program), "channels_last": bool(channels_last) and _has_image_input(program),
-                         "tensor_names": scopes_digest(program.exported_program)},
+                         "tensor_names": scopes_digest(litert_ir_passes(program.exported_program))},
         lambda: _lowered(program, channels_last),
     )
 
