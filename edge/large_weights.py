@@ -65,8 +65,8 @@ def _rows(values, rows: np.ndarray, axis: int, ndim: int) -> np.ndarray:
 
 def _broken_axis(tensor_data, quantization_params, is_blockwise_quant: bool) -> int | None:
     """The quantized axis of a tensor the chunked path cannot broadcast scales onto, else None."""
-    if is_blockwise_quant or not isinstance(tensor_data, np.ndarray) or tensor_data.ndim < 2:
-        return None
+    if is_blockwise_quant or not isinstance(tensor_data, np.ndarray) or tensor_data.ndim < 3:
+        return None  # a 2-D weight's (O, 1) scales broadcast onto the view: the library's path works
     if tensor_data.nbytes <= CHUNKED_BYTES or np.size(quantization_params.scale) <= 1:
         return None
     if np.size(quantization_params.zero_point) != np.size(quantization_params.scale):
