@@ -158,7 +158,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _built(program, target: str, side: int) -> str:
-    """'ok <cosine>', 'does not fit: ...' (converted and run, too big for the board) or the error."""
+    """'ok <cosine>' (android: and its size against the zoo's int8 goal, 1.1x parameter bytes +
+    32 KiB), 'does not fit: ...' (converted and run, too big for the board) or the error."""
     import tempfile
 
     import zoo_data
@@ -181,10 +182,15 @@ def _built(program, target: str, side: int) -> str:
             return _first_line(exc)
         except Exception as exc:  # noqa: BLE001 - a build that fails is the finding
             return _first_line(exc)
+        size = Path(f"{tmp}/out/model.tflite").stat().st_size if target == "android" else 0
     if target == "cloud-tpu":
         return "ok"
     cosines = artifact.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]
-    return f"ok {min(cosines):.4f}" if cosines else "ok"
+    verdict = f"ok {min(cosines):.4f}" if cosines else "ok"
+    if size:
+        goal = 1.1 * program.parameter_count + 32 * 1024
+        verdict += f" {size:,} B {size / goal:.3f}x goal{' (over)' if size > goal else ''}"
+    return verdict
 
 
 def survey(name: str, build_targets: tuple[str, ...] = ()) -> dict:
