@@ -17,8 +17,9 @@ __all__ = ["convert_for_android", "int8_rewrites"]
 
 def convert_for_android(program: "Program", config, calibration, **options: Any):
     """program_to_tflite, with android's own IR rewrites for static int8 (`int8_rewrites`), the
-    tensor names module scopes (edge/tensor_names.py) and a quantized model's equal vectors written
-    once (`tflite_file.compact_model`); the recipe lists the rewrites."""
+    tensor names module scopes (edge/tensor_names.py; a quantized model's shared by a scope's
+    tensors) and a quantized model written again by tflite_file.write_model (equal vectors,
+    strings and tables once); the recipe lists the rewrites."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.convert import program_to_tflite
     from tpuedge.edge.tensor_names import ScopeNames, shorten_tensor_names
@@ -28,8 +29,9 @@ def convert_for_android(program: "Program", config, calibration, **options: Any)
         program, rewrites = int8_rewrites(program)
     converted = program_to_tflite(program, config, calibration, target="android", **options)
     recipe = {**converted.recipe, "ir_rewrites": rewrites} if rewrites else converted.recipe
-    tflite = shorten_tensor_names(converted.tflite, ScopeNames(program.exported_program))
-    if config.scheme != "none":  # a float build writes float_tflite's model, which write_model wrote (names as scopes)
+    # a float build writes float_tflite's model as it is (written by write_model, names unique scopes)
+    tflite = shorten_tensor_names(converted.tflite, ScopeNames(program.exported_program), unique=config.scheme == "none")
+    if config.scheme != "none" and tflite is converted.tflite:  # as the quantizer wrote it: not compacted yet
         tflite = tflite_file.compact_model(tflite)
     return dataclasses.replace(converted, tflite=tflite, recipe=recipe)
 

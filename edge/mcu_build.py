@@ -39,8 +39,9 @@ def _r(x: float | None, digits: int = 6) -> float | None:
 def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=None) -> tuple[Any, bytes, list[int]]:
     """(converted, tflite with every buffer inline, indices of the buffers moved inline): int8,
     with int16 activations where the search measured them needed unless `config.strict_int8`;
-    names module scopes, the biases' quantization tables, which TFLite-Micro never reads, dropped,
-    and the model written once more by tflite_file.write_model (equal vectors once)."""
+    names module scopes (shared by a scope's tensors), the biases' quantization tables, which
+    TFLite-Micro never reads, dropped, and the model written once more by tflite_file.write_model
+    (equal vectors, strings and tables once)."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.bias_quantization import drop_bias_quantization
     from tpuedge.edge.convert import program_to_tflite
@@ -64,7 +65,7 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     tflite, rewritten_forms = tflm_forms(tflite)
     if rewritten_forms:
         converted.recipe["tflm_forms"] = rewritten_forms
-    model = tflite_file.read_model(shorten_tensor_names(tflite, ScopeNames(rewritten.exported_program)))
+    model = tflite_file.read_model(shorten_tensor_names(tflite, ScopeNames(rewritten.exported_program), unique=False))
     drop_bias_quantization(model)
     return converted, tflite_file.write_model(model), moved  # every buffer inline: none to carry over
 

@@ -15,15 +15,16 @@ ModuleLists of Conv1d calls `depthwise[0]` and `pointwise[0]` both "Net/Conv1d_0
 is handed each node's module stack as one entry, its scope (`stack_as_scope`), and writes that;
 `ScopeNames` maps the parts of a name to scopes (verify reads names through it too, and so also
 places tensors of files named by the converter or by older builds, where a chain is not
-ambiguous); `shorten_tensor_names` writes each tensor name as its distinct scopes, in their order,
-each name unique.
+ambiguous); `shorten_tensor_names` writes each tensor name as its distinct scopes, in their order:
+each name unique in a float model (ai-edge-quantizer reads it), shared by a scope's tensors in a
+quantized one.
 """
 
 from __future__ import annotations
 
 from tpuedge.edge import tflite_file
 
-__all__ = ["ScopeNames", "scopes_digest", "short_scope", "shorten_tensor_names", "stack_as_scope"]
+__all__ = ["QUANTIZER_SUFFIXES", "ScopeNames", "scopes_digest", "short_scope", "shorten_tensor_names", "stack_as_scope"]
 
 
 def short_scope(scope: str) -> str:
@@ -57,6 +58,18 @@ def scopes_digest(exported_program) -> str:
     return digest.hexdigest()[:16]
 
 
+# what ai-edge-quantizer appends to the name of a tensor it adds: the int8 copy of a float
+# tensor ("..._quantized"), the float copy of an int8 one ("..._dequant")
+QUANTIZER_SUFFIXES = ("_quantized", "_dequant")
+
+
+def _unsuffixed(part: str) -> tuple[str, str]:
+    for suffix in QUANTIZER_SUFFIXES:
+        if part.endswith(suffix):
+            return part[: -len(suffix)], suffix
+    return part, ""
+
+
 class ScopeNames:
     """A program's module chains (as litert-torch writes them, class paths cut) -> its module
     scopes. A name part already a scope stays one; a chain the program does not hold, or holds for
@@ -78,27 +91,45 @@ class ScopeNames:
     def part(self, part: str) -> str:
         return self._scope.get(part) or self._scope.get(short := short_scope(part)) or short
 
+    def _read(self, name: str) -> tuple[list[str], str]:
+        """A name's ";"-joined parts as scopes, once each, in order, and the quantizer's suffix
+        ("" if none), wherever it was appended ("blocks.0/Conv2d;12_dequant"). The empty and
+        numeric parts the converter adds, and our own ";k", carry nothing verify reads."""
+        scopes, suffix = [], ""
+        for part in name.split(";"):
+            part, added = _unsuffixed(part)
+            suffix = suffix or added
+            if part and not part.isdigit():
+                scopes.append(self.part(part))
+        return list(dict.fromkeys(scopes)), suffix
+
     def name(self, name: str) -> str:
-        """A tensor name's ";"-joined parts, each as its scope, once each, in order (the empty and
-        numeric parts the converter adds carry nothing verify reads); a name without a module
-        chain ("serving_default_x", "StatefulPartitionedCall:0") comes out as it went in."""
-        parts = [self.part(part) for part in name.split(";") if part and not part.isdigit()]
-        return ";".join(dict.fromkeys(parts)) if parts else name
+        """A tensor name's parts, each as its scope, once each, in order, then the quantizer's
+        suffix; a name without a module chain ("serving_default_x", "StatefulPartitionedCall:0")
+        comes out as it went in."""
+        scopes, suffix = self._read(name)
+        return ";".join(scopes) + suffix if scopes else name
 
     def scopes(self, name: str) -> set[str]:
-        """The module scopes a tensor name holds (what verify compares with its nodes')."""
-        return {self.part(part) for part in name.split(";") if part and not part.isdigit()}
+        """The module scopes a tensor name holds (what verify compares with its nodes'): a tensor
+        the quantizer added holds its source's values, so it is read in its source's scopes."""
+        return set(self._read(name)[0])
 
 
-def shorten_tensor_names(tflite: bytes, scopes: ScopeNames) -> bytes:
-    """The same model with every tensor name written as its scopes (`ScopeNames.name`) and still
-    unique: a name taken already gets ";1", ";2", ... as the converter's own names do (numeric
-    parts, which verify skips). ai-edge-quantizer refuses a model whose names repeat ("Tensor name
-    ... is not unique"), and a user may quantize a float model we wrote. Buffers stored after the
-    flatbuffer stay there. The input bytes when no name changes (decided on the names read in
-    place: the object tree of an unrolled LSTM's 10k tensors takes a second to unpack)."""
+def shorten_tensor_names(tflite: bytes, scopes: ScopeNames, *, unique: bool = True) -> bytes:
+    """The same model with every tensor name written as its scopes (`ScopeNames.name`). Buffers
+    stored after the flatbuffer stay there. The input bytes when no name changes (decided on the
+    names read in place: the object tree of an unrolled LSTM's 10k tensors takes a second to unpack).
+
+    unique (a float model): a name taken already gets ";1", ";2", ... as the converter's own names
+    do (numeric parts, which verify skips). ai-edge-quantizer refuses a model whose names repeat
+    ("Tensor name ... is not unique"), and a user may quantize a float model we wrote.
+    unique=False (a quantized model, which nothing quantizes again): the tensors of one scope share
+    its name, which the file then holds once (tflite_file's writer writes equal strings once). The
+    numbers told a reader nothing; they took an int8 MobileViT-xxs's names from 18 KB to 51 KB and
+    an int8 Resemblyzer's (one LSTM scope over 8k tensors) from 0.5 KB to 160 KB."""
     names = [name for graph in tflite_file.tensor_names(tflite) for name in graph]  # unique across subgraphs
-    renamed = _unique_names(names, scopes)
+    renamed = _unique_names(names, scopes) if unique else [scopes.name(name) for name in names]
     if renamed == names:
         return tflite
     model = tflite_file.read_model(tflite)

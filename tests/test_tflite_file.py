@@ -214,7 +214,8 @@ def test_writing_a_model_holds_about_two_copies_and_gives_the_same_bytes(built):
     finally:
         tracemalloc.stop()
     builder = tflite_file._ModelBuilder(1024)  # the bytes do not depend on the starting size
-    builder.Finish(model.Pack(builder), file_identifier=tflite_file.FILE_IDENTIFIER)
+    with tflite_file._equal_tables_shared(model):
+        builder.Finish(model.Pack(builder), file_identifier=tflite_file.FILE_IDENTIFIER)
     assert data == bytes(builder.Output())
     stock = flatbuffers.Builder(1024)  # and the buffers are the stock builder's, byte for byte
     stock.Finish(model.Pack(stock), file_identifier=tflite_file.FILE_IDENTIFIER)
@@ -297,3 +298,60 @@ def test_equal_vectors_are_written_once_and_the_model_runs_the_same(tmp_path):
     for (x,) in calibration[:3]:
         np.testing.assert_array_equal(builtin_output(data, x), builtin_output(separate, x))
         np.testing.assert_array_equal(TflmRunner(data, 100_000).run_raw([x])[0], TflmRunner(separate, 100_000).run_raw([x])[0])
+
+
+class _Recurrent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+def test_equal_names_and_tables_are_written_once_and_the_model_runs_the_same(tmp_path):
+    """A quantized model's tensors of one scope share its name (an unrolled LSTM: every step's
+    tensors are "lstm/LSTM"), and many tensors carry equal quantization tables and ops equal
+    options: each is written once and referred to (old code: a string per tensor, "lstm/LSTM;17",
+    a table per tensor and per op). LiteRT and TFLite-Micro give the same outputs as on the
+    one-copy-each layout."""
+    import flatbuffers
+
+    from litert_builtin import builtin_output
+    from tpuedge.edge.tflm_runtime import TflmRunner
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Recurrent().eval(), (torch.zeros(1, 6, 4),), name="recurrent")
+    rng = np.random.default_rng(0)
+    calibration = [(rng.standard_normal((1, 6, 4)).astype(np.float32),) for _ in range(16)]
+    for target, options in (("android", {"quantize": "int8", "strict_int8": True}), ("mcu", {"board": "esp32s3", "eval": "none"})):
+        tpuedge.build(program, target, tmp_path / target, calibration=calibration, allow_below_budget=True, **options)
+        data = (tmp_path / target / "model.tflite").read_bytes()
+        names = tflite_file.tensor_names(data)[0]
+        assert names.count("lstm/LSTM") > 20 and data.count(b"lstm/LSTM\x00") == 1, (target, names)
+
+        root = tflite_file.schema.Model.GetRootAs(data, 0)
+        graph = root.Subgraphs(0)
+        tables: dict[bytes, set[int]] = {}
+        for i in range(graph.TensorsLength()):
+            q = graph.Tensors(i).Quantization()
+            if q is not None and q.ScaleLength():
+                key = q.ScaleAsNumpy().tobytes() + q.ZeroPointAsNumpy().tobytes() + bytes([q.QuantizedDimension()])
+                tables.setdefault(key, set()).add(q._tab.Pos)
+        assert all(len(at) == 1 for at in tables.values())  # equal tables: one copy
+        assert sum(1 for _ in tables) < graph.TensorsLength() - 20
+        options = {graph.Operators(i).BuiltinOptions().Pos for i in range(graph.OperatorsLength()) if graph.Operators(i).BuiltinOptions()}
+        assert len(options) < graph.OperatorsLength() // 4, (len(options), graph.OperatorsLength())
+
+        model = tflite_file.read_model(data)
+        builder = flatbuffers.Builder(1 << 16)  # the same model, each string and table its own
+        builder.Finish(model.Pack(builder), file_identifier=tflite_file.FILE_IDENTIFIER)
+        separate = bytes(builder.Output())
+        assert len(separate) > len(data) + 30 * graph.TensorsLength() // 2, (len(separate), len(data))
+        assert tflite_file.compact_model(separate) == data  # one writer, one layout
+        for (x,) in calibration[:3]:
+            x = x if graph.Tensors(graph.Inputs(0)).Type() == tflite_file.schema.TensorType.FLOAT32 else \
+                np.clip(np.round(x * 40), -128, 127).astype(np.int8)  # the raw int8 ends strict int8 and mcu give
+            np.testing.assert_array_equal(builtin_output(data, x), builtin_output(separate, x))
+            np.testing.assert_array_equal(TflmRunner(data, 200_000).run_raw([x])[0], TflmRunner(separate, 200_000).run_raw([x])[0])
