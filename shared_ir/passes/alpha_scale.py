@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
 
 __all__ = ["AlphaAsMul", "alpha_of"]
 
@@ -46,7 +46,5 @@ class AlphaAsMul:
                 return call_with_val(graph, node.target, scaled(graph, first, alpha), second)
             return call_with_val(graph, node.target, first, scaled(graph, second, alpha))
 
-        ep, count = rewrite_calls(exported_program, found, rewrite)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no add or subtract with an alpha")
-        return ep, PassResult(self.name, count, f"moved alpha onto its operand in {count} add(s)/subtract(s)")
+        return rewritten_calls(self.name, exported_program, found, rewrite,
+                               unchanged="no add or subtract with an alpha", changed="moved alpha onto its operand in {count} add(s)/subtract(s)")

@@ -17,7 +17,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls, static_shapes
 
 __all__ = ["BicubicAsMatmuls"]
 
@@ -71,7 +71,5 @@ class BicubicAsMatmuls:
         import torch
 
         found = call_functions(exported_program, {torch.ops.aten.upsample_bicubic2d.vec})
-        ep, count = rewrite_calls(exported_program, found, _rewrite, with_program=True)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no bicubic resize it can rewrite")
-        return ep, PassResult(self.name, count, f"wrote {count} bicubic resize(s) as two products with constant matrices")
+        return rewritten_calls(self.name, exported_program, found, _rewrite, with_program=True,
+                               unchanged="no bicubic resize it can rewrite", changed="wrote {count} bicubic resize(s) as two products with constant matrices")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls, static_shapes
 
 __all__ = ["Col2imAsSums"]
 
@@ -79,7 +79,5 @@ class Col2imAsSums:
         import torch
 
         found = call_functions(exported_program, {torch.ops.aten.col2im.default})
-        ep, count = rewrite_calls(exported_program, found, _rewrite)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no F.fold (col2im) it can rewrite")
-        return ep, PassResult(self.name, count, f"wrote {count} F.fold(s) as sums of placed taps")
+        return rewritten_calls(self.name, exported_program, found, _rewrite,
+                               unchanged="no F.fold (col2im) it can rewrite", changed="wrote {count} F.fold(s) as sums of placed taps")

@@ -19,7 +19,7 @@ from typing import Any
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.alpha_scale import alpha_of
 from tpuedge.shared_ir.passes.constant_fold import constant_values
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
 
 __all__ = ["ConstantMinusAsNegAdd"]
 
@@ -58,7 +58,5 @@ class ConstantMinusAsNegAdd:
             constant, tensor = operands(node)
             return call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.neg.default, tensor), constant)
 
-        ep, count = rewrite_calls(exported_program, found, rewrite)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no constant minus a computed tensor")
-        return ep, PassResult(self.name, count, f"computed {count} constant-minus-tensor(s) as -y + c")
+        return rewritten_calls(self.name, exported_program, found, rewrite,
+                               unchanged="no constant minus a computed tensor", changed="computed {count} constant-minus-tensor(s) as -y + c")

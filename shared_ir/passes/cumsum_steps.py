@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
 
 __all__ = ["CumsumAsShiftedSums"]
 
@@ -53,7 +53,5 @@ class CumsumAsShiftedSums:
 
         aten = torch.ops.aten
         found = call_functions(exported_program, {aten.cumsum.default})
-        ep, count = rewrite_calls(exported_program, found, lambda graph, node: _cumsum(graph, aten, node))
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no cumulative sum over a static dim in the program")
-        return ep, PassResult(self.name, count, f"wrote {count} cumulative sum(s) as log-step shifted additions (SLICE, PAD, ADD)")
+        return rewritten_calls(self.name, exported_program, found, lambda graph, node: _cumsum(graph, aten, node),
+                               unchanged="no cumulative sum over a static dim in the program", changed="wrote {count} cumulative sum(s) as log-step shifted additions (SLICE, PAD, ADD)")

@@ -21,7 +21,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
 
 __all__ = ["ExpandAsGather"]
 
@@ -81,7 +81,5 @@ class ExpandAsGather:
         shape_ops, products = _ops()
         found = [n for n in call_functions(exported_program, {torch.ops.aten.expand.default})
                  if isinstance(n.meta.get("val"), torch.Tensor) and _reaches_a_product(n, shape_ops, products)]
-        ep, count = rewrite_calls(exported_program, found, _rewrite, with_program=True)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no expand that a matrix product reads")
-        return ep, PassResult(self.name, count, f"wrote {count} expand(s) read by a matrix product as gathers")
+        return rewritten_calls(self.name, exported_program, found, _rewrite, with_program=True,
+                               unchanged="no expand that a matrix product reads", changed="wrote {count} expand(s) read by a matrix product as gathers")

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tpuedge.shared_ir.passes import copy_program
+from tpuedge.shared_ir.passes import PassResult, copy_program
 
-__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "static_shapes",
+__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "rewritten_calls", "static_shapes",
            "is_view", "is_mutating", "written_argument_indices", "written_operands", "drop_unused_inputs", "SOURCE_META"]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
@@ -154,6 +154,16 @@ def rewrite_calls(exported_program: Any, found: list, rewrite, *, with_program: 
     if not count:
         return exported_program, 0
     return finish(ep), count
+
+
+def rewritten_calls(pass_name: str, exported_program: Any, found: list, rewrite, *, unchanged: str, changed: str,
+                    with_program: bool = False) -> tuple[Any, PassResult]:
+    """What a pass that rewrites each node of `found` returns: `rewrite_calls`'s program and its
+    PassResult, saying `unchanged` when nothing was rewritten, else `changed` with {count} filled."""
+    ep, count = rewrite_calls(exported_program, found, rewrite, with_program=with_program)
+    if not count:
+        return exported_program, PassResult(pass_name, 0, unchanged)
+    return ep, PassResult(pass_name, count, changed.format(count=count))
 
 
 def drop_unused_inputs(ep: Any) -> int:

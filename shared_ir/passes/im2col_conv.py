@@ -17,7 +17,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls, static_shapes
 
 __all__ = ["Im2colAsConv"]
 
@@ -48,7 +48,5 @@ class Im2colAsConv:
         import torch
 
         found = call_functions(exported_program, {torch.ops.aten.im2col.default})
-        ep, count = rewrite_calls(exported_program, found, _rewrite, with_program=True)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no F.unfold (im2col) in the program")
-        return ep, PassResult(self.name, count, f"wrote {count} F.unfold(s) as depthwise convolutions with one-hot taps")
+        return rewritten_calls(self.name, exported_program, found, _rewrite, with_program=True,
+                               unchanged="no F.unfold (im2col) in the program", changed="wrote {count} F.unfold(s) as depthwise convolutions with one-hot taps")

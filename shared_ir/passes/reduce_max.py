@@ -15,7 +15,7 @@ import operator
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls, static_shapes
 
 __all__ = ["ReduceMaxAsMaximum"]
 
@@ -67,7 +67,5 @@ class ReduceMaxAsMaximum:
             return (out, None) if node.target == aten.max.dim else out
 
         found = call_functions(exported_program, {aten.amax.default, aten.max.dim})
-        ep, count = rewrite_calls(exported_program, found, rewrite)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no max over a dimension it can rewrite")
-        return ep, PassResult(self.name, count, f"wrote {count} max(es) over a dimension as halving MAXIMUMs of slices")
+        return rewritten_calls(self.name, exported_program, found, rewrite,
+                               unchanged="no max over a dimension it can rewrite", changed="wrote {count} max(es) over a dimension as halving MAXIMUMs of slices")

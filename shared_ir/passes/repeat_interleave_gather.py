@@ -14,7 +14,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
 
 __all__ = ["RepeatInterleaveAsGather"]
 
@@ -42,7 +42,5 @@ class RepeatInterleaveAsGather:
             return call_with_val(graph, aten.index.Tensor, x, [None] * dim + [index])
 
         found = call_functions(exported_program, {aten.repeat_interleave.self_int})
-        ep, count = rewrite_calls(exported_program, found, rewrite, with_program=True)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no repeat_interleave by a constant count along a dim")
-        return ep, PassResult(self.name, count, f"wrote {count} repeat_interleave(s) as a gather of constant positions")
+        return rewritten_calls(self.name, exported_program, found, rewrite, with_program=True,
+                               unchanged="no repeat_interleave by a constant count along a dim", changed="wrote {count} repeat_interleave(s) as a gather of constant positions")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
 
 __all__ = ["RollAsSlices"]
 
@@ -52,7 +52,5 @@ class RollAsSlices:
 
         aten = torch.ops.aten
         found = call_functions(exported_program, {aten.roll.default})
-        ep, count = rewrite_calls(exported_program, found, lambda graph, node: _roll(graph, aten, node))
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no roll over named dims in the program")
-        return ep, PassResult(self.name, count, f"wrote {count} roll(s) as slices + concatenation (TFLite-Micro has no ROLL)")
+        return rewritten_calls(self.name, exported_program, found, lambda graph, node: _roll(graph, aten, node),
+                               unchanged="no roll over named dims in the program", changed="wrote {count} roll(s) as slices + concatenation (TFLite-Micro has no ROLL)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, rewritten_calls
 
 __all__ = ["SiluAsSigmoidMul"]
 
@@ -31,7 +31,5 @@ class SiluAsSigmoidMul:
             return graph.call_function(aten.mul.Tensor, (node.args[0], gate))
 
         found = call_functions(exported_program, {aten.silu.default, aten.silu_.default})
-        ep, count = rewrite_calls(exported_program, found, rewrite)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no silu in the program")
-        return ep, PassResult(self.name, count, f"wrote {count} silu(s) as x * sigmoid(x) (int8 LOGISTIC, MUL)")
+        return rewritten_calls(self.name, exported_program, found, rewrite,
+                               unchanged="no silu in the program", changed="wrote {count} silu(s) as x * sigmoid(x) (int8 LOGISTIC, MUL)")

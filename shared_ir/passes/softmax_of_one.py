@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
 
 __all__ = ["SoftmaxOfOne"]
 
@@ -41,7 +41,5 @@ class SoftmaxOfOne:
 
         aten = torch.ops.aten
         found = [n for n in call_functions(exported_program, {aten.softmax.int, aten._softmax.default}) if _over_one(n)]
-        ep, count = rewrite_calls(exported_program, found, _rewrite)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no softmax over an axis of size 1")
-        return ep, PassResult(self.name, count, f"wrote {count} softmax(es) over an axis of size 1 as ones")
+        return rewritten_calls(self.name, exported_program, found, _rewrite,
+                               unchanged="no softmax over an axis of size 1", changed="wrote {count} softmax(es) over an axis of size 1 as ones")

@@ -18,7 +18,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
 
 __all__ = ["UnfoldAsGather"]
 
@@ -48,7 +48,5 @@ class UnfoldAsGather:
         import torch
 
         found = call_functions(exported_program, {torch.ops.aten.unfold.default})
-        ep, count = rewrite_calls(exported_program, found, _rewrite, with_program=True)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no Tensor.unfold in the program")
-        return ep, PassResult(self.name, count, f"wrote {count} Tensor.unfold(s) as gathers of window positions")
+        return rewritten_calls(self.name, exported_program, found, _rewrite, with_program=True,
+                               unchanged="no Tensor.unfold in the program", changed="wrote {count} Tensor.unfold(s) as gathers of window positions")

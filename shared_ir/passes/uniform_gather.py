@@ -15,7 +15,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import constant_values, lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, rewritten_calls
 
 __all__ = ["UniformGather"]
 
@@ -43,7 +43,5 @@ class UniformGather:
             out = node.meta["val"]
             return lift_constant(program, f"_uniform_{node.name}", torch.full(tuple(out.shape), entries[node.name].item(), dtype=out.dtype), node)
 
-        ep, count = rewrite_calls(exported_program, found, rewrite, with_program=True)
-        if not count:
-            return exported_program, PassResult(self.name, 0, "no gather from a constant whose entries are all equal")
-        return ep, PassResult(self.name, count, f"replaced {count} gather(s) from a uniform constant by a constant of the index's shape")
+        return rewritten_calls(self.name, exported_program, found, rewrite, with_program=True,
+                               unchanged="no gather from a constant whose entries are all equal", changed="replaced {count} gather(s) from a uniform constant by a constant of the index's shape")
