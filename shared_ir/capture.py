@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.sources import user_frame_from_traceback
+from tpuedge.shared_ir.sources import model_frame_from_traceback
 
 __all__ = ["export"]
 
@@ -19,6 +19,16 @@ _HINTS = {
     "ConstraintViolation": "the dynamic_shapes spec does not fit what the model does with that dim; "
     "narrow the Dim range or mark the dim static",
 }
+# Functions of a detector's post-processing: non-maximum suppression keeps a data-dependent number
+# of boxes, which no static on-device graph holds (torchvision's SSD, RetinaNet, FCOS, Faster R-CNN)
+_DETECTION_POSTPROCESS = frozenset({"nms", "batched_nms", "_batched_nms_vanilla", "_batched_nms_coordinate_trick",
+                                    "postprocess_detections", "filter_proposals", "box_iou"})
+_DETECTION_HINT = (
+    "build the network up to its raw box and score outputs (a one-stage torchvision detector, SSD, RetinaNet "
+    "or FCOS: a Module whose forward returns model.head(list(model.backbone(x).values())), on the image "
+    "normalized as model.transform does) and run non-maximum suppression in the app; it keeps a "
+    "data-dependent number of boxes, which a static on-device graph cannot hold"
+)
 
 
 @contextlib.contextmanager
@@ -86,10 +96,18 @@ def export(
 
 
 def _capture_error(model, exc: BaseException) -> UserError:
+    import traceback
+
     text = f"{type(exc).__name__}: {exc}"
-    first = text.strip().splitlines()[0][:400]
-    hint = next((h for key, h in _HINTS.items() if key in text), "check the model runs eagerly on the example inputs")
-    where = user_frame_from_traceback(exc.__traceback__)
+    first = text.strip().splitlines()[0]
+    if len(first) > 240:  # a guard's symbolic expression runs to thousands of characters
+        first = first[:200] + " ..."
+    functions = {frame.name for frame in traceback.extract_tb(exc.__traceback__)}
+    if functions & _DETECTION_POSTPROCESS:
+        hint = _DETECTION_HINT
+    else:
+        hint = next((h for key, h in _HINTS.items() if key in text), "check the model runs eagerly on the example inputs")
+    where = model_frame_from_traceback(exc.__traceback__)
     loc = f" at {where}" if where else ""
     return UserError(
         f"torch.export could not capture {type(model).__name__}{loc}: {first}. Try: {hint}."

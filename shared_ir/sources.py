@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["node_source", "module_scope", "module_chain", "user_frame_from_traceback", "source_line"]
+__all__ = ["node_source", "module_scope", "module_chain", "user_frame_from_traceback", "model_frame_from_traceback", "source_line"]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
 # Frames inside these libraries are never the user's model code.
 _LIBRARY_MARKERS = (f"{os.sep}torch{os.sep}", f"{os.sep}site-packages{os.sep}", "<frozen", "<string>")
+# torch itself and what it calls while tracing: never where a model's code went wrong
+_FRAMEWORK_MARKERS = (f"{os.sep}torch{os.sep}", f"{os.sep}sympy{os.sep}", f"{os.sep}functorch{os.sep}", "<frozen", "<string>")
 # tpuedge's own folders (in an editable install they sit beside each other in the repo).
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OUR_DIRS = tuple(os.path.join(_ROOT, d) + os.sep for d in ("tpuedge", "shared_ir", "cloud", "edge", "quantize"))
@@ -89,6 +91,21 @@ def user_frame_from_traceback(tb) -> str | None:
     for frame in traceback.extract_tb(tb):
         if not _is_library(frame.filename):
             best = _format(frame.filename, str(frame.lineno), frame.name, frame.line or "")
+    return best
+
+
+def model_frame_from_traceback(tb) -> str | None:
+    """The user's innermost frame (`user_frame_from_traceback`); for a model whose code is all in a
+    library (torchvision's, timm's, transformers'), the innermost frame outside torch and tpuedge."""
+    import traceback
+
+    if own := user_frame_from_traceback(tb):
+        return own
+    best = None
+    for frame in traceback.extract_tb(tb):
+        path = frame.filename
+        if not (any(k in path for k in _FRAMEWORK_MARKERS) or os.path.abspath(path).startswith(_OUR_DIRS)):
+            best = _format(path, str(frame.lineno), frame.name, frame.line or "")
     return best
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -167,6 +168,28 @@ def test_capture_error_names_the_guard_and_line():
     text = str(info.value)
     assert "torch.export could not capture _Branchy" in text
     assert f"bad_models.py:{_line_of('if x.sum() > 0')}" in text and "torch.cond" in text
+
+
+def test_a_detectors_postprocessing_gets_the_raw_outputs_advice(monkeypatch):
+    """torchvision's detectors fail capture in non-maximum suppression, deep in library code: the
+    error named no line (every frame a library's) and advised torch.cond; a symbolic expression
+    ran to 4,000 characters in its first line."""
+    from bad_models import detector
+
+    from tpuedge.shared_ir import sources
+
+    with pytest.raises(UserError) as info:
+        tpuedge.export(*detector())
+    text = str(info.value)
+    assert f"bad_models.py:{_line_of('if kept.numel() > 20')} in batched_nms" in text
+    assert "raw box and score outputs" in text and "non-maximum suppression" in text and "torch.cond" not in text
+    assert len(text) < 900
+
+    # the model's code all in a library (as torchvision's is, in site-packages): its innermost frame
+    monkeypatch.setattr(sources, "_LIBRARY_MARKERS", (*sources._LIBRARY_MARKERS, f"{os.sep}tests{os.sep}"))
+    with pytest.raises(UserError) as info:
+        tpuedge.export(*detector())
+    assert f"bad_models.py:{_line_of('if kept.numel() > 20')} in batched_nms" in str(info.value)
 
 
 def test_export_restores_training_flags():
