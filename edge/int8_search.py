@@ -147,6 +147,16 @@ def static_int8(
     cal_samples = _quantizer_samples(calibration[:1] if trained_ranges is not None else calibration,
                                      float_runner.inputs, config.channels_last)
     groups, scopes = find_sensitive_groups(base)
+    # where floats are allowed, a division by a computed tensor is float from the start: LiteRT's int8
+    # DIV stops on any input where a divisor rounds to its zero point (div.cc checks each element),
+    # so an int8 one can pass calibration and fail on a phone; and with two of them, no candidate that
+    # upgrades one group at a time ran (timm's EfficientViT-B0: one DIV per attention, every candidate
+    # refused but the every-op float rung)
+    fixed = {g.key: "float" for g in groups if g.kind == "division"} if config.float_islands and not config.strict_int8 else {}
+    fixed_ops = [{"group": g.key, "kind": g.kind, "precision": "float", "ops": list(g.ops),
+                  "why": "a division by a computed tensor: LiteRT's int8 DIV stops where a divisor rounds to its zero point"}
+                 for g in groups if g.key in fixed]
+    groups = [g for g in groups if g.key not in fixed]
     all_int8 = quantizer_recipe(config)
     with stage_progress(f"{program.name}: calibration on {len(cal_samples)} sample(s)"):
         quantize.calibrate(all_int8, cal_samples)
@@ -177,7 +187,7 @@ def static_int8(
         key = _key(assignment, ranges) + ("" if count == len(eval_inputs) else f" [{_SCREENED} {count} samples]")
         if key not in measured:
             step(key or "all int8")
-            entries = quantizer_recipe(config, assignment, scopes)
+            entries = quantizer_recipe(config, {**fixed, **assignment}, scopes)
 
             digest: list[str] = []  # the bytes' sha256, taken once (23 MB a candidate on MiniLM)
 
@@ -190,7 +200,7 @@ def static_int8(
                     # an upgraded recipe can give ops the target has no kernel for (all-int8 is the
                     # model's own answer, which the build checks and reports op by op, however the
                     # assignment spells it: {} or every group named "int8")
-                    upgraded = any(p != "int8" for p in assignment.values())
+                    upgraded = any(p != "int8" for p in {**fixed, **assignment}.values())
                     problem = candidates.problem(data) if candidates is not None and upgraded else None
                     if problem is not None:
                         scored[same] = {**asdict(AccuracySummary.failed_to_run(count)), "refused": problem}
@@ -340,7 +350,7 @@ def static_int8(
     recipe.update(
         {
             "quantizer": "ai-edge-quantizer",
-            "quantizer_recipe": quantizer_recipe(config, assignment, scopes),
+            "quantizer_recipe": quantizer_recipe(config, {**fixed, **assignment}, scopes),
             "calibration_samples": len(calibration),
             "search": {
                 "metric": "the lower of the centered cosine and the worst output's mean per-sample cosine, vs the float IR on calibration samples",
@@ -365,7 +375,7 @@ def static_int8(
             "every_op": every_op,  # "assignment" and "entry" were taken out where it was kept
             "float_weights": float_weights,
             "decisions": [d.to_json() for d in plan.decisions],
-            "non_int8_ops": ranked_ops + [
+            "non_int8_ops": fixed_ops + ranked_ops + [
                 {"group": d.group, "kind": d.kind, "precision": d.precision, "ops": list(d.ops), "why": d.reason}
                 for d in plan.non_int8
             ],

@@ -123,6 +123,40 @@ def test_a_division_litert_refuses_in_int8_is_a_failed_recipe_not_a_crash(tmp_pa
     assert recipe["every_op"]["kept"] and art.manifest["accuracy_budget"]["met"]
 
 
+class _TwoShares(torch.nn.Module):
+    """Two divisions by computed sums (as timm's EfficientViT-B0 has one per attention)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 16, bias=False)
+        self.fc2 = torch.nn.Linear(16, 16, bias=False)
+
+    def forward(self, x):
+        y = torch.relu(self.fc1(x)) + 1e-6
+        y = y / y.sum(-1, keepdim=True)
+        z = torch.relu(self.fc2(y)) + 1e-6
+        return z / z.sum(-1, keepdim=True)
+
+
+def test_divisions_are_float_from_the_start_of_the_android_search(tmp_path):
+    """Old code searched a division like any group, one at a time: with two, every candidate kept
+    one int8 DIV and LiteRT refused it (timm's EfficientViT-B0 ended below budget, 0.951, every
+    candidate but the every-op float rung refused). Now android's divisions by a computed tensor are
+    float in every candidate (an int8 one also stops on a phone's input whose divisor rounds to
+    zero), so the search's candidates run: EfficientViT-B0 builds at 0.990 with its convolutions int8."""
+    torch.manual_seed(0)
+    program = tpuedge.export(_TwoShares().eval(), (torch.zeros(1, 8, 16),), name="two_shares")
+    art = tpuedge.build(program, "android", tmp_path / "out", quantize="int8", calibration=_tokens(48, 0))
+    recipe = art.manifest["recipe"]
+    first = recipe["search"]["candidates"][0]
+    assert first["recipe"] == "all int8" and first["cosine"] > 0.5, first  # old code: -1.0, refused
+    divisions = [o for o in recipe["non_int8_ops"] if o["kind"] == "division"]
+    assert [o["precision"] for o in divisions] == ["float", "float"] and "zero point" in divisions[0]["why"]
+    assert art.manifest["accuracy_budget"]["met"]
+    ops = summarize_tflite((tmp_path / "out" / "model.tflite").read_bytes())
+    assert ops.op_histogram.get("DIV") == 2
+
+
 def test_mcu_build_whose_division_litert_refuses_exits_below_budget_not_internal_error(tmp_path):
     """Old code: the mcu build's cross-check ran the strict-int8 model in LiteRT, whose DIV refused
     the divisor (div.cc: data[i] != zero_point), and the build died as an internal error with a
