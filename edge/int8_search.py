@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tpuedge.edge.float_model import float_tflite, tflite_layout_inputs
-from tpuedge.quantize.recipes import PrecisionPlan, choose_precisions, merge_by_kind, upgrade_ranked
+from tpuedge.quantize.recipes import (
+    FLOAT_FROM_THE_START, SENSITIVE_KINDS, PrecisionPlan, choose_precisions, merge_by_kind, upgrade_ranked,
+)
 from tpuedge.shared_ir.errors import InternalError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,14 +149,10 @@ def static_int8(
     cal_samples = _quantizer_samples(calibration[:1] if trained_ranges is not None else calibration,
                                      float_runner.inputs, config.channels_last)
     groups, scopes = find_sensitive_groups(base)
-    # where floats are allowed, a division by a computed tensor is float from the start: LiteRT's int8
-    # DIV stops on any input where a divisor rounds to its zero point (div.cc checks each element),
-    # so an int8 one can pass calibration and fail on a phone; and with two of them, no candidate that
-    # upgrades one group at a time ran (timm's EfficientViT-B0: one DIV per attention, every candidate
-    # refused but the every-op float rung)
-    fixed = {g.key: "float" for g in groups if g.kind == "division"} if config.float_islands and not config.strict_int8 else {}
-    fixed_ops = [{"group": g.key, "kind": g.kind, "precision": "float", "ops": list(g.ops),
-                  "why": "a division by a computed tensor: LiteRT's int8 DIV stops where a divisor rounds to its zero point"}
+    # groups of the kinds float from the start (quantize/recipes.py), where floats are allowed
+    fixed = ({g.key: "float" for g in groups if g.kind in FLOAT_FROM_THE_START}
+             if config.float_islands and not config.strict_int8 else {})
+    fixed_ops = [{"group": g.key, "kind": g.kind, "precision": "float", "ops": list(g.ops), "why": SENSITIVE_KINDS[g.kind]}
                  for g in groups if g.key in fixed]
     groups = [g for g in groups if g.key not in fixed]
     all_int8 = quantizer_recipe(config)

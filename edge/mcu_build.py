@@ -48,7 +48,7 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     from tpuedge.edge.int8_search import CandidateRuntime
     from tpuedge.edge.tflm_candidates import tflm_candidate_outputs, tflm_candidate_problem
     from tpuedge.edge.tflm_forms import tflm_forms
-    from tpuedge.edge.tensor_names import ScopeNames, shorten_tensor_names
+    from tpuedge.edge.tensor_names import ScopeNames, share_scope_names
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
     from tpuedge.edge.tflm_worker import close_worker
 
@@ -65,7 +65,8 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     tflite, rewritten_forms = tflm_forms(tflite)
     if rewritten_forms:
         converted.recipe["tflm_forms"] = rewritten_forms
-    model = tflite_file.read_model(shorten_tensor_names(tflite, ScopeNames(rewritten.exported_program), unique=False))
+    model = tflite_file.read_model(tflite)
+    share_scope_names(model, ScopeNames(rewritten.exported_program))
     drop_bias_quantization(model)
     return converted, tflite_file.write_model(model), moved  # every buffer inline: none to carry over
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from tpuedge.edge import tflite_file
 
-__all__ = ["QUANTIZER_SUFFIXES", "ScopeNames", "scopes_digest", "short_scope", "shorten_tensor_names", "stack_as_scope"]
+__all__ = ["ScopeNames", "scopes_digest", "share_scope_names", "short_scope", "shorten_tensor_names", "stack_as_scope"]
 
 
 def short_scope(scope: str) -> str:
@@ -60,11 +60,11 @@ def scopes_digest(exported_program) -> str:
 
 # what ai-edge-quantizer appends to the name of a tensor it adds: the int8 copy of a float
 # tensor ("..._quantized"), the float copy of an int8 one ("..._dequant")
-QUANTIZER_SUFFIXES = ("_quantized", "_dequant")
+_QUANTIZER_SUFFIXES = ("_quantized", "_dequant")
 
 
 def _unsuffixed(part: str) -> tuple[str, str]:
-    for suffix in QUANTIZER_SUFFIXES:
+    for suffix in _QUANTIZER_SUFFIXES:
         if part.endswith(suffix):
             return part[: -len(suffix)], suffix
     return part, ""
@@ -137,6 +137,15 @@ def shorten_tensor_names(tflite: bytes, scopes: ScopeNames, *, unique: bool = Tr
     for tensor, name in zip(tensors, renamed):
         tensor.name = name.encode()
     return tflite_file.write_model(model, external_from=tflite)
+
+
+def share_scope_names(model, scopes: ScopeNames) -> None:
+    """Name each tensor of `model` (a `schema.ModelT`, from tflite_file.read_model) by its scopes,
+    shared by a scope's tensors: `shorten_tensor_names(..., unique=False)` on an object tree a
+    caller rewrites anyway (mcu's), without packing and unpacking it once more."""
+    for graph in model.subgraphs or []:
+        for tensor in graph.tensors or []:
+            tensor.name = scopes.name(tflite_file.text(tensor.name)).encode()
 
 
 def _unique_names(names: list[str], scopes: ScopeNames) -> list[str]:

@@ -23,6 +23,7 @@ __all__ = [
     "upgrade_ranked",
     "float_ranked",
     "merge_by_kind",
+    "FLOAT_FROM_THE_START",
     "scheme_summary",
 ]
 
@@ -41,6 +42,11 @@ SENSITIVE_KINDS = {
     "ranked_weights": "the ops reading a weight tensor whose int8 values the IR weight ranking (quantize/weight_sensitivity.py) puts among the costliest: float32 weights",
     "every_op": "every op at the upgrade precision (16-bit activations on mcu, float compute on android; weights int8), where the groups fall short",
 }
+# kinds that are float in every candidate where floats are allowed (android, not --strict-int8),
+# never searched: an int8 DIV stops LiteRT on any input whose divisor rounds to its zero point, a
+# phone's as well as a calibration sample; searched one group at a time, a model with several
+# (timm's EfficientViT-B0, one per attention) had every candidate refused but the every-op rung
+FLOAT_FROM_THE_START = frozenset({"division"})
 # how many of the ranked groups `upgrade_ranked` tries at once, in turn
 _RANKED_PREFIXES = (1, 2, 4, 8, 12, 16, 24)
 

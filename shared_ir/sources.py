@@ -54,10 +54,10 @@ def module_scope(node) -> str:
     """The module a node was traced in, as the LiteRT models tpuedge writes name its tensors:
     "blocks.0.attn.qkv/Linear", its qualified name (`named_modules()`'s) and its class; the root
     module as its class alone ("Net"); "" without torch.export's nn_module_stack. litert-torch
-    writes the whole chain of modules there, each as its class's Python path and last attribute;
-    tpuedge renames those to this form (edge/tensor_names.py). Recomputed per IR node, it maps a
-    flatbuffer tensor back to the nodes it came from (per-layer verify, the int8 search's ranked
-    points)."""
+    writes the whole chain of modules there, each as its class's Python path and last attribute,
+    unless handed this form (`edge/tensor_names.stack_as_scope`, as tpuedge's lowering does).
+    Recomputed per IR node, it maps a flatbuffer tensor back to the nodes it came from (per-layer
+    verify, the int8 search's ranked points)."""
     stack = _module_stack(node)
     if not stack:
         return ""
@@ -85,27 +85,24 @@ def _class_name(kind) -> str:
 
 def user_frame_from_traceback(tb) -> str | None:
     """The innermost frame of a Python traceback that is not library code."""
-    import traceback
-
-    best = None
-    for frame in traceback.extract_tb(tb):
-        if not _is_library(frame.filename):
-            best = _format(frame.filename, str(frame.lineno), frame.name, frame.line or "")
-    return best
+    return _innermost_frame(tb, _is_library)
 
 
 def model_frame_from_traceback(tb) -> str | None:
     """The user's innermost frame (`user_frame_from_traceback`); for a model whose code is all in a
     library (torchvision's, timm's, transformers'), the innermost frame outside torch and tpuedge."""
+    return user_frame_from_traceback(tb) or _innermost_frame(
+        tb, lambda path: any(k in path for k in _FRAMEWORK_MARKERS) or os.path.abspath(path).startswith(_OUR_DIRS)
+    )
+
+
+def _innermost_frame(tb, skipped) -> str | None:
     import traceback
 
-    if own := user_frame_from_traceback(tb):
-        return own
     best = None
     for frame in traceback.extract_tb(tb):
-        path = frame.filename
-        if not (any(k in path for k in _FRAMEWORK_MARKERS) or os.path.abspath(path).startswith(_OUR_DIRS)):
-            best = _format(path, str(frame.lineno), frame.name, frame.line or "")
+        if not skipped(frame.filename):
+            best = _format(frame.filename, str(frame.lineno), frame.name, frame.line or "")
     return best
 
 

@@ -300,16 +300,6 @@ def test_equal_vectors_are_written_once_and_the_model_runs_the_same(tmp_path):
         np.testing.assert_array_equal(TflmRunner(data, 100_000).run_raw([x])[0], TflmRunner(separate, 100_000).run_raw([x])[0])
 
 
-class _Recurrent(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lstm = torch.nn.LSTM(4, 8, batch_first=True)
-        self.head = torch.nn.Linear(8, 3)
-
-    def forward(self, x):
-        return self.head(self.lstm(x)[0][:, -1])
-
-
 def test_equal_names_and_tables_are_written_once_and_the_model_runs_the_same(tmp_path):
     """A quantized model's tensors of one scope share its name (an unrolled LSTM: every step's
     tensors are "lstm/LSTM"), and many tensors carry equal quantization tables and ops equal
@@ -319,10 +309,11 @@ def test_equal_names_and_tables_are_written_once_and_the_model_runs_the_same(tmp
     import flatbuffers
 
     from litert_builtin import builtin_output
+    from models import LSTMTagger
     from tpuedge.edge.tflm_runtime import TflmRunner
 
     torch.manual_seed(0)
-    program = tpuedge.export(_Recurrent().eval(), (torch.zeros(1, 6, 4),), name="recurrent")
+    program = tpuedge.export(LSTMTagger(4, 8, 3).eval(), (torch.zeros(1, 6, 4),), name="recurrent")
     rng = np.random.default_rng(0)
     calibration = [(rng.standard_normal((1, 6, 4)).astype(np.float32),) for _ in range(16)]
     for target, options in (("android", {"quantize": "int8", "strict_int8": True}), ("mcu", {"board": "esp32s3", "eval": "none"})):
