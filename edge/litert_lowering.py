@@ -96,7 +96,7 @@ def litert_ir_passes(exported_program):
     """The IR passes every LiteRT lowering applies first (android and mcu alike), as a new
     program (the input itself when none changes anything; remembered per input program, so a
     check, a lowering and its cache key pass it once): eval-mode identities (dropout, clone)
-    removed, inference BatchNorms folded into the convolution or linear before them (one op per
+    removed, a convolution's named padding ("same") as numbers, inference BatchNorms folded into the convolution or linear before them (one op per
     layer for every later stage: MobileNetV2's float build in about half the time), what depends on no input folded into constants (EdgeNeXt computes its positional
     encoding at run time, an int8 DIV by 10000**k that LiteRT refused), add/sub's alpha as a
     MUL (litert-torch's lowerings take none), PReLU as one form,
@@ -128,6 +128,7 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.constant_minus import ConstantMinusAsNegAdd
+    from tpuedge.shared_ir.passes.conv_padding import ConvPaddingAsNumbers
     from tpuedge.shared_ir.passes.expand_gather import ExpandAsGather
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.high_rank import ElementwiseAtMost5D, PermuteAtMost5D
@@ -140,7 +141,7 @@ def _run_litert_ir_passes(exported_program):
 
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
-    for ir_pass in (RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
+    for ir_pass in (ConvPaddingAsNumbers(), RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
                     NormalizeAsRsqrt(), BroadcastInsteadOfExpand(), ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(),
                     PermuteAtMost5D(), ConstantMinusAsNegAdd(), FlattenAsNHWC()):
         exported_program, _ = ir_pass(exported_program)
