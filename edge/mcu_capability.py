@@ -6,7 +6,7 @@ int8 (`mcu_int8_problem`, from edge/data/tflm_ops.json, checked against the real
 quantizer and converter). The build checks the converted model's builtins with the same rule.
 Before that the mcu pipeline rewrites the IR (`mcu_passes`): autocast regions are inlined, no-op casts, eval-mode dropout and
 input-independent ops vanish, a gather by constant aranges becomes a view, reflect/replicate padding becomes slices + concatenation, GELU (no
-kernel) an approximation, SiLU x * sigmoid(x), hardsigmoid relu6(x + 3) / 6, powers, square roots and 2-norms products
+kernel) an approximation, SiLU x * sigmoid(x), hardsigmoid relu6(x + 3) / 6, leaky_relu max(x, a*x), powers, square roots and 2-norms products
 and RSQRT, and the ops TFLite-Micro has no kernel for (assignments into slices, F.unfold / F.fold,
 bicubic resizes, maxima over a dim, addcmul) forms it runs; docs/mcu.md lists every pass. The check
 applies the same passes the build applies, so `tpuedge check --target mcu` and `tpuedge build
@@ -29,6 +29,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.casts import CanonicalCasts
     from tpuedge.shared_ir.passes.clamp_bounds import OneSidedClamps
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+    from tpuedge.shared_ir.passes.adaptive_max_pool import AdaptiveMaxPoolAsPool
     from tpuedge.shared_ir.passes.addcmul import AddcmulAsMulAdd
     from tpuedge.shared_ir.passes.bicubic_matmul import BicubicAsMatmuls
     from tpuedge.shared_ir.passes.col2im_sums import Col2imAsSums
@@ -38,6 +39,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite, TanhGeluArrangement
     from tpuedge.shared_ir.passes.hardsigmoid import HardSigmoidAsRelu6
     from tpuedge.shared_ir.passes.in_place_ops import InPlaceAsOutOfPlace
+    from tpuedge.shared_ir.passes.leaky_relu_form import LeakyReluAsMaximum
     from tpuedge.shared_ir.passes.index_as_view import ConstantIndexAsView
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.im2col_conv import Im2colAsConv
@@ -59,7 +61,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
 
     return PassManager(
         [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), SliceAssignmentAsConcat(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), AddcmulAsMulAdd(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 
@@ -97,6 +99,9 @@ _REWRITTEN_ON_THE_IR = {
     "aten.dropout": "removed on the IR in eval mode (train=False)",
     "aten.dropout_": "removed on the IR in eval mode (train=False)",
     "aten.hardsigmoid": "rewritten on the IR as relu6(x + 3) / 6: ADD (RELU6 fused), MUL, exact",
+    "aten.leaky_relu": "rewritten on the IR as max(x, a*x) (min for a slope above 1): MUL, MAXIMUM, exact",
+    "aten.adaptive_max_pool2d": "with even windows: rewritten on the IR as a max pool (MAX_POOL_2D), exact",
+    "aten.adaptive_max_pool1d": "with even windows: rewritten on the IR as a max over each window (MAXIMUM of slices), exact",
     "aten.sqrt": "rewritten on the IR as x * rsqrt(max(x, 1e-30)): MAXIMUM, RSQRT, MUL (TFLM's SQRT takes no int8)",
     "aten.linalg_vector_norm": "ord 2 rewritten on the IR as sqrt(sum(x * x)) in MUL, SUM, RSQRT (other orders: no int8 form)",
 }
