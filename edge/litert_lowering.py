@@ -98,7 +98,8 @@ def litert_ir_passes(exported_program):
     check, a lowering and its cache key pass it once): eval-mode identities (dropout, clone)
     removed, a convolution's named padding ("same") as numbers, an adaptive max pool with even windows as a
     max pool (litert-torch lowers no adaptive max pool), sorts as TOPK_V2 (LiteRT loads no
-    STABLEHLO_SORT), inference BatchNorms folded into the convolution or linear before them (one op per
+    STABLEHLO_SORT), a padded transposed convolution as an unpadded one and a crop (the converter
+    takes only VALID and SAME crops), inference BatchNorms folded into the convolution or linear before them (one op per
     layer for every later stage: MobileNetV2's float build in about half the time), what depends on no input folded into constants (EdgeNeXt computes its positional
     encoding at run time, an int8 DIV by 10000**k that LiteRT refused), add/sub's alpha as a
     MUL (litert-torch's lowerings take none), PReLU as one form,
@@ -132,6 +133,7 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.constant_minus import ConstantMinusAsNegAdd
     from tpuedge.shared_ir.passes.conv_padding import ConvPaddingAsNumbers
+    from tpuedge.shared_ir.passes.conv_transpose_crop import TransposedConvAsCrop
     from tpuedge.shared_ir.passes.expand_gather import ExpandAsGather
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.high_rank import ElementwiseAtMost5D, PermuteAtMost5D
@@ -145,7 +147,7 @@ def _run_litert_ir_passes(exported_program):
 
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
-    for ir_pass in (ConvPaddingAsNumbers(), AdaptiveMaxPoolAsPool(), SortAsTopk(), RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
+    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), SortAsTopk(), RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
                     NormalizeAsRsqrt(), BroadcastInsteadOfExpand(), ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(),
                     PermuteAtMost5D(), ConstantMinusAsNegAdd(), FlattenAsNHWC()):
         exported_program, _ = ir_pass(exported_program)
