@@ -92,7 +92,27 @@ def export(
             ep = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=strict)
         except Exception as exc:  # torch raises many types; all are the user's capture problem
             raise _capture_error(model, exc) from exc
+    _check_tensor_outputs(model, ep)
     return Program(ep, name=name or type(model).__name__.lower())
+
+
+def _check_tensor_outputs(model, ep) -> None:
+    """Every output a tensor: torch.export keeps a `None` or a Python number a forward returns
+    as a constant output, which no artifact (LiteRT, TFLite-Micro, StableHLO) can return; it
+    reached the backends as an internal error."""
+    import torch
+    from torch.export.graph_signature import OutputKind
+
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    user = [value for value, spec in zip(out_node.args[0], ep.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
+    constants = [(i, value) for i, value in enumerate(user) if not isinstance(value, torch.fx.Node)]
+    if constants:
+        listed = ", ".join(f"output {i} is {value!r}" for i, value in constants)
+        raise UserError(
+            f"{type(model).__name__}.forward returns values that are not tensors ({listed}; outputs counted "
+            f"after flattening tuples and dicts): a built model returns tensors only. Return only the tensors, "
+            "e.g. `return logits` instead of `return logits, None`, or wrap the model in a Module whose forward does."
+        )
 
 
 def _capture_error(model, exc: BaseException) -> UserError:

@@ -170,6 +170,25 @@ def test_capture_error_names_the_guard_and_line():
     assert f"bad_models.py:{_line_of('if x.sum() > 0')}" in text and "torch.cond" in text
 
 
+def test_a_none_or_number_output_is_a_user_error_at_capture():
+    """Old code: `return logits, None` captured, then every target stopped inside its backend (an
+    internal error from litert-torch's MLIR builder; the cloud backend's AttributeError)."""
+
+    class WithNone(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc(x), None, {"steps": 3, "logits": self.fc(x)}
+
+    with pytest.raises(UserError) as info:
+        tpuedge.export(WithNone().eval(), (torch.randn(1, 8),))
+    text = str(info.value)
+    assert "WithNone.forward" in text and "output 1 is None" in text and "output 2 is 3" in text
+    assert "return logits" in text
+
+
 def test_a_detectors_postprocessing_gets_the_raw_outputs_advice(monkeypatch):
     """torchvision's detectors fail capture in non-maximum suppression, deep in library code: the
     error named no line (every frame a library's) and advised torch.cond; a symbolic expression
