@@ -43,7 +43,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.index_as_view import ConstantIndexAsView
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.im2col_conv import Im2colAsConv
-    from tpuedge.shared_ir.passes.lstm_cell import DecomposeLSTMCell
+    from tpuedge.shared_ir.passes.recurrent_cells import DecomposeRecurrentCells
     from tpuedge.shared_ir.passes.magnitude import MagnitudeAsProjections
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
@@ -61,7 +61,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
 
     return PassManager(
         [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), SliceAssignmentAsConcat(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeLSTMCell(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 
@@ -92,6 +92,11 @@ _REWRITTEN_ON_THE_IR = {
     "aten.lstm_cell": "rewritten on the IR: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD",
     "aten.lstm": "unrolled on the IR over time into LSTM cells: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD, PACK",
     "aten.gru": "unrolled on the IR over time into GRU cells: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD, SUB, PACK",
+    "aten.rnn_tanh": "unrolled on the IR over time into RNN cells: FULLY_CONNECTED, ADD, TANH, PACK",
+    "aten.rnn_relu": "unrolled on the IR over time into RNN cells: FULLY_CONNECTED, ADD, RELU, PACK",
+    "aten.gru_cell": "rewritten on the IR: FULLY_CONNECTED, STRIDED_SLICE, LOGISTIC, TANH, MUL, ADD, SUB",
+    "aten.rnn_tanh_cell": "rewritten on the IR: FULLY_CONNECTED, ADD, TANH",
+    "aten.rnn_relu_cell": "rewritten on the IR: FULLY_CONNECTED, ADD, RELU",
     "aten.prelu": "rewritten on the IR as relu(x) + w*(x - relu(x)): RELU, SUB, MUL, ADD (no duplicated layer)",
     "aten.cumsum": "rewritten on the IR as log-step shifted additions: STRIDED_SLICE, PAD, ADD (TFLM's CUMSUM takes float only)",
     "aten.repeat_interleave": "by a constant count along a dim: rewritten on the IR as one gather of constant positions (GATHER_ND)",

@@ -16,8 +16,9 @@ from tpuedge.shared_ir.program import Program
 class _Seq(torch.nn.Module):
     def __init__(self, cell: str, layers: int, bidirectional: bool, batch_first: bool, with_state: bool, bias=True):
         super().__init__()
-        kind = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
-        self.rnn = kind(6, 5, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias)
+        kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(cell, torch.nn.RNN)
+        options = {"nonlinearity": cell.removeprefix("rnn_")} if cell.startswith("rnn") else {}
+        self.rnn = kind(6, 5, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias, **options)
         self.cell, self.with_state, self.batch_first = cell, with_state, batch_first
         self.states = layers * (2 if bidirectional else 1)
 
@@ -37,11 +38,14 @@ CASES = [
     ("lstm", 2, True, False, True, True),
     ("gru", 1, False, True, True, True),
     ("gru", 2, True, True, False, False),
+    ("rnn_tanh", 2, True, True, True, True),
+    ("rnn_relu", 1, False, False, False, True),
 ]
 
 
 @pytest.mark.parametrize("cell,layers,bidirectional,batch_first,with_state,bias", CASES,
-                         ids=["lstm", "lstm-2layer-bidir-state", "gru-state", "gru-2layer-bidir-nobias"])
+                         ids=["lstm", "lstm-2layer-bidir-state", "gru-state", "gru-2layer-bidir-nobias",
+                              "rnn-tanh-2layer-bidir-state", "rnn-relu"])
 def test_unrolled_layer_gives_torchs_numbers(cell, layers, bidirectional, batch_first, with_state, bias):
     torch.manual_seed(0)
     module = _Seq(cell, layers, bidirectional, batch_first, with_state, bias).eval()
@@ -50,7 +54,7 @@ def test_unrolled_layer_gives_torchs_numbers(cell, layers, bidirectional, batch_
     ep, result = UnrollRecurrentLayers()(program.exported_program)
     assert result.details["unrolled"] == {cell: 1}
     rewritten = Program(ep, name="unrolled")
-    assert not [k for k in rewritten.op_histogram if k.startswith(("aten.lstm", "aten.gru"))]
+    assert not [k for k in rewritten.op_histogram if k.startswith(("aten.lstm", "aten.gru", "aten.rnn"))]
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     for want, got in zip(program.run(x), rewritten.run(x), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

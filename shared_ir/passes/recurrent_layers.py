@@ -1,4 +1,5 @@
-"""`nn.LSTM` and `nn.GRU` layers (aten.lstm.input, aten.gru.input) unrolled over time into cells.
+"""`nn.LSTM`, `nn.GRU` and `nn.RNN` layers (aten.lstm.input, aten.gru.input, aten.rnn_tanh.input,
+aten.rnn_relu.input) unrolled over time into cells.
 
     for each direction of the first layer, the input projection once over all time steps:
         LSTM: P = x W_ih^T + (b_ih + b_hh);  GRU: P = x W_ih^T + (b_ih + [b_hr, b_hz, 0])
@@ -10,6 +11,7 @@
               c = sigmoid(f) * c + sigmoid(i) * tanh(g);  h = sigmoid(o) * tanh(c)
         GRU:  r = sigmoid(P_r + h W_hr);  z = sigmoid(P_z + h W_hz)
               n = tanh(P_n + r * (h W_hn + b_hn));  h = n + z * (h - n)
+        RNN:  h = tanh (or relu) of (P_t + h W_hh^T), P = x W_ih^T + (b_ih + b_hh)
     output = the h of every step, stacked on the time axis (directions concatenated);
     h_n (and c_n) = each layer and direction's last state
 
@@ -39,7 +41,7 @@ from typing import Any
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
-__all__ = ["UnrollRecurrentLayers", "lstm_step"]
+__all__ = ["UnrollRecurrentLayers", "lstm_step", "gru_step", "rnn_step"]
 
 
 def _quarters(graph, aten, gates, hidden: int, parts: int) -> list:
@@ -90,12 +92,25 @@ def _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn=None, hidden: int | None
                          call_with_val(graph, aten.mul.Tensor, z, call_with_val(graph, aten.sub.Tensor, h, n)))
 
 
-def _input_projection_bias(graph, aten, b_ih, b_hh, lstm: bool):
-    """(the input projection's bias, the GRU's b_hn or None): the LSTM's b_ih + b_hh; the GRU's
-    b_ih + [b_hr, b_hz, 0], since only b_hn sits inside r * (...)."""
+def rnn_step(graph, aten, x_gates, h, w_hh, activation: str):
+    """One plain RNN step (nn.RNN, nn.RNNCell) from the input's projection x W_ih^T + b_ih + b_hh:
+    h' = tanh or relu of (that + h W_hh^T); h None: a zero state."""
+    pre = x_gates if h is None else call_with_val(graph, aten.add.Tensor, x_gates, call_with_val(graph, aten.linear.default, h, w_hh))
+    return call_with_val(graph, aten.tanh.default if activation == "tanh" else aten.relu.default, pre)
+
+
+def gru_step(graph, aten, x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    """One GRU cell step (nn.GRUCell): h'."""
+    bias, b_hn = _input_projection_bias(graph, aten, b_ih, b_hh, gru=True)
+    return _gru_gates_step(graph, aten, call_with_val(graph, aten.linear.default, x, w_ih, bias), h, w_hh, b_hn)
+
+
+def _input_projection_bias(graph, aten, b_ih, b_hh, gru: bool):
+    """(the input projection's bias, the GRU's b_hn or None): the LSTM's and the RNN's b_ih + b_hh;
+    the GRU's b_ih + [b_hr, b_hz, 0], since only b_hn sits inside r * (...)."""
     if b_hh is None:
         return b_ih, None
-    if lstm:
+    if not gru:
         return call_with_val(graph, aten.add.Tensor, b_ih, b_hh), None
     hidden = b_hh.meta["val"].shape[0] // 3
     rz = call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.slice.Tensor, b_ih, 0, 0, 2 * hidden),
@@ -128,8 +143,10 @@ def _is_zeros(program, node) -> bool:
     return value is not None and not bool(value.any())
 
 
-def _unroll(program, graph, aten, node, lstm: bool):
-    """The replacement values (output, h_n[, c_n]), or None to leave the node."""
+def _unroll(program, graph, aten, node, kind: str):
+    """The replacement values (output, h_n[, c_n]), or None to leave the node; `kind` is "lstm",
+    "gru", "rnn_tanh" or "rnn_relu"."""
+    lstm = kind == "lstm"
     x, h0, c0, params, has_biases, layers, train, bidirectional, batch_first = _layer_args(node, lstm)
     zero_start = _is_zeros(program, h0) and (not lstm or _is_zeros(program, c0))
     directions = 2 if bidirectional else 1
@@ -154,7 +171,7 @@ def _unroll(program, graph, aten, node, lstm: bool):
             # the input projection of every step at once (one int32 bias, not one per step),
             # carrying the recurrent biases outside a product: ops on constants, which the
             # converter folds into that one bias
-            bias, b_hn = _input_projection_bias(graph, aten, b_ih, b_hh, lstm)
+            bias, b_hn = _input_projection_bias(graph, aten, b_ih, b_hh, gru=kind == "gru")
             projected = call_with_val(graph, aten.linear.default, layer_in, w_ih, bias) if steps_in is None else None
             per_step = [None] * steps
             for t in (range(steps) if direction == 0 else reversed(range(steps))):
@@ -171,8 +188,10 @@ def _unroll(program, graph, aten, node, lstm: bool):
                         x_gates = call_with_val(graph, aten.add.Tensor, x_gates, bias)
                 if lstm:
                     h, c = _lstm_gates_step(graph, aten, x_gates, h, c, w_hh, hidden=hidden)
-                else:
+                elif kind == "gru":
                     h = _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn, hidden=hidden)
+                else:
+                    h = rnn_step(graph, aten, x_gates, h, w_hh, kind.removeprefix("rnn_"))
                 per_step[t] = h
             if layer == layers - 1:  # the model's output sequence (a later layer reads steps_in instead)
                 outputs.append(call_with_val(graph, aten.stack.default, per_step, time_dim))
@@ -197,21 +216,21 @@ class UnrollRecurrentLayers:
         import torch
 
         aten = torch.ops.aten
-        kinds = {aten.lstm.input: "lstm", aten.gru.input: "gru"}
+        kinds = {aten.lstm.input: "lstm", aten.gru.input: "gru", aten.rnn_tanh.input: "rnn_tanh", aten.rnn_relu.input: "rnn_relu"}
         unrolled: dict[str, int] = {}
 
         def rewrite(program, graph, node):
-            results = _unroll(program, graph, aten, node, lstm=node.target == aten.lstm.input)
+            results = _unroll(program, graph, aten, node, kinds[node.target])
             if results is not None:
                 unrolled[kinds[node.target]] = unrolled.get(kinds[node.target], 0) + 1
             return results
 
         found = call_functions(exported_program, set(kinds))
         if not found:
-            return exported_program, PassResult(self.name, 0, "no LSTM or GRU layer in the program")
+            return exported_program, PassResult(self.name, 0, "no LSTM, GRU or RNN layer in the program")
         ep, count = rewrite_calls(exported_program, found, rewrite, with_program=True)
         if not count:
-            return exported_program, PassResult(self.name, 0, "no LSTM or GRU layer it can unroll")
+            return exported_program, PassResult(self.name, 0, "no LSTM, GRU or RNN layer it can unroll")
         what = ", ".join(f"{k} x{v}" for k, v in sorted(unrolled.items()))
         return ep, PassResult(
             self.name, count,
