@@ -39,6 +39,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite, TanhGeluArrangement
     from tpuedge.shared_ir.passes.hardsigmoid import HardSigmoidAsRelu6
     from tpuedge.shared_ir.passes.in_place_ops import InPlaceAsOutOfPlace
+    from tpuedge.shared_ir.passes.instance_norm_groups import InstanceNormAsGroupNorm
     from tpuedge.shared_ir.passes.leaky_relu_form import LeakyReluAsMaximum
     from tpuedge.shared_ir.passes.index_as_view import ConstantIndexAsView
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
@@ -61,7 +62,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
 
     return PassManager(
         [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), SliceAssignmentAsConcat(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 
@@ -104,6 +105,7 @@ _REWRITTEN_ON_THE_IR = {
     "aten.dropout": "removed on the IR in eval mode (train=False)",
     "aten.dropout_": "removed on the IR in eval mode (train=False)",
     "aten.hardsigmoid": "rewritten on the IR as relu6(x + 3) / 6: ADD (RELU6 fused), MUL, exact",
+    "aten.instance_norm": "over its input's statistics: rewritten on the IR as a group norm with one group per channel (MEAN, SQUARED_DIFFERENCE, RSQRT, MUL, ADD)",
     "aten.leaky_relu": "rewritten on the IR as max(x, a*x) (min for a slope above 1): MUL, MAXIMUM, exact",
     "aten.adaptive_max_pool2d": "with even windows: rewritten on the IR as a max pool (MAX_POOL_2D), exact",
     "aten.adaptive_max_pool1d": "with even windows: rewritten on the IR as a max over each window (MAXIMUM of slices), exact",
