@@ -48,6 +48,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.magnitude import MagnitudeAsProjections
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
+    from tpuedge.shared_ir.passes.pixel_shuffle_views import PixelShuffleAsViews
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
@@ -62,7 +63,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
 
     return PassManager(
         [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), SliceAssignmentAsConcat(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), PixelShuffleAsViews(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 
@@ -106,6 +107,8 @@ _REWRITTEN_ON_THE_IR = {
     "aten.dropout_": "removed on the IR in eval mode (train=False)",
     "aten.hardsigmoid": "rewritten on the IR as relu6(x + 3) / 6: ADD (RELU6 fused), MUL, exact",
     "aten.instance_norm": "over its input's statistics: rewritten on the IR as a group norm with one group per channel (MEAN, SQUARED_DIFFERENCE, RSQRT, MUL, ADD)",
+    "aten.pixel_shuffle": "rewritten on the IR as reshape, permute, reshape (RESHAPE, TRANSPOSE), exact",
+    "aten.pixel_unshuffle": "rewritten on the IR as reshape, permute, reshape (RESHAPE, TRANSPOSE), exact",
     "aten.leaky_relu": "rewritten on the IR as max(x, a*x) (min for a slope above 1): MUL, MAXIMUM, exact",
     "aten.adaptive_max_pool2d": "with even windows: rewritten on the IR as a max pool (MAX_POOL_2D), exact",
     "aten.adaptive_max_pool1d": "with even windows: rewritten on the IR as a max over each window (MAXIMUM of slices), exact",
