@@ -99,7 +99,8 @@ def litert_ir_passes(exported_program):
     removed, a convolution's named padding ("same") as numbers, an adaptive max pool with even windows as a
     max pool (litert-torch lowers no adaptive max pool), sorts as TOPK_V2 (LiteRT loads no
     STABLEHLO_SORT), a padded transposed convolution as an unpadded one and a crop (the converter
-    takes only VALID and SAME crops), one_hot as a comparison (its decomposition asserts), inference BatchNorms folded into the convolution or linear before them (one op per
+    takes only VALID and SAME crops), one_hot as a comparison (its decomposition asserts), an STFT as a convolution with
+    a constant DFT basis (no complex tensors: its window folded into a constant first), inference BatchNorms folded into the convolution or linear before them (one op per
     layer for every later stage: MobileNetV2's float build in about half the time), what depends on no input folded into constants (EdgeNeXt computes its positional
     encoding at run time, an int8 DIV by 10000**k that LiteRT refused), add/sub's alpha as a
     MUL (litert-torch's lowerings take none), PReLU as one form,
@@ -144,11 +145,12 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.softmax_of_one import SoftmaxOfOne
     from tpuedge.shared_ir.passes.sort_topk import SortAsTopk
+    from tpuedge.shared_ir.passes.stft_conv import StftAsConvolution
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
 
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
-    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), SortAsTopk(), OneHotAsCompare(), RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
+    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), SortAsTopk(), OneHotAsCompare(), RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(), StftAsConvolution(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
                     NormalizeAsRsqrt(), BroadcastInsteadOfExpand(), ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(),
                     PermuteAtMost5D(), ConstantMinusAsNegAdd(), FlattenAsNHWC()):
         exported_program, _ = ir_pass(exported_program)

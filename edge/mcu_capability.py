@@ -58,11 +58,12 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
     from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
     from tpuedge.shared_ir.passes.slice_assign import SliceAssignmentAsConcat
+    from tpuedge.shared_ir.passes.stft_conv import StftAsConvolution
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), SliceAssignmentAsConcat(), FoldConstants(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
+        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), SliceAssignmentAsConcat(), FoldConstants(), StftAsConvolution(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
          SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), PixelShuffleAsViews(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
@@ -109,6 +110,7 @@ _REWRITTEN_ON_THE_IR = {
     "aten.instance_norm": "over its input's statistics: rewritten on the IR as a group norm with one group per channel (MEAN, SQUARED_DIFFERENCE, RSQRT, MUL, ADD)",
     "aten.pixel_shuffle": "rewritten on the IR as reshape, permute, reshape (RESHAPE, TRANSPOSE), exact",
     "aten.pixel_unshuffle": "rewritten on the IR as reshape, permute, reshape (RESHAPE, TRANSPOSE), exact",
+    "aten.stft": "with a constant window: rewritten on the IR as a convolution with a DFT basis (CONV_2D), its magnitude as projections (no complex tensor)",
     "aten.leaky_relu": "rewritten on the IR as max(x, a*x) (min for a slope above 1): MUL, MAXIMUM, exact",
     "aten.adaptive_max_pool2d": "with even windows: rewritten on the IR as a max pool (MAX_POOL_2D), exact",
     "aten.adaptive_max_pool1d": "with even windows: rewritten on the IR as a max over each window (MAXIMUM of slices), exact",
