@@ -33,4 +33,6 @@ def cloud_capability() -> Capability:
         decompose=decompose_to_core_aten,
         notes=dict(NOT_LOWERED),
         suggestions=dict(NOT_LOWERED),
+        # complex64 runs on TPU (a spectrogram's FFT in forward); double precision does not
+        unsupported_dtypes=frozenset({"torch.float64", "torch.complex128"}),
     )

@@ -104,7 +104,7 @@ def _compare(key, i, sample, got, want):
         if not sample.values:
             continue
         w = w.numpy()
-        if w.dtype.kind == "f":
+        if w.dtype.kind in "fc":  # float, or complex (an FFT's bins: its sums in another order)
             np.testing.assert_allclose(g, w, atol=sample.atol, rtol=sample.rtol, err_msg=f"{key}[{i}] output {j}")
         else:
             np.testing.assert_array_equal(g, w.astype(g.dtype), err_msg=f"{key}[{i}] output {j}")

@@ -64,3 +64,15 @@ def test_android_and_mcu_build_a_spectrogram_in_forward():
     mcu = tpuedge.build(program, "mcu", None, calibration=[[_audio(seed)] for seed in range(10, 26)], allow_below_budget=True)
     ours, reference = mcu.run(_audio(1))[0], program.run(_audio(1))[0]
     assert float(np.dot(ours.ravel(), reference.ravel()) / np.linalg.norm(ours) / np.linalg.norm(reference)) > 0.98
+
+
+def test_cloud_trains_through_the_fft():
+    """The cloud backend keeps the FFT (jnp.fft.rfftn, complex64 on TPU) instead of the convolution.
+    Old code: its check refused aten._fft_r2c, aten.view_as_real and complex64."""
+    for module, shape in ((SpectrogramNet(), (1, 400)), (Readers(), (400,))):
+        torch.manual_seed(0)
+        program = tpuedge.export(module.eval(), (torch.from_numpy(_audio(0, shape)),), name="spectrogram")
+        assert program.check("cloud-tpu") == []
+        artifact = tpuedge.build(program, "cloud-tpu", None)
+        for ours, reference in zip(artifact.run(_audio(1, shape)), program.run(_audio(1, shape))):
+            np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5 * np.abs(reference).max())

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from tpuedge.cloud.lowerings.registry import LOWERINGS, lowering
+from tpuedge.cloud.lowerings.registry import LOWERINGS, lowering, normalize_dim
 
 __all__: list[str] = []
 
@@ -172,3 +172,21 @@ def softmax(x, dim, half_to_float=False):
 @lowering("aten._log_softmax.default")
 def log_softmax(x, dim, half_to_float=False):
     return jax.nn.log_softmax(x, axis=dim)
+
+
+# torch's fft_norm_mode (0: none, 1: by 1/sqrt(n), 2: by 1/n) as numpy's / JAX's names
+_FFT_NORM = {0: "backward", 1: "ortho", 2: "forward"}
+
+
+@lowering("aten._fft_r2c.default")
+def fft_r2c(x, dim, normalization, onesided):
+    # torch.stft and torch.fft.rfft decompose to it (an audio model's spectrogram in forward)
+    axes = [normalize_dim(d, x.ndim) for d in dim]
+    if onesided:  # the last of `dim` keeps n // 2 + 1 bins, as rfftn's last axis does
+        return jnp.fft.rfftn(x, axes=axes, norm=_FFT_NORM[normalization]).astype(jnp.complex64)
+    return jnp.fft.fftn(x.astype(jnp.complex64), axes=axes, norm=_FFT_NORM[normalization])
+
+
+@lowering("aten.view_as_real.default")
+def view_as_real(x):
+    return jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)

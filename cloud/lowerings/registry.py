@@ -44,6 +44,7 @@ _TORCH_TO_NUMPY = {
     "torch.int64": np.int64,
     "torch.uint8": np.uint8,
     "torch.bool": np.bool_,
+    "torch.complex64": np.complex64,  # an FFT's result (a spectrogram in forward)
 }
 
 
