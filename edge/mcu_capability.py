@@ -49,6 +49,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
     from tpuedge.shared_ir.passes.pixel_shuffle_views import PixelShuffleAsViews
+    from tpuedge.shared_ir.passes.pool1d_as_2d import Pool1dAs2d
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
@@ -64,7 +65,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
 
     return PassManager(
         [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), SliceAssignmentAsConcat(), FoldConstants(), StftAsConvolution(), UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(), RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), PixelShuffleAsViews(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), PixelShuffleAsViews(), AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), Pool1dAs2d(), ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(), OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
          *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
     )
 
@@ -111,6 +112,9 @@ _REWRITTEN_ON_THE_IR = {
     "aten.pixel_shuffle": "rewritten on the IR as reshape, permute, reshape (RESHAPE, TRANSPOSE), exact",
     "aten.pixel_unshuffle": "rewritten on the IR as reshape, permute, reshape (RESHAPE, TRANSPOSE), exact",
     "aten.stft": "with a constant window: rewritten on the IR as a convolution with a DFT basis (CONV_2D), its magnitude as projections (no complex tensor)",
+    "aten.avg_pool1d": "rewritten on the IR as a 2-D pool over a height-1 view (AVERAGE_POOL_2D), exact",
+    "aten.max_pool1d": "rewritten on the IR as a 2-D pool over a height-1 view (MAX_POOL_2D), exact",
+    "aten.adaptive_avg_pool1d": "with even windows: rewritten on the IR as a mean over each window (MEAN), exact",
     "aten.leaky_relu": "rewritten on the IR as max(x, a*x) (min for a slope above 1): MUL, MAXIMUM, exact",
     "aten.adaptive_max_pool2d": "with even windows: rewritten on the IR as a max pool (MAX_POOL_2D), exact",
     "aten.adaptive_max_pool1d": "with even windows: rewritten on the IR as a max over each window (MAXIMUM of slices), exact",
