@@ -95,27 +95,28 @@ def _private_copy(exported_program):
 def litert_ir_passes(exported_program):
     """The IR passes every LiteRT lowering applies first (android and mcu alike), as a new
     program (the input itself when none changes anything; remembered per input program, so a
-    check, a lowering and its cache key pass it once): eval-mode identities (dropout, clone)
-    removed, a convolution's named padding ("same") as numbers, an adaptive max pool with even windows as a
-    max pool (litert-torch lowers no adaptive max pool), sorts as TOPK_V2 (LiteRT loads no
-    STABLEHLO_SORT), a padded transposed convolution as an unpadded one and a crop (the converter
-    takes only VALID and SAME crops), one_hot as a comparison (its decomposition asserts), an STFT as a convolution with
-    a constant DFT basis (no complex tensors: its window folded into a constant first), inference BatchNorms folded into the convolution or linear before them (one op per
-    layer for every later stage: MobileNetV2's float build in about half the time), what depends on no input folded into constants (EdgeNeXt computes its positional
-    encoding at run time, an int8 DIV by 10000**k that LiteRT refused), add/sub's alpha as a
-    MUL (litert-torch's lowerings take none), PReLU as one form,
-    attention-mask constants bounded, L2 normalizations without a division by the norm (an int8
-    DIV stops at a divisor on its zero point), no expand before a broadcasting op (litert-torch's
-    converter refused MobileViTv2's), an expand a matrix product reads as a gather (the converter
-    dropped the transpose after a BROADCAST_TO: HF Qwen3's keys), Tensor.unfold as a gather (the converter's own form is a
-    PAD above 5-D in HaloNet), clamps and transposes above 5-D done at a lower rank (the converter
-    and TFLite-Micro stop at 5-D), a constant minus a computed tensor as -y + c (the converter
-    writes c - y as y - c after its NHWC ops), a softmax over one element as ones (the converter wrote it
-    out in float ops), and a flatten into a Linear read in NHWC order (no
-    TRANSPOSE before it). mcu's own passes run these too, so a CNN that needs nothing mcu-specific
-    reaches the same program on both targets and shares one float model (`lowered_fingerprint`).
-    Per-layer verify takes its reference from the same program, so a bounded mask is not
-    reported as an error."""
+    check, a lowering and its cache key pass it once). Each rewrites what litert-torch, its
+    converter or LiteRT's interpreter refuses or does badly, into what they take:
+      - forms they fail on: a convolution's named padding ("same") as numbers, a padded transposed
+        convolution as an unpadded one and a crop (the converter takes VALID and SAME crops only),
+        an adaptive max pool with even windows as a max pool (no lowering), sorts and values-only
+        top-k as TOPK_V2 (LiteRT loads no STABLEHLO_SORT), one_hot as a comparison (its
+        decomposition asserts), an STFT as a convolution with a DFT basis (no complex tensors),
+        add/sub's alpha as a MUL, Tensor.unfold as a gather (the converter's own form is a PAD
+        above 5-D: HaloNet), clamps and transposes above 5-D at a lower rank, an expand a matrix
+        product reads as a gather (the converter dropped the transpose after a BROADCAST_TO: HF
+        Qwen3's keys), no expand before a broadcasting op (MobileViTv2), a constant minus a
+        computed tensor as -y + c (the converter writes c - y as y - c after its NHWC ops);
+      - what costs size or accuracy: eval-mode identities (dropout, clone) removed, inference
+        BatchNorms folded into the layer before them (MobileNetV2's float build in about half the
+        time), what depends on no input folded into constants (EdgeNeXt's positional encoding, an
+        int8 DIV by 10000**k that LiteRT refused), PReLU as one form, attention-mask constants
+        bounded, L2 normalizations without a division by the norm (an int8 DIV stops at a divisor
+        on its zero point), a softmax over one element as ones, and a flatten into a Linear read
+        in NHWC order (no TRANSPOSE before it).
+    mcu's own passes run these too, so a CNN that needs nothing mcu-specific reaches the same
+    program on both targets and shares one float model (`lowered_fingerprint`). Per-layer verify
+    takes its reference from the same program, so a bounded mask is not reported as an error."""
     with _PASSED_LOCK:
         done = _PASSED.get(exported_program)
     if done is None:
@@ -150,9 +151,12 @@ def _run_litert_ir_passes(exported_program):
 
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
-    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), SortAsTopk(), OneHotAsCompare(), RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(), StftAsConvolution(), AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(),
-                    NormalizeAsRsqrt(), BroadcastInsteadOfExpand(), ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(),
-                    PermuteAtMost5D(), ConstantMinusAsNegAdd(), FlattenAsNHWC()):
+    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), SortAsTopk(), OneHotAsCompare(),
+                    RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(),
+                    StftAsConvolution(),  # after FoldConstants: a window made in forward is a constant by then
+                    AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(), NormalizeAsRsqrt(), BroadcastInsteadOfExpand(),
+                    ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(), PermuteAtMost5D(), ConstantMinusAsNegAdd(),
+                    FlattenAsNHWC()):
         exported_program, _ = ir_pass(exported_program)
     return exported_program
 
