@@ -1,8 +1,8 @@
 """The Program's ExportedProgram -> a float LiteRT flatbuffer, through litert-torch's own
 pipeline below `litert_torch.convert()` (no second torch.export of the user's module):
 
-    pre_convert_decomp() table -> [channels-last inputs] -> litert-torch FX passes (less one
-    re-trace: `convert_pass_list`) -> litert_converter.exported_programs_to_flatbuffer(...)
+    pre_convert_decomp() table -> [channels-last inputs] -> litert-torch FX passes
+    -> litert_converter.exported_programs_to_flatbuffer(...)
 
 litert-torch's decomposition table keeps GELU, LayerNorm, SDPA, avg-pool, ... whole so its
 composite/fusion passes still see them (decomposing to core ATen first would lose them).
@@ -13,8 +13,6 @@ MLIR), the jax-bridge lowering to StableHLO and the flatbuffer export. What we s
   - `Program.check("android")` and the build after it share one decomposition (remembered
     per ExportedProgram until a lowering takes it; the Program's own graph is never touched:
     litert-torch's decomposition rewrites its argument's view nodes in place, so it gets a copy);
-  - litert-torch's CanonicalizePass re-traces the program just before its MLIR lowering
-    re-traces it again: left out (`convert_pass_list`), the same bytes;
   - on every re-trace torch re-materializes all C++ CompositeImplicitAutograd ops into
     `torch.ops`, once per op namespace (~35 walks x 5 re-traces, ~0.9 s). No op is registered
     during a lowering (the graph's ops all existed at export), so one walk per lowering does.
@@ -219,28 +217,6 @@ class _Signature:
     flat_arg_names: list[str]
 
 
-def convert_pass_list() -> list:
-    """litert-torch's FX passes before its MLIR lowering (`core._run_convert_passes`), in its
-    order, less its CanonicalizePass: a full re-trace with an empty decomposition table whose
-    program the lowering re-traces again at once (`exported_program_to_mlir` starts with
-    `safe_run_decompositions(..., pre_lower_decomp(), can_skip=False)`, which canonicalizes the
-    same way and decomposes too). One re-trace fewer per build, the same flatbuffer byte for byte
-    (tests/test_litert_lowering_passes.py compares both pipelines): MobileViT-xxs's FX passes
-    took 2.55 s and take 0.19 s. The test also fails when litert-torch's own list changes."""
-    from litert_torch._convert import fx_passes
-
-    return [fx_passes.LowerTorchAOPass(), fx_passes.EliminateDeadCodePass(), fx_passes.OptimizeLayoutTransposesPass(),
-            fx_passes.ReduceViewRankPass(), fx_passes.BuildAtenCompositePass(), fx_passes.RemoveNonUserOutputsPass(),
-            fx_passes.CastInputsBf16ToF32Pass()]
-
-
-def _convert_passes(ep):
-    from litert_torch import fx_infra
-    from litert_torch.generative import fx_passes as generative_fx_passes
-
-    return fx_infra.run_passes(generative_fx_passes.run_generative_passes(ep), convert_pass_list())
-
-
 def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
     """Float32 .tflite bytes for `program`, inputs named as the Program's inputs."""
     _quiet()
@@ -252,10 +228,10 @@ def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
         if channels_last:
             ep = channels_last_inputs(ep)
         with litert_session():
-            from litert_torch._convert import litert_converter
+            from litert_torch._convert import core, litert_converter
 
             with timed("litert-torch FX passes"):
-                ep = _convert_passes(ep)
+                ep = core._run_convert_passes(ep)
             with timed("litert-torch MLIR lowering + flatbuffer"):
                 exporter = litert_converter.exported_programs_to_flatbuffer(
                     [ep], [_Signature(SIGNATURE_KEY, list(program.input_names))]
