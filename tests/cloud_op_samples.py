@@ -300,6 +300,10 @@ SAMPLES.update({
     ],
     "aten._cdist_forward.default": lambda g: [S(g.T(2, 4, 3), g.T(2, 5, 3), 2.0, None), S(g.T(4, 3), g.T(5, 3), 1.0, None)],
     "aten._pdist_forward.default": lambda g: [S(g.T(5, 3), 2.0), S(g.T(5, 3), 1.0)],
+    # spatial transformers and flow warping: every padding mode, both corner conventions, grids
+    # reaching outside the image; bilinear and nearest
+    "aten.grid_sampler_2d.default": lambda g: [S(g.T(2, 3, 5, 6), g.T(2, 4, 3, 2) * 1.3, mode, pad, corners)
+                                               for mode in (0, 1) for pad in (0, 1, 2) for corners in (False, True)],
     # complex results (torch.stft's and torch.fft.rfft's decomposition)
     "aten._fft_r2c.default": lambda g: [S(g.T(2, 16), [1], 0, True), S(g.T(3, 8), [1], 1, True),
                                         S(g.T(4, 6), [0, 1], 2, True), S(g.T(2, 8), [1], 0, False)],

@@ -291,3 +291,49 @@ def cdist(x1, x2, p, compute_mode=None):
 def pdist(x, p=2):
     i, j = np.triu_indices(x.shape[0], k=1)
     return _pnorm(x[i] - x[j], p)
+
+
+# ---- grid sampling (spatial transformers, flow warping) ------------------------------------
+def _source_coordinate(g, size: int, align_corners: bool, padding_mode: int):
+    """torch's grid_sampler_compute_source_index: [-1, 1] -> pixel coordinates, then the border
+    (1) or reflection (2) padding's clamp; zeros padding (0) masks out-of-range taps later."""
+    x = (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
+    if padding_mode == 2:  # reflect about the edge pixels' centres (align_corners) or their outer edges
+        low, high = (0.0, 2.0 * (size - 1)) if align_corners else (-1.0, 2.0 * size - 1)
+        if high == low:
+            x = jnp.zeros_like(x)
+        else:
+            span = (high - low) / 2
+            distance = jnp.abs(x - low / 2)
+            flips, extra = jnp.floor(distance / span), jnp.mod(distance, span)
+            x = jnp.where(jnp.mod(flips, 2) == 0, extra + low / 2, span - extra + low / 2)
+    if padding_mode in (1, 2):
+        x = jnp.clip(x, 0, size - 1)
+    return x
+
+
+def _taps(x, ys, xs):
+    """x (N, C, H, W) read at integer (ys, xs) (N, Ho, Wo): (N, C, Ho, Wo), 0 outside the image."""
+    h, w = x.shape[-2:]
+    inside = (xs >= 0) & (xs < w) & (ys >= 0) & (ys < h)
+    yc, xc = jnp.clip(ys, 0, h - 1).astype(jnp.int32), jnp.clip(xs, 0, w - 1).astype(jnp.int32)
+    values = jax.vmap(lambda image, yy, xx: image[:, yy, xx])(x, yc, xc)
+    return values * inside[:, None].astype(x.dtype)
+
+
+@lowering("aten.grid_sampler_2d.default")
+def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
+    if interpolation_mode not in (0, 1):
+        from tpuedge.shared_ir.errors import UserError
+
+        raise UserError("cloud-tpu's grid_sample takes mode='bilinear' or 'nearest'; bicubic has no lowering. "
+                        "Use one of those two in F.grid_sample.")
+    h, w = x.shape[-2:]
+    ix = _source_coordinate(grid[..., 0], w, align_corners, padding_mode)
+    iy = _source_coordinate(grid[..., 1], h, align_corners, padding_mode)
+    if interpolation_mode == 1:  # nearest: round half to even, as torch's nearbyint
+        return _taps(x, jnp.round(iy), jnp.round(ix))
+    x0, y0 = jnp.floor(ix), jnp.floor(iy)
+    wx, wy = (ix - x0)[:, None], (iy - y0)[:, None]
+    return (_taps(x, y0, x0) * (1 - wx) * (1 - wy) + _taps(x, y0, x0 + 1) * wx * (1 - wy)
+            + _taps(x, y0 + 1, x0) * (1 - wx) * wy + _taps(x, y0 + 1, x0 + 1) * wx * wy)
