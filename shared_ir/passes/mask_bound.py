@@ -28,7 +28,7 @@ import math
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.constant_fold import constant_values
+from tpuedge.shared_ir.passes.constant_fold import constant_values, lift_constant
 from tpuedge.shared_ir.passes.graph_edit import SOURCE_META, finish
 
 __all__ = ["FiniteMaskBound", "DEFAULT_BOUND", "EXTREME"]
@@ -104,6 +104,15 @@ def _reaches_softmax(node, carriers, softmaxes, sdpa) -> bool:
     return False
 
 
+# scaled_dot_product_attention's arguments after query, key and value
+_SDPA_ARGUMENTS = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def _causal_without_mask(sdpa_node) -> bool:
+    given = dict(zip(_SDPA_ARGUMENTS, sdpa_node.args[3:]), **sdpa_node.kwargs)
+    return bool(given.get("is_causal")) and given.get("attn_mask") is None
+
+
 def _mask_arg(sdpa_node):
     args = sdpa_node.args
     return args[3] if len(args) > 3 else sdpa_node.kwargs.get("attn_mask")
@@ -128,7 +137,8 @@ class FiniteMaskBound:
         targets = [n for n in exported_program.graph.nodes if n.op == "call_function" and (
             (n.target in sources and any(_extreme(a) for i, a in enumerate(n.args) if i in sources[n.target])
              and _reaches_softmax(n, carriers, softmaxes, sdpa))
-            or (n.target == sdpa and _mask_arg(n) is not None and _is_bool(_mask_arg(n))))]
+            or (n.target == sdpa and _mask_arg(n) is not None and _is_bool(_mask_arg(n)))
+            or (n.target == sdpa and _causal_without_mask(n)))]
         values = constant_values(exported_program)
         tensors = [n.name for n in exported_program.graph.nodes if n.op == "placeholder" and n.name in values
                    and _extreme_entries(values[n.name]) is not None and _reaches_softmax(n, carriers, softmaxes, sdpa)]
@@ -141,7 +151,11 @@ class FiniteMaskBound:
         names = {n.name for n in targets}
         constants = 0
         additive: dict = {}  # boolean mask node -> its additive form (layers share one mask)
+        causal = 0
         for node in [n for n in graph.nodes if n.name in names]:
+            if node.target == sdpa and _causal_without_mask(node):
+                causal += self._causal_mask(ep, node)
+                continue
             if node.target == sdpa:
                 self._additive_mask(graph, node, additive)
                 continue
@@ -154,11 +168,32 @@ class FiniteMaskBound:
         finish(ep)
         masks = len(additive)
         return ep, PassResult(
-            self.name, constants + masks + len(tensors),
-            f"bounded {constants} extreme mask constant(s), {len(tensors)} constant mask tensor(s) and {masks} boolean "
-            f"attention mask(s) at -{self.bound:g} (exact in float; keeps the softmax input's quantization step useful)",
-            {"constants": constants, "constant_tensors": len(tensors), "boolean_masks": masks, "bound": self.bound},
+            self.name, constants + masks + len(tensors) + causal,
+            f"bounded {constants} extreme mask constant(s), {len(tensors)} constant mask tensor(s), {masks} boolean "
+            f"attention mask(s) and {causal} causal attention(s) at -{self.bound:g} (exact in float; keeps the softmax "
+            "input's quantization step useful)",
+            {"constants": constants, "constant_tensors": len(tensors), "boolean_masks": masks, "causal": causal,
+             "bound": self.bound},
         )
+
+    def _causal_mask(self, ep, node) -> int:
+        """`is_causal=True` as an explicit additive mask: a constant (L, S), 0 on and below the
+        diagonal, -bound above (torch's top-left aligned causal mask). Its decomposition wrote
+        where(tril, scores, -inf), a SELECT whose int8 output takes the scores' scale, so the
+        masked entries saturated at the scores' minimum (about -0.5 on random weights) and
+        attention leaked onto later tokens: all-int8 cosine 0.69 (tests/test_passes_mask_bound.py)."""
+        import torch
+
+        query, key = node.args[0], node.args[1]
+        length, source = query.meta["val"].shape[-2], key.meta["val"].shape[-2]
+        if not (isinstance(length, int) and isinstance(source, int)):
+            return 0
+        allowed = torch.ones(length, source, dtype=torch.bool).tril()
+        mask = lift_constant(ep, f"_{node.name}_causal_mask", torch.where(allowed, 0.0, -self.bound), query)
+        given = dict(zip(_SDPA_ARGUMENTS, node.args[3:]), **node.kwargs)
+        given.update(attn_mask=mask, is_causal=False)
+        node.args, node.kwargs = tuple(node.args[:3]), given
+        return 1
 
     def _bound_tensor(self, ep, placeholder: str, value) -> None:
         """The constant input `placeholder` of `ep` (a copy) holds `value` with its extreme
