@@ -13,7 +13,10 @@ sentences): centered cosine 0.696 without this pass, 0.851 with it.
 This pass replaces each such constant by -BOUND (sign kept), and turns a boolean SDPA mask
 into the additive `where(mask, 0, -BOUND)`. A mask that depends on no input is a constant
 tensor by the time this pass runs (`fold-constants` runs first: a causal LM with no attention
-mask input, HF BLOOM's eager attention): its extreme entries become ±BOUND the same way. Left
+mask input, HF BLOOM's eager attention): its extreme entries become ±BOUND the same way. An
+SDPA with `is_causal=True` and no mask gets its implicit causal mask as such a constant (0 and
+-BOUND), added to the logits: decomposed, it is a SELECT of the logits and -inf whose int8
+output keeps the logits' scale, and the masked entries saturated there. Left
 at float32.min, its int8 ADD with the logits had a rescale factor of 6e32, and LiteRT aborted
 the whole process on it. Only constants whose value reaches a softmax
 through adds and shape ops are touched (found by walking users), so a -inf used for padding
