@@ -6,8 +6,8 @@ the LiteRT interpreter cannot load ("Didn't find op for builtin opcode 'STABLEHL
 build stopped (tests/test_passes_sort_topk.py). A `topk` whose indices are read converts to
 TOPK_V2 and runs, so each becomes that: the indices of `topk(x, k, dim, largest)` (k = the dim's
 size for a sort, largest = descending) and the values gathered at them. The values are exact;
-among equal values the order of the indices may differ from torch's sort (which promises none
-unless stable=True, and a stable sort of ties keeps their order only on this path's CPU).
+among equal values the indices may come in another order than torch's (TOPK_V2 promises none,
+so a `stable=True` sort of ties is not kept stable).
 """
 
 from __future__ import annotations
