@@ -55,6 +55,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
     from tpuedge.shared_ir.passes.reduce_max import ReduceMaxAsMaximum
     from tpuedge.shared_ir.passes.repeat_interleave_gather import RepeatInterleaveAsGather
+    from tpuedge.shared_ir.passes.rms_norm_rsqrt import RmsNormAsRsqrt
     from tpuedge.shared_ir.passes.roll_slices import RollAsSlices
     from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
     from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
@@ -68,7 +69,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
          StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
          UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(),
          RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), PixelShuffleAsViews(),
+         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), RmsNormAsRsqrt(), PixelShuffleAsViews(),
          AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), Pool1dAs2d(),  # before reduce-max-as-maximum: they may leave a max over a dim
          ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(),
          OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
@@ -121,6 +122,7 @@ _REWRITTEN_ON_THE_IR = {
     "aten.avg_pool1d": "rewritten on the IR as a 2-D pool over a height-1 view (AVERAGE_POOL_2D), exact",
     "aten.max_pool1d": "rewritten on the IR as a 2-D pool over a height-1 view (MAX_POOL_2D), exact",
     "aten.adaptive_avg_pool1d": "with even windows: rewritten on the IR as a mean over each window (MEAN), exact",
+    "aten.rms_norm": "rewritten on the IR as x * rsqrt(mean(x^2) + eps) * weight: MUL, MEAN, ADD, RSQRT",
     "aten.leaky_relu": "rewritten on the IR as max(x, a*x) (min for a slope above 1): MUL, MAXIMUM, exact",
     "aten.adaptive_max_pool2d": "with even windows: rewritten on the IR as a max pool (MAX_POOL_2D), exact",
     "aten.adaptive_max_pool1d": "with even windows: rewritten on the IR as a max over each window (MAXIMUM of slices), exact",
