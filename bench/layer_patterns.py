@@ -1,6 +1,6 @@
 """Layer patterns users write, each checked and built for every target: where a layer fails.
 
-    python bench/layer_patterns.py                          # all patterns, android int8 + mcu + cloud-tpu (~10 min)
+    python bench/layer_patterns.py                          # all 28 patterns, android int8 + mcu + cloud-tpu (~10 min)
     python bench/layer_patterns.py stft leaky_relu --targets mcu
 
 Each pattern is a small random-init module around one construct users bring (a transformer
@@ -87,6 +87,21 @@ def _patterns() -> dict:
                                                  q=nn.Linear(8, 8)), lambda: (torch.randn(1, 6, 8), torch.tensor([[1, 1, 1, 1, 0, 0]]))),
         "grid_sample": (lambda: module(lambda s, x: F.grid_sample(x, F.affine_grid(s.loc(x.flatten(1)).view(-1, 2, 3), list(x.shape), align_corners=False),
                                                                   align_corners=False), loc=nn.Linear(3 * 16 * 16, 6)), image),
+        "rms_norm_block": (lambda: module(lambda s, x: s.down(F.silu(s.up(s.norm(x)))), norm=nn.RMSNorm(32), up=nn.Linear(32, 64),
+                                          down=nn.Linear(64, 32)), seq),
+        "transformer_decoder": (lambda: module(lambda s, t, m: s.dec(t, m, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5),
+                                                                      tgt_is_causal=True),
+                                               dec=nn.TransformerDecoder(nn.TransformerDecoderLayer(16, 2, 32, batch_first=True), 1)),
+                                lambda: (torch.randn(1, 5, 16), torch.randn(1, 7, 16))),
+        "mha_float_and_padding_masks": (lambda: module(lambda s, x, pad: s.a(x, x, x, key_padding_mask=pad, need_weights=False,
+                                                                            attn_mask=torch.triu(torch.full((6, 6), float("-inf")), 1))[0],
+                                                       a=nn.MultiheadAttention(16, 2, batch_first=True)),
+                                        lambda: (torch.randn(1, 6, 16), torch.tensor([[False] * 5 + [True]]))),
+        "avg_pool_ceil_no_pad_count": (lambda: module(lambda s, x: F.avg_pool2d(s.c(x), 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                                                      c=nn.Conv2d(3, 4, 1)), lambda: (torch.randn(1, 3, 15, 15),)),
+        "max_unpool_segnet": (lambda: module(lambda s, x: s.unpool(*s.pool(s.c(x))), c=nn.Conv2d(3, 4, 3, padding=1),
+                                             pool=nn.MaxPool2d(2, return_indices=True), unpool=nn.MaxUnpool2d(2)), image),
+        "local_response_norm": (lambda: module(lambda s, x: s.n(s.c(x)), c=nn.Conv2d(3, 8, 3), n=nn.LocalResponseNorm(3)), image),
         "conv3d_video": (lambda: module(lambda s, x: s.fc(F.adaptive_avg_pool3d(F.relu(s.c(x)), 1).flatten(1)), c=nn.Conv3d(3, 8, 3, padding=1),
                                         fc=nn.Linear(8, 4)), lambda: (torch.randn(1, 3, 4, 16, 16),)),
     }
