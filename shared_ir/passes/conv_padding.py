@@ -14,17 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, per_dim, rewritten_calls
 
 __all__ = ["ConvPaddingAsNumbers"]
 
 
 # the schema's arguments after input and weight, with their defaults
 _ARGUMENTS = {"bias": None, "stride": 1, "padding": "valid", "dilation": 1, "groups": 1}
-
-
-def _listed(value, dims: int) -> list[int]:
-    return [int(v) for v in value] * (dims if len(value) == 1 else 1) if isinstance(value, (list, tuple)) else [int(value)] * dims
 
 
 class ConvPaddingAsNumbers:
@@ -45,7 +41,7 @@ class ConvPaddingAsNumbers:
             bias, stride, mode, dilation, groups = (given.get(k, default) for k, default in _ARGUMENTS.items())
             kernel = list(weight.meta["val"].shape[2:])
             dims = len(kernel)
-            stride, dilation = _listed(stride, dims), _listed(dilation, dims)
+            stride, dilation = per_dim(stride, dims), per_dim(dilation, dims)
             totals = [0] * dims if mode == "valid" else [d * (k - 1) for d, k in zip(dilation, kernel)]
             before = [t // 2 for t in totals]
             odd = [t - 2 * b for t, b in zip(totals, before)]

@@ -17,17 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, per_dim, rewritten_calls, static_shapes
 
 __all__ = ["TransposedConvAsCrop"]
 
 # the schema's arguments after input and weight, with their defaults (conv_transpose1d/2d/3d)
 _ARGUMENTS = {"bias": None, "stride": 1, "padding": 0, "output_padding": 0, "groups": 1, "dilation": 1}
-
-
-def _listed(value, dims: int) -> list[int]:
-    values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
-    return values * dims if len(values) == 1 else values
 
 
 class TransposedConvAsCrop:
@@ -46,11 +41,11 @@ class TransposedConvAsCrop:
             given = dict(zip(_ARGUMENTS, node.args[2:]), **node.kwargs)
             bias, stride, padding, output_padding, groups, dilation = (given.get(k, d) for k, d in _ARGUMENTS.items())
             dims = weight.meta["val"].dim() - 2
-            padding, output_padding = _listed(padding, dims), _listed(output_padding, dims)
+            padding, output_padding = per_dim(padding, dims), per_dim(output_padding, dims)
             if not any(padding) or any(o > p for o, p in zip(output_padding, padding)):
                 return None
-            out = call_with_val(graph, node.target, x, weight, bias, _listed(stride, dims), [0] * dims, [0] * dims,
-                                groups, _listed(dilation, dims))
+            out = call_with_val(graph, node.target, x, weight, bias, per_dim(stride, dims), [0] * dims, [0] * dims,
+                                groups, per_dim(dilation, dims))
             wanted = node.meta["val"].shape[-dims:]
             for axis, (start, size) in enumerate(zip(padding, wanted)):
                 if start or out.meta["val"].shape[axis - dims] != size:

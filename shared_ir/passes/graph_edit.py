@@ -13,7 +13,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 
-__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "rewritten_calls", "static_shapes",
+__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "rewritten_calls", "static_shapes", "per_dim",
            "is_view", "is_mutating", "written_argument_indices", "written_operands", "drop_unused_inputs", "SOURCE_META"]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
@@ -56,6 +56,13 @@ def static_shapes(*nodes: Any) -> bool:
         if val is not None and not all(isinstance(d, int) for d in getattr(val, "shape", ())):
             return False
     return True
+
+
+def per_dim(value: Any, dims: int) -> list[int]:
+    """An op's int-or-list argument (a convolution's stride, padding, dilation) as one int per
+    spatial dim: torch writes 1 or [1] for [1, 1]."""
+    values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+    return values * dims if len(values) == 1 else values
 
 
 def call_with_val(graph: Any, target: Any, *args: Any) -> Any:
