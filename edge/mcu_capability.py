@@ -123,7 +123,7 @@ _REWRITTEN_ON_THE_IR = {
     "aten.max_pool1d": "rewritten on the IR as a 2-D pool over a height-1 view (MAX_POOL_2D), exact",
     "aten.adaptive_avg_pool1d": "with even windows: rewritten on the IR as a mean over each window (MEAN), exact",
     "aten.rms_norm": "rewritten on the IR as x * rsqrt(mean(x^2) + eps) * weight: MUL, MEAN, ADD, RSQRT",
-    "aten.leaky_relu": "rewritten on the IR as max(x, a*x) (min for a slope above 1): MUL, MAXIMUM, exact",
+    "aten.leaky_relu": "with a slope in [0, 1]: rewritten on the IR as max(x, a*x): MUL, MAXIMUM, exact",
     "aten.adaptive_max_pool2d": "with even windows: rewritten on the IR as a max pool (MAX_POOL_2D), exact",
     "aten.adaptive_max_pool1d": "with even windows: rewritten on the IR as a max over each window (MAXIMUM of slices), exact",
     "aten.sqrt": "rewritten on the IR as x * rsqrt(max(x, 1e-30)): MAXIMUM, RSQRT, MUL (TFLM's SQRT takes no int8)",
@@ -160,6 +160,7 @@ def mcu_capability() -> Capability:
         rewrite=lambda exported_program: mcu_passes(layout=False).run(exported_program)[0],
         # a transpose of two axes always reduces to at most 5 (before, one, between, other, after)
         max_rank={"aten.permute.default": (5, "TFLite-Micro's TRANSPOSE kernel fails to prepare above 5-D")},
+        rewritten={**_REWRITTEN_ON_THE_IR, "aten.gelu": notes["aten.gelu"]},
     )
 
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from tpuedge.shared_ir.errors import Problem
-from tpuedge.shared_ir.op_registry import STRUCTURAL_OPS, op_key
+from tpuedge.shared_ir.op_registry import STRUCTURAL_OPS, op_key, packet_key
 from tpuedge.shared_ir.sources import node_source
 from tpuedge.shared_ir.targets import get_target
 
@@ -114,6 +114,9 @@ def _op_problem(target_name: str, key: str, nodes, cap) -> Problem:
         message = f"{target_name} has no lowering for this op"
         suggestion = "rewrite that layer with ops `tpuedge ops --target " + target_name + "` lists"
     suggestion = cap.suggestions.get(key, suggestion)
+    rewrite = cap.rewritten.get(packet_key(key))
+    if rewrite:  # the target's passes take some forms of it; this one stayed
+        suggestion = f"{target_name}'s IR passes take only some forms of it ({rewrite}), not this one; {suggestion}"
     return Problem(
         kind="op",
         subject=key,

@@ -15,6 +15,7 @@ class CoverageRow:
     core: bool
     supported: bool
     note: str = ""
+    rewritten: bool = False  # not lowered as it is: the target's IR passes rewrite it (some forms)
 
 
 def core_aten_ops() -> list[str]:
@@ -39,12 +40,19 @@ def core_aten_ops() -> list[str]:
 
 
 def coverage(target_name: str) -> list[CoverageRow]:
+    from tpuedge.shared_ir.op_registry import packet_key
+
     cap = get_target(target_name).capability()
     core = core_aten_ops()
-    rows = {
-        op: CoverageRow(op, True, cap.ops.supports(op), cap.notes.get(op, "")) for op in core
-    }
+    rows = {}
+    for op in core:
+        supported = cap.ops.supports(op)
+        rewrite = "" if supported else cap.rewritten.get(packet_key(op), "")
+        rows[op] = CoverageRow(op, True, supported, cap.notes.get(op, "") or rewrite, rewritten=bool(rewrite))
     for key in cap.ops.keys():
         if key not in rows:
             rows[key] = CoverageRow(key, False, True, cap.notes.get(key, ""))
+    for packet, rewrite in cap.rewritten.items():  # an op only a rewrite takes, core or not
+        if not cap.ops.supports(packet) and not any(packet_key(op) == packet for op in rows):
+            rows[packet] = CoverageRow(packet, False, False, rewrite, rewritten=True)
     return sorted(rows.values(), key=lambda r: r.op)

@@ -93,6 +93,26 @@ def test_ops_table_comes_from_the_registry():
     assert f"cloud-tpu: {supported} ops supported" in out
 
 
+def test_ops_table_shows_what_the_targets_passes_rewrite():
+    """Old code: `tpuedge ops --target mcu` listed LeakyReLU (which mcu's passes write as
+    max(x, a*x)) as unsupported without a note, and a form the pass leaves got the lowering's
+    complaint only."""
+    import torch
+
+    import tpuedge
+    from tpuedge.shared_ir.coverage import coverage
+
+    rows = {r.op: r for r in coverage("mcu")}
+    leaky = rows["aten.leaky_relu.default"]
+    assert leaky.rewritten and not leaky.supported and "max(x, a*x)" in leaky.note
+    assert rows["aten.lstm"].rewritten and "unrolled" in rows["aten.lstm"].note  # not core ATen: its own row
+    code, out, _ = run_cli("ops", "--target", "mcu")
+    assert code == 0 and "rewritten on the IR into supported ones" in out
+    negative = tpuedge.export(torch.nn.LeakyReLU(-0.2).eval(), (torch.zeros(1, 4),), name="negative")
+    (problem,) = negative.check("mcu")
+    assert "take only some forms of it" in problem.suggestion and "slope in [0, 1]" in problem.suggestion
+
+
 def test_config_defaults_and_flag_override(tmp_path, monkeypatch):
     (tmp_path / "net.py").write_text(
         textwrap.dedent(

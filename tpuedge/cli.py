@@ -97,14 +97,17 @@ def ops(target: str | None, show_all: bool) -> None:
     table.add_column("supported")
     table.add_column("note")
     for row in rows:
-        if row.supported or show_all:
-            table.add_row(row.op, "yes" if row.core else "", "yes" if row.supported else "no", row.note)
+        if row.supported or row.rewritten or show_all:
+            verdict = "yes" if row.supported else "rewritten" if row.rewritten else "no"
+            table.add_row(row.op, "yes" if row.core else "", verdict, row.note)
     console = _console()
     console.print(table)
     core = [r for r in rows if r.core]
+    rewritten = sum(r.rewritten for r in rows)
     console.print(
-        f"{target}: {sum(r.supported for r in rows)} ops supported; "
-        f"core ATen coverage {sum(r.supported for r in core)}/{len(core)}."
+        f"{target}: {sum(r.supported for r in rows)} ops supported"
+        + (f", {rewritten} more rewritten on the IR into supported ones (some forms only: see their notes)" if rewritten else "")
+        + f"; core ATen coverage {sum(r.supported for r in core)}/{len(core)}."
     )
 
 
