@@ -108,6 +108,7 @@ def test_ops_table_shows_what_the_targets_passes_rewrite():
     assert rows["aten.lstm"].rewritten and "unrolled" in rows["aten.lstm"].note  # not core ATen: its own row
     code, out, _ = run_cli("ops", "--target", "mcu")
     assert code == 0 and "rewritten on the IR into supported ones" in out
+    assert {r.op: r for r in coverage("android")}["aten.adaptive_max_pool2d"].rewritten  # android's own passes
     negative = tpuedge.export(torch.nn.LeakyReLU(-0.2).eval(), (torch.zeros(1, 4),), name="negative")
     (problem,) = negative.check("mcu")
     assert "take only some forms of it" in problem.suggestion and "slope in [0, 1]" in problem.suggestion
