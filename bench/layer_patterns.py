@@ -114,17 +114,11 @@ def _sample(example, seed: int) -> list:
     return [torch.randn(t.shape, generator=g).numpy() if t.dtype.is_floating_point else t.numpy().copy() for t in example]
 
 
-def _cosine(a, b) -> float:
-    import numpy as np
-
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
-
-
 def run(name: str, factory, inputs, targets) -> dict:
     import torch
 
     import tpuedge
+    from tpuedge.quantize import metrics  # the one metrics module
 
     torch.manual_seed(0)
     row, example = {"pattern": name}, inputs()
@@ -154,7 +148,7 @@ def run(name: str, factory, inputs, targets) -> dict:
                 # mcu takes image inputs NHWC by default (its outputs keep their layout)
                 feed = [x.transpose(0, 2, 3, 1) if x.ndim == 4 and list(x.transpose(0, 2, 3, 1).shape) == list(spec.shape)
                         and list(x.shape) != list(spec.shape) else x for x, spec in zip(probe, artifact.inputs)]
-                cosine = min(_cosine(ours, want) for ours, want in zip(artifact.run(*feed), program.run(*probe)))
+                cosine = min(metrics.cosine(ours, want) for ours, want in zip(artifact.run(*feed), program.run(*probe)))
                 row[target] = f"ok {cosine:.4f} ({time.perf_counter() - started:.0f} s)"
             except Exception as exc:  # noqa: BLE001 - a build that fails is the finding
                 row[target] = f"build failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"

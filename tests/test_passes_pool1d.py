@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import tpuedge
+from tpuedge.quantize.metrics import cosine
+from mcu_rewrite_helpers import assert_mcu_follows_float
 from tpuedge.shared_ir.passes.pool1d_as_2d import Pool1dAs2d
 from tpuedge.shared_ir.program import Program
 
@@ -49,9 +51,7 @@ def test_mcu_builds_1d_pools():
     """Old code: `check --target mcu` refused aten.avg_pool1d, aten.max_pool1d and aten.adaptive_avg_pool1d."""
     program = _program()
     assert program.check("mcu") == []
-    mcu = tpuedge.build(program, "mcu", None, calibration=[[_x(seed)] for seed in range(10, 26)], allow_below_budget=True)
-    for ours, reference in zip(mcu.run(_x(1)), program.run(_x(1))):
-        assert float(np.dot(ours.ravel(), reference.ravel()) / np.linalg.norm(ours) / np.linalg.norm(reference)) > 0.98
+    assert_mcu_follows_float(program, lambda seed: [_x(seed)])
 
 
 def test_a_dilated_max_pool_is_left_alone():
@@ -72,4 +72,4 @@ def test_android_int8_takes_1d_pools():
     android = tpuedge.build(program, "android", None, quantize="int8", calibration=[[_x(seed)] for seed in range(10, 26)],
                             allow_below_budget=True)
     for ours, reference in zip(android.run(_x(1)), program.run(_x(1))):
-        assert float(np.dot(ours.ravel(), reference.ravel()) / np.linalg.norm(ours) / np.linalg.norm(reference)) > 0.98
+        assert cosine(ours, reference) > 0.98
