@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewrite_calls
 
 __all__ = ["AddcmulAsMulAdd"]
 
@@ -29,7 +29,7 @@ class AddcmulAsMulAdd:
 
         def rewrite(graph, node):
             x, a, b = node.args[:3]
-            value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value", 1)
+            value = call_arguments(node)["value"]
             if value != 1:
                 a = call_with_val(graph, aten.mul.Tensor, a, value)
             return call_with_val(graph, aten.add.Tensor, x, call_with_val(graph, combine[node.target], a, b))

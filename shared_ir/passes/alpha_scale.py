@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls
 
 __all__ = ["AlphaAsMul", "alpha_of"]
 
 
 def alpha_of(node):
     """The `alpha` of an add / sub / rsub node (1 when not given)."""
-    return node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
+    return call_arguments(node)["alpha"]
 
 
 class AlphaAsMul:

@@ -17,7 +17,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes)
 
 __all__ = ["BicubicAsMatmuls"]
 
@@ -50,7 +50,7 @@ def _rewrite(program, graph, node) -> Any:
 
     aten = torch.ops.aten
     x, _, align_corners = node.args[:3]
-    scales = node.args[3] if len(node.args) > 3 else node.kwargs.get("scale_factors")
+    scales = call_arguments(node)["scale_factors"]
     val = x.meta["val"]
     if not static_shapes(x, node):
         return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewrite_calls
 
 __all__ = ["OneSidedClamps"]
 
@@ -26,13 +26,8 @@ _FUSED_BOUNDS = {(0.0, 6.0), (-1.0, 1.0)}  # the converter fuses these into the 
 
 
 def _bounds(node) -> tuple[Any, Any]:
-    import torch
-
-    if node.target == torch.ops.aten.clamp_max.default:
-        return None, node.args[1]
-    lo = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
-    hi = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
-    return lo, hi
+    given = call_arguments(node)
+    return given.get("min"), given.get("max")  # clamp_min / clamp_max have one of them
 
 
 class OneSidedClamps:

@@ -14,13 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, per_dim, rewritten_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, per_dim, rewritten_calls
 
 __all__ = ["ConvPaddingAsNumbers"]
-
-
-# the schema's arguments after input and weight, with their defaults
-_ARGUMENTS = {"bias": None, "stride": 1, "padding": "valid", "dilation": 1, "groups": 1}
 
 
 class ConvPaddingAsNumbers:
@@ -37,8 +33,8 @@ class ConvPaddingAsNumbers:
 
         def rewrite(graph, node):
             x, weight = node.args[:2]
-            given = dict(zip(_ARGUMENTS, node.args[2:]), **node.kwargs)
-            bias, stride, mode, dilation, groups = (given.get(k, default) for k, default in _ARGUMENTS.items())
+            given = call_arguments(node)
+            bias, stride, mode, dilation, groups = (given[k] for k in ("bias", "stride", "padding", "dilation", "groups"))
             kernel = list(weight.meta["val"].shape[2:])
             dims = len(kernel)
             stride, dilation = per_dim(stride, dims), per_dim(dilation, dims)

@@ -17,12 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, per_dim, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (call_arguments, call_functions, call_with_val, per_dim, rewritten_calls,
+                                               static_shapes)
 
 __all__ = ["TransposedConvAsCrop"]
-
-# the schema's arguments after input and weight, with their defaults (conv_transpose1d/2d/3d)
-_ARGUMENTS = {"bias": None, "stride": 1, "padding": 0, "output_padding": 0, "groups": 1, "dilation": 1}
 
 
 class TransposedConvAsCrop:
@@ -38,8 +36,9 @@ class TransposedConvAsCrop:
             x, weight = node.args[:2]
             if not (isinstance(weight, torch.fx.Node) and static_shapes(x, node)):
                 return None
-            given = dict(zip(_ARGUMENTS, node.args[2:]), **node.kwargs)
-            bias, stride, padding, output_padding, groups, dilation = (given.get(k, d) for k, d in _ARGUMENTS.items())
+            given = call_arguments(node)
+            bias, stride, padding, output_padding, groups, dilation = (
+                given[k] for k in ("bias", "stride", "padding", "output_padding", "groups", "dilation"))
             dims = weight.meta["val"].dim() - 2
             padding, output_padding = per_dim(padding, dims), per_dim(output_padding, dims)
             if not any(padding) or any(o > p for o, p in zip(output_padding, padding)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
+from tpuedge.shared_ir.passes.graph_edit import call_arguments
 
 __all__ = ["ExplicitPad"]
 
@@ -30,9 +31,8 @@ class ExplicitPad:
         names = {n.name for n in pads}
         graph = ep.graph_module.graph
         for node in [n for n in graph.nodes if n.name in names]:
-            x, pad = node.args[0], node.args[1]
-            mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
-            value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value", None)
+            given = call_arguments(node)
+            x, pad, mode, value = given["self"], given["pad"], given["mode"], given["value"]
             if mode == "constant":
                 target, args = aten.constant_pad_nd.default, (x, pad, 0.0 if value is None else value)
             elif mode in _RANKED and mode != "circular":

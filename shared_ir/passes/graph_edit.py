@@ -13,7 +13,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 
-__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "rewritten_calls", "static_shapes", "per_dim",
+__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "rewritten_calls", "static_shapes", "per_dim", "call_arguments",
            "is_view", "is_mutating", "written_argument_indices", "written_operands", "drop_unused_inputs", "SOURCE_META"]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
@@ -63,6 +63,21 @@ def per_dim(value: Any, dims: int) -> list[int]:
     spatial dim: torch writes 1 or [1] for [1, 1]."""
     values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
     return values * dims if len(values) == 1 else values
+
+
+def call_arguments(node: Any) -> dict[str, Any]:
+    """Every argument of a call to an ATen op, by its schema's names: the ones the call gives
+    (positional or keyword), the schema's defaults for the rest. A pass reads
+    `call_arguments(node)["stride"]` instead of zipping its own copy of the schema over node.args."""
+    given: dict[str, Any] = {}
+    for index, argument in enumerate(node.target._schema.arguments):
+        if index < len(node.args) and not argument.kwarg_only:
+            given[argument.name] = node.args[index]
+        elif argument.name in node.kwargs:
+            given[argument.name] = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            given[argument.name] = argument.default_value
+    return given
 
 
 def call_with_val(graph: Any, target: Any, *args: Any) -> Any:

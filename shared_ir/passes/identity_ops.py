@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import call_functions, finish, replace_node
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, finish, replace_node
 
 __all__ = ["RemoveIdentityOps"]
 
@@ -45,8 +45,7 @@ def _is_identity(node, dropouts) -> bool:
         source = node.args[0]
         users = list(node.users) + list(getattr(source, "users", ()))
         return not any(_mutates(user) for user in users)
-    train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train", True)
-    return train is False
+    return call_arguments(node)["train"] is False
 
 
 class RemoveIdentityOps:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls
 
 __all__ = ["LeakyReluAsMaximum"]
 
@@ -29,7 +29,7 @@ class LeakyReluAsMaximum:
 
         def rewrite(graph, node):
             x = node.args[0]
-            slope = float(node.args[1] if len(node.args) > 1 else node.kwargs.get("negative_slope", 0.01))
+            slope = float(call_arguments(node)["negative_slope"])
             if not 0 <= slope <= 1:
                 return None
             return call_with_val(graph, aten.maximum.default, x, call_with_val(graph, aten.mul.Tensor, x, slope))

@@ -32,7 +32,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.constant_fold import constant_values, lift_constant
-from tpuedge.shared_ir.passes.graph_edit import SOURCE_META, finish
+from tpuedge.shared_ir.passes.graph_edit import SOURCE_META, call_arguments, finish
 
 __all__ = ["FiniteMaskBound", "DEFAULT_BOUND", "EXTREME"]
 
@@ -107,18 +107,13 @@ def _reaches_softmax(node, carriers, softmaxes, sdpa) -> bool:
     return False
 
 
-# scaled_dot_product_attention's arguments after query, key and value
-_SDPA_ARGUMENTS = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-
-
 def _causal_without_mask(sdpa_node) -> bool:
-    given = dict(zip(_SDPA_ARGUMENTS, sdpa_node.args[3:]), **sdpa_node.kwargs)
-    return bool(given.get("is_causal")) and given.get("attn_mask") is None
+    given = call_arguments(sdpa_node)
+    return bool(given["is_causal"]) and given["attn_mask"] is None
 
 
 def _mask_arg(sdpa_node):
-    args = sdpa_node.args
-    return args[3] if len(args) > 3 else sdpa_node.kwargs.get("attn_mask")
+    return call_arguments(sdpa_node)["attn_mask"]
 
 
 def _is_bool(node) -> bool:
@@ -193,9 +188,9 @@ class FiniteMaskBound:
             return 0
         allowed = torch.ones(length, source, dtype=torch.bool).tril()
         mask = lift_constant(ep, f"_{node.name}_causal_mask", torch.where(allowed, 0.0, -self.bound), query)
-        given = dict(zip(_SDPA_ARGUMENTS, node.args[3:]), **node.kwargs)
+        given = call_arguments(node)
         given.update(attn_mask=mask, is_causal=False)
-        node.args, node.kwargs = tuple(node.args[:3]), given
+        node.args, node.kwargs = tuple(given.pop(k) for k in ("query", "key", "value")), given
         return 1
 
     def _bound_tensor(self, ep, placeholder: str, value) -> None:

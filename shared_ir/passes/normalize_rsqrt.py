@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewrite_calls
 
 __all__ = ["NormalizeAsRsqrt"]
 
@@ -32,13 +32,10 @@ def _norm_of(divisor: Any, aten) -> tuple[Any, list[int], float | None] | None:
         node, eps = node.args[0], float(node.args[1])
     if getattr(node, "target", None) != aten.linalg_vector_norm.default:
         return None
-    args = list(node.args) + [None] * (4 - len(node.args))
-    order = node.kwargs.get("ord", 2 if args[1] is None else args[1])
-    dims = node.kwargs.get("dim", args[2])
-    keepdim = node.kwargs.get("keepdim", args[3] if args[3] is not None else False)
-    if order != 2 or not keepdim or node.kwargs.get("dtype") is not None:
+    given = call_arguments(node)
+    x, order, dims, keepdim = given["self"], given["ord"], given["dim"], given["keepdim"]
+    if order != 2 or not keepdim or given["dtype"] is not None:
         return None
-    x = node.args[0]
     return x, list(range(x.meta["val"].dim())) if dims is None else list(dims), eps
 
 

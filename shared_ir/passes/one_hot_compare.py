@@ -15,7 +15,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls
 
 __all__ = ["OneHotAsCompare"]
 
@@ -30,7 +30,7 @@ class OneHotAsCompare:
 
         def rewrite(program, graph, node):
             ids = node.args[0]
-            classes = int(node.args[1] if len(node.args) > 1 else node.kwargs.get("num_classes", -1))
+            classes = int(call_arguments(node)["num_classes"])
             if classes <= 0:
                 return None
             positions = lift_constant(program, f"_{node.name}_classes", torch.arange(classes, dtype=ids.meta["val"].dtype), ids)

@@ -26,7 +26,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewrite_calls
 
 __all__ = ["PadAsSlices", "MAX_CONCAT_INPUTS"]
 
@@ -49,7 +49,7 @@ def _pad_ops():
 def _mode(node, ops) -> str | None:
     if ops[node.target] is not None:
         return ops[node.target]
-    mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+    mode = call_arguments(node)["mode"]
     return mode if mode in ("reflect", "replicate", "circular") else None
 
 

@@ -16,12 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes
 
 __all__ = ["Pool1dAs2d"]
-
-_AVG = {"kernel_size": None, "stride": (), "padding": 0, "ceil_mode": False, "count_include_pad": True}
-_MAX = {"kernel_size": None, "stride": (), "padding": 0, "dilation": 1, "ceil_mode": False}
 
 
 def _one(value) -> int | None:
@@ -47,8 +44,7 @@ class Pool1dAs2d:
                     return None
                 grouped = call_with_val(graph, aten.reshape.default, x, list(x.meta["val"].shape[:-1]) + [out, length // out])
                 return call_with_val(graph, aten.mean.dim, grouped, [-1])
-            defaults = _AVG if node.target == aten.avg_pool1d.default else _MAX
-            given = {**defaults, **dict(zip(defaults, node.args[1:])), **node.kwargs}
+            given = call_arguments(node)
             kernel = _one(given["kernel_size"])
             stride = _one(given["stride"]) or kernel
             padding = _one(given["padding"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewrite_calls
 
 __all__ = ["PowersAsProducts"]
 
@@ -43,10 +43,9 @@ def _power(graph, aten, x, exponent):
 
 
 def _norm(graph, aten, node):
-    x, order = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("ord", 2)
-    dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
-    keepdim = node.args[3] if len(node.args) > 3 else node.kwargs.get("keepdim", False)
-    if order != 2 or node.kwargs.get("dtype") is not None:
+    given = call_arguments(node)
+    x, order, dims, keepdim = given["self"], given["ord"], given["dim"], given["keepdim"]
+    if order != 2 or given["dtype"] is not None:
         return None
     dims = list(range(x.meta["val"].dim())) if dims is None else list(dims)
     squares = call_with_val(graph, aten.mul.Tensor, x, x)

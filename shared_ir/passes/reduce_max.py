@@ -15,7 +15,7 @@ import operator
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes)
 
 __all__ = ["ReduceMaxAsMaximum"]
 
@@ -46,16 +46,16 @@ class ReduceMaxAsMaximum:
             val = x.meta["val"]
             if not static_shapes(x):
                 return None
+            given = call_arguments(node)
+            keepdim = given["keepdim"]
             if node.target == aten.max.dim:
                 if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in node.users):
                     return None  # its indices are read
                 for unread in [u for u in node.users if u.args[1] != 0]:
                     graph.erase_node(unread)
-                dims, keepdim = [node.args[1]], node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+                dims = [given["dim"]]
             else:
-                dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
-                keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-                dims = list(dims) or list(range(val.dim()))  # amax(x): every dim
+                dims = list(given["dim"]) or list(range(val.dim()))  # amax(x): every dim
             if val.dim() == 0 or any(val.shape[d] == 0 for d in dims):
                 return None
             dims = sorted({d % val.dim() for d in dims})

@@ -14,7 +14,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls
 
 __all__ = ["RepeatInterleaveAsGather"]
 
@@ -28,8 +28,8 @@ class RepeatInterleaveAsGather:
         aten = torch.ops.aten
 
         def rewrite(program, graph, node):
-            x, repeats = node.args[0], node.args[1]
-            dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
+            given = call_arguments(node)
+            x, repeats, dim = given["self"], given["repeats"], given["dim"]
             val = x.meta["val"]
             if not isinstance(repeats, int) or dim is None:
                 return None

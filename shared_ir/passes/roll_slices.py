@@ -14,15 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewritten_calls
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls
 
 __all__ = ["RollAsSlices"]
 
 
 def _roll(graph, aten, node):
-    x = node.args[0]
-    shifts = node.args[1] if len(node.args) > 1 else node.kwargs.get("shifts")
-    dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", [])
+    given = call_arguments(node)
+    x, shifts, dims = given["self"], given["shifts"], given["dims"]
     shifts, dims = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts], list(dims) if isinstance(dims, (list, tuple)) else [dims]
     if not dims or len(shifts) != len(dims):
         return None

@@ -20,7 +20,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_with_val, finish, is_view, rename_output_specs, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_with_val, finish, is_view, rename_output_specs, static_shapes
 
 __all__ = ["SliceAssignmentAsConcat"]
 
@@ -36,17 +36,15 @@ def _chain(dst, aten) -> tuple[Any, list] | None:
         if not static_shapes(source):
             return None
         size = source.meta["val"].shape
-        dim = node.args[1] if len(node.args) > 1 else 0
-        dim %= len(size)
+        given = call_arguments(node)
+        dim = given["dim"] % len(size)
         if node.target == aten.select.int:
-            index = node.args[2] % size[dim]
+            index = given["index"] % size[dim]
             steps.append((dim, index, index + 1, True))
         else:
-            start, end = (list(node.args[2:4]) + [None, None])[:2]
-            step = node.args[4] if len(node.args) > 4 else 1
-            if step != 1:
+            if given["step"] != 1:
                 return None
-            start, end, _ = slice(start, end).indices(size[dim])
+            start, end, _ = slice(given["start"], given["end"]).indices(size[dim])
             steps.append((dim, start, max(start, end), False))
         node = source
     base = node  # no view at all: a write of the whole value (timm's `attn[:, :, 0:, 0:] = ...`)

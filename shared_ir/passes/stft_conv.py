@@ -22,13 +22,11 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.constant_fold import constant_values, lift_constant
-from tpuedge.shared_ir.passes.graph_edit import built_in_place_of, call_with_val, finish, replace_node, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (built_in_place_of, call_arguments, call_with_val, finish, replace_node,
+                                               static_shapes)
 
 __all__ = ["StftAsConvolution"]
 
-# stft's arguments after the input and n_fft, with their defaults
-_ARGUMENTS = {"hop_length": None, "win_length": None, "window": None, "normalized": False, "onesided": None,
-              "return_complex": None}
 
 
 def _readers():
@@ -69,7 +67,7 @@ class StftAsConvolution:
         count = 0
         for node in [n for n in ep.graph.nodes if n.name in names]:
             x, n_fft = node.args[0], int(node.args[1])
-            given = dict(zip(_ARGUMENTS, node.args[2:]), **node.kwargs)
+            given = call_arguments(node)
             hop = int(given["hop_length"] or n_fft // 4)
             win_length = int(given["win_length"] or n_fft)
             window = given["window"]
