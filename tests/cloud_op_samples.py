@@ -278,14 +278,21 @@ SAMPLES.update({
         S(g.T(1, 2, 6, 7), [2, 3], [2, 2], [1, 0], [1, 1], True),
     ],
     "aten.max_pool3d_with_indices.default": lambda g: [S(g.T(1, 2, 5, 5, 5), [2, 2, 2])],
-    "aten.avg_pool1d.default": lambda g: [S(g.T(2, 3, 9), [3], [2], [1])],
+    "aten.avg_pool1d.default": lambda g: [S(g.T(2, 3, 9), [3], [2], [1]), S(g.T(1, 2, 10), [4], [3], [1], True, False)],
     "aten.avg_pool2d.default": lambda g: [
         S(g.T(2, 3, 8, 8), [2, 2]),
         S(g.T(2, 3, 7, 7), [3, 3], [2, 2], [1, 1], True),
         S(g.T(2, 3, 7, 7), [3, 3], [2, 2], [1, 1], True, False),
         S(g.T(2, 3, 6, 6), [3, 3], [2, 2], [1, 1], False, True, 2),
+        # windows past SLICED_WINDOW_LIMIT: reduce_window (the others are sums of slices)
+        S(g.T(1, 2, 12, 11), [7, 7], [2, 2], [3, 3], True, False),
+        S(g.T(1, 2, 9, 9), [6, 5], [3, 2], [0, 2]),
     ],
-    "aten.avg_pool3d.default": lambda g: [S(g.T(1, 2, 5, 5, 5), [2, 2, 2])],
+    "aten.avg_pool3d.default": lambda g: [
+        S(g.T(1, 2, 5, 5, 5), [2, 2, 2]),
+        S(g.T(1, 1, 8, 4, 4), [3, 1, 1], [1, 1, 1], [1, 0, 0]),  # LocalResponseNorm's window over channels
+        S(g.T(1, 1, 8, 4, 4), [3, 1, 1], [1, 1, 1], [1, 0, 0], False, False),
+    ],
     "aten._adaptive_avg_pool2d.default": lambda g: [S(g.T(2, 3, 7, 6), [3, 2]), S(g.T(1, 2, 8, 8), [4, 4]), S(g.T(1, 2, 5, 5), [1, 1])],
     "aten.adaptive_avg_pool1d.default": lambda g: [S(g.T(2, 3, 7), [3]), S(g.T(2, 3, 8), [4])],
     "aten._adaptive_avg_pool3d.default": lambda g: [S(g.T(1, 2, 4, 6, 5), [2, 3, 2])],

@@ -117,20 +117,48 @@ def max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     return _max_pool(x, 3, kernel_size, stride, padding, dilation, ceil_mode)
 
 
+# Windows up to this many elements are summed as shifted slices, larger ones by reduce_window.
+# libtpu's space-to-batch pass aborts the process (a CHECK failure, no error to catch) on a
+# zero-padded reduce_window over a convolution's channels, which is how torch writes
+# LocalResponseNorm (tests/test_cloud_pooling.py); XLA fuses the slices into one loop as well.
+SLICED_WINDOW_LIMIT = 27
+
+
+def _window_sums(x, n, window, strides, pads):
+    """Sum over each pooling window of x's last n dims, zero padding included."""
+    if int(np.prod(window)) <= SLICED_WINDOW_LIMIT:
+        candidates, _ = _pool_candidates(x, n, window, strides, pads, (1,) * x.ndim, 0)
+        total = candidates[0]
+        for c in candidates[1:]:
+            total = total + c
+        return total
+    return lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, strides, pads)
+
+
+def _window_counts(shape, n, window, strides, pads, sym_pad, count_include_pad) -> np.ndarray:
+    """How many elements torch divides each window's sum by (numpy: the geometry is static)."""
+    lead = len(shape) - n
+    if count_include_pad:  # padded zeros count, ceil_mode's extra right part does not
+        ones = np.ones([s + 2 * p for s, p in zip(shape[lead:], sym_pad)], np.float64)
+        pads = [(0, hi - p) for (lo, hi), p in zip(pads[lead:], sym_pad)]
+    else:
+        ones = np.ones(shape[lead:], np.float64)
+        pads = list(pads[lead:])
+    padded = np.pad(ones, pads)
+    out = [(padded.shape[i] - window[lead + i]) // strides[lead + i] + 1 for i in range(n)]
+    counts = np.zeros(out)
+    for offset in np.ndindex(*window[lead:]):
+        counts += padded[tuple(slice(o, o + (m - 1) * s + 1, s) for o, m, s in zip(offset, out, strides[lead:]))]
+    return counts
+
+
 def _avg_pool(x, n, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
     window, strides, pads, _, sym_pad = _window_config(x, n, kernel, stride, padding, 1, ceil_mode)
-    total = lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, strides, pads)
+    total = _window_sums(x, n, window, strides, pads)
     if divisor_override:
         return total / divisor_override
-    lead = x.ndim - n
-    if count_include_pad:  # padded zeros count, ceil_mode's extra right part does not
-        ones = jnp.ones(tuple(s + 2 * p for s, p in zip(x.shape[lead:], sym_pad)), x.dtype)
-        extra = [(0, hi - p) for (lo, hi), p in zip(pads[lead:], sym_pad)]
-    else:
-        ones = jnp.ones(x.shape[lead:], x.dtype)
-        extra = list(pads[lead:])
-    count = lax.reduce_window(ones, np.array(0, x.dtype), lax.add, window[lead:], strides[lead:], extra)
-    return total / count
+    counts = _window_counts(x.shape, n, window, strides, pads, sym_pad, count_include_pad)
+    return total / jnp.asarray(counts, x.dtype)
 
 
 @lowering("aten.avg_pool2d.default")
