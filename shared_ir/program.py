@@ -133,7 +133,10 @@ class Program:
             return [a.copy() for a in memo[key]]
         tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
         with torch.no_grad():
-            out = self._runnable_module()(*tensors)
+            try:
+                out = self._runnable_module()(*tensors)
+            except (IndexError, RuntimeError, ValueError) as exc:
+                raise _refused_inputs(self, arrays, exc) from exc
         leaves = torch.utils._pytree.tree_leaves(out)
         result = [to_numpy(t) for t in leaves]
         if memo is not None and sum(a.nbytes for v in memo.values() for a in v) < _RUN_MEMO_BYTES:
@@ -298,6 +301,21 @@ def _swap_attribute(holder, attr: str, value):
 
 
 _RUN_MEMO_BYTES = 64 * 1024 * 1024  # outputs remembered per Program (a few hundred samples of a small model)
+
+
+def _refused_inputs(program: "Program", arrays: list[np.ndarray], exc: Exception) -> UserError:
+    """The model itself (torch, on its own graph) refuses these samples: the caller's data,
+    most often a token id past an embedding's table. Names each input's value range."""
+    ranges = ", ".join(
+        f"{spec.name!r} {a.dtype} values {a.min()}..{a.max()}" if a.size and a.dtype.kind in "iub" else f"{spec.name!r} {a.dtype}"
+        for spec, a in zip(program.inputs, arrays)
+    )
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return UserError(
+        f"Program {program.name!r} fails in torch on a sample it was given ({type(exc).__name__}: {first}); the "
+        f"sample's inputs: {ranges}. The model itself refuses these values: an index input (token ids, positions) "
+        "must stay below its table's size (the vocabulary), so give calibration and evaluation samples the model takes."
+    )
 
 
 def _inputs_key(arrays) -> str:
