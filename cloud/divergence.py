@@ -27,8 +27,10 @@ _PERTURBATIONS = 3  # 1-ulp changes of the inputs tried; the largest output chan
 
 
 def value_scale(values: np.ndarray) -> float:
-    """What the self-check measures an error against: max(1, max |value|)."""
-    return max(1.0, float(np.max(np.abs(values), initial=0.0)))
+    """What the self-check measures an error against: max(1, max |value|) over the finite values."""
+    values = np.asarray(values)
+    finite = np.abs(values[np.isfinite(values)])
+    return max(1.0, float(np.max(finite, initial=0.0)))
 
 
 def rounding_sensitivity(program: Any, inputs: list[np.ndarray], expected: list[np.ndarray]) -> list[float]:
@@ -73,7 +75,8 @@ def where_it_parts(program: Any, jax_program: Any, inputs: list[np.ndarray], tol
         expected, value = reference[name], np.asarray(got[name])
         if value.shape != expected.shape or not np.issubdtype(expected.dtype, np.floating):
             continue
-        rows.append((layer, max_abs_error(expected, value) / value_scale(expected)))
+        error = max_abs_error(expected, value) / value_scale(expected)
+        rows.append((layer, error if np.isfinite(error) else np.inf))  # NaN (JAX's inf - inf, 0 / 0) is off too
     return describe_parting(rows, tolerance)
 
 
@@ -83,7 +86,8 @@ def describe_parting(rows: list[tuple[Any, float]], tolerance: float) -> str:
     for index, (layer, error) in enumerate(rows):
         if error > tolerance:
             where = f"{layer.label()}" + (f" at {layer.source}" if layer.source else "")
-            head = f"the first op off by more than {tolerance:g} of its scale is {where} ({error:.2g})"
+            off = f"{error:.2g}" if np.isfinite(error) else "NaN or inf where torch's value is finite"
+            head = f"the first op off by more than {tolerance:g} of its scale is {where} ({off})"
             if index == 0 or before <= _JUMP_SHARE * tolerance:
                 return (f"{head}, every op before it within {before:.2g}: a jump at that op, so its ATen->JAX "
                         "lowering is the suspect")

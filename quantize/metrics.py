@@ -5,7 +5,8 @@ samples. Every number a manifest or a verify report prints comes from `compare_o
 the two are comparable on the same samples. Numpy only.
 
 Definitions:
-- max_abs_error / mean_abs_error: of |candidate - reference| over every element.
+- max_abs_error / mean_abs_error: of |candidate - reference| over every element (max_abs_error:
+  a NaN or infinity both sides have at one element counts as no error, one side's alone as infinite).
 - cosine: cosine similarity of the whole output (all samples flattened together).
 - centered_cosine: cosine after subtracting the float mean over samples, per element: the
   input-dependent part (a model that ignores its input scores ~0 here, while its plain cosine
@@ -68,11 +69,17 @@ _SILENT_CHANNEL = 1e-10
 
 # ---- the definitions ---------------------------------------------------------------------------
 def max_abs_error(reference: np.ndarray, candidate: np.ndarray) -> float:
-    """Largest |candidate - reference| (float64); 0.0 for empty arrays."""
+    """Largest |candidate - reference| (float64); 0.0 for empty arrays. A NaN or infinity where the
+    reference has the same is no error (both runtimes agree on a log of a negative); one where
+    it does not is an infinite error."""
     reference = np.asarray(reference, np.float64)
     if reference.size == 0:
         return 0.0
-    return float(np.max(np.abs(reference - np.asarray(candidate, np.float64))))
+    candidate = np.asarray(candidate, np.float64)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(reference - candidate)
+    agree = (np.isnan(reference) & np.isnan(candidate)) | (np.isinf(reference) & (reference == candidate))
+    return float(np.max(np.where(agree, 0.0, np.where(np.isnan(diff), np.inf, diff))))
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

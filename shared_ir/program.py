@@ -177,21 +177,39 @@ class Program:
         return self.__dict__["_module_cache"]
 
     def example_inputs(self, seed: int = 0, count: int = 1) -> list[list[np.ndarray]]:
-        """Deterministic inputs of the right shapes (normal floats, small non-negative ints)."""
+        """Deterministic inputs of the right shapes: normal floats, random bools, and integers
+        within the range the example given at export held (an attention mask's 0..1, token ids
+        under the vocabulary); 0..7 where that example is not known."""
         rng = np.random.default_rng(seed)
+        ranges = self._example_integer_ranges()
         samples = []
         for _ in range(count):
             sample = []
-            for spec in self.inputs:
+            for spec, (low, high) in zip(self.inputs, ranges):
                 shape = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
                 if np.issubdtype(np.dtype(spec.dtype), np.floating):
                     sample.append(rng.standard_normal(shape).astype(spec.dtype))
                 elif spec.dtype == "bool":
                     sample.append(rng.integers(0, 2, shape).astype(bool))
                 else:
-                    sample.append(rng.integers(0, 8, shape).astype(spec.dtype))
+                    sample.append(rng.integers(low, high + 1, shape).astype(spec.dtype))
             samples.append(sample)
         return samples
+
+    def _example_integer_ranges(self) -> list[tuple[int, int]]:
+        """Per input, (min, max) of the integer example torch.export kept (ExportedProgram.
+        example_inputs, saved in a .pt2 too); (0, 7) for the rest. Values outside what the model
+        was exported with can be outside what it takes: an attention mask of 7 overflowed a
+        CANINE encoder's additive mask, token ids past a vocabulary raise in its embedding."""
+        import torch
+
+        default = [(0, 7)] * len(self.inputs)
+        example = getattr(self.exported_program, "example_inputs", None)
+        leaves = [t for t in torch.utils._pytree.tree_leaves(example) if isinstance(t, torch.Tensor)] if example else []
+        if len(leaves) != len(self.inputs):
+            return default
+        return [(int(t.min()), int(t.max())) if t.numel() and not t.is_floating_point() and t.dtype != torch.bool else d
+                for t, d in zip(leaves, default)]
 
     # ---- targets ---------------------------------------------------------------------
     def check(self, target: str) -> list[Problem]:
