@@ -161,6 +161,7 @@ def mcu_capability() -> Capability:
         # a transpose of two axes always reduces to at most 5 (before, one, between, other, after)
         max_rank={"aten.permute.default": (5, "TFLite-Micro's TRANSPOSE kernel fails to prepare above 5-D")},
         rewritten={**_REWRITTEN_ON_THE_IR, "aten.gelu": notes["aten.gelu"]},
+        random_ops=False,
     )
 
 

@@ -40,6 +40,7 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
     unsupported: dict[str, list] = defaultdict(list)
     bad_dtypes: dict[str, list] = defaultdict(list)
     too_high: dict[str, list] = defaultdict(list)
+    random: dict[str, list] = defaultdict(list)
     for node in ep.graph.nodes:
         val = node.meta.get("val")
         dtype = str(getattr(val, "dtype", ""))
@@ -50,13 +51,28 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
         key = op_key(node.target)
         if key in STRUCTURAL_OPS:
             continue
-        if _is_custom(node.target) or not cap.ops.supports(node.target):
+        if not cap.random_ops and _draws_random_numbers(node.target):
+            random[key].append(node)
+        elif _is_custom(node.target) or not cap.ops.supports(node.target):
             unsupported[key].append(node)
         elif key in cap.max_rank and len(getattr(val, "shape", ())) > cap.max_rank[key][0]:
             too_high[key].append(node)
 
     problems = [_op_problem(target_name, key, nodes, cap) for key, nodes in sorted(unsupported.items())]
     problems += [_rank_problem(target_name, key, nodes, cap) for key, nodes in sorted(too_high.items())]
+    problems += [
+        Problem(
+            kind="random",
+            subject=key,
+            message=f"the forward draws random numbers, so its outputs change from run to run: no {target_name} model "
+                    "can be checked against it (and a converted one would not draw the same numbers)",
+            suggestion="export in eval mode, and pass what the model draws as an input instead (HF ViTMAE takes `noise`), "
+                       "or take the random op out of forward",
+            count=len(nodes),
+            sources=_sources(nodes),
+        )
+        for key, nodes in sorted(random.items())
+    ]
     problems += [
         Problem(
             kind="dtype",
@@ -79,6 +95,12 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
             )
         )
     return problems
+
+
+def _draws_random_numbers(target) -> bool:
+    import torch
+
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 
 def _sources(nodes) -> tuple[str, ...]:

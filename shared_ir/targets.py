@@ -54,6 +54,9 @@ class Capability:
     suggestions: op key -> what to try when that op is unsupported (replaces the generic one).
     max_rank: op key -> (highest tensor rank the target runs it at, whose limit it is).
     rewritten: op packet -> how the target's own IR passes rewrite it (`tpuedge ops` shows it).
+    random_ops: whether ops that draw random numbers (torch's nondeterministic_seeded tag: rand,
+        bernoulli, dropout in train mode) are taken; an inference artifact checked against torch
+        is not, as no converted model can match a forward that differs from run to run.
     """
 
     target: str
@@ -76,6 +79,7 @@ class Capability:
     # op packet ("aten.leaky_relu") -> how the target's IR passes rewrite it before the check
     # (often for some forms only: "with even windows"); the check still refuses what stays
     rewritten: Mapping[str, str] = field(default_factory=dict)
+    random_ops: bool = True
 
 
 @dataclass(frozen=True)
