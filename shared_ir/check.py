@@ -51,7 +51,7 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
         key = op_key(node.target)
         if key in STRUCTURAL_OPS:
             continue
-        if not cap.random_ops and _draws_random_numbers(node.target):
+        if not cap.random_ops and _draws_random_numbers(node):
             random[key].append(node)
         elif _is_custom(node.target) or not cap.ops.supports(node.target):
             unsupported[key].append(node)
@@ -97,10 +97,17 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
     return problems
 
 
-def _draws_random_numbers(target) -> bool:
+def _draws_random_numbers(node) -> bool:
+    """Whether the call draws random numbers: torch tags such ops nondeterministic_seeded; a
+    dropout told train=False is the identity, and the passes remove it."""
     import torch
 
-    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+    from tpuedge.shared_ir.passes.graph_edit import call_arguments
+
+    target = node.target
+    if not (isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags):
+        return False
+    return call_arguments(node).get("train", True) is not False
 
 
 def _sources(nodes) -> tuple[str, ...]:
