@@ -98,8 +98,9 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
 
 
 def _draws_random_numbers(node) -> bool:
-    """Whether the call draws random numbers: torch tags such ops nondeterministic_seeded; a
-    dropout told train=False is the identity, and the passes remove it."""
+    """Whether the call draws random numbers: torch tags the ops that may nondeterministic_seeded,
+    among them a dropout told train=False (the identity, which the passes remove), an attention
+    with dropout_p=0, an LSTM out of training and rrelu out of training, which draw none."""
     import torch
 
     from tpuedge.shared_ir.passes.graph_edit import call_arguments
@@ -107,7 +108,11 @@ def _draws_random_numbers(node) -> bool:
     target = node.target
     if not (isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags):
         return False
-    return call_arguments(node).get("train", True) is not False
+    given = call_arguments(node)
+    if given.get("train", True) is False or given.get("training", True) is False:
+        return False
+    probability = next((given[k] for k in ("dropout_p", "dropout", "p") if k in given), None)  # LSTM: dropout
+    return not (isinstance(probability, (int, float)) and probability == 0)
 
 
 def _sources(nodes) -> tuple[str, ...]:

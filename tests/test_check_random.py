@@ -48,3 +48,24 @@ def test_an_android_build_stops_at_the_check_not_at_the_budget(program, tmp_path
 
 def test_cloud_tpu_takes_random_ops(program):
     assert not [p for p in program.check("cloud-tpu") if p.kind == "random"]
+
+
+class _NoDraws(torch.nn.Module):
+    """Ops torch tags as maybe drawing random numbers that draw none here: attention with
+    dropout_p=0 (every transformer), an LSTM out of training, dropout told training=False."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 8, num_layers=2, dropout=0.1, batch_first=True)
+
+    def forward(self, x):
+        q = x.unsqueeze(1)
+        y = torch.nn.functional.scaled_dot_product_attention(q, q, q).squeeze(1)
+        return torch.nn.functional.dropout(self.lstm(y)[0], 0.3, training=False)
+
+
+@pytest.mark.parametrize("target", ["android", "mcu"])
+def test_ops_that_draw_nothing_here_are_not_random(target):
+    """The first version of this check refused every scaled_dot_product_attention."""
+    program = tpuedge.export(_NoDraws().eval(), (torch.randn(1, 5, 8),), name="no_draws")
+    assert not [p for p in program.check(target) if p.kind == "random"]
