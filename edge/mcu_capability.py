@@ -6,7 +6,7 @@ int8 (`mcu_int8_problem`, from edge/data/tflm_ops.json, checked against the real
 quantizer and converter). The build checks the converted model's builtins with the same rule.
 Before that the mcu pipeline rewrites the IR (`mcu_passes`): autocast regions are inlined, no-op casts, eval-mode dropout and
 input-independent ops vanish, a gather by constant aranges becomes a view, reflect/replicate padding becomes slices + concatenation, GELU (no
-kernel) an approximation, SiLU x * sigmoid(x), hardsigmoid relu6(x + 3) / 6, leaky_relu max(x, a*x), powers, square roots and 2-norms products
+kernel) an approximation, ATen's aliases (torch.multiply, ...) the op each names, SiLU and GLU products with a sigmoid, hardsigmoid relu6(x + 3) / 6, leaky_relu max(x, a*x), powers, square roots and 2-norms products
 and RSQRT, and the ops TFLite-Micro has no kernel for (assignments into slices, F.unfold / F.fold,
 bicubic resizes, maxima over a dim, addcmul) forms it runs; docs/mcu.md lists every pass. The check
 applies the same passes the build applies, so `tpuedge check --target mcu` and `tpuedge build
@@ -16,6 +16,7 @@ applies the same passes the build applies, so `tpuedge check --target mcu` and `
 from __future__ import annotations
 
 from tpuedge.shared_ir.op_registry import OpRegistry
+from tpuedge.shared_ir.passes.alias_ops import ALIASES as _ALIAS_NAMES
 from tpuedge.shared_ir.targets import Capability
 
 __all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins"]
@@ -31,12 +32,14 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.adaptive_max_pool import AdaptiveMaxPoolAsPool
     from tpuedge.shared_ir.passes.addcmul import AddcmulAsMulAdd
+    from tpuedge.shared_ir.passes.alias_ops import AliasAsCanonicalOp
     from tpuedge.shared_ir.passes.bicubic_matmul import BicubicAsMatmuls
     from tpuedge.shared_ir.passes.col2im_sums import Col2imAsSums
     from tpuedge.shared_ir.passes.cumsum_steps import CumsumAsShiftedSums
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite, TanhGeluArrangement
+    from tpuedge.shared_ir.passes.glu_form import GluAsSigmoidMul
     from tpuedge.shared_ir.passes.hardsigmoid import HardSigmoidAsRelu6
     from tpuedge.shared_ir.passes.in_place_ops import InPlaceAsOutOfPlace
     from tpuedge.shared_ir.passes.instance_norm_groups import InstanceNormAsGroupNorm
@@ -65,11 +68,12 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), SliceAssignmentAsConcat(), FoldConstants(),
+        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(),
+         SliceAssignmentAsConcat(), FoldConstants(),
          StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
          UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(),
          RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
-         SiluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), RmsNormAsRsqrt(), PixelShuffleAsViews(),
+         SiluAsSigmoidMul(), GluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), RmsNormAsRsqrt(), PixelShuffleAsViews(),
          AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), Pool1dAs2d(),  # before reduce-max-as-maximum: they may leave a max over a dim
          ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(),
          OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
@@ -123,12 +127,16 @@ _REWRITTEN_ON_THE_IR = {
     "aten.max_pool1d": "rewritten on the IR as a 2-D pool over a height-1 view (MAX_POOL_2D), exact",
     "aten.adaptive_avg_pool1d": "with even windows: rewritten on the IR as a mean over each window (MEAN), exact",
     "aten.rms_norm": "rewritten on the IR as x * rsqrt(mean(x^2) + eps) * weight: MUL, MEAN, ADD, RSQRT",
+    "aten.glu": "rewritten on the IR as a * sigmoid(b) over the two halves: STRIDED_SLICE, LOGISTIC, MUL, exact",
     "aten.leaky_relu": "with a slope in [0, 1]: rewritten on the IR as max(x, a*x): MUL, MAXIMUM, exact",
     "aten.adaptive_max_pool2d": "with even windows: rewritten on the IR as a max pool (MAX_POOL_2D), exact",
     "aten.adaptive_max_pool1d": "with even windows: rewritten on the IR as a max over each window (MAXIMUM of slices), exact",
     "aten.sqrt": "rewritten on the IR as x * rsqrt(max(x, 1e-30)): MAXIMUM, RSQRT, MUL (TFLM's SQRT takes no int8)",
     "aten.linalg_vector_norm": "ord 2 rewritten on the IR as sqrt(sum(x * x)) in MUL, SUM, RSQRT (other orders: no int8 form)",
 }
+# ATen's aliases (torch.multiply, torch.divide, torch.clip, ...): the first mcu pass names the op each is
+_REWRITTEN_ON_THE_IR.update({f"aten.{alias}": f"an alias of aten.{name}: written as it on the IR"
+                             for alias, name in _ALIAS_NAMES.items()})
 
 
 def mcu_capability() -> Capability:
