@@ -102,3 +102,24 @@ def test_a_write_into_a_split_chunk_is_left():
     assert result.changed == 0
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     np.testing.assert_array_equal(Program(ep, name="split_write").run(x)[0], program.run(x)[0])
+
+
+class _WriteIntoSoleView(torch.nn.Module):
+    """HF Funnel's relative attention: `positional_attn *= cls_mask`, positional_attn a slice of
+    a value (there a gather) nothing else reads: the write is seen only through that slice."""
+
+    def forward(self, x, mask):
+        scores = (x * 2.0 - 1.0)[:, 1:5]
+        scores *= mask
+        return scores + 1.0
+
+
+def test_a_write_into_the_only_view_of_a_private_value_becomes_out_of_place():
+    """Old code: the mul_ stayed (a view was written) and `check --target mcu` refused aten.mul_."""
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    mask = np.array([[1, 1, 0, 1], [0, 1, 1, 1]], np.float32)
+    program = tpuedge.export(_WriteIntoSoleView(), (torch.from_numpy(x), torch.from_numpy(mask)), name="sole_view")
+    ep, (result,) = PassManager([InPlaceAsOutOfPlace()]).run(program.exported_program)
+    assert result.details["rewritten"] == {"mul.Tensor": 1}
+    np.testing.assert_array_equal(Program(ep, name="sole_view").run(x, mask)[0], program.run(x, mask)[0])
+    assert program.check("mcu") == []

@@ -8,8 +8,9 @@ mcu check looks ops up by name, so `aten.mul_` / `aten.div_` were refused though
 `aten.div` run, and the IR rewrites that match an op (clamps, powers) never saw the in-place
 form. Each such op becomes the out-of-place overload, and every later reader of the value it
 wrote reads the new node instead: the same dataflow. Only where that is the whole story: the
-written value is computed in the graph (not an input, parameter or buffer), is no view and has
-no view taken of it, and the out-of-place result keeps its dtype (an in-place op keeps the
+written value is computed in the graph (not an input, parameter or buffer), is no view (or the
+only view of such a value, through views nothing else reads) and has no view taken of it, and
+the out-of-place result keeps its dtype (an in-place op keeps the
 operand's dtype where the out-of-place one may promote). Anything else is left as it was.
 """
 
@@ -40,6 +41,24 @@ def _aliases(node) -> bool:
     return is_view(node) or any(u.op == "call_function" and is_view(u) for u in node.users)
 
 
+def _sole_view_of_private_value(node) -> bool:
+    """`node` is a view nothing else views, down a chain of views each the only reader of the one
+    before, to a value computed in the graph: a write into it is seen only through `node` (HF
+    Funnel's `positional_attn *= cls_mask`, positional_attn a slice of a gather)."""
+    import torch
+
+    if not is_view(node) or any(u.op == "call_function" and is_view(u) for u in node.users):
+        return False
+    source = node.args[0]
+    while isinstance(source, torch.fx.Node) and len(source.users) == 1:
+        if source.op != "call_function" or source.target is operator.getitem:
+            return False
+        if not is_view(source):
+            return True
+        source = source.args[0]
+    return False
+
+
 def _rewritable(node) -> Any:
     import torch
 
@@ -53,7 +72,7 @@ def _rewritable(node) -> Any:
         return None
     if operand.target is operator.getitem:  # an item of split/unbind/chunk is a view of their input
         return None
-    if _aliases(operand) or not hasattr(operand.meta.get("val"), "dtype"):
+    if (_aliases(operand) and not _sole_view_of_private_value(operand)) or not hasattr(operand.meta.get("val"), "dtype"):
         return None
     return functional
 
