@@ -36,6 +36,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.bicubic_matmul import BicubicAsMatmuls
     from tpuedge.shared_ir.passes.col2im_sums import Col2imAsSums
     from tpuedge.shared_ir.passes.cumsum_steps import CumsumAsShiftedSums
+    from tpuedge.shared_ir.passes.erf_tanh import ErfAsTanh
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite, TanhGeluArrangement
@@ -72,7 +73,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
          SliceAssignmentAsConcat(), FoldConstants(),
          StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
          UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(),
-         RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form),
+         RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form), ErfAsTanh(),
          SiluAsSigmoidMul(), GluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), RmsNormAsRsqrt(), PixelShuffleAsViews(),
          AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), Pool1dAs2d(),  # before reduce-max-as-maximum: they may leave a max over a dim
          ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(),
@@ -127,6 +128,7 @@ _REWRITTEN_ON_THE_IR = {
     "aten.max_pool1d": "rewritten on the IR as a 2-D pool over a height-1 view (MAX_POOL_2D), exact",
     "aten.adaptive_avg_pool1d": "with even windows: rewritten on the IR as a mean over each window (MEAN), exact",
     "aten.rms_norm": "rewritten on the IR as x * rsqrt(mean(x^2) + eps) * weight: MUL, MEAN, ADD, RSQRT",
+    "aten.erf": "rewritten on the IR as tanh(1.1284*z + 0.1009*z^3), within 3.6e-4 of erf (MUL, ADD, TANH); the build reports what it cost",
     "aten.glu": "rewritten on the IR as a * sigmoid(b) over the two halves: STRIDED_SLICE, LOGISTIC, MUL, exact",
     "aten.leaky_relu": "with a slope in [0, 1]: rewritten on the IR as max(x, a*x): MUL, MAXIMUM, exact",
     "aten.adaptive_max_pool2d": "with even windows: rewritten on the IR as a max pool (MAX_POOL_2D), exact",
