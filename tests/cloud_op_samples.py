@@ -45,6 +45,9 @@ class Gen:
     def U(self, *shape):  # floats in (-0.9, 0.9)
         return torch.rand(*shape, generator=self.g) * 1.8 - 0.9
 
+    def C(self, *shape):  # complex64, normal real and imaginary parts
+        return torch.complex(self.T(*shape), self.T(*shape))
+
     def I(self, high, *shape):  # int64 in [0, high)
         return torch.randint(0, high, shape, generator=self.g)
 
@@ -314,6 +317,12 @@ SAMPLES.update({
     # complex results (torch.stft's and torch.fft.rfft's decomposition)
     "aten._fft_r2c.default": lambda g: [S(g.T(2, 16), [1], 0, True), S(g.T(3, 8), [1], 1, True),
                                         S(g.T(4, 6), [0, 1], 2, True), S(g.T(2, 8), [1], 0, False)],
+    "aten._fft_c2c.default": lambda g: [S(g.C(2, 8), [1], norm, forward) for norm in (0, 1, 2) for forward in (True, False)]
+                                       + [S(g.C(3, 4, 6), [1, 2], 0, True)],
+    "aten._fft_c2r.default": lambda g: [S(g.C(2, 5), [1], norm, 8) for norm in (0, 1, 2)] + [S(g.C(2, 5), [1], 2, 9),
+                                                                                            S(g.C(4, 3, 4), [1, 2], 2, 6)],
+    "aten.view_as_real.default": lambda g: [S(g.C(3, 4))],
+    "aten.view_as_complex.default": lambda g: [S(g.T(3, 4, 2))],
 })
 
 # Ops with no value to compare against torch eager, each with why.
@@ -322,5 +331,4 @@ SKIPS = {
     "aten._assert_scalar.default": "graph assertion with no value (static shapes make it true)",
     "aten._assert_async.msg": "data-dependent range check of a decomposition (F.one_hot): no value; tests/test_passes_one_hot.py",
     "aten._assert_async.default": "data-dependent range check of a decomposition: no value; tests/test_passes_one_hot.py",
-    "aten.view_as_real.default": "takes a complex tensor, which the samples' generator does not make; compared against torch in tests/test_passes_stft.py (cloud-tpu build)",
 }

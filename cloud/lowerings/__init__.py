@@ -26,8 +26,6 @@ NOT_LOWERED: dict[str, str] = {
     "aten.native_layer_norm_backward.default": _BACKWARD,
     "aten.nonzero.default": _DYNAMIC,
     "aten._local_scalar_dense.default": "reads a tensor value into Python (.item()); not traceable under jax.jit",
-    "aten._fft_r2c.default": "complex tensors are not supported by cloud-tpu yet",
-    "aten._fft_c2r.default": "complex tensors are not supported by cloud-tpu yet",
     "aten._embedding_bag.default": "not lowered yet; use nn.Embedding followed by a sum/mean over the bag",
     "aten.col2im.default": "not lowered yet (nn.Fold); express it with reshapes and pads",
     "aten.grid_sampler_2d.default": "not lowered yet (F.grid_sample)",

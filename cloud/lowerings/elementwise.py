@@ -187,6 +187,33 @@ def fft_r2c(x, dim, normalization, onesided):
     return jnp.fft.fftn(x.astype(jnp.complex64), axes=axes, norm=_FFT_NORM[normalization])
 
 
+# the inverse transforms scale by the same torch mode: 2 (by 1/n) is numpy's "backward" there
+_IFFT_NORM = {0: "forward", 1: "ortho", 2: "backward"}
+
+
+@lowering("aten._fft_c2c.default")
+def fft_c2c(x, dim, normalization, forward):
+    # torch.fft.fft / ifft / fft2 of complex values (FNet's token mixing, spectral layers)
+    axes = [normalize_dim(d, x.ndim) for d in dim]
+    if forward:
+        return jnp.fft.fftn(x, axes=axes, norm=_FFT_NORM[normalization]).astype(jnp.complex64)
+    return jnp.fft.ifftn(x, axes=axes, norm=_IFFT_NORM[normalization]).astype(jnp.complex64)
+
+
+@lowering("aten._fft_c2r.default")
+def fft_c2r(x, dim, normalization, last_dim_size):
+    # torch.fft.irfft / irfftn: back to real values (a Fourier neural operator's spectral conv)
+    axes = [normalize_dim(d, x.ndim) for d in dim]
+    sizes = [x.shape[a] for a in axes[:-1]] + [int(last_dim_size)]
+    return jnp.fft.irfftn(x, s=sizes, axes=axes, norm=_IFFT_NORM[normalization]).astype(jnp.float32)
+
+
+@lowering("aten.view_as_complex.default")
+def view_as_complex(x):
+    # a complex weight kept as real pairs (..., 2), as Fourier layers store theirs
+    return jax.lax.complex(x[..., 0], x[..., 1])
+
+
 @lowering("aten.view_as_real.default")
 def view_as_real(x):
     return jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
