@@ -1,6 +1,6 @@
 """Layer patterns users write, each checked and built for every target: where a layer fails.
 
-    python bench/layer_patterns.py                          # all 28 patterns, android int8 + mcu + cloud-tpu (~10 min)
+    python bench/layer_patterns.py                          # all 34 patterns, android int8 + mcu + cloud-tpu (~12 min)
     python bench/layer_patterns.py stft leaky_relu --targets mcu
 
 Each pattern is a small random-init module around one construct users bring (a transformer
@@ -104,6 +104,21 @@ def _patterns() -> dict:
         "local_response_norm": (lambda: module(lambda s, x: s.n(s.c(x)), c=nn.Conv2d(3, 8, 3), n=nn.LocalResponseNorm(3)), image),
         "conv3d_video": (lambda: module(lambda s, x: s.fc(F.adaptive_avg_pool3d(F.relu(s.c(x)), 1).flatten(1)), c=nn.Conv3d(3, 8, 3, padding=1),
                                         fc=nn.Linear(8, 4)), lambda: (torch.randn(1, 3, 4, 16, 16),)),
+        # added 2026-12-05 04:00: constructs found in HF models (ConvBERT, Speech2Text, ESM, Funnel, FNet) and FNOs
+        "glu_gated_conv": (lambda: module(lambda s, x: s.fc(F.glu(s.c(x), dim=1).mean(-1)), c=nn.Conv1d(8, 32, 3, padding=1),
+                                          fc=nn.Linear(16, 4)), lambda: (torch.randn(1, 8, 40),)),
+        "erf_gelu_by_hand": (lambda: module(lambda s, x: s.down((lambda h: h * 0.5 * (1.0 + torch.erf(h / 1.4142135)))(s.up(x))),
+                                            up=nn.Linear(32, 64), down=nn.Linear(64, 32)), seq),
+        "torch_aliases": (lambda: module(lambda s, x: torch.concat([torch.multiply(s.a(x), torch.sigmoid(x)),
+                                                                    torch.subtract(torch.divide(s.b(x), 2.0), x)], -1),
+                                         a=nn.Linear(32, 32), b=nn.Linear(32, 32)), seq),
+        "inplace_into_view": (lambda: module(lambda s, x, m: (lambda v: (v.mul_(m), v)[1])((s.a(x) * 2.0)[:, 1:]).sum(-1),
+                                             a=nn.Linear(32, 32)), lambda: (torch.randn(1, 12, 32), torch.ones(1, 11, 32))),
+        "fnet_fourier_mixing": (lambda: module(lambda s, x: s.fc(torch.fft.fft(torch.fft.fft(x, dim=-1), dim=-2).real),
+                                               fc=nn.Linear(32, 32)), seq),
+        "spectral_conv_fno": (lambda: module(lambda s, x: torch.fft.irfft2(F.pad(torch.einsum(
+            "bixy,ioxy->boxy", torch.fft.rfft2(x)[:, :, :4, :4], torch.view_as_complex(s.w)), (0, 5, 0, 12)), s=(16, 16)) + x,
+            w=nn.Parameter(torch.randn(3, 3, 4, 4, 2) * 0.1)), image),
     }
 
 
