@@ -99,7 +99,9 @@ def litert_ir_passes(exported_program):
     converter or LiteRT's interpreter refuses or does badly, into what they take:
       - forms they fail on: a convolution's named padding ("same") as numbers, a padded transposed
         convolution as an unpadded one and a crop (the converter takes VALID and SAME crops only),
-        an adaptive max pool with even windows as a max pool (no lowering), sorts and values-only
+        an adaptive max pool with even windows as a max pool (no lowering), LocalResponseNorm's
+        average over a window of channels as a 1x1 convolution (the quantizer stopped at the
+        REDUCE_WINDOW it lowered to), sorts and values-only
         top-k as TOPK_V2 (LiteRT loads no STABLEHLO_SORT), one_hot as a comparison (its
         decomposition asserts), an STFT as a convolution with a DFT basis (no complex tensors),
         add/sub's alpha as a MUL, Tensor.unfold as a gather (the converter's own form is a PAD
@@ -132,6 +134,7 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.alpha_scale import AlphaAsMul
     from tpuedge.shared_ir.passes.batchnorm_fold import FoldBatchNorm
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
+    from tpuedge.shared_ir.passes.channel_window_conv import ChannelWindowAsConvolution
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.constant_minus import ConstantMinusAsNegAdd
     from tpuedge.shared_ir.passes.conv_padding import ConvPaddingAsNumbers
@@ -151,7 +154,8 @@ def _run_litert_ir_passes(exported_program):
 
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
-    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), SortAsTopk(), OneHotAsCompare(),
+    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), ChannelWindowAsConvolution(),
+                    SortAsTopk(), OneHotAsCompare(),
                     RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(),
                     StftAsConvolution(),  # after FoldConstants: a window made in forward is a constant by then
                     AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(), NormalizeAsRsqrt(), BroadcastInsteadOfExpand(),

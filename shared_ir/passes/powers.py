@@ -1,7 +1,7 @@
 """Powers, square roots and 2-norms as products and RSQRT, which TFLite-Micro runs in int8.
 
     x ** 2, square(x) -> x * x        x ** 3 -> x * x * x        x ** 1 -> x        x ** -0.5 -> rsqrt(x)
-    sqrt(x), x ** 0.5 -> x * rsqrt(max(x, 1e-30))
+    sqrt(x), x ** 0.5 -> x * rsqrt(max(x, 1e-30))        x ** 0.25, x ** 0.75 -> from sqrt(sqrt(x)) and sqrt(x)
     linalg_vector_norm(x, 2, dims) -> sqrt(sum(x * x, dims))         (F.normalize, embeddings)
 
 TFLM has no POW kernel and its SQRT kernel takes no int8 tensors, and litert-torch lowers a
@@ -39,6 +39,9 @@ def _power(graph, aten, x, exponent):
         return _sqrt(graph, aten, x)
     if exponent == -0.5:
         return call_with_val(graph, aten.rsqrt.default, x)
+    if exponent in (0.25, 0.75):  # LocalResponseNorm's default beta: sqrt(x) * sqrt(sqrt(x))
+        fourth = _sqrt(graph, aten, _sqrt(graph, aten, x))
+        return fourth if exponent == 0.25 else call_with_val(graph, aten.mul.Tensor, _sqrt(graph, aten, x), fourth)
     return None
 
 
