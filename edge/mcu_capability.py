@@ -26,7 +26,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     """The IR passes every mcu build runs, in order; `layout=False` leaves out the one that only
     reorders data for NHWC (it permutes a Linear's weight, so a graph that trains must not get it)."""
     from tpuedge.shared_ir.passes import PassManager
-    from tpuedge.shared_ir.passes.autocast_regions import InlineAutocastRegions
+    from tpuedge.shared_ir.passes.autocast_regions import InlineAutocastRegions, InlineGradModeRegions
     from tpuedge.shared_ir.passes.casts import CanonicalCasts
     from tpuedge.shared_ir.passes.clamp_bounds import OneSidedClamps
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
@@ -69,7 +69,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(),
+        [InlineAutocastRegions(), InlineGradModeRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(),
          SliceAssignmentAsConcat(), FoldConstants(),
          StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
          UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(),

@@ -47,3 +47,48 @@ def test_mcu_check_and_build_take_an_autocast_region(tmp_path):
     calibration = [(rng.normal(size=(2, 6)).astype(np.float32),) for _ in range(40)]
     artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration)
     assert artifact.manifest["rewrites"][0]["pass"] == "inline-autocast-regions"
+
+
+class _NoGradPositions(torch.nn.Module):
+    """HF Speech2Text's sinusoidal positions: a forward under @torch.no_grad() that picks rows of
+    a table by positions counted from a mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(24, 8), persistent=False)
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.no_grad():
+            mask = torch.ones(x.shape[0], x.shape[1], dtype=torch.long)
+            positions = torch.cumsum(mask, dim=1) * mask + 1
+            picked = self.table.index_select(0, positions.view(-1)).view(x.shape[0], x.shape[1], -1)
+        return self.fc(x + picked)
+
+
+def _positions_program():
+    torch.manual_seed(0)
+    return tpuedge.export(_NoGradPositions().eval(), (torch.zeros(1, 6, 8),), name="no_grad_positions")
+
+
+def test_a_no_grad_region_is_inlined_with_its_outputs_detached():
+    from tpuedge.shared_ir.passes.autocast_regions import InlineGradModeRegions
+
+    program = _positions_program()
+    ep, result = InlineGradModeRegions()(program.exported_program)
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert result.changed == 1 and not [t for t in targets if "wrap_with_set_grad_enabled" in t]
+    assert "aten.detach.default" in targets and "aten.index_select.default" in targets
+    x = np.random.default_rng(0).standard_normal((1, 6, 8)).astype(np.float32)
+    np.testing.assert_array_equal(Program(ep, name="inlined").run(x)[0], program.run(x)[0])
+
+
+def test_mcu_checks_and_builds_what_a_no_grad_region_holds(tmp_path):
+    """Old code: the check passed the region as one op and the build stopped at REDUCE_ALL and
+    SELECT_V2 (the converter's index_select), which TFLite-Micro lacks."""
+    program = _positions_program()
+    assert not program.check("mcu")
+    rng = np.random.default_rng(1)
+    calibration = [[rng.standard_normal((1, 6, 8)).astype(np.float32)] for _ in range(16)]
+    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration, board="nrf52840")  # strict int8
+    assert "inline-grad-mode-regions" in [r["pass"] for r in artifact.manifest["rewrites"]]
