@@ -45,8 +45,9 @@ class Histogram:
         if not nonzero.size or self.high <= self.low:
             return
         width = (self.high - self.low) / self.counts.size
-        # clipped before the cast: a value outside [low, high] counts in the end bin
-        index = np.clip((nonzero - self.low) / width, 0, self.counts.size - 1).astype(np.int64)
+        # clipped before the cast: a value outside [low, high] counts in the end bin; in float64,
+        # as a mask's float32 minimum less a low end near it overflows float32
+        index = np.clip((nonzero.astype(np.float64) - self.low) / width, 0, self.counts.size - 1).astype(np.int64)
         self.counts += np.bincount(index, minlength=self.counts.size)
 
     def centers(self) -> np.ndarray:

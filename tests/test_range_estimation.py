@@ -103,3 +103,16 @@ def test_the_int8_search_keeps_estimated_ranges_where_they_measure_better(tmp_pa
     assert artifact.manifest["accuracy_budget"]["met"]
     candidates = artifact.manifest["recipe"]["search"]["candidates"]
     assert {c["recipe"] for c in candidates} >= {"all int8", "all int8 [mse ranges]", "all int8 [percentile ranges]"}
+
+
+def test_a_histogram_takes_a_masks_float32_minimum_without_overflow():
+    """An attention mask's finfo(float32).min: value - low overflowed float32 (a RuntimeWarning
+    from our own code in every masked transformer's int8 build)."""
+    import warnings
+
+    lowest = float(np.finfo(np.float32).min)
+    histogram = Histogram(lowest, 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        histogram.add(np.array([lowest, -1.0, 0.0, 0.5, 2.0], np.float32))
+    assert histogram.counts.sum() == 4 and histogram.counts[0] == 1 and histogram.counts[-1] == 3 and histogram.zeros == 1
