@@ -46,7 +46,7 @@ class Histogram:
             return
         width = (self.high - self.low) / self.counts.size
         # clipped before the cast: a value outside [low, high] counts in the end bin; in float64,
-        # as a mask's float32 minimum less a low end near it overflows float32
+        # as a value far outside a narrow range overflows float32 when divided by its bin width
         index = np.clip((nonzero.astype(np.float64) - self.low) / width, 0, self.counts.size - 1).astype(np.int64)
         self.counts += np.bincount(index, minlength=self.counts.size)
 

@@ -105,14 +105,14 @@ def test_the_int8_search_keeps_estimated_ranges_where_they_measure_better(tmp_pa
     assert {c["recipe"] for c in candidates} >= {"all int8", "all int8 [mse ranges]", "all int8 [percentile ranges]"}
 
 
-def test_a_histogram_takes_a_masks_float32_minimum_without_overflow():
-    """An attention mask's finfo(float32).min: value - low overflowed float32 (a RuntimeWarning
-    from our own code in every masked transformer's int8 build)."""
+def test_a_histogram_far_narrower_than_its_values_takes_them_without_overflow():
+    """A histogram whose range calibration made tiny (an output masked to near zero) given a later
+    sample's large values: (value - low) / width overflowed float32, a RuntimeWarning from our own
+    code (a masked transformer's int8 build, bench/layer_patterns.py transformer_padding_mask)."""
     import warnings
 
-    lowest = float(np.finfo(np.float32).min)
-    histogram = Histogram(lowest, 2.0)
+    histogram = Histogram(0.0, 1e-36)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        histogram.add(np.array([lowest, -1.0, 0.0, 0.5, 2.0], np.float32))
-    assert histogram.counts.sum() == 4 and histogram.counts[0] == 1 and histogram.counts[-1] == 3 and histogram.zeros == 1
+        histogram.add(np.array([1e6, 5e-37, 0.0], np.float32))
+    assert histogram.counts.sum() == 2 and histogram.counts[-1] == 1 and histogram.zeros == 1
