@@ -114,7 +114,9 @@ def litert_ir_passes(exported_program):
         time), what depends on no input folded into constants (EdgeNeXt's positional encoding, an
         int8 DIV by 10000**k that LiteRT refused), PReLU as one form, attention-mask constants
         bounded, L2 normalizations without a division by the norm (an int8 DIV stops at a divisor
-        on its zero point), a softmax over one element as ones, and a flatten into a Linear read
+        on its zero point), a softmax over one element as ones, one over another axis than the last
+        between transposes (the converter writes it out in ops the quantizer leaves float), and a
+        flatten into a Linear read
         in NHWC order (no TRANSPOSE before it).
     mcu's own passes run these too, so a CNN that needs nothing mcu-specific reaches the same
     program on both targets and shares one float model (`lowered_fingerprint`). Per-layer verify
@@ -147,6 +149,7 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.one_hot_compare import OneHotAsCompare
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
+    from tpuedge.shared_ir.passes.softmax_last_axis import SoftmaxOnTheLastAxis
     from tpuedge.shared_ir.passes.softmax_of_one import SoftmaxOfOne
     from tpuedge.shared_ir.passes.sort_topk import SortAsTopk
     from tpuedge.shared_ir.passes.stft_conv import StftAsConvolution
@@ -156,7 +159,7 @@ def _run_litert_ir_passes(exported_program):
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
     for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), ChannelWindowAsConvolution(),
                     SortAsTopk(), OneHotAsCompare(),
-                    RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), FoldConstants(),
+                    RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), SoftmaxOnTheLastAxis(), FoldConstants(),
                     StftAsConvolution(),  # after FoldConstants: a window made in forward is a constant by then
                     AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(), NormalizeAsRsqrt(), BroadcastInsteadOfExpand(),
                     ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(), PermuteAtMost5D(), ConstantMinusAsNegAdd(),
