@@ -22,9 +22,11 @@ from tpuedge.shared_ir.targets import Capability
 __all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins"]
 
 
-def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
-    """The IR passes every mcu build runs, in order; `layout=False` leaves out the one that only
-    reorders data for NHWC (it permutes a Linear's weight, so a graph that trains must not get it)."""
+def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
+    """The IR passes every mcu build runs, in order. `training=True` gives them for a graph that
+    trains (quantization-aware training): without the one that only reorders data for NHWC (it
+    permutes a Linear's weight), and keeping `detach`, which stops gradients there (a
+    straight-through estimator's `z + (q - z).detach()`, an inlined no_grad region's outputs)."""
     from tpuedge.shared_ir.passes import PassManager
     from tpuedge.shared_ir.passes.autocast_regions import InlineAutocastRegions, InlineGradModeRegions
     from tpuedge.shared_ir.passes.casts import CanonicalCasts
@@ -69,7 +71,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), InlineGradModeRegions(), CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(),
+        [InlineAutocastRegions(), InlineGradModeRegions(), CanonicalCasts(), RemoveIdentityOps(keep_detach=training), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(),
          SliceAssignmentAsConcat(), FoldConstants(),
          StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
          UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(),
@@ -78,7 +80,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, layout: bool = True):
          AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), Pool1dAs2d(),  # before reduce-max-as-maximum: they may leave a max over a dim
          ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(),
          OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
-         *([FlattenAsNHWC()] if layout else []), PReluAsMinimum()]
+         *([] if training else [FlattenAsNHWC()]), PReluAsMinimum()]
     )
 
 
@@ -167,7 +169,7 @@ def mcu_capability() -> Capability:
         notes=notes,
         suggestions=suggestions,
         rewrite_notes=_rewrite_notes,
-        rewrite=lambda exported_program: mcu_passes(layout=False).run(exported_program)[0],
+        rewrite=lambda exported_program: mcu_passes(training=True).run(exported_program)[0],
         # a transpose of two axes always reduces to at most 5 (before, one, between, other, after)
         max_rank={"aten.permute.default": (5, "TFLite-Micro's TRANSPOSE kernel fails to prepare above 5-D")},
         rewritten={**_REWRITTEN_ON_THE_IR, "aten.gelu": notes["aten.gelu"]},

@@ -95,3 +95,38 @@ def test_in_place_eval_dropout_vanishes_too():
     x = np.random.default_rng(1).standard_normal((1, 8)).astype(np.float32)
     np.testing.assert_array_equal(program.run(x)[0], Program(ep, name="h").run(x)[0])
     assert program.check("mcu") == []
+
+
+class _StraightThrough(torch.nn.Module):
+    """A VQ-style straight-through estimator: forward rounds, backward passes the gradient as if
+    it did not: z + (round(z) - z).detach()."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        z = self.fc(x) * 3.0
+        return (z + (torch.round(z) - z).detach()).sum(-1)
+
+
+def test_the_rewrite_quantization_aware_training_gets_keeps_detach():
+    """Old code: mcu's rewrite for training removed the detach, so the estimator's gradient was
+    zero (round's) instead of the identity's; inference builds still drop it."""
+    from tpuedge.edge.mcu_capability import mcu_passes
+    from tpuedge.shared_ir.targets import get_target
+
+    torch.manual_seed(0)
+    module = _StraightThrough()
+    x = torch.randn(2, 4)
+    program = tpuedge.export(module, (x,), name="straight_through", training=True)
+    trained = get_target("mcu").capability().rewrite(program.exported_program)
+    assert "aten.detach.default" in {str(n.target) for n in trained.graph.nodes}
+    inference, _ = mcu_passes().run(program.exported_program)
+    assert "aten.detach.default" not in {str(n.target) for n in inference.graph.nodes}
+
+    rewritten = trained.module()
+    rewritten(x).sum().backward()
+    module(x).sum().backward()
+    got = dict(rewritten.named_parameters())["fc.weight"].grad
+    assert got is not None and torch.allclose(got, module.fc.weight.grad) and got.abs().sum() > 0

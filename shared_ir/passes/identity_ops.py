@@ -49,10 +49,19 @@ def _is_identity(node, dropouts) -> bool:
 
 
 class RemoveIdentityOps:
+    """`keep_detach=True` for a graph that trains: a detach is the identity of values only."""
+
     name = "remove-identity-ops"
 
+    def __init__(self, keep_detach: bool = False):
+        self.keep_detach = keep_detach
+
     def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
+        import torch
+
         dropouts, copies = _targets()
+        if self.keep_detach:
+            copies = copies - {torch.ops.aten.detach.default}
         found = [n for n in call_functions(exported_program, dropouts | copies) if _is_identity(n, dropouts)]
         if not found:
             return exported_program, PassResult(self.name, 0, "no identity ops in the program")
