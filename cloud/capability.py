@@ -16,12 +16,26 @@ __all__ = ["cloud_capability", "decompose_to_core_aten"]
 def decompose_to_core_aten(exported_program: Any) -> Any:
     """The one decomposition the cloud backend applies: `run_decompositions()` with torch's
     default (core ATen) table. It also functionalizes: BatchNorm running-stat updates become
-    BUFFER_MUTATION outputs. Returns a new ExportedProgram; the input is left as captured."""
+    BUFFER_MUTATION outputs. Returns a new ExportedProgram; the input is left as captured.
+
+    Functionalization writes `detach` as `alias`, which carries gradients: a straight-through
+    estimator's `z + (q - z).detach()` trained with the gradient of q (tests/test_cloud_detach.py).
+    The nodes torch records as made from a detach are detach again (lowered as stop_gradient)."""
     import warnings
+
+    import torch
 
     with warnings.catch_warnings():  # torch's pytree warns about its own LeafSpec while it copies the program
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
-        return exported_program.run_decompositions()
+        decomposed = exported_program.run_decompositions()
+    detach, alias = torch.ops.aten.detach.default, torch.ops.aten.alias.default
+    restored = [n for n in decomposed.graph.nodes
+                if n.op == "call_function" and n.target is alias and str(n.meta.get("original_aten")) == str(detach)]
+    for node in restored:
+        node.target = detach
+    if restored:
+        decomposed.graph_module.recompile()
+    return decomposed
 
 
 def cloud_capability() -> Capability:

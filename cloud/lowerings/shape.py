@@ -83,9 +83,16 @@ def split(x, split_size, dim=0):
     return jnp.split(x, points, axis=dim)
 
 
-@lowering("aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default", "aten.detach.default")
+@lowering("aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default")
 def identity(x, memory_format=None):
     return x
+
+
+@lowering("aten.detach.default")
+def detach(x):
+    # the value as it is, no gradient through it: a straight-through estimator's
+    # z + (q - z).detach(), a stop-gradient branch (tests/test_cloud_detach.py)
+    return lax.stop_gradient(x)
 
 
 @lowering("aten._to_copy.default")

@@ -1,0 +1,54 @@
+"""`.detach()` in a forward stops gradients in the cloud train step as it does in torch.
+
+The core-ATen decomposition writes detach as alias, which the lowering took as the identity: a
+VQ-style straight-through estimator trained with round's zero gradient added in, a SimSiam-style
+stop-gradient branch with gradients through it (one SGD step: weights 0.51 and 0.16 off torch's).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from tpuedge.cloud.train_api import train_step
+
+
+class StraightThrough(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        z = self.fc(x) * 3.0
+        return z + (torch.round(z) - z).detach()
+
+
+class StopGradientBranch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        p = self.fc(x)
+        return p * p.detach()
+
+
+@pytest.mark.parametrize("make", [StraightThrough, StopGradientBranch])
+def test_one_sgd_step_matches_torchs(make):
+    torch.manual_seed(0)
+    ours = make()
+    theirs = copy.deepcopy(ours)
+    x, target = torch.randn(8, 4), torch.randn(8, 4)
+    step = train_step(ours, torch.nn.functional.mse_loss, torch.optim.SGD(ours.parameters(), lr=0.1), (x, target))
+    loss = step(x, target)
+    step.sync_to(ours)
+    optimizer = torch.optim.SGD(theirs.parameters(), lr=0.1)
+    torch_loss = torch.nn.functional.mse_loss(theirs(x), target)
+    torch_loss.backward()
+    optimizer.step()
+    np.testing.assert_allclose(float(loss), float(torch_loss.detach()), rtol=1e-5)
+    np.testing.assert_allclose(ours.fc.weight.detach().numpy(), theirs.fc.weight.detach().numpy(), atol=1e-6)
+    np.testing.assert_allclose(ours.fc.bias.detach().numpy(), theirs.fc.bias.detach().numpy(), atol=1e-6)
