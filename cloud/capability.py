@@ -19,12 +19,17 @@ def decompose_to_core_aten(exported_program: Any) -> Any:
     BUFFER_MUTATION outputs. Returns a new ExportedProgram; the input is left as captured.
 
     Functionalization writes `detach` as `alias`, which carries gradients: a straight-through
-    estimator's `z + (q - z).detach()` trained with the gradient of q (tests/test_cloud_detach.py).
-    The nodes torch records as made from a detach are detach again (lowered as stop_gradient)."""
+    estimator's `z + (q - z).detach()` trained with the gradient of q, and the ops of a
+    `torch.no_grad()` block came out as plain ops, a teacher under no_grad trained along
+    (tests/test_cloud_detach.py). No-grad blocks are inlined first with their outputs detached,
+    and the nodes torch records as made from a detach are detach again (lowered as stop_gradient)."""
     import warnings
 
     import torch
 
+    from tpuedge.shared_ir.passes.autocast_regions import InlineGradModeRegions
+
+    exported_program, _ = InlineGradModeRegions()(exported_program)
     with warnings.catch_warnings():  # torch's pytree warns about its own LeafSpec while it copies the program
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
         decomposed = exported_program.run_decompositions()

@@ -7,6 +7,8 @@ loss_fn(model(*inputs), *targets)` and captures that with `tpuedge.export(..., t
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,8 +39,12 @@ def _model_with_loss_class():
             self.precision = precision
 
         def forward(self, *batch):
-            # bf16: torch's own CPU autocast policy is captured into the graph as explicit casts
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            # bf16: torch's own CPU autocast policy is captured into the graph as explicit casts.
+            # f32 enters no autocast block at all: torch.export splits a disabled one into regions
+            # too, and a torch.no_grad() block inside one came out with its grad mode lost (its
+            # ops trained; tests/test_cloud_detach.py)
+            bf16 = self.precision == "bf16"
+            with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
                 outputs = self.model(*batch[: self.n_inputs])
                 loss_fn = self.loss_fn if "loss_fn" in self._modules else self._loss
                 loss = loss_fn(outputs, *batch[self.n_inputs :])

@@ -1,8 +1,10 @@
-"""`.detach()` in a forward stops gradients in the cloud train step as it does in torch.
+"""`.detach()` and `torch.no_grad()` in a forward stop gradients in the cloud train step as in torch.
 
 The core-ATen decomposition writes detach as alias, which the lowering took as the identity: a
 VQ-style straight-through estimator trained with round's zero gradient added in, a SimSiam-style
 stop-gradient branch with gradients through it (one SGD step: weights 0.51 and 0.16 off torch's).
+A teacher under `torch.no_grad()` trained along (0.016 off): the capture's disabled autocast
+block made torch.export drop the grad mode of the block inside it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,19 @@ class StopGradientBranch(torch.nn.Module):
         return p * p.detach()
 
 
-@pytest.mark.parametrize("make", [StraightThrough, StopGradientBranch])
+class NoGradTeacher(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.teacher = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            t = self.teacher(x)
+        return self.fc(x) * t
+
+
+@pytest.mark.parametrize("make", [StraightThrough, StopGradientBranch, NoGradTeacher])
 def test_one_sgd_step_matches_torchs(make):
     torch.manual_seed(0)
     ours = make()
@@ -52,3 +66,5 @@ def test_one_sgd_step_matches_torchs(make):
     np.testing.assert_allclose(float(loss), float(torch_loss.detach()), rtol=1e-5)
     np.testing.assert_allclose(ours.fc.weight.detach().numpy(), theirs.fc.weight.detach().numpy(), atol=1e-6)
     np.testing.assert_allclose(ours.fc.bias.detach().numpy(), theirs.fc.bias.detach().numpy(), atol=1e-6)
+    for name, value in theirs.state_dict().items():  # the teacher's too: unchanged, as in torch
+        np.testing.assert_allclose(ours.state_dict()[name].numpy(), value.numpy(), atol=1e-6, err_msg=name)
