@@ -253,11 +253,6 @@ SAMPLES.update({
         S(g.T(2, 4, 5, 5), g.T(4, 3, 3, 3), g.T(3), [2, 2], [1, 1], [1, 1], True, [1, 1], 1, atol=1e-4, rtol=1e-4),
         S(g.T(2, 4, 5, 5), g.T(4, 2, 3, 3), None, [2, 1], [0, 1], [1, 2], True, [1, 0], 2, atol=1e-4, rtol=1e-4, grad=True),
         S(g.T(2, 3, 6), g.T(3, 2, 4), g.T(2), [3], [1], [1], True, [2], 1, atol=1e-4, rtol=1e-4),
-        # 1x1 (pointwise): a matrix product; with a stride, padding or groups still a convolution
-        S(g.T(2, 4, 5, 6), g.T(7, 4, 1, 1), g.T(7), [1, 1], [0, 0], [1, 1], False, [0, 0], 1, atol=1e-4, rtol=1e-4, grad=True),
-        S(g.T(2, 4, 9), g.T(3, 4, 1), None, [1], [0], [2], False, [0], 1, atol=1e-4, rtol=1e-4),
-        S(g.T(2, 4, 5, 6), g.T(6, 4, 1, 1), None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1, atol=1e-4, rtol=1e-4),
-        S(g.T(2, 4, 5, 6), g.T(6, 2, 1, 1), g.T(6), [1, 1], [0, 0], [1, 1], False, [0, 0], 2, atol=1e-4, rtol=1e-4),
     ],
     "aten._native_batch_norm_legit_functional.default": lambda g: [
         S(g.T(4, 3, 5, 5), g.T(3), g.T(3), g.T(3), g.P(3), True, 0.1, 1e-5, atol=1e-4, rtol=1e-4, grad_args=(0, 1, 2)),

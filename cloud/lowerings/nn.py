@@ -56,14 +56,7 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     sp = _spatial_names(n)
     dims = lax.conv_dimension_numbers(x.shape, weight.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
     stride, padding, dilation = (list(v) * n if len(v) == 1 else list(v) for v in (stride, padding, dilation))
-    pointwise = not transposed and groups == 1 and all(k == 1 for k in weight.shape[2:]) and all(s == 1 for s in stride) \
-        and not any(padding)
-    if pointwise:
-        # a 1x1 convolution as the matrix product it is: libtpu's XLA:TPU compile failed inside its
-        # post-layout pass on attention maps mixed over heads by 1x1 convolutions around a softmax
-        # (EfficientFormerV2's talking heads; tests/test_cloud_tpu_workarounds.py)
-        out = jnp.einsum("nc...,oc->no...", x, weight.reshape(weight.shape[:2]))
-    elif not transposed:
+    if not transposed:
         out = lax.conv_general_dilated(
             x,
             weight,
