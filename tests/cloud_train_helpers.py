@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import tpuedge.cloud
 
-__all__ = ["ConvNet", "torch_curve", "parity", "rel_diff", "adamw"]
+__all__ = ["ConvNet", "torch_curve", "parity", "one_step", "rel_diff", "adamw"]
 
 
 class ConvNet(nn.Module):
@@ -48,6 +48,14 @@ def parity(model, batch, make_opt, steps=20, loss_fn=F.cross_entropy, n_inputs=1
     ours = np.array([float(step(*batch)) for _ in range(steps)])
     want = torch_curve(torch_model, loss_fn, make_opt(torch_model.parameters()), batch, steps, n_inputs)
     return want, ours, torch_model, step
+
+
+def one_step(model, batch, make_opt, loss_fn=F.cross_entropy):
+    """`parity` for one step: (torch's loss, ours, torch's model after it, ours after it)."""
+    want, ours, torch_model, step = parity(model, batch, make_opt, steps=1, loss_fn=loss_fn)
+    trained = copy.deepcopy(model)
+    step.sync_to(trained)
+    return want[0], ours[0], torch_model, trained
 
 
 def rel_diff(a, b):

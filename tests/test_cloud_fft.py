@@ -51,21 +51,12 @@ def test_complex_ffts_build_for_cloud_tpu(tmp_path, make, shape):
 def test_a_spectral_layer_trains_as_torch_does():
     """One SGD step through rfft2, complex weights and irfft2: the loss and the updated weights
     as torch's own step gives them."""
-    import copy
-
-    from tpuedge.cloud.train_api import train_step
+    from cloud_train_helpers import one_step
 
     torch.manual_seed(0)
-    ours = SpectralConv()
-    theirs, initial = copy.deepcopy(ours), ours.weight.detach().clone()
-    x, target = torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8)
-    step = train_step(ours, torch.nn.functional.mse_loss, torch.optim.SGD(ours.parameters(), lr=0.5), (x, target))
-    loss = step(x, target)
-    step.sync_to(ours)
-    optimizer = torch.optim.SGD(theirs.parameters(), lr=0.5)
-    torch_loss = torch.nn.functional.mse_loss(theirs(x), target)
-    torch_loss.backward()
-    optimizer.step()
-    np.testing.assert_allclose(float(loss), float(torch_loss.detach()), rtol=1e-5)
-    assert not torch.equal(ours.weight.detach(), initial)  # the step moved it
+    model = SpectralConv()
+    batch = (torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8))
+    torch_loss, loss, theirs, ours = one_step(model, batch, lambda p: torch.optim.SGD(p, lr=0.5), torch.nn.functional.mse_loss)
+    np.testing.assert_allclose(loss, torch_loss, rtol=1e-5)
+    assert not torch.equal(ours.weight.detach(), model.weight.detach())  # the step moved it
     np.testing.assert_allclose(ours.weight.detach().numpy(), theirs.weight.detach().numpy(), rtol=1e-4, atol=1e-6)
