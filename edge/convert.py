@@ -98,6 +98,12 @@ def program_to_tflite(
     from tpuedge.shared_ir.cache_keys import cached_stage
 
     quantize = run_quantizer(base)
+    if config.scheme in ("int8", "dynamic-int8"):  # LSTM layers LiteRT runs whole (edge/sequence_lstm.py)
+        from tpuedge.edge.int8_search import fused_lstm_plan
+
+        quantize.fused_lstm = fused_lstm_plan(program, config, calibration, base, budget_cosine)
+        if quantize.fused_lstm is not None:
+            recipe["fused_lstm_weights"] = quantize.fused_lstm.to_json()
     if config.scheme in ("fp16", "dynamic-int8"):
         entries = quantizer_recipe(config)
         recipe["quantizer_recipe"] = entries

@@ -762,3 +762,30 @@ def _key(assignment: dict[str, str], ranges: str = "min-max") -> str:
 
 def _round(x: float | None) -> float | None:
     return None if x is None else round(float(x), 6)
+
+
+def fused_lstm_plan(program, config, calibration, base: bytes, budget_cosine: float | None):
+    """edge/sequence_lstm.py's plan for the fused LSTMs' weights of `base` in a quantized build
+    (None: there are none), measured on the search's samples. Their int8 may cost half of what
+    the build's aim leaves (its budget plus the held-out margin, else the search's target):
+    the other half is the rest of the model's."""
+    from tpuedge.edge.sequence_lstm import FusedLSTMWeights, has_fused_lstm, plan_fused_lstm_weights
+    from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_json, encode_json
+    from tpuedge.shared_ir.stage_times import timed
+
+    if not has_fused_lstm(base):
+        return None
+    aim = min(budget_cosine + _HELD_OUT_MARGIN, 1.0) if budget_cosine is not None else config.target_cosine
+    eval_samples = _search_samples(program, calibration) if calibration else []
+    eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
+
+    def plan() -> dict | None:
+        found = plan_fused_lstm_weights(base, eval_inputs, (1 - aim) / 2)
+        return None if found is None else {**asdict(found), "float32": sorted(found.float32)}
+
+    parts = {"float": hashlib.sha256(base).hexdigest(), "samples": data_digest(eval_samples), "aim": aim}
+    with timed("fused LSTM weights: int8 where they cost little"):
+        found = cached_stage("fused_lstm_weights", parts, plan, encode=encode_json, decode=decode_json)
+    if found is None:
+        return None
+    return FusedLSTMWeights(**{**found, "names": tuple(found["names"]), "float32": frozenset(tuple(p) for p in found["float32"])})

@@ -39,8 +39,8 @@ def _module_path(scope: str) -> str:
 
 
 def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], GroupScopes]:
-    """Sensitive groups (LayerNorm, softmax, GELU, attention matmul, recurrent state, division by a
-    computed tensor) in graph order."""
+    """Sensitive groups (LayerNorm, softmax, GELU, attention matmul, recurrent state, a fused
+    sequence LSTM, division by a computed tensor) in graph order."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl  # its scopes are what its recipes match
 
     from tpuedge.edge import tflite_file
@@ -54,13 +54,19 @@ def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], Gr
     def add(key: str, kind: str, scope: str, op: str) -> None:
         groups.setdefault(key, (kind, []))[1].append((scope, op))
 
+    # the module paths of fused sequence LSTMs (edge/sequence_lstm.py): they and the ops around
+    # them (the clearing step's PAD and CONCATENATION, the SLICE after) compute in float
+    fused = {_module_path(tfl.get_op_scope(op, subgraph.tensors)) for op in subgraph.operators or []
+             if op_names[op.opcodeIndex] == "UNIDIRECTIONAL_SEQUENCE_LSTM"}
     for index, op in enumerate(subgraph.operators or []):
         name = op_names[op.opcodeIndex]
         scope = tfl.get_op_scope(op, subgraph.tensors)
         path = _module_path(scope)
         module = path.rsplit("/", 1)[-1]
         norm, recurrent = _NORM_MODULES.search(module), _RECURRENT_MODULES.search(module)
-        if recurrent and "/" in path:
+        if path in fused:
+            add(f"fused_recurrent:{path}", "fused_recurrent", scope, name)
+        elif recurrent and "/" in path:
             add(f"recurrent_state:{path}", "recurrent_state", scope, name)
         elif norm and "/" in path and name not in _WEIGHTED_OPS:
             add(f"layer_norm:{path}", "layer_norm", scope, name)
@@ -352,6 +358,7 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         self._estimated: dict[str, dict] = {}
         self.capped_ranges: dict[str, tuple[float, float]] = {}  # edge/singular_ranges.py, set by calibrate
         self.log: list[str] = []  # what ai-edge-quantizer printed, step by step
+        self.fused_lstm = None  # edge/sequence_lstm.FusedLSTMWeights, set by the conversion
 
     def calibrate(self, recipe: list[dict], samples: list[dict]) -> None:
         """Activation ranges over ALL samples (global min/max).
@@ -419,4 +426,6 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
             self.log, "quantizing with the recipe", self._quantizer.quantize, calibration,
             enable_progress_bar=False, enable_progress_report=False,
         )
-        return bytes(result.quantized_model)
+        data = bytes(result.quantized_model)
+        # the fused LSTMs, which ai-edge-quantizer leaves float: their planned int8 weights
+        return self.fused_lstm.apply(data, recipe) if self.fused_lstm is not None else data

@@ -36,6 +36,7 @@ SENSITIVE_KINDS = {
     "gelu": "a non-linearity with a small negative lobe",
     "attention_matmul": "activation x activation matmul: both sides carry quantization error",
     "recurrent_state": "state fed back through time accumulates quantization error",
+    "fused_recurrent": "LiteRT's fused sequence LSTM computes in float (its weights int8 where measured cheap, edge/sequence_lstm.py); the ops around it with it",
     "division": "a division by a computed tensor: LiteRT's int8 DIV refuses a divisor that rounds to its zero point",
     "ranked": "an op the IR sensitivity ranking (quantize/sensitivity.py) puts among the costliest in int8",
     "ranked_output": "an op writing a model output that reads a ranked op's value: float, so the output stays float",
@@ -46,7 +47,7 @@ SENSITIVE_KINDS = {
 # never searched: an int8 DIV stops LiteRT on any input whose divisor rounds to its zero point, a
 # phone's as well as a calibration sample; searched one group at a time, a model with several
 # (timm's EfficientViT-B0, one per attention) had every candidate refused but the every-op rung
-FLOAT_FROM_THE_START = frozenset({"division"})
+FLOAT_FROM_THE_START = frozenset({"division", "fused_recurrent"})
 # how many of the ranked groups `upgrade_ranked` tries at once, in turn
 _RANKED_PREFIXES = (1, 2, 4, 8, 12, 16, 24)
 

@@ -249,13 +249,24 @@ def test_strict_int8_reports_what_it_costs(outlier_search, programs, tmp_path):
     assert f"strict {cost['strict_int8']['centered_cosine']:.5f}" in line and f"vs {cost['mixed']['centered_cosine']:.5f}" in line
 
 
-def test_lstm_int8_measures_its_recurrent_state(tmp_path):
-    """An LSTM builds in int8; its gates and state updates form one sensitive group that the
-    search measures (and upgrades when a target asks for it), as the manifest says."""
-    from models import build_lstm
+class _GRUTagger(torch.nn.Module):
+    """A GRU tagger: android writes a GRU out over time (an LSTM is one fused op there,
+    tests/test_sequence_lstm.py)."""
 
-    module, inputs = build_lstm()
-    program = tpuedge.export(module, inputs, name="lstm")
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(16, 32, batch_first=True)
+        self.head = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.head(self.gru(x)[0])
+
+
+def test_gru_int8_measures_its_recurrent_state(tmp_path):
+    """A GRU builds in int8; its gates and state updates form one sensitive group that the
+    search measures (and upgrades when a target asks for it), as the manifest says."""
+    torch.manual_seed(0)
+    program = tpuedge.export(_GRUTagger().eval(), (torch.randn(1, 12, 16),), name="gru")
     calibration, test = program.example_inputs(seed=1, count=32), program.example_inputs(seed=2, count=16)
     reference = [program.run(*s) for s in test]
 
@@ -265,8 +276,8 @@ def test_lstm_int8_measures_its_recurrent_state(tmp_path):
     float_model = summarize_tflite(float_tflite(program))  # cached: the one this build quantized
     float_ops = float_model.op_histogram
     in_group = [op.split()[0] for op in state["ops"] for _ in range(int(op.rsplit("\u00d7", 1)[1]) if "\u00d7" in op else 1)]  # "op ×count"
-    assert state["group"] == "recurrent_state:lstm/LSTM" and all("lstm/LSTM" in op for op in state["ops"])
-    for gate_op in ("LOGISTIC", "TANH"):  # every gate non-linearity of the unrolled LSTM is in the group
+    assert state["group"] == "recurrent_state:gru/GRU" and all("gru/GRU" in op for op in state["ops"])
+    for gate_op in ("LOGISTIC", "TANH"):  # every gate non-linearity of the unrolled GRU is in the group
         assert in_group.count(gate_op) == float_ops[gate_op] > 0
     assert state["precision"] == "int8" and "meets the target" in state["reason"]
     assert recipe["search"]["all_int8_cosine"] >= 0.995
@@ -278,7 +289,7 @@ def test_lstm_int8_measures_its_recurrent_state(tmp_path):
     [state] = [d for d in strict_target.recipe["decisions"] if d["kind"] == "recurrent_state"]
     assert set(state["cosine"]) == {"int8", "float"}
     assert state["precision"] == "float" and state["cosine"]["float"] > state["cosine"]["int8"] + 1e-4
-    assert [i["group"] for i in strict_target.recipe["non_int8_ops"]] == ["recurrent_state:lstm/LSTM"]
+    assert [i["group"] for i in strict_target.recipe["non_int8_ops"]] == ["recurrent_state:gru/GRU"]
     runner = LiteRTRunner(strict_target.tflite)
     upgraded = compare_outputs(reference, [runner.run(s) for s in test])
     assert upgraded.centered_cosine > int8_acc.centered_cosine, (upgraded.describe(), int8_acc.describe())

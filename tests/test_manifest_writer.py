@@ -39,17 +39,19 @@ def test_writer_fills_common_fields_groups_ops_and_refuses_incomplete(tmp_path):
 
 
 class _Recurrent(torch.nn.Module):
+    """A GRU, which android writes out over time (an LSTM is one fused op there now)."""
+
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.lstm = torch.nn.LSTM(4, 8, batch_first=True)
+        self.gru = torch.nn.GRU(4, 8, batch_first=True)
         self.head = torch.nn.Linear(8, 3)
 
     def forward(self, x):
-        return self.head(self.lstm(x)[0][:, -1])
+        return self.head(self.gru(x)[0][:, -1])
 
 
-def test_an_unrolled_lstm_lists_each_op_once_with_its_count(tmp_path):
+def test_an_unrolled_recurrent_layer_lists_each_op_once_with_its_count(tmp_path):
     """Issue 10: an int8 LSTM's recurrent-state group listed every unrolled op one by one."""
     program = tpuedge.export(_Recurrent().eval(), (torch.zeros(1, 12, 4),), name="rnn")
     rng = np.random.default_rng(0)

@@ -41,7 +41,7 @@ from typing import Any
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, rewrite_calls
 
-__all__ = ["UnrollRecurrentLayers", "lstm_step", "gru_step", "rnn_step"]
+__all__ = ["UnrollRecurrentLayers", "lstm_step", "gru_step", "rnn_step", "layer_args", "is_zeros"]
 
 
 def _quarters(graph, aten, gates, hidden: int, parts: int) -> list:
@@ -120,7 +120,7 @@ def _input_projection_bias(graph, aten, b_ih, b_hh, gru: bool):
     return call_with_val(graph, aten.cat.default, [rz, n_ih]), b_hn
 
 
-def _layer_args(node, lstm: bool):
+def layer_args(node, lstm: bool):
     """(input, h0, c0 or None, params, has_biases, layers, train, bidirectional, batch_first)."""
     x, hx, params, has_biases, layers, _dropout, train, bidirectional, batch_first = node.args[:9]
     h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
@@ -130,7 +130,7 @@ def _layer_args(node, lstm: bool):
 _ZERO_FACTORIES = {"aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default"}
 
 
-def _is_zeros(program, node) -> bool:
+def is_zeros(program, node) -> bool:
     """Whether `node` is all zeros whatever the input: a zeros factory, or a constant of zeros."""
     from tpuedge.shared_ir.op_registry import op_key
 
@@ -147,8 +147,8 @@ def _unroll(program, graph, aten, node, kind: str):
     """The replacement values (output, h_n[, c_n]), or None to leave the node; `kind` is "lstm",
     "gru", "rnn_tanh" or "rnn_relu"."""
     lstm = kind == "lstm"
-    x, h0, c0, params, has_biases, layers, train, bidirectional, batch_first = _layer_args(node, lstm)
-    zero_start = _is_zeros(program, h0) and (not lstm or _is_zeros(program, c0))
+    x, h0, c0, params, has_biases, layers, train, bidirectional, batch_first = layer_args(node, lstm)
+    zero_start = is_zeros(program, h0) and (not lstm or is_zeros(program, c0))
     directions = 2 if bidirectional else 1
     per_cell = 4 if has_biases else 2
     if (train and layers > 1) or len(params) != layers * directions * per_cell or x.meta["val"].dim() != 3:
