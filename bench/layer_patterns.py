@@ -1,10 +1,10 @@
 """Layer patterns users write, each checked and built for every target: where a layer fails.
 
-    python bench/layer_patterns.py                          # all 34 patterns, android int8 + mcu + cloud-tpu (~12 min)
+    python bench/layer_patterns.py                          # all 36 patterns, android int8 + mcu + cloud-tpu (~12 min)
     python bench/layer_patterns.py stft leaky_relu --targets mcu
 
 Each pattern is a small random-init module around one construct users bring (a transformer
-encoder with a padding mask, a bidirectional GRU, padding="same", a transposed-convolution
+encoder with a padding mask, a bidirectional GRU, a CRNN's bidirectional LSTM, padding="same", a transposed-convolution
 upsampler, LeakyReLU, torch.stft, one_hot, sort/top-k, ...). For each target: `check`, then a
 build (android: the default int8 search; mcu: esp32s3; both on 16 random calibration samples,
 written even below their accuracy budget: random weights, so the cosine says whether it runs,
@@ -57,6 +57,12 @@ def _patterns() -> dict:
             qkv=nn.Linear(32, 96)), seq),
         "bigru_2layer": (lambda: module(lambda s, x: s.fc(s.rnn(x)[0][:, -1]), rnn=nn.GRU(16, 24, 2, batch_first=True, bidirectional=True),
                                         fc=nn.Linear(48, 3)), lambda: (torch.randn(1, 20, 16),)),
+        "crnn_bilstm_ctc": (lambda: module(lambda s, x: s.fc(s.rnn(s.c(x).mean(2).transpose(1, 2))[0]).log_softmax(-1),
+                                           c=nn.Conv2d(1, 32, 3, stride=(4, 2), padding=1),
+                                           rnn=nn.LSTM(32, 24, 2, batch_first=True, bidirectional=True), fc=nn.Linear(48, 11)),
+                            lambda: (torch.randn(1, 1, 16, 48),)),
+        "lstm_streaming_state": (lambda: module(lambda s, x, h, c: s.rnn(x, (h, c)), rnn=nn.LSTM(8, 16, batch_first=True)),
+                                 lambda: (torch.randn(1, 5, 8), torch.randn(1, 1, 16), torch.randn(1, 1, 16))),
         "rnn_tanh": (lambda: module(lambda s, x: s.fc(s.rnn(x)[0][:, -1]), rnn=nn.RNN(8, 16, batch_first=True), fc=nn.Linear(16, 3)),
                      lambda: (torch.randn(1, 10, 8),)),
         "gru_cell_step": (lambda: module(lambda s, x, h: s.cell(x, h), cell=nn.GRUCell(8, 16)), lambda: (torch.randn(1, 8), torch.randn(1, 16))),
