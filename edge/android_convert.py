@@ -46,12 +46,12 @@ def android_rewrites(program: "Program", config) -> tuple["Program", list[dict]]
     without float ops (--strict-int8, or no float islands), whose layers are written out in int8
     ops (`int8_rewrites`), and dynamic-int8, whose written-out layers run LiteRT's hybrid
     FULLY_CONNECTED kernels (Resemblyzer: 8.2 ms per invoke, 20.5 ms fused in float)."""
+    integer_compute = config.scheme == "dynamic-int8" or (config.scheme == "int8" and (config.strict_int8 or not config.float_islands))
+    if integer_compute or "aten.lstm.input" not in program.op_histogram:  # (its module registers a torch op: 25 ms)
+        return program, []
     from tpuedge.edge.sequence_lstm import FuseSequenceLSTM
     from tpuedge.shared_ir.program import Program
 
-    integer_compute = config.scheme == "dynamic-int8" or (config.scheme == "int8" and (config.strict_int8 or not config.float_islands))
-    if integer_compute:
-        return program, []
     ep, result = FuseSequenceLSTM()(program.exported_program)
     if not result.changed:
         return program, []
