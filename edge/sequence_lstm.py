@@ -7,7 +7,7 @@ an LSTM is about 16 ops per time step and layer: Resemblyzer's 3 layers over 160
 size goal on 1.4 MB of weights. LiteRT runs a whole layer as one kernel:
 
   - `FuseSequenceLSTM` (an android IR pass): an `aten.lstm.input` becomes, per layer and
-    direction, `tpuedge::sequence_lstm(x, w_ih, w_hh, b_ih + b_hh, batch_first)` over one
+    direction, `tpuedge::sequence_lstm(x, w_ih, w_hh, b_ih + b_hh or zeros, batch_first)` over one
     clearing step and then x (`_clearing_step`: the op's states outlive an invoke), its first
     output step dropped; the reverse direction reads its input flipped in time and flips its
     output back; h_n is each output's last step. Only where the fused op computes what torch
@@ -19,8 +19,9 @@ size goal on 1.4 MB of weights. LiteRT runs a whole layer as one kernel:
     where a recipe stores weights in int8, the op's weights are stored in int8 too (per output
     channel) and read through a DEQUANTIZE, the op computing in float, but those whose int8 costs
     more than the plan allows, measured. LiteRT's hybrid kernel (int8 weights per tensor, inputs
-    quantized at run time) cost Resemblyzer 0.17 cosine with any layer's weights in int8; one
-    layer's input weights in int8 per channel with float compute, as much.
+    quantized at run time) cost Resemblyzer 0.17 cosine with its first layer in it, 0.008 with
+    its second; per channel with float compute the second costs 0.0008, the first's input
+    weights still 0.15 (they read a mel power spectrogram), so those stay float32.
 
 mcu keeps unrolling (its own passes run before this one could see an LSTM): TFLite-Micro's
 UNIDIRECTIONAL_SEQUENCE_LSTM is integer-only, with int16 cell states and per-gate intermediate
@@ -74,7 +75,7 @@ def _value(program, node):
 def _fusable(program, node) -> bool:
     x, h0, c0, params, has_biases, layers, train, bidirectional, _ = layer_args(node, lstm=True)
     reads_cell_state = any(u.args[1] == 2 and u.users for u in node.users)
-    return (not train and has_biases and len(params) == layers * (2 if bidirectional else 1) * 4
+    return (not train and len(params) == layers * (2 if bidirectional else 1) * (4 if has_biases else 2)
             and all(_value(program, p) is not None for p in params)
             and static_shapes(x) and x.meta["val"].dim() == 3 and x.meta["val"].dtype == torch.float32
             and is_zeros(program, h0) and is_zeros(program, c0) and not reads_cell_state)
@@ -102,12 +103,13 @@ def _clearing_step(w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor) -
     return torch.cat([w_ih, column], 1), (reach + 200.0) / min(largest)
 
 
-def _sequence(program, graph, node, x, w_ih, w_hh, b_ih, b_hh, batch_first: bool):
-    """One direction's output sequence over `x` (read forwards), from a cleared state."""
+def _sequence(program, graph, node, x, w_ih, w_hh, b_ih=None, b_hh=None, *, batch_first: bool):
+    """One direction's output sequence over `x` (read forwards), from a cleared state; no
+    biases (bias=False): zeros."""
     aten = torch.ops.aten
     time_dim = 1 if batch_first else 0
-    weights = [_value(program, p) for p in (w_ih, w_hh, b_ih, b_hh)]
-    bias = weights[2] + weights[3]
+    weights = [_value(program, p) for p in (w_ih, w_hh)]
+    bias = _value(program, b_ih) + _value(program, b_hh) if b_ih is not None else weights[0].new_zeros(weights[0].shape[0])
     w_clear, clear_value = _clearing_step(weights[0], weights[1], bias)
     shape = list(x.meta["val"].shape)
     steps = shape[time_dim]
@@ -115,7 +117,7 @@ def _sequence(program, graph, node, x, w_ih, w_hh, b_ih, b_hh, batch_first: bool
     first = torch.zeros(shape)
     first[..., -1] = clear_value
     w_clear = lift_constant(program, f"_{node.name}_{w_ih.name}_clear", w_clear, w_ih)
-    bias = lift_constant(program, f"_{node.name}_{b_ih.name}_sum", bias, b_ih)
+    bias = lift_constant(program, f"_{node.name}_{w_ih.name}_bias", bias, w_ih)
     first = lift_constant(program, f"_{node.name}_{w_ih.name}_first", first, x)
     padded = call_with_val(graph, aten.constant_pad_nd.default, x, [0, 1], 0.0)
     read = call_with_val(graph, aten.cat.default, [first, padded], time_dim)
@@ -128,16 +130,17 @@ def _fused(program, graph, node):
     if not _fusable(program, node):
         return None
     aten = torch.ops.aten
-    x, _, _, params, _, layers, _, bidirectional, batch_first = layer_args(node, lstm=True)
+    x, _, _, params, has_biases, layers, _, bidirectional, batch_first = layer_args(node, lstm=True)
     time_dim = 1 if batch_first else 0
     directions = 2 if bidirectional else 1
+    per_cell = 4 if has_biases else 2
     layer_in, h_last = x, []
     for layer in range(layers):
         outputs = []
         for direction in range(directions):
             cell = layer * directions + direction
             seq_in = layer_in if direction == 0 else call_with_val(graph, aten.flip.default, layer_in, [time_dim])
-            seq_out = _sequence(program, graph, node, seq_in, *params[cell * 4:(cell + 1) * 4], batch_first)
+            seq_out = _sequence(program, graph, node, seq_in, *params[cell * per_cell:(cell + 1) * per_cell], batch_first=batch_first)
             h_last.append(call_with_val(graph, aten.select.int, seq_out, time_dim, -1))
             outputs.append(seq_out if direction == 0 else call_with_val(graph, aten.flip.default, seq_out, [time_dim]))
         layer_in = outputs[0] if directions == 1 else call_with_val(graph, aten.cat.default, outputs, -1)

@@ -17,9 +17,9 @@ from tpuedge.shared_ir.program import Program
 
 
 class _Tagger(torch.nn.Module):
-    def __init__(self, features=6, hidden=16, layers=2, bidirectional=True, batch_first=True, with_state=False):
+    def __init__(self, features=6, hidden=16, layers=2, bidirectional=True, batch_first=True, with_state=False, bias=True):
         super().__init__()
-        self.lstm = torch.nn.LSTM(features, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first)
+        self.lstm = torch.nn.LSTM(features, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias)
         self.head = torch.nn.Linear(hidden * (2 if bidirectional else 1), 3)
         self.with_state, self.states, self.hidden = with_state, layers * (2 if bidirectional else 1), hidden
 
@@ -47,13 +47,15 @@ def _ops(data: bytes) -> list[str]:
     return [names[op.opcodeIndex] for op in model.subgraphs[0].operators]
 
 
-@pytest.mark.parametrize("batch_first,bidirectional", [(True, True), (False, False)], ids=["batch-first-bidir", "time-major"])
-def test_the_fused_program_gives_torchs_numbers_in_torch(batch_first, bidirectional):
+@pytest.mark.parametrize("batch_first,bidirectional,bias", [(True, True, True), (False, False, True), (True, False, False)],
+                         ids=["batch-first-bidir", "time-major", "no-bias"])
+def test_the_fused_program_gives_torchs_numbers_in_torch(batch_first, bidirectional, bias):
     """The rewritten program (a clearing step, then the sequence) computes what the layer does,
     output and h_n, in torch: the reference a build's budget reads."""
     torch.manual_seed(0)
     shape = (2, 9, 6) if batch_first else (9, 2, 6)
-    program = tpuedge.export(_Tagger(bidirectional=bidirectional, batch_first=batch_first).eval(), (torch.zeros(shape),), name="tagger")
+    module = _Tagger(bidirectional=bidirectional, batch_first=batch_first, bias=bias).eval()
+    program = tpuedge.export(module, (torch.zeros(shape),), name="tagger")
     ep, result = FuseSequenceLSTM()(program.exported_program)
     fused = Program(ep, name="fused")
     assert result.changed == 1 and "aten.lstm.input" not in fused.op_histogram
@@ -82,18 +84,20 @@ def test_a_scheme_asking_for_integer_compute_keeps_the_layer_for_the_unrolling(o
     assert android_rewrites(program, QuantConfig(scheme="int8"))[1][0]["pass"] == "fuse-sequence-lstm"
 
 
-def test_an_android_float_lstm_is_one_op_per_layer_and_direction_and_answers_alike_on_every_invoke(tmp_path):
+@pytest.mark.parametrize("batch_first", [True, False], ids=["batch-first", "time-major"])
+def test_an_android_float_lstm_is_one_op_per_layer_and_direction_and_answers_alike_on_every_invoke(tmp_path, batch_first):
     """Old code: the layers written out over 12 steps (LOGISTIC, TANH, MUL, ... per step). The fused
     op keeps its states in variable tensors an invoke leaves behind: without the clearing step a
     second invoke on the same input answered differently (3e-4 on these 16 units)."""
     torch.manual_seed(0)
-    program = tpuedge.export(_Tagger().eval(), (torch.zeros(1, 12, 6),), name="tagger")
+    shape = (2, 12, 6) if batch_first else (12, 2, 6)
+    program = tpuedge.export(_Tagger(batch_first=batch_first).eval(), (torch.zeros(shape),), name="tagger")
     artifact = tpuedge.build(program, "android", tmp_path / "float", quantize="none")
     data = (tmp_path / "float" / "model.tflite").read_bytes()
     ops = _ops(data)
     assert ops.count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 4 and "LOGISTIC" not in ops and len(ops) < 40, ops
     runner = LiteRTRunner(data)
-    for x in np.random.default_rng(2).standard_normal((3, 1, 12, 6)).astype(np.float32):
+    for x in np.random.default_rng(2).standard_normal((3, *shape)).astype(np.float32):
         want = program.run(x)
         for _ in range(3):  # the same input again: the same answer
             for w, g in zip(want, runner.run([x]), strict=True):
