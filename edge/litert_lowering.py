@@ -99,7 +99,8 @@ def litert_ir_passes(exported_program):
     converter or LiteRT's interpreter refuses or does badly, into what they take:
       - forms they fail on: a convolution's named padding ("same") as numbers, a padded transposed
         convolution as an unpadded one and a crop (the converter takes VALID and SAME crops only),
-        an adaptive max pool with even windows as a max pool (no lowering), LocalResponseNorm's
+        an adaptive max pool with even windows as a max pool (no lowering), 3-D pools as 2-D pools
+        over frames and over time (the quantizer stopped at the REDUCE_WINDOW they lowered to: S3D), LocalResponseNorm's
         average over a window of channels as a 1x1 convolution (the quantizer stopped at the
         REDUCE_WINDOW it lowered to), sorts and values-only
         top-k as TOPK_V2 (LiteRT loads no STABLEHLO_SORT), one_hot as a comparison (its
@@ -148,6 +149,7 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.mask_bound import FiniteMaskBound
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.one_hot_compare import OneHotAsCompare
+    from tpuedge.shared_ir.passes.pool3d_as_2d import Pool3dAs2d
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.softmax_last_axis import SoftmaxOnTheLastAxis
     from tpuedge.shared_ir.passes.softmax_of_one import SoftmaxOfOne
@@ -157,7 +159,7 @@ def _run_litert_ir_passes(exported_program):
 
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
-    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), ChannelWindowAsConvolution(),
+    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), Pool3dAs2d(), ChannelWindowAsConvolution(),
                     SortAsTopk(), OneHotAsCompare(),
                     RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), SoftmaxOnTheLastAxis(), FoldConstants(),
                     StftAsConvolution(),  # after FoldConstants: a window made in forward is a constant by then

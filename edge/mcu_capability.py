@@ -56,6 +56,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
     from tpuedge.shared_ir.passes.pixel_shuffle_views import PixelShuffleAsViews
     from tpuedge.shared_ir.passes.pool1d_as_2d import Pool1dAs2d
+    from tpuedge.shared_ir.passes.pool3d_as_2d import Pool3dAs2d
     from tpuedge.shared_ir.passes.powers import PowersAsProducts
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
     from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
@@ -77,7 +78,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
          UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(),
          RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form), ErfAsTanh(),
          SiluAsSigmoidMul(), GluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), RmsNormAsRsqrt(), PixelShuffleAsViews(),
-         AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), Pool1dAs2d(),  # before reduce-max-as-maximum: they may leave a max over a dim
+         AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), Pool1dAs2d(), Pool3dAs2d(),  # before reduce-max-as-maximum: they may leave a max over a dim
          ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(),
          OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
          *([] if training else [FlattenAsNHWC()]), PReluAsMinimum()]
