@@ -126,15 +126,102 @@ def _splat_like(x, value):
     return _broadcast(utils.splat(value, _element_type(x)), list(x.type.shape))
 
 
+def _is_int(value) -> bool:
+    from litert_converter.mlir import ir
+
+    element = _element_type(value)
+    return isinstance(element, ir.IntegerType) and element.width > 1
+
+
 def _binary(stablehlo_op: str):
+    """aten's add/sub/mul/div, .Tensor (`other` a tensor, or a number litert-torch made a 0-d
+    tensor: int32 for an int) and .Scalar (`other` a Python number): float32 results only, the one
+    promotion the bridge's jax lowering does simply (a float64 promotion comes back to float32)."""
+
     def lower(original, lctx, self, other, **kwargs):
-        # float only: jax's integer multiply runs int64 at 32 bits, a form of its own
-        if kwargs or not _plain(lctx, self, other) or not _float(self):
+        from litert_converter.mlir import ir
+        from litert_converter.mlir.dialects import stablehlo
+        from litert_torch.backend.lowerings import utils
+
+        result = _result_type(lctx) if lctx.node is not None else None
+        number = isinstance(other, (int, float)) and not isinstance(other, bool)
+        tensors = [self] if number else [self, other]
+        if (kwargs or result is None or not isinstance(result.element_type, ir.F32Type)
+                or not all(isinstance(v, ir.Value) and isinstance(v.type, ir.RankedTensorType) for v in tensors)
+                or not all(_element_type(v) == result.element_type or _is_int(v) for v in tensors)):
             return original(lctx, self, other, **kwargs)
+        shape = list(result.shape)
+
+        def body(*arguments):
+            promoted = [a if _element_type(a) == result.element_type  # .astype(float32): an integer converted
+                        else stablehlo.convert(ir.RankedTensorType.get(a.type.shape, result.element_type), a)
+                        for a in arguments]
+            if number:  # jnp.array(other, dtype=float32): a constant
+                promoted.append(utils.splat(float(other), result.element_type))
+            a, b = promoted
+            return getattr(stablehlo, stablehlo_op)(_broadcast(a, shape), _broadcast(b, shape))
+
+        return _call(lctx, (stablehlo_op, other if number else None), tensors, body)
+
+    return lower
+
+
+def _sigmoid(original, lctx, x, **kwargs):
+    from litert_converter.mlir import ir
+
+    if kwargs or not _plain(lctx, x) or not isinstance(_element_type(x), ir.F32Type):
+        return original(lctx, x, **kwargs)
+    from litert_converter.mlir.dialects import stablehlo
+
+    def body(a):  # jax.nn.sigmoid's form: 1 / (1 + exp(-a))
+        exp = stablehlo.exponential(stablehlo.negate(a))
+        total = stablehlo.add(_splat_like(a, 1.0), exp)
+        return stablehlo.divide(_splat_like(a, 1.0), total)
+
+    return _call(lctx, ("sigmoid",), [x], body)
+
+
+def _matmul(original, lctx, x, y, **kwargs):
+    """mm and bmm (`x @ y`): one dot_general, as the bridge's jax writes it. A batch of one goes to
+    litert-torch: jax writes that as reshapes around a 2-D product."""
+    if (kwargs or not _plain(lctx, x, y) or not _float(x) or len(x.type.shape) != len(y.type.shape)
+            or 1 in list(x.type.shape)[:-2] or 1 in list(y.type.shape)[:-2]):
+        return original(lctx, x, y, **kwargs)
+    from litert_converter.mlir.dialects import stablehlo
+
+    rank = len(x.type.shape)
+    batch = list(range(rank - 2))
+    numbers = stablehlo.DotDimensionNumbers.get(
+        lhs_batching_dimensions=batch, rhs_batching_dimensions=batch,
+        lhs_contracting_dimensions=[rank - 1], rhs_contracting_dimensions=[rank - 2],
+    )
+    result = _result_type(lctx)
+    return _call(lctx, ("dot",), [x, y], lambda a, b: stablehlo.dot_general(result, a, b, numbers))
+
+
+def _new_shape(kind: str):
+    """unsqueeze (a broadcast_in_dim that skips the new axis), squeeze (a reshape) and expand (a
+    broadcast_in_dim), each nothing when the shape stays."""
+
+    def lower(original, lctx, x, *args, **kwargs):
+        if kwargs or not _plain(lctx, x):
+            return original(lctx, x, *args, **kwargs)
+        from litert_converter.mlir import ir
         from litert_converter.mlir.dialects import stablehlo
 
-        shape = list(_result_type(lctx).shape)
-        return _call(lctx, (stablehlo_op,), [self, other], lambda a, b: getattr(stablehlo, stablehlo_op)(_broadcast(a, shape), _broadcast(b, shape)))
+        result = _result_type(lctx)
+        have, want = list(x.type.shape), list(result.shape)
+        if have == want:
+            return _call(lctx, ("identity",), [x], lambda a: a)
+        if kind == "squeeze":
+            return _call(lctx, ("reshape",), [x], lambda a: stablehlo.reshape(result, a))
+        if kind == "unsqueeze":
+            new_axis = int(args[0]) % len(want)
+            dims = [d for d in range(len(want)) if d != new_axis]
+        else:  # expand: trailing axes aligned
+            dims = list(range(len(want) - len(have), len(want)))
+        attr = ir.DenseI64ArrayAttr.get(dims)
+        return _call(lctx, (kind, str(attr)), [x], lambda a: stablehlo.broadcast_in_dim(result, a, attr))
 
     return lower
 
@@ -211,6 +298,17 @@ def _ours() -> dict:
         aten.sub.Tensor: _binary("subtract"),
         aten.mul.Tensor: _binary("multiply"),
         aten.div.Tensor: _binary("divide"),
+        aten.add.Scalar: _binary("add"),
+        aten.sub.Scalar: _binary("subtract"),
+        aten.mul.Scalar: _binary("multiply"),
+        aten.div.Scalar: _binary("divide"),
+        aten.sigmoid.default: _sigmoid,
+        aten.mm.default: _matmul,
+        aten.bmm.default: _matmul,
+        aten.unsqueeze.default: _new_shape("unsqueeze"),
+        aten.squeeze.dims: _new_shape("squeeze"),
+        aten.squeeze.dim: _new_shape("squeeze"),
+        aten.expand.default: _new_shape("expand"),
         aten.permute.default: _permute,
         aten.clone.default: _clone,
         aten.view.default: _view,
