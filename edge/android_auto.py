@@ -40,6 +40,7 @@ def build_auto(
     from tpuedge.edge.float_model import tflite_layout_inputs
     from tpuedge.edge.litert_latency import median_latency_ms
     from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
+    from tpuedge.edge.quantizer_refusal import QuantizerRefusal
     from tpuedge.quantize.auto import AutoCandidate, auto_report, auto_table, candidate_schemes, choose_recipe
     from tpuedge.quantize.budget import check_budget
     from tpuedge.shared_ir.cache_keys import cached_stage, decode_json, encode_json
@@ -51,6 +52,7 @@ def build_auto(
     outputs: dict[str, list] = {}
     results = {}
     refused: dict[str, str] = {}  # scheme -> why LiteRT would not run its model
+    not_quantized: dict[str, str] = {}  # scheme -> why ai-edge-quantizer could not make its model
     schemes = candidate_schemes(bool(calibration), config.integer_only)
     # the candidates that read the calibration samples: int8's ranges and search, and dynamic-int8's
     # float32-weights rung (the budget's samples are held out of them)
@@ -60,9 +62,13 @@ def build_auto(
             step(f"{scheme}: convert and measure")
             # the int8 candidate without the IR ranking and with one precision per op kind
             # (quantize/config.py: rank_points and group_by_kind say why)
-            with timed(f"auto: {scheme} candidate"):
-                converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
-                                                calibration if scheme in searched else None, **searched.get(scheme, {}))
+            try:
+                with timed(f"auto: {scheme} candidate"):
+                    converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
+                                                    calibration if scheme in searched else None, **searched.get(scheme, {}))
+            except QuantizerRefusal as exc:  # the quantizer can't take this scheme's way: not a candidate
+                not_quantized[scheme] = exc.reason
+                continue
             try:
                 with timed("auto: candidates' accuracy runs (LiteRT)"):
                     runner = LiteRTRunner(converted.tflite)
@@ -89,6 +95,8 @@ def build_auto(
     chosen = choose_recipe(candidates)
     written_below = chosen is None
     refused_lines = ["LiteRT refused to run:", *(f"  {scheme}: {why}" for scheme, why in refused.items())] if refused else []
+    if not_quantized:
+        refused_lines += ["ai-edge-quantizer could not make:", *(f"  {scheme}: {why}" for scheme, why in not_quantized.items())]
     if chosen is None:
         if not budget.allow_below or not candidates:
             table = auto_table(candidates, None) if candidates else []
@@ -100,6 +108,8 @@ def build_auto(
         entry["int8_search"] = {k: search.get(k) for k in ("metric", "samples", "all_int8_cosine", "final_cosine")}
     if refused:
         entry["refused_by_litert"] = refused
+    if not_quantized:
+        entry["not_quantized"] = not_quantized
     return built[chosen.scheme], entry, results[chosen.scheme].to_json(written_below=written_below), outputs[chosen.scheme]
 
 

@@ -159,6 +159,8 @@ def format_report(manifest: dict, summary, model_path: Path) -> str:
         auto = recipe["auto"]
         lines.append(f"  --quantize auto chose {auto['chosen']} ({auto['rule']}; {auto['samples']} {auto['inputs']}):")
         lines += ["  " + line for line in auto_table(*candidates_from_json(auto))]
+        for label, key in (("LiteRT refused to run", "refused_by_litert"), ("ai-edge-quantizer could not make", "not_quantized")):
+            lines += [f"    {scheme}: not a candidate ({label}: {why})" for scheme, why in (auto.get(key) or {}).items()]
     lines.append("  inputs / outputs:")
     for kind, tensors in (("in ", summary.inputs), ("out", summary.outputs)):
         for t in tensors:

@@ -93,7 +93,19 @@ def program_to_tflite(
         recipe["non_int8_ops"] = []
         return ConvertedModel(base, recipe, base, config)
 
-    # imported here: a float build never pays for the quantizer
+    from tpuedge.edge.quantizer_recipes import QuantizerError  # imported here: a float build never pays for the quantizer
+    from tpuedge.edge.quantizer_refusal import quantizer_refusal
+
+    try:
+        return _quantized(program, config, calibration, base, recipe, report_strict_cost=report_strict_cost, target=target,
+                          trained_ranges=trained_ranges, budget_cosine=budget_cosine, equalize=equalize, candidates=candidates)
+    except QuantizerError as exc:  # the float model converted; the quantizer can't take some of its ops
+        raise quantizer_refusal(program.name, target or "android", config.scheme, base, exc) from exc
+
+
+def _quantized(program, config, calibration, base: bytes, recipe: dict, *, report_strict_cost, target, trained_ranges,
+               budget_cosine, equalize, candidates) -> ConvertedModel:
+    """program_to_tflite's quantization of `base`, the program's float model."""
     from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
     from tpuedge.shared_ir.cache_keys import cached_stage
 

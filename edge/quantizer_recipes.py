@@ -326,6 +326,8 @@ class QuantizerError(InternalError):
             f"ai-edge-quantizer failed while {step} ({type(error).__name__}: {error})"
             + (f". It printed:\n{shown}" if shown else "; it printed nothing.")
         )
+        self.step = step
+        self.error = error
         self.log = log
 
 
