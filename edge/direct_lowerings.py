@@ -1,11 +1,13 @@
 """StableHLO for the commonest plain ops, emitted directly instead of through litert-torch's jax bridge.
 
-litert-torch lowers permute, clone, view, relu, clamp and tensor add/sub/mul/div through its jax
-bridge: every distinct (op, shapes, arguments) is a `jax.jit(...).lower()`, a StableHLO -> VHLO
-serialization, a parse and an inlining, about 8 ms each. A CNN has hundreds of distinct ones
-(MobileNetV3-small: 246, about 2 s of its 4 s MLIR lowering). These lowerings emit the ops the
-bridge's jax functions lower to, in the same order, in microseconds; the converter then writes the
-same flatbuffer (tests/test_direct_lowerings.py compares the bytes).
+litert-torch lowers float add/sub/mul/div, relu, clamp, sigmoid, permute, view, squeeze,
+unsqueeze, expand, clone, mm and bmm through its jax bridge: every distinct (op, shapes, arguments)
+is a `jax.jit(...).lower()`, a StableHLO -> VHLO serialization, a parse and an inlining, about
+8 ms each. A CNN has hundreds of distinct ones (MobileNetV3-small: 246, about 2 s of its 4 s MLIR
+lowering). These lowerings emit what the bridge's jax functions lower to, in the bridge's form (a
+private function per distinct computation, called where the op was; jax's broadcast steps and
+constants), in microseconds; the converter then writes the same flatbuffer, byte for byte
+(tests/test_direct_lowerings.py compares them).
 
 Only the plain case is taken here: operands of one element type, a result of that type, no extra
 arguments (alpha, rounding modes, memory formats other than the default). Anything else goes to
