@@ -10,8 +10,9 @@ constants), in microseconds; the converter then writes the same flatbuffer, byte
 (tests/test_direct_lowerings.py compares them).
 
 Only the plain case is taken here: operands of the result's element type (and, for float32
-arithmetic, integer ones converted as jax converts them), no extra arguments (alpha, rounding modes, memory formats other than the default). Anything else goes to
-the lowering litert-torch registered, unchanged. `direct_lowerings()` installs them for the length
+arithmetic, integer ones converted as jax converts them), no extra arguments (alpha, rounding
+modes, memory formats other than the default). Anything else goes to the lowering litert-torch
+registered, unchanged. `direct_lowerings()` installs them for the length
 of one lowering (counted, under a lock, so concurrent builds share one installation) and then puts
 litert-torch's own back: a user's `litert_torch.convert` in this process is left as it was.
 """
