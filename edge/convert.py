@@ -100,7 +100,7 @@ def program_to_tflite(
         return _quantized(program, config, calibration, base, recipe, report_strict_cost=report_strict_cost, target=target,
                           trained_ranges=trained_ranges, budget_cosine=budget_cosine, equalize=equalize, candidates=candidates)
     except QuantizerError as exc:  # the float model converted; the quantizer can't take some of its ops
-        raise quantizer_refusal(program.name, target or "android", config.scheme, base, exc) from exc
+        raise quantizer_refusal(program.name, target, config.scheme, base, exc) from exc
 
 
 def _quantized(program, config, calibration, base: bytes, recipe: dict, *, report_strict_cost, target, trained_ranges,

@@ -21,6 +21,7 @@ _SUGGESTIONS = {
     "android": "--quantize dynamic-int8 or fp16 (int8 or float16 weights, float compute), or --quantize auto, "
                "which leaves out a scheme the quantizer cannot take",
     "mcu": "replacing the layer these ops come from (an mcu build is integer only: no float fallback)",
+    None: "another --quantize scheme, or replacing the layer these ops come from",
 }
 
 
@@ -52,8 +53,9 @@ def suspect_ops(float_tflite: bytes) -> dict[str, list[str]]:
     return found
 
 
-def quantizer_refusal(name: str, target: str, scheme: str, float_tflite: bytes, error) -> QuantizerRefusal:
-    """The user error for `error` (a QuantizerError) on `name`'s float model."""
+def quantizer_refusal(name: str, target: str | None, scheme: str, float_tflite: bytes, error) -> QuantizerRefusal:
+    """The user error for `error` (a QuantizerError) on `name`'s float model (`target`: the calling
+    target's name, None when no target called)."""
     said = " ".join(f"{type(error.error).__name__}: {error.error}".split())
     said = said if len(said) <= 300 else said[:297] + "..."
     reason = f"ai-edge-quantizer failed while {error.step} ({said})"
@@ -63,10 +65,11 @@ def quantizer_refusal(name: str, target: str, scheme: str, float_tflite: bytes, 
         f"{op} x{n} (at {', '.join(sorted(set(suspects[op]))[:3])})" for op, n in sorted(counts.items())
     )
     message = (
-        f"{name}: ai-edge-quantizer cannot quantize this model for {target} --quantize {scheme}: it failed while "
+        f"{name}: ai-edge-quantizer cannot quantize this model{f' for {target}' if target else ''} --quantize {scheme}: "
+        f"it failed while "
         f"{error.step} ({said}). "
         + (f"The float model has ops its calibration cannot follow, the likely cause: {ops}. " if ops else "")
         + "The float model itself converted; nothing was written and the output folder is as it was. "
-        f"Try {_SUGGESTIONS.get(target, _SUGGESTIONS['android'])}. TPUEDGE_VERBOSE=1 shows what the quantizer printed."
+        f"Try {_SUGGESTIONS.get(target, _SUGGESTIONS[None])}. TPUEDGE_VERBOSE=1 shows what the quantizer printed."
     )
     return QuantizerRefusal(message, scheme, reason + (f"; {ops}" if ops else ""))
