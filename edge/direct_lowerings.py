@@ -37,10 +37,15 @@ def _element_type(value):
 
 
 def _result_type(lctx):
+    """The node's one static-shaped result type, else None (and the op goes to litert-torch, which
+    copes with what this does not: no tensor meta, several results, dynamic sizes)."""
     from litert_torch.backend.lowerings import utils
 
-    types = utils.node_meta_to_ir_types(lctx.node)
-    return types[0] if len(types) == 1 else None
+    try:
+        types = utils.node_meta_to_ir_types(lctx.node)
+    except (RuntimeError, TypeError, ValueError, KeyError):
+        return None
+    return types[0] if len(types) == 1 and types[0].has_static_shape else None
 
 
 def _plain(lctx, *values) -> bool:

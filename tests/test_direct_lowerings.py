@@ -92,3 +92,14 @@ def test_forms_they_do_not_take_go_to_litert_torch():
     direct = _flatbuffer(program, direct=True)
     assert direct_lowerings._next_id == made_before  # none taken: all integer
     assert direct == _flatbuffer(program, direct=False)
+
+
+def test_a_node_without_tensor_meta_goes_to_litert_torch():
+    """litert-torch's own lowerings cope with a node that carries no tensor meta; ours step aside."""
+    from tpuedge.edge.litert_session import litert_session
+
+    class Context:
+        node = torch.fx.Graph().placeholder("x")  # no "val", no "tensor_meta"
+
+    with litert_session():
+        assert direct_lowerings._result_type(Context()) is None
