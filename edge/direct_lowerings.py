@@ -208,8 +208,8 @@ def _matmul(original, lctx, x, y, **kwargs):
 
 
 def _new_shape(kind: str):
-    """unsqueeze (a broadcast_in_dim that skips the new axis), squeeze (a reshape) and expand (a
-    broadcast_in_dim), each nothing when the shape stays."""
+    """view and squeeze ("reshape": a reshape), unsqueeze (a broadcast_in_dim that skips the new
+    axis) and expand (a broadcast_in_dim), each nothing when the shape stays (as jax emits them)."""
 
     def lower(original, lctx, x, *args, **kwargs):
         if kwargs or not _plain(lctx, x):
@@ -221,7 +221,7 @@ def _new_shape(kind: str):
         have, want = list(x.type.shape), list(result.shape)
         if have == want:
             return _call(lctx, ("identity",), [x], lambda a: a)
-        if kind == "squeeze":
+        if kind == "reshape":
             return _call(lctx, ("reshape",), [x], lambda a: stablehlo.reshape(result, a))
         if kind == "unsqueeze":
             new_axis = int(args[0]) % len(want)
@@ -250,17 +250,6 @@ def _clone(original, lctx, x, **kwargs):
     if kwargs.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format) or not _plain(lctx, x):
         return original(lctx, x, **kwargs)
     return _call(lctx, ("identity",), [x], lambda a: a)
-
-
-def _view(original, lctx, x, shape, **kwargs):
-    if kwargs or not _plain(lctx, x):
-        return original(lctx, x, shape, **kwargs)
-    from litert_converter.mlir.dialects import stablehlo
-
-    result = _result_type(lctx)
-    if list(result.shape) == list(x.type.shape):
-        return _call(lctx, ("identity",), [x], lambda a: a)  # jax's reshape to the same shape emits nothing
-    return _call(lctx, ("reshape",), [x], lambda a: stablehlo.reshape(result, a))
 
 
 def _relu(original, lctx, x, **kwargs):
@@ -314,13 +303,13 @@ def _ours() -> dict:
         aten.mm.default: _matmul,
         aten.bmm.default: _matmul,
         aten.unsqueeze.default: _new_shape("unsqueeze"),
-        aten.squeeze.dims: _new_shape("squeeze"),
-        aten.squeeze.dim: _new_shape("squeeze"),
+        aten.squeeze.dims: _new_shape("reshape"),
+        aten.squeeze.dim: _new_shape("reshape"),
         aten.expand.default: _new_shape("expand"),
         aten.permute.default: _permute,
         aten.clone.default: _clone,
-        aten.view.default: _view,
-        aten._unsafe_view.default: _view,
+        aten.view.default: _new_shape("reshape"),
+        aten._unsafe_view.default: _new_shape("reshape"),
         aten.relu.default: _relu,
         aten.clamp.default: _clamp,
     }

@@ -234,9 +234,8 @@ def _fused_weights(model) -> list[tuple[int, int, int]]:
     from tpuedge.edge import tflite_file
 
     schema = tflite_file.schema
-    graph, found = model.subgraphs[0], []
-    fused = [op for op in graph.operators or [] if max(model.operatorCodes[op.opcodeIndex].builtinCode,
-             model.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode) == schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM]
+    graph, found, names = model.subgraphs[0], [], tflite_file.operator_names(model)
+    fused = [op for op in graph.operators or [] if names[op.opcodeIndex] == "UNIDIRECTIONAL_SEQUENCE_LSTM"]
     for k, op in enumerate(fused):
         for i in _WEIGHT_INPUTS:
             index = int(op.inputs[i]) if i < len(op.inputs) else -1
@@ -252,6 +251,7 @@ def with_int8_weights(data: bytes, float32: frozenset = frozenset()) -> bytes:
     import numpy as np
 
     from tpuedge.edge import tflite_file
+    from tpuedge.quantize import affine
 
     schema = tflite_file.schema
     model = tflite_file.read_model(data)
@@ -275,7 +275,7 @@ def with_int8_weights(data: bytes, float32: frozenset = frozenset()) -> bytes:
         weights = tflite_file.constant_array(data, model, tensor).reshape(tuple(tensor.shape))
         scales = np.abs(weights).max(axis=tuple(range(1, weights.ndim))) / 127
         scales = np.where(scales > 0, scales, 1.0).astype(np.float32)
-        codes = np.clip(np.round(weights / scales.reshape((-1,) + (1,) * (weights.ndim - 1))), -127, 127).astype(np.int8)
+        codes = affine.quantize(weights, scales, 0, np.int8, axis=0, ties="even")  # |codes| <= 127: symmetric
         stored = schema.BufferT()
         stored.data = codes.reshape(-1).view(np.uint8)
         model.buffers.append(stored)
