@@ -11,6 +11,13 @@ that flag), retrace, and produce different artifacts. So `litert_session()`:
     a no-op for the importing thread only (every other update, and every other thread's, goes
     through), and checks afterwards that the process-wide value is what it was.
 Every litert-torch import and call in tpuedge goes through `litert_session()`.
+
+The jax bridge's `jax.jit(...).lower()` asks JAX for its default device, and the first such call
+starts every backend JAX finds: with libtpu installed (the `tpu` extra) that loads the TPU runtime,
+about 110 MB of resident memory, into a process that only wanted a float model; on a TPU VM it
+would lower for the TPU. While the session runs, the thread's default device is a CPU device of a
+client of our own (4 MB, made once): the lowering is the CPU one on every host, and JAX's own
+backends stay as the user left them (`jax.default_device` is thread-local, like x64).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ __all__ = ["litert_session"]
 
 _IMPORT_LOCK = threading.Lock()
 _X64 = "jax_enable_x64"
+_DEVICE_LOCK = threading.Lock()
+_lowering_cpu = []  # [device] once made; [None] where this jax cannot make a client of its own
 
 
 def _import_litert_torch() -> None:
@@ -68,6 +77,20 @@ def _import_once() -> None:
             )
 
 
+def _lowering_device():
+    """A CPU device of tpuedge's own XLA client, for lowering only (nothing runs on it); None
+    where this jax version has no way to make one (its default device is then used)."""
+    with _DEVICE_LOCK:
+        if not _lowering_cpu:
+            try:
+                from jax._src import xla_bridge  # jax 0.4 ... 0.10: make_cpu_client(); no public call makes a client
+
+                _lowering_cpu.append(xla_bridge.make_cpu_client().local_devices()[0])
+            except (ImportError, AttributeError):
+                _lowering_cpu.append(None)
+        return _lowering_cpu[0]
+
+
 @contextlib.contextmanager
 def litert_session() -> Iterator[None]:
     import jax
@@ -77,5 +100,6 @@ def litert_session() -> Iterator[None]:
     # with TPUEDGE_VERBOSE=1 or when the conversion fails
     with held_tool_output("litert-torch"):
         _import_litert_torch()
-        with jax.enable_x64(True):
+        device = _lowering_device()
+        with jax.enable_x64(True), jax.default_device(device) if device is not None else contextlib.nullcontext():
             yield

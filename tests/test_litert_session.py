@@ -76,3 +76,51 @@ def test_an_edge_build_never_flips_x64_for_a_cloud_thread(repo_root):
     assert result["bytes"] > 1000
     assert result["seen"] == [["False", "int32"]], result
     assert result["x64_after"] is False
+
+
+_NO_BACKEND = """
+import json, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+import tpuedge
+import tpuedge.edge.litert_session as session
+from jax._src import xla_bridge
+from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+
+class Net(torch.nn.Module):  # softmax and mean: ops litert-torch lowers through its jax bridge
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), -1).mean(0)
+
+torch.manual_seed(0)
+net, x = Net().eval(), torch.randn(4, 16)
+own = lower_to_float_flatbuffer(tpuedge.export(net, (x,)))
+started = sorted(xla_bridge._backends)  # private: JAX has no public "is a backend up" query
+getattr(session, "_lowering_cpu", [])[:] = [None]  # JAX's own default device, as litert-torch alone would lower
+default = lower_to_float_flatbuffer(tpuedge.export(net, (x,)))
+print(json.dumps({"started": started, "same": own == default, "after_default": sorted(xla_bridge._backends)}))
+"""
+
+
+def test_an_edge_lowering_starts_no_jax_backend(repo_root):
+    """litert-torch's jax bridge lowers on a CPU client of tpuedge's own: JAX's backends (with
+    libtpu installed, the TPU runtime: ~110 MB) stay unstarted, and the bytes are those of a
+    lowering on JAX's own default device. JAX_PLATFORMS is left unset, as a user's script has it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["TPUEDGE_NO_CACHE"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_BACKEND, str(repo_root / "examples")], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["started"] == [], result
+    assert result["after_default"], result  # the comparison really lowered on JAX's default device
+    assert result["same"] is True
