@@ -49,13 +49,15 @@ def canonical_graph_text(ep) -> str:
     return "\n".join(lines)
 
 
-def _tensor_bytes(t) -> bytes:
+def _tensor_bytes(t) -> memoryview:
+    """The tensor's bytes, viewed in place: a copy of each weight to hash it (`tobytes`) left its
+    size behind in the process's peak memory (DistilBERT's 23 MB embedding: +29 MB)."""
     import torch
 
     t = t.detach().cpu().contiguous()
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
-    return t.numpy().tobytes()
+    return memoryview(t.numpy().reshape(-1)).cast("B")
 
 
 def fingerprint(ep) -> str:
