@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from tpuedge.edge.litert_session import litert_session
 
-__all__ = ["decompose_for_litert", "litert_ir_passes", "lower_to_float_flatbuffer", "lowered_fingerprint", "SIGNATURE_KEY"]
+__all__ = ["convert_passes", "decompose_for_litert", "litert_ir_passes", "lower_to_float_flatbuffer", "lowered_fingerprint", "SIGNATURE_KEY"]
 
 SIGNATURE_KEY = "serving_default"
 
@@ -229,6 +229,77 @@ class _Signature:
     flat_arg_names: list[str]
 
 
+def convert_passes(exported_program):
+    """litert-torch's FX passes before its MLIR lowering (`core._run_convert_passes`, in its order),
+    its CanonicalizePass run only where it changes what the passes after it see.
+
+    That pass is a full torch re-trace (deit-tiny: 2.0 s of a 14 s build) of the program the
+    layout pass left, and the MLIR lowering starts with another (`pre_lower_decomp()`, always run).
+    It runs because the layout pass leaves Python functions in the graph, which the lowering's
+    re-trace turns into ATen ops just the same. What only it does for the passes in between:
+    give back the ops the layout pass wrapped in its NHWC functions (an `avg_pool2d` or an
+    `upsample_nearest2d`, which the composite pass then wraps whole; without it they lowered to a
+    REDUCE_WINDOW or a gather), and decompose composite-implicit ops (an `avg_pool1d` into the
+    `avg_pool2d` the composite pass wraps). So it is skipped only where no node is such an op and
+    the only Python functions are the layout pass's transposes, convolutions and max pools
+    (`canonical_retrace_needed`); the float flatbuffers of the 23 zoo models and the 36 layer
+    patterns compared identical with and without (tests/test_litert_lowering_passes.py compares
+    the kinds of graph)."""
+    from litert_torch import fx_infra
+    from litert_torch._convert import fx_passes
+    from litert_torch.generative import fx_passes as generative_fx_passes
+
+    ep = generative_fx_passes.run_generative_passes(exported_program)
+    ep = fx_infra.run_passes(ep, [fx_passes.LowerTorchAOPass(), fx_passes.EliminateDeadCodePass(),
+                                  fx_passes.OptimizeLayoutTransposesPass()])
+    if canonical_retrace_needed(ep):
+        ep = fx_infra.run_passes(ep, [fx_passes.CanonicalizePass()])
+    return fx_infra.run_passes(ep, [fx_passes.ReduceViewRankPass(), fx_passes.BuildAtenCompositePass(),
+                                    fx_passes.RemoveNonUserOutputsPass(), fx_passes.CastInputsBf16ToF32Pass()])
+
+
+_LAYOUT_PASS = "litert_torch._convert.fx_passes.optimize_layout_transposes_pass."
+# The layout pass's functions that hide no op the composite pass wraps: its transposes and its
+# NHWC convolution ...
+_PLAIN_LAYOUT_FUNCTIONS = ("tensor_to_nhwc", "tensor_to_nchw", "_aten_convolution_rewriter.<locals>.conv_nhwc")
+# ... and its NHWC wrapper (`nhwc_op`) around a max pool, which has no composite. Around an
+# average pool or a resize (composites) it keeps the re-trace.
+_NHWC_WRAPPER = "transpose_first_arg_rewriter.<locals>.nhwc_op"
+_MAX_POOLS = ("aten::max_pool2d", "aten::max_pool2d_with_indices")
+
+
+def canonical_retrace_needed(exported_program) -> bool:
+    """Whether litert-torch's canonicalizing re-trace would give the passes after it another graph
+    than the one they get without it: a composite-implicit ATen op (the re-trace decomposes it), or
+    a Python function other than the layout pass's transposes, NHWC convolution and NHWC max pool."""
+    import operator
+
+    import torch
+
+    for node in exported_program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            if torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):
+                return True
+        elif target is not operator.getitem and not _plain_layout_function(target):
+            return True
+    return False
+
+
+def _plain_layout_function(target) -> bool:
+    import inspect
+
+    if not getattr(target, "__module__", "").startswith(_LAYOUT_PASS):
+        return False
+    name = getattr(target, "__qualname__", "")
+    if name == _NHWC_WRAPPER:  # the op it wraps is its closure's `op`
+        wrapped = inspect.getclosurevars(target).nonlocals.get("op")
+        return getattr(wrapped, "_schema", None) is not None and wrapped._schema.name in _MAX_POOLS
+    return name in _PLAIN_LAYOUT_FUNCTIONS
+
+
 def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
     """Float32 .tflite bytes for `program`, inputs named as the Program's inputs."""
     _quiet()
@@ -240,12 +311,12 @@ def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
         if channels_last:
             ep = channels_last_inputs(ep)
         with litert_session():
-            from litert_torch._convert import core, litert_converter
+            from litert_torch._convert import litert_converter
 
             from tpuedge.edge.direct_lowerings import direct_lowerings
 
             with timed("litert-torch FX passes"):
-                ep = core._run_convert_passes(ep)
+                ep = convert_passes(ep)
             with timed("litert-torch MLIR lowering + flatbuffer"), direct_lowerings():
                 exporter = litert_converter.exported_programs_to_flatbuffer(
                     [ep], [_Signature(SIGNATURE_KEY, list(program.input_names))]
