@@ -7,12 +7,13 @@ pipeline below `litert_torch.convert()` (no second torch.export of the user's mo
 litert-torch's decomposition table keeps GELU, LayerNorm, SDPA, avg-pool, ... whole so its
 composite/fusion passes still see them (decomposing to core ATen first would lose them).
 
-Where a lowering's time goes (small models, 2 cores, ~4 s): four torch re-traces
-(`run_decompositions`: the pre-convert table, litert-torch's canonicalize pass, two before
+Where a lowering's time goes (small models, 2 cores, ~4 s): torch re-traces
+(`run_decompositions`: the pre-convert table, litert-torch's canonicalize pass, one or two before
 MLIR), the jax-bridge lowering to StableHLO and the flatbuffer export. What we save:
   - `Program.check("android")` and the build after it share one decomposition (remembered
     per ExportedProgram until a lowering takes it; the Program's own graph is never touched:
     litert-torch's decomposition rewrites its argument's view nodes in place, so it gets a copy);
+  - the canonicalize pass's re-trace runs only where the graph needs it (`convert_passes`);
   - on every re-trace torch re-materializes all C++ CompositeImplicitAutograd ops into
     `torch.ops`, once per op namespace (~35 walks x 5 re-traces, ~0.9 s). No op is registered
     during a lowering (the graph's ops all existed at export), so one walk per lowering does;
