@@ -23,6 +23,7 @@ Writes bench/results/zoo.json, zoo.md and zoo.png (git ignores bench/results/).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -336,7 +337,11 @@ def main() -> None:
             meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
                     "minutes": round((time.time() - started) / 60, 1), "load_average": os.getloadavg(),
                     "cpus": os.cpu_count(), "calibration": opts.calibration, "eval": opts.eval, "mcu_board": MCU_BOARD,
-                    "peers": opts.peers, "models_done": done, "models_requested": len(names)}
+                    "peers": opts.peers, "models_done": done, "models_requested": len(names),
+                    # peak RSS depends on it: a peer child that starts JAX with libtpu installed
+                    # loads the TPU runtime (~110 MB); tpuedge's edge builds start no JAX backend
+                    "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
+                    "libtpu_installed": importlib.util.find_spec("libtpu") is not None}
             paths = write_reports(rows, meta, opts.out, quiet=done < len(names))
     for path in paths:
         print(f"wrote {path}")

