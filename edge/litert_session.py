@@ -79,14 +79,16 @@ def _import_once() -> None:
 
 def _lowering_device():
     """A CPU device of tpuedge's own XLA client, for lowering only (nothing runs on it); None
-    where this jax version has no way to make one (its default device is then used)."""
+    where this jaxlib has no way to make one (JAX's default device is then used). The client is a
+    single-process one: in a multi-host job (`jax.distributed`) JAX's own CPU client joins the
+    job's topology, this one must not."""
     with _DEVICE_LOCK:
         if not _lowering_cpu:
             try:
-                from jax._src import xla_bridge  # jax 0.4 ... 0.10: make_cpu_client(); no public call makes a client
+                from jaxlib import xla_client  # jax's own call (xla_bridge.make_cpu_client) adds the distributed job
 
-                _lowering_cpu.append(xla_bridge.make_cpu_client().local_devices()[0])
-            except (ImportError, AttributeError):
+                _lowering_cpu.append(xla_client.make_cpu_client(num_devices=1).local_devices()[0])
+            except (ImportError, AttributeError, TypeError):
                 _lowering_cpu.append(None)
         return _lowering_cpu[0]
 
