@@ -11,8 +11,6 @@ and says so (edge/android_auto.py).
 
 from __future__ import annotations
 
-from collections import Counter
-
 from tpuedge.shared_ir.errors import UserError
 
 __all__ = ["QuantizerRefusal", "quantizer_refusal", "suspect_ops"]
@@ -58,16 +56,13 @@ def quantizer_refusal(name: str, target: str | None, scheme: str, float_tflite: 
     target's name, None when no target called)."""
     said = " ".join(f"{type(error.error).__name__}: {error.error}".split())
     said = said if len(said) <= 300 else said[:297] + "..."
-    reason = f"ai-edge-quantizer failed while {error.step} ({said})"
-    suspects = suspect_ops(float_tflite)
-    counts = Counter({op: len(where) for op, where in suspects.items()})
-    ops = ", ".join(
-        f"{op} x{n} (at {', '.join(sorted(set(suspects[op]))[:3])})" for op, n in sorted(counts.items())
-    )
+    failed = f"failed while {error.step} ({said})"
+    reason = f"ai-edge-quantizer {failed}"
+    ops = ", ".join(f"{op} x{len(where)} (at {', '.join(sorted(set(where))[:3])})"
+                    for op, where in sorted(suspect_ops(float_tflite).items()))
     message = (
         f"{name}: ai-edge-quantizer cannot quantize this model{f' for {target}' if target else ''} --quantize {scheme}: "
-        f"it failed while "
-        f"{error.step} ({said}). "
+        f"it {failed}. "
         + (f"The float model has ops its calibration cannot follow, the likely cause: {ops}. " if ops else "")
         + "The float model itself converted; nothing was written and the output folder is as it was. "
         f"Try {_SUGGESTIONS.get(target, _SUGGESTIONS[None])}. TPUEDGE_VERBOSE=1 shows what the quantizer printed."
