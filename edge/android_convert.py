@@ -32,7 +32,7 @@ def convert_for_android(program: "Program", config, calibration, **options: Any)
         rewrites += more
     converted = program_to_tflite(program, config, calibration, target="android", **options)
     recipe = {**converted.recipe, "ir_rewrites": rewrites} if rewrites else converted.recipe
-    # a float build writes float_tflite's model as it is (written by write_model, names unique scopes)
+    # a float build writes float_tflite's model as it is (names unique scopes, renamed in place)
     tflite = shorten_tensor_names(converted.tflite, ScopeNames(program.exported_program), unique=config.scheme == "none")
     if config.scheme != "none" and tflite is converted.tflite:  # as the quantizer wrote it: not compacted yet
         tflite = tflite_file.compact_model(tflite)

@@ -127,11 +127,17 @@ def shorten_tensor_names(tflite: bytes, scopes: ScopeNames, *, unique: bool = Tr
     unique=False (a quantized model, which nothing quantizes again): the tensors of one scope share
     its name, which the file then holds once (tflite_file's writer writes equal strings once). The
     numbers told a reader nothing and cost bytes: an int8 MobileViT-xxs's names take 18 KB of its
-    file this way, 42 KB with them; an int8 Resemblyzer's (one LSTM scope over 8k tensors) 0.5 KB, 96 KB."""
+    file this way, 42 KB with them; an int8 Resemblyzer's (one LSTM scope over 8k tensors) 0.5 KB, 96 KB.
+
+    A float model is renamed where it lies (`tflite_file.renamed_tensors`): its weights are most of
+    its bytes, and unpacking and repacking them was a build's peak memory (DistilBERT: 230 MB over
+    the lowering's own level). A quantized one is repacked, its shared names stored once."""
     names = [name for graph in tflite_file.tensor_names(tflite) for name in graph]  # unique across subgraphs
     renamed = _unique_names(names, scopes) if unique else [scopes.name(name) for name in names]
     if renamed == names:
         return tflite
+    if unique and (written := tflite_file.renamed_tensors(tflite, renamed)) is not None:
+        return written  # a float model, as large as its weights: renamed where it lies, not repacked
     model = tflite_file.read_model(tflite)
     tensors = [tensor for graph in model.subgraphs for tensor in graph.tensors or []]
     for tensor, name in zip(tensors, renamed):

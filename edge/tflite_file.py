@@ -15,6 +15,7 @@ builtin name ("CONV_2D") or "CUSTOM:<name>".
 from __future__ import annotations
 
 import struct
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,12 @@ from tpuedge.shared_ir.errors import UserError
 __all__ = [
     "FILE_IDENTIFIER", "DTYPE_NAMES", "read_model", "write_model", "compact_model", "operator_names", "dtype_name",
     "is_external", "buffer_nbytes", "is_constant", "constant_array", "tensor_bytes", "tensor_quantization", "text", "schema",
-    "op_scales", "tensor_names",
+    "op_scales", "tensor_names", "renamed_tensors",
 ]
 
 FILE_IDENTIFIER = b"TFL3"
+_U32 = struct.Struct("<I")
+_TENSOR_NAME_SLOT = 10  # Tensor.name's vtable slot (the generated binding's Name() reads it)
 
 
 def _enum_names(enum_cls) -> dict[int, str]:
@@ -295,6 +298,55 @@ def tensor_names(data: bytes) -> list[list[str]]:
     model = schema.Model.GetRootAs(data, 0)
     graphs = [model.Subgraphs(i) for i in range(model.SubgraphsLength())]
     return [[text(g.Tensors(j).Name()) for j in range(g.TensorsLength())] for g in graphs]
+
+
+def renamed_tensors(data: bytes, names: list[str]) -> bytes | None:
+    """`data` with its tensors renamed (`names`: one per tensor, across subgraphs, in
+    `tensor_names`' order), every other byte where it was: no object tree, no repack, one copy of
+    the file (the repack took 230 MB over the lowering's level for DistilBERT's 44 MB). A new
+    name no longer than the old one is written over it (length prefix, name, zeros up to the old
+    terminator); a longer one, or one whose string another tensor shares, is appended after the
+    file's last byte (4-byte aligned, as strings are) and the tensor's offset moved to it:
+    flatbuffer offsets point forward, and buffers stored after the flatbuffer keep their absolute
+    offsets. None if a tensor to rename has no name field (`write_model` can add one). For
+    bytes this package wrote or checked."""
+    model = schema.Model.GetRootAs(data, 0)
+    fields = []  # (position of the tensor's offset to its name, the string's position, its length)
+    for i in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(i)
+        for j in range(graph.TensorsLength()):
+            table = graph.Tensors(j)._tab
+            slot = table.Offset(_TENSOR_NAME_SLOT)
+            field = table.Pos + slot if slot else 0
+            string = field + _U32.unpack_from(data, field)[0] if slot else 0
+            fields.append((field, string, _U32.unpack_from(data, string)[0] if slot else 0))
+    if len(fields) != len(names):
+        raise ValueError(f"{len(names)} names for {len(fields)} tensors")
+    uses = Counter(string for _, string, _ in fields)
+    patches, appended, end = [], [], len(data)
+    for (field, string, length), name in zip(fields, names):
+        encoded = name.encode()
+        if bytes(data[string + 4:string + 4 + length]) == encoded if field else not encoded:
+            continue
+        if not field:
+            return None
+        if uses[string] == 1 and len(encoded) <= length:
+            patches.append((string, _U32.pack(len(encoded)) + encoded + bytes(length - len(encoded) + 1)))
+            continue
+        end = -(-end // 4) * 4
+        appended.append((end, _U32.pack(len(encoded)) + encoded + b"\0"))
+        patches.append((field, _U32.pack(end - field)))
+        end += len(appended[-1][1])
+    view, chunks, at = memoryview(data), [], 0
+    for position, patch in sorted(patches):
+        chunks += [view[at:position], patch]
+        at = position + len(patch)
+    chunks.append(view[at:])
+    at = len(data)
+    for position, string in appended:
+        chunks += [bytes(position - at), string]
+        at = position + len(string)
+    return b"".join(chunks)
 
 
 def op_scales(data: bytes, builtins: frozenset[str]) -> list[tuple[int, str, str, list, list]]:
