@@ -36,16 +36,22 @@ def _element_type(value):
     return value.type.element_type
 
 
-def _result_type(lctx):
-    """The node's one static-shaped result type, else None (and the op goes to litert-torch, which
-    copes with what this does not: no tensor meta, several results, dynamic sizes)."""
+def _result_types(lctx) -> list | None:
+    """The node's static-shaped result types, else None (and the op goes to litert-torch, which
+    copes with what this does not: no tensor meta, dynamic sizes)."""
     from litert_torch.backend.lowerings import utils
 
     try:
         types = utils.node_meta_to_ir_types(lctx.node)
     except (RuntimeError, TypeError, ValueError, KeyError):
         return None
-    return types[0] if len(types) == 1 and types[0].has_static_shape else None
+    return list(types) if types and all(t.has_static_shape for t in types) else None
+
+
+def _result_type(lctx):
+    """The node's one static-shaped result type, else None (several results too)."""
+    types = _result_types(lctx)
+    return types[0] if types is not None and len(types) == 1 else None
 
 
 def _plain(lctx, *values) -> bool:
@@ -74,17 +80,18 @@ def _functions(lctx) -> dict:
     return lctx.get_plugin(_plugin_class).by_key
 
 
-def _call(lctx, key: tuple, operands: list, body):
+def _call(lctx, key: tuple, operands: list, body, results: list | None = None):
     """`body(*arguments)`'s ops in a private function, called from here, as the jax bridge leaves
     them: one function per distinct computation (`key`, with the operand types), its ops without a
     location. The converter inlines calls late; when it inlines, and what it can merge then,
-    decide which ops it fuses and the names it gives them, so this form gets the bridge's file."""
+    decide which ops it fuses and the names it gives them, so this form gets the bridge's file.
+    `results`: the types of a node with several results (body returns a list; so does this)."""
     from litert_converter.mlir import ir
     from litert_converter.mlir.dialects import func
 
     global _next_id
-    result = _result_type(lctx)
-    key = (*key, tuple(str(v.type) for v in operands), str(result))
+    types = results or [_result_type(lctx)]
+    key = (*key, tuple(str(v.type) for v in operands), tuple(str(t) for t in types))
     functions = _functions(lctx)
     function = functions.get(key)
     if function is None:
@@ -92,12 +99,14 @@ def _call(lctx, key: tuple, operands: list, body):
             with _LOCK:
                 _next_id += 1
                 name = f"tpuedge_direct_{_next_id}"
-            function = func.FuncOp(name, ir.FunctionType.get([v.type for v in operands], [result]), visibility="private")
+            function = func.FuncOp(name, ir.FunctionType.get([v.type for v in operands], types), visibility="private")
             block = function.add_entry_block()
             with ir.InsertionPoint(block):
-                func.ReturnOp([body(*block.arguments)])
+                returned = body(*block.arguments)
+                func.ReturnOp(list(returned) if results else [returned])
         functions[key] = function
-    return func.CallOp(function, operands).results[0]
+    called = func.CallOp(function, operands).results
+    return list(called) if results else called[0]
 
 
 def _broadcast(value, shape: list[int]):
@@ -286,6 +295,257 @@ def _clamp(original, lctx, x, min=None, max=None, **kwargs):  # noqa: A002 - ate
     return _call(lctx, ("clamp", min, max), [x], clip)
 
 
+def _reduce(x, dims: list[int], init: float, combine: str):
+    """x reduced over `dims` (in the order given, as jax keeps them) by stablehlo's `combine`
+    ("add", "maximum") from the scalar `init`: jnp.sum's and jnp.max's form."""
+    from litert_converter.mlir import ir
+    from litert_converter.mlir.dialects import stablehlo
+    from litert_torch.backend.lowerings import utils
+
+    element = _element_type(x)
+    kept = [size for axis, size in enumerate(x.type.shape) if axis not in dims]
+    op = stablehlo.ReduceOp([ir.RankedTensorType.get(kept, element)], [x], [utils.splat(init, element)],
+                            ir.DenseI64ArrayAttr.get(dims))
+    scalar = ir.RankedTensorType.get([], element)
+    block = op.regions[0].blocks.append(scalar, scalar)
+    with ir.InsertionPoint(block):
+        stablehlo.return_([getattr(stablehlo, combine)(*block.arguments)])
+    return op.result
+
+
+def _keep_dims(reduced, shape: list[int], dims: list[int]):
+    """A reduction given back its reduced axes as ones (jax's keepdims: one broadcast_in_dim)."""
+    from litert_converter.mlir import ir
+    from litert_converter.mlir.dialects import stablehlo
+
+    kept = [axis for axis in range(len(shape)) if axis not in dims]
+    ones = [1 if axis in dims else size for axis, size in enumerate(shape)]
+    return stablehlo.broadcast_in_dim(ir.RankedTensorType.get(ones, _element_type(reduced)), reduced,
+                                      ir.DenseI64ArrayAttr.get(kept))
+
+
+def _axes(dims, rank: int) -> list[int] | None:
+    """aten's dim list as jax canonicalizes it (each non-negative, order kept), None where the
+    bridge's own form is not this one (no list, an empty one, a repeat)."""
+    if not isinstance(dims, (list, tuple)) or not dims or not all(isinstance(d, int) for d in dims):
+        return None
+    axes = [d % rank for d in dims]
+    return axes if len(set(axes)) == len(axes) else None
+
+
+def _mean(original, lctx, x, *args, **kwargs):
+    """mean.dim (x, dims, keepdim) and mean (x): jnp.mean's form, a sum divided by the count.
+    A dtype argument, a 0-d input or an empty dim list go to litert-torch."""
+    dims = args[0] if args else kwargs.get("dim")
+    keepdim = args[1] if len(args) > 1 else kwargs.get("keepdim", False)
+    rank = len(x.type.shape) if _plain(lctx, x) else 0
+    axes = (list(range(rank)) if dims is None else _axes(dims, rank)) if rank else None
+    if (set(kwargs) - {"dim", "keepdim", "dtype"} or kwargs.get("dtype") is not None or len(args) > 2 or axes is None
+            or not isinstance(keepdim, bool) or not _float(x)):
+        return original(lctx, x, *args, **kwargs)
+    from litert_converter.mlir.dialects import stablehlo
+    from litert_torch.backend.lowerings import utils
+
+    shape = list(x.type.shape)
+    count = 1
+    for axis in axes:
+        count *= shape[axis]
+
+    def body(a):
+        total = _reduce(a, axes, 0.0, "add")
+        if keepdim:
+            total = _keep_dims(total, shape, axes)
+        return stablehlo.divide(total, _broadcast(utils.splat(float(count), _element_type(a)), list(total.type.shape)))
+
+    return _call(lctx, ("mean", tuple(axes), keepdim), [x], body)
+
+
+def _softmax(original, lctx, x, dim, half_to_float, **kwargs):
+    """_softmax (x, dim, half_to_float=False): jax.nn.softmax's form, the maximum (from -inf) taken
+    off before exp, then divided by the sum."""
+    if kwargs or half_to_float or not _plain(lctx, x) or not _float(x) or not x.type.shape or not isinstance(dim, int):
+        return original(lctx, x, dim, half_to_float, **kwargs)
+    from litert_converter.mlir.dialects import stablehlo
+    from litert_torch.backend.lowerings import utils
+
+    shape = list(x.type.shape)
+    axes = [dim % len(shape)]
+
+    def spread(reduced):  # keepdims, then broadcast back to x's shape (a step only where it grows)
+        return _broadcast(_keep_dims(reduced, shape, axes), shape)
+
+    def body(a):
+        top = _reduce(a, axes, float("-inf"), "maximum")
+        top = stablehlo.maximum(_broadcast(utils.splat(float("-inf"), _element_type(a)), list(top.type.shape)), top)
+        exp = stablehlo.exponential(stablehlo.subtract(a, spread(top)))
+        return stablehlo.divide(exp, spread(_reduce(exp, axes, 0.0, "add")))
+
+    return _call(lctx, ("softmax", axes[0]), [x], body)
+
+
+def _pair(value, default: list[int] | None = None) -> list[int] | None:
+    """An int or a 2-list of ints (max_pool2d's arguments) as a 2-list; `default` for []."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value, value]
+    if isinstance(value, (list, tuple)) and not value and default is not None:
+        return list(default)
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return list(value)
+    return None
+
+
+def _max_pool2d(original, lctx, x, kernel_size, *args, **kwargs):
+    """max_pool2d_with_indices of a 4-D float32 input: the bridge's form, one reduce_window from
+    -inf (its padding as litert-torch works it out, ceil mode included) and indices of zeros (the
+    bridge's too: TFLite's reduce_window has one output; a graph that reads them goes wrong either
+    way, and litert-torch's table keeps max_pool2d without indices)."""
+    from litert_converter.mlir import ir
+
+    named = dict(zip(("stride", "padding", "dilation", "ceil_mode"), args), **kwargs)
+    kernel = _pair(kernel_size)
+    stride = _pair(named.get("stride", []), default=kernel)
+    padding, dilation = _pair(named.get("padding", 0)), _pair(named.get("dilation", 1))
+    ceil_mode = named.get("ceil_mode", False)
+    results = _result_types(lctx) if lctx.node is not None else None
+    if (set(named) - {"stride", "padding", "dilation", "ceil_mode"} or len(args) > 4 or None in (kernel, stride, padding, dilation)
+            or not isinstance(ceil_mode, bool) or results is None or len(results) != 2
+            or not isinstance(x, ir.Value) or not isinstance(x.type, ir.RankedTensorType) or len(x.type.shape) != 4
+            or not isinstance(_element_type(x), ir.F32Type) or results[0].element_type != _element_type(x)):
+        return original(lctx, x, kernel_size, *args, **kwargs)
+    import numpy as np
+    from litert_converter.mlir.dialects import stablehlo
+    from litert_torch.backend.lowerings import utils
+    from litert_torch.backend.lowerings._jax_lowerings.lowerings import _ceil_mode_padding
+
+    pairs = [(0, 0), (0, 0), *_ceil_mode_padding(padding, list(x.type.shape), kernel, stride, dilation, ceil_mode)]
+
+    def body(a):
+        op = stablehlo.ReduceWindowOp(
+            [results[0]], [a], [utils.splat(float("-inf"), _element_type(a))], [1, 1, *kernel],
+            window_strides=[1, 1, *stride], base_dilations=[1, 1, 1, 1], window_dilations=[1, 1, *dilation],
+            padding=ir.DenseIntElementsAttr.get(np.asarray(pairs, np.int64)))
+        scalar = ir.RankedTensorType.get([], _element_type(a))
+        block = op.regions[0].blocks.append(scalar, scalar)
+        with ir.InsertionPoint(block):
+            stablehlo.return_([stablehlo.maximum(*block.arguments)])
+        zero = utils.splat(0, results[1].element_type)
+        return [op.result, stablehlo.broadcast_in_dim(results[1], zero, ir.DenseI64ArrayAttr.get([]))]
+
+    return _call(lctx, ("max_pool2d", tuple(kernel), tuple(stride), tuple(map(tuple, pairs)), tuple(dilation)), [x], body,
+                 results=results)
+
+
+def _unary(stablehlo_op: str):
+    """tanh, sqrt of a float tensor: one stablehlo op (jnp's form for a float input)."""
+
+    def lower(original, lctx, x, **kwargs):
+        if kwargs or not _plain(lctx, x) or not _float(x):
+            return original(lctx, x, **kwargs)
+        from litert_converter.mlir.dialects import stablehlo
+
+        return _call(lctx, (stablehlo_op,), [x], lambda a: getattr(stablehlo, stablehlo_op)(a))
+
+    return lower
+
+
+def _static(x) -> bool:
+    from litert_converter.mlir import ir
+
+    return isinstance(x, ir.Value) and isinstance(x.type, ir.RankedTensorType) and x.type.has_static_shape and bool(x.type.shape)
+
+
+def _slice_op(a, dim: int, start: int, stop: int, step: int):
+    from litert_converter.mlir import ir
+    from litert_converter.mlir.dialects import stablehlo
+
+    shape = list(a.type.shape)
+    starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
+    starts[dim], limits[dim], strides[dim] = start, stop, step
+    return stablehlo.slice(a, ir.DenseI64ArrayAttr.get(starts), ir.DenseI64ArrayAttr.get(limits), ir.DenseI64ArrayAttr.get(strides))
+
+
+def _slice(original, lctx, x, *args, **kwargs):
+    """slice.Tensor (x, dim, start, end, step), static: a stablehlo.slice, nothing for a step-1
+    slice of the whole axis (jnp's basic indexing, which the bridge takes for step 1; jax.lax.slice
+    for a larger step, an op even where it keeps everything). An empty result goes to litert-torch."""
+    import sys
+
+    named = dict(zip(("dim", "start", "end", "step"), args), **kwargs)
+    dim, start, end, step = (named.get(k, d) for k, d in (("dim", 0), ("start", None), ("end", None), ("step", 1)))
+    if (set(named) - {"dim", "start", "end", "step"} or len(args) > 4 or not _plain(lctx, x) or not _static(x)
+            or not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (dim, start, end, step))
+            or dim is None or not step or step < 1):
+        return original(lctx, x, *args, **kwargs)
+    shape = list(x.type.shape)
+    dim %= len(shape)
+    first, stop, _ = slice(start, shape[dim] if end == sys.maxsize else end, step).indices(shape[dim])
+    if stop <= first:
+        return original(lctx, x, *args, **kwargs)
+    if step == 1 and (first, stop) == (0, shape[dim]):
+        return _call(lctx, ("identity",), [x], lambda a: a)
+    return _call(lctx, ("slice", dim, first, stop, step), [x], lambda a: _slice_op(a, dim, first, stop, step))
+
+
+def _select(original, lctx, x, dim, index, **kwargs):
+    """select.int (x, dim, index): jax.lax.index_in_dim's form, a one-wide slice (always) then a
+    reshape dropping the axis."""
+    if kwargs or not _plain(lctx, x) or not _static(x) or not isinstance(dim, int) or not isinstance(index, int):
+        return original(lctx, x, dim, index, **kwargs)
+    from litert_converter.mlir.dialects import stablehlo
+
+    shape = list(x.type.shape)
+    axis = dim % len(shape)
+    at = index + shape[axis] if index < 0 else index
+    if not 0 <= at < shape[axis]:
+        return original(lctx, x, dim, index, **kwargs)
+    result = _result_type(lctx)
+    return _call(lctx, ("select", axis, at), [x], lambda a: stablehlo.reshape(result, _slice_op(a, axis, at, at + 1, 1)))
+
+
+def _split(original, lctx, x, sizes, dim=0, **kwargs):
+    """split_with_sizes (x, sizes, dim): one step-1 slice per part, as jnp's basic indexing writes
+    each (a part that is the whole axis: the input itself)."""
+    results = _result_types(lctx) if lctx.node is not None else None
+    if (kwargs or results is None or not isinstance(dim, int) or not isinstance(sizes, (list, tuple))
+            or not all(isinstance(n, int) and n > 0 for n in sizes) or len(results) != len(sizes) or not _static(x)
+            or not all(_element_type(x) == t.element_type for t in results)):
+        return original(lctx, x, sizes, dim, **kwargs)
+    shape = list(x.type.shape)
+    axis = dim % len(shape)
+    if sum(sizes) != shape[axis]:
+        return original(lctx, x, sizes, dim, **kwargs)
+    bounds = [(sum(sizes[:i]), sum(sizes[:i + 1])) for i in range(len(sizes))]
+
+    def body(a):
+        return [a if (start, stop) == (0, shape[axis]) else _slice_op(a, axis, start, stop, 1) for start, stop in bounds]
+
+    return _call(lctx, ("split", axis, tuple(sizes)), [x], body, results=results)
+
+
+def _pad(original, lctx, x, padding, value=0, **kwargs):
+    """constant_pad_nd (x, pad, value) with pads >= 0: one stablehlo.pad, the value a scalar
+    constant of x's type (jax.lax.pad's form)."""
+    if (kwargs or not _plain(lctx, x) or not _float(x) or not isinstance(padding, (list, tuple)) or len(padding) % 2
+            or len(padding) // 2 > len(x.type.shape) or not all(isinstance(p, int) and p >= 0 for p in padding)
+            or not isinstance(value, (int, float)) or isinstance(value, bool)):
+        return original(lctx, x, padding, value, **kwargs)
+    from litert_converter.mlir import ir
+    from litert_converter.mlir.dialects import stablehlo
+    from litert_torch.backend.lowerings import utils
+
+    rank = len(x.type.shape)
+    low, high = [0] * rank, [0] * rank
+    for i in range(len(padding) // 2):  # torch lists (before, after) from the last axis backwards
+        low[rank - 1 - i], high[rank - 1 - i] = padding[2 * i], padding[2 * i + 1]
+
+    def body(a):
+        fill = utils.splat(float(value), _element_type(a))
+        return stablehlo.pad(a, fill, ir.DenseI64ArrayAttr.get(low), ir.DenseI64ArrayAttr.get(high),
+                             ir.DenseI64ArrayAttr.get([0] * rank))
+
+    return _call(lctx, ("pad", tuple(low), tuple(high), float(value)), [x], body)
+
+
 def _ours() -> dict:
     import torch
 
@@ -312,6 +572,16 @@ def _ours() -> dict:
         aten._unsafe_view.default: _new_shape("reshape"),
         aten.relu.default: _relu,
         aten.clamp.default: _clamp,
+        aten.mean.dim: _mean,
+        aten.mean.default: _mean,
+        aten._softmax.default: _softmax,
+        aten.max_pool2d_with_indices.default: _max_pool2d,
+        aten.tanh.default: _unary("tanh"),
+        aten.sqrt.default: _unary("sqrt"),
+        aten.slice.Tensor: _slice,
+        aten.select.int: _select,
+        aten.split_with_sizes.default: _split,
+        aten.constant_pad_nd.default: _pad,
     }
 
 
