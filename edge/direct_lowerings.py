@@ -295,6 +295,15 @@ def _clamp(original, lctx, x, min=None, max=None, **kwargs):  # noqa: A002 - ate
     return _call(lctx, ("clamp", min, max), [x], clip)
 
 
+def _hardtanh(original, lctx, x, min_val=-1, max_val=1, **kwargs):
+    """hardtanh (x, min_val, max_val; relu6 is one): torchax writes it as jnp.clip, clamp's form."""
+
+    def theirs(lctx, x, low, high, **rest):
+        return original(lctx, x, min_val, max_val, **rest)
+
+    return _clamp(theirs, lctx, x, min_val, max_val, **kwargs)
+
+
 def _reduce(x, dims: list[int], init: float, combine: str):
     """x reduced over `dims` (in the order given, as jax keeps them) by stablehlo's `combine`
     ("add", "maximum") from the scalar `init`: jnp.sum's and jnp.max's form."""
@@ -572,6 +581,7 @@ def _ours() -> dict:
         aten._unsafe_view.default: _new_shape("reshape"),
         aten.relu.default: _relu,
         aten.clamp.default: _clamp,
+        aten.hardtanh.default: _hardtanh,
         aten.mean.dim: _mean,
         aten.mean.default: _mean,
         aten._softmax.default: _softmax,

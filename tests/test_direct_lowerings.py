@@ -95,7 +95,8 @@ def test_means_softmaxes_and_max_pools_write_the_bridges_flatbuffer():
 
 class _Sequences(nn.Module):
     """What an unrolled LSTM and a padded 1-D conv stack lower to: slices (step 1 and larger,
-    negative bounds), selects, splits, tanh, sqrt, and constant pads with a value. (A split into
+    negative bounds), selects, splits, tanh, sqrt, constant pads with a value, and hardtanh (ReLU6:
+    MobileNetV2's 35 bridged ops). (A split into
     one part fails in litert-torch's own lowering: not compared.)"""
 
     def __init__(self):
@@ -106,7 +107,9 @@ class _Sequences(nn.Module):
         y, _ = self.lstm(s)
         a, b, c = torch.split(s, [1, 2, 3], dim=-1)
         w = torch.tanh(a) + torch.sqrt(b.abs()).sum(-1, keepdim=True) + c[:, 1:, ::2].mean()
-        return y[:, -1], w, F.pad(x, (1, 2, 0, 3), value=0.5), F.pad(x, (3, 3)).sum(), s[:, 2:-1], s[0], x[:, :, ::3]
+        clipped = F.relu6(x) + F.hardtanh(x) + F.hardtanh(x, -2.5, 0.5)  # hardtanh: clamp's form
+        return (y[:, -1], w, F.pad(x, (1, 2, 0, 3), value=0.5), F.pad(x, (3, 3)).sum(), s[:, 2:-1], s[0], x[:, :, ::3],
+                clipped)
 
 
 def test_slices_splits_pads_and_unary_ops_write_the_bridges_flatbuffer():
