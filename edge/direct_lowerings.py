@@ -1,13 +1,15 @@
 """StableHLO for the commonest plain ops, emitted directly instead of through litert-torch's jax bridge.
 
-litert-torch lowers float add/sub/mul/div, relu, clamp, sigmoid, permute, view, squeeze,
-unsqueeze, expand, clone, mm and bmm through its jax bridge: every distinct (op, shapes, arguments)
+litert-torch lowers float add/sub/mul/div, relu, clamp, hardtanh, sigmoid, tanh, sqrt, permute,
+view, squeeze, unsqueeze, expand, clone, mm, bmm, mean, softmax, max_pool2d, slice, select,
+split_with_sizes and constant_pad_nd through its jax bridge: every distinct (op, shapes, arguments)
 is a `jax.jit(...).lower()`, a StableHLO -> VHLO serialization, a parse and an inlining, about
 8 ms each. A CNN has hundreds of distinct ones (MobileNetV3-small: 246, about 2 s of its 4 s MLIR
 lowering). These lowerings emit what the bridge's jax functions lower to, in the bridge's form (a
 private function per distinct computation, called where the op was; jax's broadcast steps and
 constants), in microseconds; the converter then writes the same flatbuffer, byte for byte
-(tests/test_direct_lowerings.py compares them).
+(tests/test_direct_lowerings.py compares them). A model all of whose bridged ops are taken here
+never starts jax's lowering machinery: its first use in a process cost ~15 MB and ~20 ms.
 
 Only the plain case is taken here: operands of the result's element type (and, for float32
 arithmetic, integer ones converted as jax converts them), no extra arguments (alpha, rounding
@@ -62,6 +64,13 @@ def _plain(lctx, *values) -> bool:
         return False
     result = _result_type(lctx)
     return result is not None and all(_element_type(v) == result.element_type for v in values)
+
+
+def _static(x) -> bool:
+    """A ranked tensor of static shape and rank >= 1 (what reductions, slices and pads take)."""
+    from litert_converter.mlir import ir
+
+    return isinstance(x, ir.Value) and isinstance(x.type, ir.RankedTensorType) and x.type.has_static_shape and bool(x.type.shape)
 
 
 def _functions(lctx) -> dict:
@@ -347,7 +356,7 @@ def _mean(original, lctx, x, *args, **kwargs):
     A dtype argument, a 0-d input or an empty dim list go to litert-torch."""
     dims = args[0] if args else kwargs.get("dim")
     keepdim = args[1] if len(args) > 1 else kwargs.get("keepdim", False)
-    rank = len(x.type.shape) if _plain(lctx, x) else 0
+    rank = len(x.type.shape) if _plain(lctx, x) and _static(x) else 0
     axes = (list(range(rank)) if dims is None else _axes(dims, rank)) if rank else None
     if (set(kwargs) - {"dim", "keepdim", "dtype"} or kwargs.get("dtype") is not None or len(args) > 2 or axes is None
             or not isinstance(keepdim, bool) or not _float(x)):
@@ -372,7 +381,7 @@ def _mean(original, lctx, x, *args, **kwargs):
 def _softmax(original, lctx, x, dim, half_to_float, **kwargs):
     """_softmax (x, dim, half_to_float=False): jax.nn.softmax's form, the maximum (from -inf) taken
     off before exp, then divided by the sum."""
-    if kwargs or half_to_float or not _plain(lctx, x) or not _float(x) or not x.type.shape or not isinstance(dim, int):
+    if kwargs or half_to_float or not _plain(lctx, x) or not _float(x) or not _static(x) or not isinstance(dim, int):
         return original(lctx, x, dim, half_to_float, **kwargs)
     from litert_converter.mlir.dialects import stablehlo
     from litert_torch.backend.lowerings import utils
@@ -418,7 +427,7 @@ def _max_pool2d(original, lctx, x, kernel_size, *args, **kwargs):
     results = _result_types(lctx) if lctx.node is not None else None
     if (set(named) - {"stride", "padding", "dilation", "ceil_mode"} or len(args) > 4 or None in (kernel, stride, padding, dilation)
             or not isinstance(ceil_mode, bool) or results is None or len(results) != 2
-            or not isinstance(x, ir.Value) or not isinstance(x.type, ir.RankedTensorType) or len(x.type.shape) != 4
+            or not _static(x) or len(x.type.shape) != 4
             or not isinstance(_element_type(x), ir.F32Type) or results[0].element_type != _element_type(x)):
         return original(lctx, x, kernel_size, *args, **kwargs)
     import numpy as np
@@ -455,12 +464,6 @@ def _unary(stablehlo_op: str):
         return _call(lctx, (stablehlo_op,), [x], lambda a: getattr(stablehlo, stablehlo_op)(a))
 
     return lower
-
-
-def _static(x) -> bool:
-    from litert_converter.mlir import ir
-
-    return isinstance(x, ir.Value) and isinstance(x.type, ir.RankedTensorType) and x.type.has_static_shape and bool(x.type.shape)
 
 
 def _slice_op(a, dim: int, start: int, stop: int, step: int):
@@ -534,7 +537,7 @@ def _split(original, lctx, x, sizes, dim=0, **kwargs):
 def _pad(original, lctx, x, padding, value=0, **kwargs):
     """constant_pad_nd (x, pad, value) with pads >= 0: one stablehlo.pad, the value a scalar
     constant of x's type (jax.lax.pad's form)."""
-    if (kwargs or not _plain(lctx, x) or not _float(x) or not isinstance(padding, (list, tuple)) or len(padding) % 2
+    if (kwargs or not _plain(lctx, x) or not _float(x) or not _static(x) or not isinstance(padding, (list, tuple)) or len(padding) % 2
             or len(padding) // 2 > len(x.type.shape) or not all(isinstance(p, int) and p >= 0 for p in padding)
             or not isinstance(value, (int, float)) or isinstance(value, bool)):
         return original(lctx, x, padding, value, **kwargs)
