@@ -122,6 +122,24 @@ def test_slices_splits_pads_and_unary_ops_write_the_bridges_flatbuffer():
     assert direct == _flatbuffer(program, direct=False)
 
 
+def test_a_split_into_one_part_lowers_and_runs():
+    """litert-torch 0.10's own lowering fails on a split into one part (its bridge hands a
+    one-result list to a step that expects a tensor); ours gives the input itself, and LiteRT
+    computes what torch does."""
+    import numpy as np
+
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+
+    class OnePart(nn.Module):
+        def forward(self, s):
+            (whole,) = torch.split(s, [6], dim=-1)
+            return whole * 2.0
+
+    program = tpuedge.export(OnePart(), (torch.randn(2, 5, 6),), name="one_part")
+    x = np.random.default_rng(0).standard_normal((2, 5, 6)).astype(np.float32)
+    assert np.allclose(LiteRTRunner(_flatbuffer(program, direct=True)).run([x])[0], x * 2.0)
+
+
 def test_litert_torchs_lowerings_are_back_after_a_lowering(forms_program):
     from tpuedge.edge.litert_session import litert_session
 
