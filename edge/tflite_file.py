@@ -303,7 +303,7 @@ def tensor_names(data: bytes) -> list[list[str]]:
 def renamed_tensors(data: bytes, names: list[str]) -> bytes | None:
     """`data` with its tensors renamed (`names`: one per tensor, across subgraphs, in
     `tensor_names`' order), every other byte where it was: no object tree, no repack, one copy of
-    the file (the repack took 230 MB over the lowering's level for DistilBERT's 44 MB). A new
+    the file (the repack peaked 77 MB above the lowering itself for DistilBERT's 44 MB). A new
     name no longer than the old one is written over it (length prefix, name, zeros up to the old
     terminator); a longer one, or one whose string another tensor shares, is appended after the
     file's last byte (4-byte aligned, as strings are) and the tensor's offset moved to it:

@@ -387,8 +387,8 @@ def test_tensors_are_renamed_where_they_lie(built):
 
 def test_a_float_model_is_renamed_holding_one_copy_of_it(built):
     """A float model's names are shortened in place: old code unpacked and repacked it (its weights
-    copied out, then packed again), and on a float DistilBERT that was the build's peak memory, 230
-    MB over the lowering's own level. With 24 MiB of weights, renaming holds under 1.3 copies."""
+    copied out, then packed again), and on a float DistilBERT that was the build's peak memory, 77
+    MB above the lowering's own. With 24 MiB of weights, renaming holds under 1.3 copies."""
     import tracemalloc
 
     from ai_edge_litert import schema_py_generated as schema
