@@ -514,18 +514,19 @@ def _select(original, lctx, x, dim, index, **kwargs):
     return _call(lctx, ("select", axis, at), [x], lambda a: stablehlo.reshape(result, _slice_op(a, axis, at, at + 1, 1)))
 
 
-def _split(original, lctx, x, sizes, dim=0, **kwargs):
+def _split(original, lctx, x, split_sizes, dim=0, **kwargs):
     """split_with_sizes (x, sizes, dim): one step-1 slice per part, as jnp's basic indexing writes
     each (a part that is the whole axis: the input itself)."""
     results = _result_types(lctx) if lctx.node is not None else None
+    sizes = split_sizes
     if (kwargs or results is None or not isinstance(dim, int) or not isinstance(sizes, (list, tuple))
             or not all(isinstance(n, int) and n > 0 for n in sizes) or len(results) != len(sizes) or not _static(x)
             or not all(_element_type(x) == t.element_type for t in results)):
-        return original(lctx, x, sizes, dim, **kwargs)
+        return original(lctx, x, split_sizes, dim, **kwargs)
     shape = list(x.type.shape)
     axis = dim % len(shape)
     if sum(sizes) != shape[axis]:
-        return original(lctx, x, sizes, dim, **kwargs)
+        return original(lctx, x, split_sizes, dim, **kwargs)
     bounds = [(sum(sizes[:i]), sum(sizes[:i + 1])) for i in range(len(sizes))]
 
     def body(a):
@@ -534,21 +535,21 @@ def _split(original, lctx, x, sizes, dim=0, **kwargs):
     return _call(lctx, ("split", axis, tuple(sizes)), [x], body, results=results)
 
 
-def _pad(original, lctx, x, padding, value=0, **kwargs):
+def _pad(original, lctx, x, pad, value=0, **kwargs):
     """constant_pad_nd (x, pad, value) with pads >= 0: one stablehlo.pad, the value a scalar
     constant of x's type (jax.lax.pad's form)."""
-    if (kwargs or not _plain(lctx, x) or not _float(x) or not _static(x) or not isinstance(padding, (list, tuple)) or len(padding) % 2
-            or len(padding) // 2 > len(x.type.shape) or not all(isinstance(p, int) and p >= 0 for p in padding)
+    if (kwargs or not _plain(lctx, x) or not _float(x) or not _static(x) or not isinstance(pad, (list, tuple)) or len(pad) % 2
+            or len(pad) // 2 > len(x.type.shape) or not all(isinstance(p, int) and p >= 0 for p in pad)
             or not isinstance(value, (int, float)) or isinstance(value, bool)):
-        return original(lctx, x, padding, value, **kwargs)
+        return original(lctx, x, pad, value, **kwargs)
     from litert_converter.mlir import ir
     from litert_converter.mlir.dialects import stablehlo
     from litert_torch.backend.lowerings import utils
 
     rank = len(x.type.shape)
     low, high = [0] * rank, [0] * rank
-    for i in range(len(padding) // 2):  # torch lists (before, after) from the last axis backwards
-        low[rank - 1 - i], high[rank - 1 - i] = padding[2 * i], padding[2 * i + 1]
+    for i in range(len(pad) // 2):  # torch lists (before, after) from the last axis backwards
+        low[rank - 1 - i], high[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
 
     def body(a):
         fill = utils.splat(float(value), _element_type(a))
