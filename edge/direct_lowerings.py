@@ -324,6 +324,15 @@ def _reduce(x, dims: list[int], init: float, combine: str):
     kept = [size for axis, size in enumerate(x.type.shape) if axis not in dims]
     op = stablehlo.ReduceOp([ir.RankedTensorType.get(kept, element)], [x], [utils.splat(init, element)],
                             ir.DenseI64ArrayAttr.get(dims))
+    return _combined_by(op, combine, element)
+
+
+def _combined_by(op, combine: str, element):
+    """A reduce or reduce_window `op` given its body: stablehlo's `combine` of two scalars of
+    `element`; its one result."""
+    from litert_converter.mlir import ir
+    from litert_converter.mlir.dialects import stablehlo
+
     scalar = ir.RankedTensorType.get([], element)
     block = op.regions[0].blocks.append(scalar, scalar)
     with ir.InsertionPoint(block):
@@ -342,6 +351,13 @@ def _keep_dims(reduced, shape: list[int], dims: list[int]):
                                       ir.DenseI64ArrayAttr.get(kept))
 
 
+def _named(args: tuple, kwargs: dict, names: tuple[str, ...]) -> dict | None:
+    """An aten op's arguments after the tensor, by name (positional ones in `names`' order); None
+    where there are more, or others, than `names` (the op then goes to litert-torch)."""
+    named = dict(zip(names, args), **kwargs)
+    return named if len(args) <= len(names) and set(named) <= set(names) else None
+
+
 def _axes(dims, rank: int) -> list[int] | None:
     """aten's dim list as jax canonicalizes it (each non-negative, order kept), None where the
     bridge's own form is not this one (no list, an empty one, a repeat)."""
@@ -354,15 +370,15 @@ def _axes(dims, rank: int) -> list[int] | None:
 def _mean(original, lctx, x, *args, **kwargs):
     """mean.dim (x, dims, keepdim) and mean (x): jnp.mean's form, a sum divided by the count.
     A dtype argument, a 0-d input or an empty dim list go to litert-torch."""
-    dims = args[0] if args else kwargs.get("dim")
-    keepdim = args[1] if len(args) > 1 else kwargs.get("keepdim", False)
+    named = _named(args, kwargs, ("dim", "keepdim", "dtype"))
+    if named is None:
+        return original(lctx, x, *args, **kwargs)
+    dims, keepdim = named.get("dim"), named.get("keepdim", False)
     rank = len(x.type.shape) if _plain(lctx, x) and _static(x) else 0
     axes = (list(range(rank)) if dims is None else _axes(dims, rank)) if rank else None
-    if (set(kwargs) - {"dim", "keepdim", "dtype"} or kwargs.get("dtype") is not None or len(args) > 2 or axes is None
-            or not isinstance(keepdim, bool) or not _float(x)):
+    if named.get("dtype") is not None or axes is None or not isinstance(keepdim, bool) or not _float(x):
         return original(lctx, x, *args, **kwargs)
     from litert_converter.mlir.dialects import stablehlo
-    from litert_torch.backend.lowerings import utils
 
     shape = list(x.type.shape)
     count = 1
@@ -373,7 +389,7 @@ def _mean(original, lctx, x, *args, **kwargs):
         total = _reduce(a, axes, 0.0, "add")
         if keepdim:
             total = _keep_dims(total, shape, axes)
-        return stablehlo.divide(total, _broadcast(utils.splat(float(count), _element_type(a)), list(total.type.shape)))
+        return stablehlo.divide(total, _splat_like(total, float(count)))
 
     return _call(lctx, ("mean", tuple(axes), keepdim), [x], body)
 
@@ -384,7 +400,6 @@ def _softmax(original, lctx, x, dim, half_to_float, **kwargs):
     if kwargs or half_to_float or not _plain(lctx, x) or not _float(x) or not _static(x) or not isinstance(dim, int):
         return original(lctx, x, dim, half_to_float, **kwargs)
     from litert_converter.mlir.dialects import stablehlo
-    from litert_torch.backend.lowerings import utils
 
     shape = list(x.type.shape)
     axes = [dim % len(shape)]
@@ -394,7 +409,7 @@ def _softmax(original, lctx, x, dim, half_to_float, **kwargs):
 
     def body(a):
         top = _reduce(a, axes, float("-inf"), "maximum")
-        top = stablehlo.maximum(_broadcast(utils.splat(float("-inf"), _element_type(a)), list(top.type.shape)), top)
+        top = stablehlo.maximum(_splat_like(top, float("-inf")), top)
         exp = stablehlo.exponential(stablehlo.subtract(a, spread(top)))
         return stablehlo.divide(exp, spread(_reduce(exp, axes, 0.0, "add")))
 
@@ -419,13 +434,15 @@ def _max_pool2d(original, lctx, x, kernel_size, *args, **kwargs):
     way, and litert-torch's table keeps max_pool2d without indices)."""
     from litert_converter.mlir import ir
 
-    named = dict(zip(("stride", "padding", "dilation", "ceil_mode"), args), **kwargs)
+    named = _named(args, kwargs, ("stride", "padding", "dilation", "ceil_mode"))
+    if named is None:
+        return original(lctx, x, kernel_size, *args, **kwargs)
     kernel = _pair(kernel_size)
     stride = _pair(named.get("stride", []), default=kernel)
     padding, dilation = _pair(named.get("padding", 0)), _pair(named.get("dilation", 1))
     ceil_mode = named.get("ceil_mode", False)
     results = _result_types(lctx) if lctx.node is not None else None
-    if (set(named) - {"stride", "padding", "dilation", "ceil_mode"} or len(args) > 4 or None in (kernel, stride, padding, dilation)
+    if (None in (kernel, stride, padding, dilation)
             or not isinstance(ceil_mode, bool) or results is None or len(results) != 2
             or not _static(x) or len(x.type.shape) != 4
             or not isinstance(_element_type(x), ir.F32Type) or results[0].element_type != _element_type(x)):
@@ -442,12 +459,9 @@ def _max_pool2d(original, lctx, x, kernel_size, *args, **kwargs):
             [results[0]], [a], [utils.splat(float("-inf"), _element_type(a))], [1, 1, *kernel],
             window_strides=[1, 1, *stride], base_dilations=[1, 1, 1, 1], window_dilations=[1, 1, *dilation],
             padding=ir.DenseIntElementsAttr.get(np.asarray(pairs, np.int64)))
-        scalar = ir.RankedTensorType.get([], _element_type(a))
-        block = op.regions[0].blocks.append(scalar, scalar)
-        with ir.InsertionPoint(block):
-            stablehlo.return_([stablehlo.maximum(*block.arguments)])
+        pooled = _combined_by(op, "maximum", _element_type(a))
         zero = utils.splat(0, results[1].element_type)
-        return [op.result, stablehlo.broadcast_in_dim(results[1], zero, ir.DenseI64ArrayAttr.get([]))]
+        return [pooled, stablehlo.broadcast_in_dim(results[1], zero, ir.DenseI64ArrayAttr.get([]))]
 
     return _call(lctx, ("max_pool2d", tuple(kernel), tuple(stride), tuple(map(tuple, pairs)), tuple(dilation)), [x], body,
                  results=results)
@@ -482,9 +496,11 @@ def _slice(original, lctx, x, *args, **kwargs):
     for a larger step, an op even where it keeps everything). An empty result goes to litert-torch."""
     import sys
 
-    named = dict(zip(("dim", "start", "end", "step"), args), **kwargs)
+    named = _named(args, kwargs, ("dim", "start", "end", "step"))
+    if named is None:
+        return original(lctx, x, *args, **kwargs)
     dim, start, end, step = (named.get(k, d) for k, d in (("dim", 0), ("start", None), ("end", None), ("step", 1)))
-    if (set(named) - {"dim", "start", "end", "step"} or len(args) > 4 or not _plain(lctx, x) or not _static(x)
+    if (not _plain(lctx, x) or not _static(x)
             or not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (dim, start, end, step))
             or dim is None or not step or step < 1):
         return original(lctx, x, *args, **kwargs)

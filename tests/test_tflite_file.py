@@ -190,6 +190,18 @@ def test_tflite_micro_runner_checks_the_file_first(built):
     assert TflmRunner(data, 16384).run([x])[0].shape == (1, 3)
 
 
+def _with_megabyte_buffers(model, count: int):
+    """`model` with `count` more buffers of 1 MiB of random bytes: weights for the memory tests."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    rng = np.random.default_rng(0)
+    for _ in range(count):
+        buffer = schema.BufferT()
+        buffer.data = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+        model.buffers.append(buffer)
+    return model
+
+
 def test_writing_a_model_holds_about_two_copies_and_gives_the_same_bytes(built):
     """Old code grew the flatbuffers builder by doubling from 1 KiB and copied its output twice:
     a 434 MB float BERT-base held 1.4 GB at once there, its build's peak. 24 buffers of 1 MiB:
@@ -198,14 +210,8 @@ def test_writing_a_model_holds_about_two_copies_and_gives_the_same_bytes(built):
     import tracemalloc
 
     import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
 
-    model = tflite_file.read_model((built / "model.tflite").read_bytes())
-    rng = np.random.default_rng(0)
-    for _ in range(24):
-        buffer = schema.BufferT()
-        buffer.data = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
-        model.buffers.append(buffer)
+    model = _with_megabyte_buffers(tflite_file.read_model((built / "model.tflite").read_bytes()), 24)
     size = 24 << 20
     tracemalloc.start()
     try:
@@ -391,16 +397,9 @@ def test_a_float_model_is_renamed_holding_one_copy_of_it(built):
     MB above the lowering's own. With 24 MiB of weights, renaming holds under 1.3 copies."""
     import tracemalloc
 
-    from ai_edge_litert import schema_py_generated as schema
-
     from tpuedge.edge.tensor_names import ScopeNames, shorten_tensor_names
 
-    model = tflite_file.read_model((built / "model.tflite").read_bytes())
-    rng = np.random.default_rng(0)
-    for _ in range(24):
-        buffer = schema.BufferT()
-        buffer.data = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
-        model.buffers.append(buffer)
+    model = _with_megabyte_buffers(tflite_file.read_model((built / "model.tflite").read_bytes()), 24)
     for tensor in model.subgraphs[0].tensors:
         tensor.name = f"pkg.Net/torch.nn.modules.linear.Linear_fc;{tflite_file.text(tensor.name)}".encode()
     data = tflite_file.write_model(model)
