@@ -26,6 +26,8 @@ __all__ = ["McuLowered", "integer_tflite", "FILES"]
 
 FILES = ("model.tflite", "model_data.cc", "model_data.h", "op_resolver.h", "manifest.json")
 _MIN_CALIBRATION = 16
+# what the build's TFLite-Micro children import before they are needed (edge/child_process.py)
+_CHILD_MODULES = ("tflite_micro", "tpuedge.edge.tflm_runtime", "tpuedge.edge.tflm_worker", "tpuedge.edge.arena_probe")
 _TOOLS = ("litert-torch", "ai-edge-litert", "ai-edge-quantizer", "tflite-micro")
 _BUILTIN_FIX = (
     "replace the PyTorch op that lowers to it (see `tpuedge ops --target mcu`), or build for android, which runs float ops"
@@ -197,6 +199,7 @@ class McuLowered:
     def compile(self, out_dir: Any = None) -> "McuArtifact":
         from tpuedge.edge.boards import budget_check, fits
         from tpuedge.edge.c_array import model_data_cc, model_data_h
+        from tpuedge.edge.child_process import spare_children
         from tpuedge.edge.mcu_artifact import McuArtifact
         from tpuedge.edge.mcu_runtimes import McuRuntimes
         from tpuedge.edge.op_resolver import op_resolver_h
@@ -207,7 +210,8 @@ class McuLowered:
 
         name = self.program.name
         out_dir = Path(out_dir) if out_dir is not None else Path("build") / name / "mcu"
-        converted, tflite, moved, arena = self._quantized(self.config)
+        with spare_children(2, preload=_CHILD_MODULES):  # the search's TFLite-Micro worker, the arena probe
+            converted, tflite, moved, arena = self._quantized(self.config)
         if self._int16_over_the_board(converted, tflite, arena):
             # int16 tensors doubled the arena past the board: every op int8 instead, if that fits
             # (the accuracy budget then decides: the search aims above it, at its target cosine)

@@ -16,9 +16,7 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 
@@ -52,52 +50,36 @@ class TflmWorker:
     """A child process that runs models in TFLite-Micro."""
 
     def __init__(self):
-        self._proc: subprocess.Popen | None = None
-        self._stderr = None
+        self._child = None
         self._lock = threading.Lock()
 
     def outputs(self, model: bytes, arena: int, samples: Sequence[Sequence[np.ndarray]] | None) -> list[list[np.ndarray]]:
         """Each sample's outputs (float in, float out); samples=None: one run on raw zeros, no outputs."""
+        from tpuedge.edge.child_process import spawn
         from tpuedge.edge.tflm_runtime import TflmError
 
         with self._lock:
-            if self._proc is None:
-                self._start()
+            if self._child is None:
+                self._child = spawn("tpuedge.edge.tflm_worker.serve")
+            proc = self._child.proc
             try:
-                _send(self._proc.stdin, (model, arena, None if samples is None else [list(s) for s in samples]))
-                status, payload = _receive(self._proc.stdout)
+                _send(proc.stdin, (model, arena, None if samples is None else [list(s) for s in samples]))
+                status, payload = _receive(proc.stdout)
             except (BrokenPipeError, EOFError, OSError):
-                code = self._proc.wait()
-                log = self._stderr_tail()
-                self._proc = None
+                code = proc.wait()
+                log = self._child.stderr_text(_STDERR_TAIL)
+                self._child.discard()
+                self._child = None
                 raise TflmError(f"TFLite-Micro crashed running it (exit {code})", log) from None
         if status != "ok":
             raise TflmError("TFLite-Micro refused it", payload)
         return payload
 
-    def _start(self) -> None:
-        from tpuedge.edge.child_process import child_command, child_env
-
-        if self._stderr is not None:
-            self._stderr.close()
-        self._stderr = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(child_command("tpuedge.edge.tflm_worker.serve"), env=child_env(),
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
-
-    def _stderr_tail(self) -> str:
-        self._stderr.seek(0, os.SEEK_END)
-        self._stderr.seek(max(0, self._stderr.tell() - _STDERR_TAIL))
-        return self._stderr.read().decode("utf-8", errors="replace")
-
     def close(self) -> None:
         with self._lock:
-            if self._proc is not None:
-                self._proc.stdin.close()  # the worker reads end-of-file and exits
-                self._proc.wait()
-                self._proc = None
-            if self._stderr is not None:
-                self._stderr.close()
-                self._stderr = None
+            if self._child is not None:
+                self._child.discard()  # the worker reads end-of-file and exits
+                self._child = None
 
 
 _WORKER: TflmWorker | None = None
