@@ -26,7 +26,7 @@ __all__ = [
     "kernel_crash_error",
 ]
 
-ARENA_STEP = 256
+ARENA_STEP = 16  # TFLM aligns the arena to 16 bytes: no size between two steps differs
 ARENA_MARGIN = 0.10  # recommended = measured * (1 + margin), rounded up to 1 KiB
 _CEILING = 64 * 1024 * 1024
 
@@ -95,26 +95,31 @@ def classify_tflm_error(error) -> TflmFailure:
     return TflmFailure("other", None, " | ".join(lines))
 
 
-def _run(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray]):
-    """None when TFLM allocates and runs `sample` in `arena_size` bytes, else the TflmError."""
+def _run(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray], allocated: list | None = None):
+    """None when TFLM allocates and runs `sample` in `arena_size` bytes, else the TflmError;
+    a run that fits appends what TFLM's allocator took to `allocated`, when given."""
     from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
 
     try:
-        TflmRunner(tflite, arena_size).run_raw(sample)
-        return None
+        runner = TflmRunner(tflite, arena_size)
+        runner.run_raw(sample)
     except TflmError as exc:
         return exc
+    if allocated is not None:
+        allocated.append(runner.allocated_bytes())
+    return None
 
 
-def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray]) -> bool:
-    """Whether TFLM allocates the model and runs `sample` (raw, tensor dtypes) in `arena_size` bytes.
+def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray], allocated: list | None = None) -> bool:
+    """Whether TFLM allocates the model and runs `sample` (raw, tensor dtypes) in `arena_size` bytes
+    (when it does, what the allocator took is appended to `allocated`, if given).
 
     False only when the arena was too small. A kernel whose Prepare can't get its scratch
     memory also reports "failed to prepare" (or "Too many buffers"), so a failure counts as a
     kernel's only when it happens again with the largest arena: then it raises UserError;
     anything else InternalError.
     """
-    error = _run(tflite, arena_size, sample)
+    error = _run(tflite, arena_size, sample, allocated)
     if error is None:
         return True
     failure = classify_tflm_error(error)
@@ -129,17 +134,23 @@ def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray]) -> 
 
 def bisect_arena(tflite: bytes, sample: Sequence[np.ndarray], crashed: Sequence[int] = (), note=None) -> int:
     """The smallest size (to ARENA_STEP) that allocates and runs; sizes in `crashed` count as
-    failing without a try, and `note(size)` hears of each size before it is tried."""
+    failing without a try, and `note(size)` hears of each size before it is tried.
 
-    def fits(size: int) -> bool:
+    The first size that runs also tells what TFLM's allocator took; that figure, rounded up to
+    ARENA_STEP, is tried next, then ARENA_STEP below it: where it is the threshold (every model
+    measured so far), two runs settle what a plain bisection took a dozen for. Otherwise the
+    bisection goes on from the bounds those runs gave."""
+
+    def fits(size: int, allocated: list | None = None) -> bool:
         if size in crashed:
             return False
         if note is not None:
             note(size)
-        return arena_fits(tflite, size, sample)
+        return arena_fits(tflite, size, sample, allocated)
 
     hi = max(4096, ARENA_STEP * math.ceil(len(tflite) / ARENA_STEP))
-    while not fits(hi):
+    allocated: list = []
+    while not fits(hi, allocated):
         hi *= 2
         if hi > _CEILING:
             raise kernel_crash_error(crashed) if crashed else UserError(
@@ -147,9 +158,16 @@ def bisect_arena(tflite: bytes, sample: Sequence[np.ndarray], crashed: Sequence[
                 "the model is far too large for a microcontroller: shrink its width or input size."
             )
     lo = 0
+    guess = ARENA_STEP * math.ceil(allocated[0] / ARENA_STEP) if allocated and allocated[0] else None
+    for size in ([guess, guess - ARENA_STEP] if guess is not None else []):
+        if lo < size < hi:
+            if fits(size):
+                hi = size
+            else:
+                lo = size
     while hi - lo > ARENA_STEP:
         mid = (lo + hi) // 2
-        mid -= mid % 16  # TFLM aligns the arena to 16 bytes anyway
+        mid -= mid % ARENA_STEP
         if fits(mid):
             hi = mid
         else:

@@ -7,6 +7,7 @@ them back so the real reason can go into an error message.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.native_stderr import held_native_stderr
 
 __all__ = ["TflmRunner", "TflmError"]
+
+_ALLOCATED = re.compile(r"Arena allocation total (\d+) bytes")
 
 
 class TflmError(RuntimeError):
@@ -90,6 +93,14 @@ class TflmRunner:
         if error is not None:
             raise TflmError(f"TFLite-Micro failed to run the model ({error})", log[0])
         return [np.array(self._it.get_output(i)) for i in range(len(self.output_details))]
+
+    def allocated_bytes(self) -> int | None:
+        """What TFLM's allocator took of the arena (its recorded total: head and tail), after a
+        run; None where the interpreter does not say."""
+        with held_native_stderr() as log:
+            self._it.print_allocations()
+        found = _ALLOCATED.search(log[0])
+        return int(found.group(1)) if found else None
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Float in, float out: int8 I/O is (de)quantized with each tensor's scale and zero point."""
