@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from checkout_bytecode import compile_checkout  # bench/ is on sys.path (the script's folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("build_mlp", "build_cnn", "build_depthwise", "build_transformer", "digits")
@@ -183,6 +184,7 @@ def main() -> None:
                              "the workflow whose rebuilds the cache replays whole")
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    compile_checkout(ROOT)  # tpuedge timed with its bytecode, as installed (bench/checkout_bytecode.py)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tpuedge-bench-cache-") as tmp:
         work = Path(tmp)

@@ -142,16 +142,23 @@ def run_child(entry: str, folder: Path, *args: str) -> subprocess.CompletedProce
 
 def spare() -> None:
     """A child's main: import the modules named in argv, wait for one request line on stdin
-    ({"entry", "args"}), run that entry with argv = args. End-of-file first: not needed, return."""
+    ({"entry", "args"}), run that entry with argv = args. End-of-file first: not needed.
+
+    A child that ends without an exception skips the interpreter's teardown (~25 ms with numpy
+    and TFLite-Micro loaded, which its parent waits for); its answer is written by then (the
+    entry's files closed, stdout and stderr flushed here). An exception still ends it the usual
+    way: the traceback on stderr, exit code 1."""
     for module in sys.argv[1:]:
         importlib.import_module(module)
     line = sys.stdin.buffer.readline()  # the rest of stdin, if any, is the entry's
-    if not line:
-        return
-    request = json.loads(line)
-    sys.argv = [sys.argv[0], *request["args"]]
-    module, _, function = request["entry"].rpartition(".")
-    getattr(importlib.import_module(module), function)()
+    if line:
+        request = json.loads(line)
+        sys.argv = [sys.argv[0], *request["args"]]
+        module, _, function = request["entry"].rpartition(".")
+        getattr(importlib.import_module(module), function)()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _child_env() -> dict[str, str]:
