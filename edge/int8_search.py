@@ -765,11 +765,11 @@ def _round(x: float | None) -> float | None:
 
 
 def fused_lstm_plan(program, config, calibration, base: bytes, budget_cosine: float | None):
-    """edge/sequence_lstm.py's plan for the fused LSTMs' weights of `base` in a quantized build
+    """edge/fused_lstm_weights.py's plan for the fused LSTMs' weights of `base` in a quantized build
     (None: there are none), measured on the search's samples. Their int8 may cost half of what
     the build's aim leaves (its budget plus the held-out margin, else the search's target):
     the other half is the rest of the model's."""
-    from tpuedge.edge.sequence_lstm import FusedLSTMWeights, has_fused_lstm, plan_fused_lstm_weights
+    from tpuedge.edge.fused_lstm_weights import FusedLSTMWeights, has_fused_lstm, plan_fused_lstm_weights
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_json, encode_json
     from tpuedge.shared_ir.stage_times import timed
 

@@ -360,7 +360,7 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         self._estimated: dict[str, dict] = {}
         self.capped_ranges: dict[str, tuple[float, float]] = {}  # edge/singular_ranges.py, set by calibrate
         self.log: list[str] = []  # what ai-edge-quantizer printed, step by step
-        self.fused_lstm = None  # edge/sequence_lstm.FusedLSTMWeights, set by the conversion
+        self.fused_lstm = None  # edge/fused_lstm_weights.FusedLSTMWeights, set by the conversion
 
     def calibrate(self, recipe: list[dict], samples: list[dict]) -> None:
         """Activation ranges over ALL samples (global min/max).

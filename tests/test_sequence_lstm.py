@@ -12,7 +12,8 @@ import torch
 import tpuedge
 from tpuedge.edge import tflite_file
 from tpuedge.edge.litert_runtime import LiteRTRunner
-from tpuedge.edge.sequence_lstm import FuseSequenceLSTM, plan_fused_lstm_weights, with_int8_weights
+from tpuedge.edge.fused_lstm_weights import plan_fused_lstm_weights, with_int8_weights
+from tpuedge.edge.sequence_lstm import FuseSequenceLSTM
 from tpuedge.shared_ir.program import Program
 
 
