@@ -10,6 +10,8 @@ so the same inputs give byte-identical folders.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -281,8 +283,20 @@ class McuLowered:
                 runtimes = McuRuntimes(tflite, config.channels_last)
             except ModelRunError as exc:
                 raise UserError(_unpreparable(self.program.name, tflite, exc)) from None
-            arena = measure_arena(tflite, runtimes.quantized(self.calibration[0]))
+            with ThreadPoolExecutor(1, thread_name_prefix="tpuedge-arena-probe") as pool:
+                probing = pool.submit(measure_arena, tflite, runtimes.quantized(self.calibration[0]))
+                self._ahead_of_verification()  # while the probe's child runs
+                arena = probing.result()
         return converted, tflite, moved, arena
+
+    def _ahead_of_verification(self) -> None:
+        """What the verification run needs that no arena size changes: the float IR's outputs on
+        its samples (`Program.run` remembers them) and TFLite-Micro's runtime module imported."""
+        import_module("tflite_micro")  # its runtime, which edge/tflm_runtime.py opens models with
+
+        for _, samples, _, _ in self._verification_sets():
+            for s in samples:
+                self.program.run(*s)
 
     def _int16_over_the_board(self, converted, tflite: bytes, arena) -> bool:
         from tpuedge.edge.boards import fits
@@ -350,22 +364,26 @@ class McuLowered:
             return []
         return [s.to_json() for s in ranking[:10]]
 
+    def _verification_sets(self) -> list[tuple]:
+        """(label, samples, labels, kind) the verification runs on: --eval data, else the calibration
+        samples held out of calibration, else (too few to hold any out) calibration samples."""
+        from tpuedge.edge import accuracy_samples as acc
+
+        if self.evaluation is not None:
+            return [("evaluation", self.evaluation.samples, self.evaluation.labels, acc.EVAL)]
+        if self.held_out:
+            return [("held_out", self.held_out, None, acc.HELD_OUT)]
+        return [("calibration", self.calibration[:200], None, acc.CALIBRATION)]
+
     def _verify(self, runtime: "McuRuntimes") -> tuple[dict, tuple]:
         """TFLM vs LiteRT (LSB) and vs the float Program: on --eval data, else on the calibration samples
         held out of calibration, else (too few to hold any out) on calibration samples, labelled so.
         Also returns (kind, float outputs, TFLM outputs, labels) of those samples, for the budget."""
-        from tpuedge.edge import accuracy_samples as acc
         from tpuedge.edge.litert_runtime import ModelRunError, refused_on_budget_samples
         from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
         report: dict = {}
-        if self.evaluation is not None:
-            sets = [("evaluation", self.evaluation.samples, self.evaluation.labels, acc.EVAL)]
-        elif self.held_out:
-            sets = [("held_out", self.held_out, None, acc.HELD_OUT)]
-        else:
-            sets = [("calibration", self.calibration[:200], None, acc.CALIBRATION)]
-        for label, samples, labels, kind in sets:
+        for label, samples, labels, kind in self._verification_sets():
             tflm_raw, litert_raw, floats = [], [], []
             for s in samples:
                 q = runtime.quantized(s)
