@@ -1,4 +1,4 @@
-"""Benchmark: what the build cache saves, one run, every build a fresh `tpuedge build` child process.
+"""Benchmark: what the build cache saves, every build a fresh `tpuedge build` child process.
 
 Per model (wall time and peak RSS of each child, imports and model capture included):
   android cold       float android build (--quantize none --channels-last, the layout mcu builds
@@ -16,7 +16,9 @@ and the ratios the issue sets goals for (over the models' median): cached rebuil
     python bench/cache.py --models --spec tiny=path/to/zoo_model.py:build   # any MODEL spec
     python bench/cache.py --models --zoo mtcnn_onet,kws_dscnn   # zoo models (bench/zoo_specs.py), their own samples
     python bench/cache.py --models --zoo mtcnn_onet --pt2       # ... each first saved as a .pt2 (`tpuedge export`)
-Writes bench/results/cache.json. The machine is shared and noisy: one run, read ratios as such.
+    python bench/cache.py ... --repeat 3       # each build's wall time the median of 3 rounds
+Writes bench/results/cache.json. The machine is shared and noisy: one run, read ratios as such
+(a single round's ratio moved by +-0.03 between runs of the same checkout here).
 """
 
 from __future__ import annotations
@@ -114,35 +116,49 @@ def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> di
     return {"wall_s": round(wall, 3), "peak_rss_mb": peak_rss_mb, "cache": line}
 
 
-def bench_model(name: str, spec: str, calibration: str, work: Path) -> dict:
-    fresh, shared = work / f"{name}-cache-mcu-cold", work / f"{name}-cache-shared"
+def bench_model(name: str, spec: str, calibration: str, work: Path, repeat: int = 1) -> dict:
+    """The five builds `repeat` times in turn, each round into caches of its own; each build's wall
+    time and peak RSS are the median over the rounds, its outputs compared in every round."""
     # the bench times builds, not accuracy: a model below the mcu budget is still written
     mcu_args = ("--calibration", calibration, "--eval", "none", "--allow-below-budget")
-    row = {"model": name, "spec": spec}
     android_args = ("--quantize", "none", "--channels-last")  # mcu's layout: one float model for both
-    row["android_cold"] = run_build(spec, "android", work / f"{name}-a1", shared, *android_args)
-    row["android_cached"] = run_build(spec, "android", work / f"{name}-a2", shared, *android_args)
-    row["mcu_cold"] = run_build(spec, "mcu", work / f"{name}-m0", fresh, *mcu_args)
-    row["mcu_after_android"] = run_build(spec, "mcu", work / f"{name}-m1", shared, *mcu_args)
-    row["mcu_cached"] = run_build(spec, "mcu", work / f"{name}-m2", shared, *mcu_args)
-    def same(a: str, b: str) -> bool:
-        files = sorted(os.listdir(work / f"{name}-{a}"))
-        return files == sorted(os.listdir(work / f"{name}-{b}")) and all(
-            (work / f"{name}-{a}" / f).read_bytes() == (work / f"{name}-{b}" / f).read_bytes() for f in files
-        )
-
-    row["identical"] = {
-        "android_cached_vs_cold": same("a1", "a2"),
-        "mcu_after_android_vs_cold": same("m0", "m1"),
-        "mcu_cached_vs_cold": same("m0", "m2"),
-    }
-    row["byte_identical"] = all(row["identical"].values())
+    rounds: list[dict] = []
+    identical: dict[str, bool] = {"android_cached_vs_cold": True, "mcu_after_android_vs_cold": True, "mcu_cached_vs_cold": True}
+    for r in range(repeat):
+        fresh, shared = work / f"{name}-{r}-cache-mcu-cold", work / f"{name}-{r}-cache-shared"
+        out = {key: work / f"{name}-{r}-{key}" for key in ("a1", "a2", "m0", "m1", "m2")}
+        builds = {
+            "android_cold": run_build(spec, "android", out["a1"], shared, *android_args),
+            "android_cached": run_build(spec, "android", out["a2"], shared, *android_args),
+            "mcu_cold": run_build(spec, "mcu", out["m0"], fresh, *mcu_args),
+            "mcu_after_android": run_build(spec, "mcu", out["m1"], shared, *mcu_args),
+            "mcu_cached": run_build(spec, "mcu", out["m2"], shared, *mcu_args),
+        }
+        rounds.append(builds)
+        for key, (a, b) in {"android_cached_vs_cold": ("a1", "a2"), "mcu_after_android_vs_cold": ("m0", "m1"),
+                            "mcu_cached_vs_cold": ("m0", "m2")}.items():
+            identical[key] = identical[key] and _same_files(out[a], out[b])
+    row: dict = {"model": name, "spec": spec, "rounds": repeat}
+    for kind in rounds[0]:
+        row[kind] = {
+            "wall_s": round(statistics.median(b[kind]["wall_s"] for b in rounds), 3),
+            "peak_rss_mb": round(statistics.median(b[kind]["peak_rss_mb"] for b in rounds), 1),
+            "cache": rounds[-1][kind]["cache"],
+            **({"wall_s_each": [b[kind]["wall_s"] for b in rounds]} if repeat > 1 else {}),
+        }
+    row["identical"] = identical
+    row["byte_identical"] = all(identical.values())
     row["ratios"] = {
         "android_cached_rebuild": round(row["android_cached"]["wall_s"] / row["android_cold"]["wall_s"], 3),
         "mcu_cached_rebuild": round(row["mcu_cached"]["wall_s"] / row["mcu_cold"]["wall_s"], 3),
         "mcu_after_android": round(row["mcu_after_android"]["wall_s"] / row["mcu_cold"]["wall_s"], 3),
     }
     return row
+
+
+def _same_files(a: Path, b: Path) -> bool:
+    files = sorted(os.listdir(a))
+    return files == sorted(os.listdir(b)) and all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
 
 
 def format_table(rows: list[dict]) -> str:
@@ -179,6 +195,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=None, help=f"subset of {', '.join(MODELS)}")
     parser.add_argument("--spec", action="append", default=[], metavar="NAME=MODEL", help="also bench this MODEL spec")
     parser.add_argument("--zoo", default="", help="also bench these zoo models (comma separated names)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of the five builds per model; each wall time is the median over them (noisy machines)")
     parser.add_argument("--pt2", action="store_true",
                         help="build the zoo models from a .pt2 each (captured once, as `tpuedge export` saves it): "
                              "the workflow whose rebuilds the cache replays whole")
@@ -207,7 +225,7 @@ def main() -> None:
             else:
                 raise SystemExit(f"unknown model {name!r}; choose from {', '.join([*MODELS, *specs])}")
             try:
-                row = bench_model(name, spec, cal, work)
+                row = bench_model(name, spec, cal, work, args.repeat)
             except BuildFailed as exc:  # report it and go on with the other models
                 print(f"{name}: {exc}", file=sys.stderr)
                 continue
