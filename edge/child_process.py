@@ -68,7 +68,8 @@ class Child:
         return self.stderr_file.read().decode("utf-8", errors="replace")
 
     def discard(self) -> None:
-        """End a child that has no entry yet (it reads end-of-file and returns), and close its files."""
+        """Close the child's pipes (one with no entry yet, or a worker between requests, reads
+        end-of-file and ends), wait for it, and close its stderr file."""
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 stream.close()
@@ -88,8 +89,9 @@ class _SpareBlock:
 
     def take(self) -> Child | None:
         child, self.waiting = self.waiting, None
-        if child is not None and self.left > 0:  # one waiting at a time: two starting at once beside
-            self.left -= 1  # the build would take a core from it
+        # one waiting at a time: two starting at once took from the busy parent what they saved
+        if child is not None and self.left > 0:
+            self.left -= 1
             self.waiting = Child(self.preload)
         return child
 
