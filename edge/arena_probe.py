@@ -30,7 +30,7 @@ _ERRORS = {"UserError": UserError, "InternalError": InternalError}
 
 
 def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = ARENA_MARGIN) -> ArenaSize:
-    """Bisect the arena to ARENA_STEP bytes; a size that crashed TFLite-Micro counts as failing,
+    """Measure the arena (`bisect_arena`); a size that crashed TFLite-Micro counts as failing,
     and the recommended size (measured + margin) is checked to run as well."""
     crashed: list[int] = []
     with child_folder("tpuedge-arena-") as work:
@@ -45,7 +45,8 @@ def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = A
                 result = json.loads((work / "result.json").read_text())
                 if "error" in result:
                     raise _ERRORS.get(result["error"], InternalError)(result["message"])
-                return ArenaSize(measured_bytes=result["measured"], recommended_bytes=result["recommended"], margin=margin)
+                return ArenaSize(measured_bytes=result["measured"], recommended_bytes=result["recommended"], margin=margin,
+                                 step=result["step"])
             tried = (work / "tried.txt").read_text().split() if (work / "tried.txt").is_file() else []
             if done.returncode < 0 and tried and len(crashed) + 1 >= _MAX_CRASHES:
                 raise kernel_crash_error(crashed + [int(tried[-1])])  # crashes at every size: a kernel aborts
@@ -71,11 +72,11 @@ def main() -> None:
             tried.flush()
 
         try:
-            measured = bisect_arena(tflite, sample, sorted(crashed), note)
+            measured, step = bisect_arena(tflite, sample, sorted(crashed), note)
             recommended = recommended_size(measured, request["margin"])
-            while recommended in crashed or not (note(recommended) or arena_fits(tflite, recommended, sample)):
+            while recommended in crashed or not (note(recommended) or arena_fits(tflite, recommended, sample, checked=True)):
                 recommended += 1024  # the size we tell users to use must run, not only the measured one
-            result = {"measured": measured, "recommended": recommended}
+            result = {"measured": measured, "recommended": recommended, "step": step}
         except (UserError, InternalError) as exc:
             result = {"error": type(exc).__name__, "message": str(exc)}
     (work / "result.json").write_text(json.dumps(result))

@@ -50,12 +50,14 @@ def _from_model(y: np.ndarray, detail: dict) -> np.ndarray:
 class TflmRunner:
     """One TFLite-Micro interpreter over `tflite` bytes with a fixed tensor arena."""
 
-    def __init__(self, tflite: bytes, arena_size: int, *, source: str | Path | None = None):
+    def __init__(self, tflite: bytes, arena_size: int, *, source: str | Path | None = None, checked: bool = False):
         from tflite_micro import runtime
 
         # TFLM's Python loader decodes the flatbuffer with no bounds checks (a truncated file is a
-        # struct.error): check it first, naming `source`
-        tflite_file.read_model(tflite, source)
+        # struct.error): check it first, naming `source`, unless the caller has (`checked`: the
+        # arena probe opens one model a dozen times; Resemblyzer's check takes 0.66 s)
+        if not checked:
+            tflite_file.read_model(tflite, source)
         self.arena_size = int(arena_size)
         with held_native_stderr() as log:
             try:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tpuedge
-from tpuedge.edge.arena import ARENA_STEP, arena_fits, bisect_arena
+from tpuedge.edge.arena import ARENA_STEP, BISECTION_STEP, arena_fits, bisect_arena
 from tpuedge.edge.c_array import parse_c_array
 from tpuedge.edge.tflm_model import external_buffers, ops_used
 from tpuedge.edge.tflm_ops import tflm_ops
@@ -75,7 +75,7 @@ def test_full_int8_inline_and_runtimes_agree(digits_mcu):
 def test_arena_is_the_minimum_to_16_bytes_found_in_few_runs(digits_mcu, monkeypatch):
     """The arena is the smallest 16-byte multiple that runs (TFLM aligns to 16 bytes; the bisection
     stopped within 256 B of it). The allocator's own figure gives it in a few runs (a plain
-    bisection took a dozen): without that figure the bisection alone reaches the same size."""
+    bisection took a dozen); without that figure the bisection reaches it to 256 B, as before."""
     from tpuedge.edge.tflm_runtime import TflmRunner
 
     _, art = digits_mcu
@@ -86,12 +86,19 @@ def test_arena_is_the_minimum_to_16_bytes_found_in_few_runs(digits_mcu, monkeypa
     assert arena_fits(data, measured, sample)
     assert not arena_fits(data, measured - ARENA_STEP, sample)
     assert art.recommended_arena_bytes >= 1.1 * measured
+    from tpuedge.edge import tflite_file
+
+    reads: list[int] = []
+    read_model = tflite_file.read_model
+    monkeypatch.setattr(tflite_file, "read_model", lambda *a, **k: reads.append(1) or read_model(*a, **k))
     tried: list[int] = []
-    assert bisect_arena(data, sample, note=tried.append) == measured
+    assert bisect_arena(data, sample, note=tried.append) == (measured, ARENA_STEP)
+    assert len(reads) == 1  # the flatbuffer checked once, not at every size (0.66 s each on Resemblyzer)
     assert len(tried) <= 4, tried  # sizes up to the first that runs, the allocator's figure, 16 B below
     monkeypatch.setattr(TflmRunner, "allocated_bytes", lambda self: None)
     bisected: list[int] = []
-    assert bisect_arena(data, sample, note=bisected.append) == measured
+    size, step = bisect_arena(data, sample, note=bisected.append)
+    assert step == BISECTION_STEP and measured <= size < measured + BISECTION_STEP  # to the bisection's step
     assert len(bisected) > len(tried)
 
 
