@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("build_mlp", "build_cnn", "build_depthwise", "build_transformer", "digits")
 CALIBRATION = 32
 GOALS = {"cached_rebuild": 0.15, "mcu_after_android": 0.6}
+# the output folders each round compares (a1/a2: android cold/cached; m0/m1/m2: mcu cold/after android/cached)
+_COMPARED = {"android_cached_vs_cold": ("a1", "a2"), "mcu_after_android_vs_cold": ("m0", "m1"), "mcu_cached_vs_cold": ("m0", "m2")}
 
 
 def _export_digits(folder: Path) -> tuple[str, str]:
@@ -123,7 +125,7 @@ def bench_model(name: str, spec: str, calibration: str, work: Path, repeat: int 
     mcu_args = ("--calibration", calibration, "--eval", "none", "--allow-below-budget")
     android_args = ("--quantize", "none", "--channels-last")  # mcu's layout: one float model for both
     rounds: list[dict] = []
-    identical: dict[str, bool] = {"android_cached_vs_cold": True, "mcu_after_android_vs_cold": True, "mcu_cached_vs_cold": True}
+    identical = dict.fromkeys(_COMPARED, True)
     for r in range(repeat):
         fresh, shared = work / f"{name}-{r}-cache-mcu-cold", work / f"{name}-{r}-cache-shared"
         out = {key: work / f"{name}-{r}-{key}" for key in ("a1", "a2", "m0", "m1", "m2")}
@@ -135,8 +137,7 @@ def bench_model(name: str, spec: str, calibration: str, work: Path, repeat: int 
             "mcu_cached": run_build(spec, "mcu", out["m2"], shared, *mcu_args),
         }
         rounds.append(builds)
-        for key, (a, b) in {"android_cached_vs_cold": ("a1", "a2"), "mcu_after_android_vs_cold": ("m0", "m1"),
-                            "mcu_cached_vs_cold": ("m0", "m2")}.items():
+        for key, (a, b) in _COMPARED.items():
             identical[key] = identical[key] and _same_files(out[a], out[b])
     row: dict = {"model": name, "spec": spec, "rounds": repeat}
     for kind in rounds[0]:

@@ -10,6 +10,7 @@ once here (compileall writes whatever that variable says) times tpuedge as a use
 from __future__ import annotations
 
 import compileall
+import re
 import tomllib
 from pathlib import Path
 
@@ -22,16 +23,9 @@ def compile_checkout(root: Path) -> None:
     config = tomllib.loads((root / "pyproject.toml").read_text())
     folders = set(config["tool"]["setuptools"]["package-dir"].values()) | {"bench"}
     for folder in sorted(folders):
-        if not compileall.compile_dir(root / folder, quiet=1, rx=_SKIP):
+        if not compileall.compile_dir(root / folder, quiet=1, rx=_RESULTS):
             raise SystemExit(f"could not compile {root / folder} to bytecode")
 
 
-class _Skip:
-    """compileall's `rx`: leave out bench/results (vendored zoo packages, run outputs)."""
-
-    @staticmethod
-    def search(path: str) -> bool:
-        return "/bench/results/" in path.replace("\\", "/")
-
-
-_SKIP = _Skip()
+# compileall's `rx`: leave out bench/results (vendored zoo packages, run outputs)
+_RESULTS = re.compile(r"[/\\]bench[/\\]results[/\\]")

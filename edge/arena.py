@@ -39,7 +39,7 @@ class ArenaSize:
     measured_bytes: int  # smallest size (to `step`) that allocated and ran
     recommended_bytes: int
     margin: float
-    step: int = ARENA_STEP
+    step: int  # ARENA_STEP where the allocator's figure was the threshold, else BISECTION_STEP
 
     def to_json(self) -> dict:
         return {

@@ -1,4 +1,4 @@
-"""`measure_arena`: the arena bisection (edge/arena.py) in a child process, so a TFLite-Micro
+"""`measure_arena`: the arena measurement (edge/arena.py) in a child process, so a TFLite-Micro
 crash is a failed size, not the end of the build.
 
 TFLite-Micro's host interpreter crashes the process outright at some arena sizes (measured: a

@@ -80,7 +80,7 @@ class McuArtifact:
         arena = m["arena"]
         lines.append(f"  flash: {m['flash_bytes']:,} bytes (model array)")
         lines.append(
-            f"  arena: {arena['measured_bytes']:,} bytes measured (TFLM bisection to {arena['bisection_step_bytes']} B), "
+            f"  arena: {arena['measured_bytes']:,} bytes measured (TFLM, to {arena['bisection_step_bytes']} B), "
             f"recommended {arena['recommended_bytes']:,} ({arena['margin']})"
         )
         for label, v in m["verification"].items():

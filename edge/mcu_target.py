@@ -7,7 +7,7 @@ never hybrid or weight-only), integer I/O by default: int8, int16 where every op
 (`--io-dtype int8` keeps int8 ends, `float32` quantizes inside the model). The pipeline:
 check the IR against TFLite-Micro's op data -> IR passes (GELU rewrite, its accuracy cost
 measured) -> the shared edge conversion (`program_to_tflite`, strict int8) -> every buffer
-inside the flatbuffer -> ops checked against TFLM again -> arena measured by bisection in the
+inside the flatbuffer -> ops checked against TFLM again -> arena measured in the
 real TFLM interpreter -> TFLM vs LiteRT vs float -> board budget -> files, all at once.
 """
 

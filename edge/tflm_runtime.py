@@ -1,7 +1,7 @@
 """The TFLite-Micro interpreter on the host (`tflite_micro`), with float and raw int8 I/O.
 
 TFLM reports allocation and kernel errors on the C stderr before raising; `held_native_stderr`
-keeps those lines out of the console while we probe (arena bisection, op checks) and hands
+keeps those lines out of the console while we probe (arena sizes, op checks) and hands
 them back so the real reason can go into an error message.
 """
 

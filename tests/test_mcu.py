@@ -76,6 +76,7 @@ def test_arena_is_the_minimum_to_16_bytes_found_in_few_runs(digits_mcu, monkeypa
     """The arena is the smallest 16-byte multiple that runs (TFLM aligns to 16 bytes; the bisection
     stopped within 256 B of it). The allocator's own figure gives it in a few runs (a plain
     bisection took a dozen); without that figure the bisection reaches it to 256 B, as before."""
+    from tpuedge.edge import tflite_file
     from tpuedge.edge.tflm_runtime import TflmRunner
 
     _, art = digits_mcu
@@ -86,8 +87,6 @@ def test_arena_is_the_minimum_to_16_bytes_found_in_few_runs(digits_mcu, monkeypa
     assert arena_fits(data, measured, sample)
     assert not arena_fits(data, measured - ARENA_STEP, sample)
     assert art.recommended_arena_bytes >= 1.1 * measured
-    from tpuedge.edge import tflite_file
-
     reads: list[int] = []
     read_model = tflite_file.read_model
     monkeypatch.setattr(tflite_file, "read_model", lambda *a, **k: reads.append(1) or read_model(*a, **k))
