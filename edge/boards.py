@@ -12,7 +12,7 @@ from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["check_int8_weights_fit", "check_int8_activations_fit", "activation_lower_bound", "Board", "BOARDS", "resolve_board", "budget_check", "boards_that_fit", "RESERVE"]
+__all__ = ["check_int8_weights_fit", "check_int8_activations_fit", "check_all_int8_arena_fits", "activation_lower_bound", "Board", "BOARDS", "resolve_board", "budget_check", "boards_that_fit", "RESERVE"]
 
 # Share of flash/RAM left for the application, TFLM's kernels, stack and I/O buffers.
 RESERVE = 0.25
@@ -210,3 +210,21 @@ def check_int8_activations_fit(board: Board | None, program) -> None:
         "input (activations scale with it), fewer channels in the early layers, --target android, or --ram-kb for a bigger part."
     )
 
+
+
+def check_all_int8_arena_fits(board: Board | None, name: str, allocated: int | None) -> None:
+    """During the int8 search, before any candidate is scored: `allocated`, what TFLite-Micro's
+    allocator took for the all-int8 model (a lower bound of its arena, and of any candidate's:
+    int16 activations only widen it), over `board`'s RAM is exit 2 with the numbers. Only a
+    named board: without one the build reports the boards it fits, and fitting none is no error."""
+    if board is None or allocated is None or allocated <= board.ram_budget:
+        return
+    fits_on = [b.name for b in BOARDS.values() if allocated <= b.ram_budget]
+    where = f"boards with that RAM: {', '.join(fits_on)}" if fits_on else "it fits none of the built-in boards"
+    raise UserError(
+        f"{name} does not fit {board.name}: with every activation int8, the least any quantization of it needs, "
+        f"TFLite-Micro's allocator takes {allocated:,} bytes of tensor arena, and {board.name} leaves "
+        f"{board.ram_budget:,} bytes of RAM ({board.ram_kb} KB minus {round(RESERVE * 100)}% for stack and buffers). "
+        f"Nothing was written; the int8 search was not run. Try: a smaller input resolution or sequence length "
+        f"(activations scale with it), fewer channels, --target android, or a bigger board ({where}; or set --ram-kb)."
+    )

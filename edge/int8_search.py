@@ -81,11 +81,17 @@ class CandidateRuntime:
     """A target's own judge of the int8 search's candidates, where LiteRT is not its runtime (mcu:
     TFLite-Micro, edge/tflm_candidates.py). `problem`: bytes -> why the target can't run an
     upgraded recipe, or None (the search scores a refused one as failed); `outputs`: (bytes,
-    samples) -> outputs, which every candidate is scored by instead of LiteRT."""
+    samples) -> outputs, which every candidate is scored by instead of LiteRT; `floor`: bytes ->
+    None, given the all-int8 candidate before it is scored, raises where even it can't serve
+    (mcu: the board's RAM). All-int8 is the least any recipe of the search needs (its upgrades
+    widen activations to 16 bits), so a model that fits no board is answered after one
+    conversion, not after a search: DeiT-tiny on esp32s3 searched int16 candidates in
+    TFLite-Micro for over 20 minutes before the board said no."""
 
     target: str
     problem: "Callable[[bytes], str | None]"
     outputs: "Callable[[bytes, list], list]"
+    floor: "Callable[[bytes], None] | None" = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,12 @@ def static_int8(
 
     step = None  # the search's progress row, set below
     chosen = {"ranges": "min-max"}  # the activation-range method, chosen by measurement below
+    floor_checked: list[bool] = []  # `candidates.floor` asked of the first all-int8 candidate
+
+    def check_floor(data: bytes) -> None:
+        if candidates is not None and candidates.floor is not None and not floor_checked:
+            candidates.floor(data)
+            floor_checked.append(True)
 
     def measure(assignment: dict[str, str], ranges: str | None = None, samples: int | None = None):
         ranges = ranges or chosen["ranges"]
@@ -186,6 +198,10 @@ def static_int8(
         if key not in measured:
             step(key or "all int8")
             entries = quantizer_recipe(config, {**fixed, **assignment}, scopes)
+            # an upgraded recipe can give ops the target has no kernel for (all-int8 is the
+            # model's own answer, which the build checks and reports op by op, however the
+            # assignment spells it: {} or every group named "int8")
+            upgraded = any(p != "int8" for p in {**fixed, **assignment}.values())
 
             digest: list[str] = []  # the bytes' sha256, taken once (23 MB a candidate on MiniLM)
 
@@ -195,10 +211,8 @@ def static_int8(
                 digest.append(hashlib.sha256(data).hexdigest())
                 same = (digest[0], count)
                 if same not in scored:
-                    # an upgraded recipe can give ops the target has no kernel for (all-int8 is the
-                    # model's own answer, which the build checks and reports op by op, however the
-                    # assignment spells it: {} or every group named "int8")
-                    upgraded = any(p != "int8" for p in {**fixed, **assignment}.values())
+                    if not upgraded:
+                        check_floor(data)  # before it is scored: a model over the board ends here
                     problem = candidates.problem(data) if candidates is not None and upgraded else None
                     if problem is not None:
                         scored[same] = {**asdict(AccuracySummary.failed_to_run(count)), "refused": problem}
@@ -213,6 +227,8 @@ def static_int8(
                      **({"target_check": candidates.target, "scored_in": candidates.target} if candidates is not None else {})}
             data, score = cached_stage("quant_candidate", parts, build_and_score,
                                        encode=encode_blob_and_json, decode=decode_blob_and_json)
+            if not upgraded:
+                check_floor(data)  # a cache hit was not checked in build_and_score
             score = dict(score)
             if "refused" in score:
                 refused[key] = score.pop("refused")

@@ -40,26 +40,38 @@ def _r(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=None) -> tuple[Any, bytes, list[int]]:
+def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=None, board=None) -> tuple[Any, bytes, list[int]]:
     """(converted, tflite with every buffer inline, indices of the buffers moved inline): int8,
     with int16 activations where the search measured them needed unless `config.strict_int8`;
     names module scopes (shared by a scope's tensors), the biases' quantization tables, which
     TFLite-Micro never reads, dropped, and the model written once more by tflite_file.write_model
-    (equal vectors, strings and tables once)."""
+    (equal vectors, strings and tables once). A `board` whose RAM the all-int8 model's arena
+    is over ends the search at its first candidate (boards.check_all_int8_arena_fits)."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.bias_quantization import drop_bias_quantization
     from tpuedge.edge.convert import program_to_tflite
     from tpuedge.edge.int8_search import CandidateRuntime
-    from tpuedge.edge.tflm_candidates import tflm_candidate_outputs, tflm_candidate_problem
+    from tpuedge.edge.boards import check_all_int8_arena_fits
+    from tpuedge.edge.tflm_candidates import tflm_allocated_bytes, tflm_candidate_outputs, tflm_candidate_problem
     from tpuedge.edge.tflm_forms import tflm_forms
     from tpuedge.edge.tensor_names import ScopeNames, share_scope_names
     from tpuedge.edge.tflm_model import external_buffers, inline_buffers
+    from tpuedge.edge.tflm_runtime import TflmError
     from tpuedge.edge.tflm_worker import close_worker
+
+    def floor(all_int8: bytes) -> None:
+        if board is None:
+            return
+        try:
+            allocated = tflm_allocated_bytes(all_int8)
+        except TflmError:  # no figure: the search scores it as failed, the build names the op
+            return
+        check_all_int8_arena_fits(board, rewritten.name, allocated)
 
     try:
         converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges,
                                       report_strict_cost=config.strict_int8,
-                                      candidates=CandidateRuntime("mcu", tflm_candidate_problem, tflm_candidate_outputs))
+                                      candidates=CandidateRuntime("mcu", tflm_candidate_problem, tflm_candidate_outputs, floor))
     finally:
         close_worker()  # the search's TFLite-Micro worker: not left idle in a long-lived process
     moved = external_buffers(converted.tflite)
@@ -275,7 +287,8 @@ class McuLowered:
         from tpuedge.shared_ir.stage_times import timed
 
         with timed("quantization (after the float model)"):
-            converted, tflite, moved = integer_tflite(self.rewritten, config, self.calibration, self.program.activation_ranges)
+            converted, tflite, moved = integer_tflite(self.rewritten, config, self.calibration, self.program.activation_ranges,
+                                                      self.board)
         self._check_tflm_ops(ops_used(tflite))
         self._check_integer_only(tflite)
         with timed("arena probe (TFLite-Micro)"):

@@ -22,10 +22,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["TflmWorker", "worker_outputs", "close_worker", "serve"]
+__all__ = ["TflmWorker", "worker_outputs", "worker_allocated_bytes", "close_worker", "serve"]
 
 _LENGTH = struct.Struct("<Q")
 _STDERR_TAIL = 4000
+_ALLOCATION = "allocation"  # a request's third part: allocate only, answer the allocator's figure
 
 
 def _send(stream, obj) -> None:
@@ -55,6 +56,14 @@ class TflmWorker:
 
     def outputs(self, model: bytes, arena: int, samples: Sequence[Sequence[np.ndarray]] | None) -> list[list[np.ndarray]]:
         """Each sample's outputs (float in, float out); samples=None: one run on raw zeros, no outputs."""
+        return self._ask(model, arena, None if samples is None else [list(s) for s in samples])
+
+    def allocated_bytes(self, model: bytes, arena: int) -> int | None:
+        """What TFLite-Micro's allocator took of `arena` bytes for `model`, allocated and not run
+        (`TflmRunner.allocated_bytes`); None where the interpreter does not say."""
+        return self._ask(model, arena, _ALLOCATION)
+
+    def _ask(self, model: bytes, arena: int, what):
         from tpuedge.edge.child_process import spawn
         from tpuedge.edge.tflm_runtime import TflmError
 
@@ -63,7 +72,7 @@ class TflmWorker:
                 self._child = spawn("tpuedge.edge.tflm_worker.serve")
             proc = self._child.proc
             try:
-                _send(proc.stdin, (model, arena, None if samples is None else [list(s) for s in samples]))
+                _send(proc.stdin, (model, arena, what))
                 status, payload = _receive(proc.stdout)
             except (BrokenPipeError, EOFError, OSError):
                 code = proc.wait()
@@ -86,15 +95,24 @@ _WORKER: TflmWorker | None = None
 _WORKER_LOCK = threading.Lock()
 
 
-def worker_outputs(model: bytes, arena: int, samples) -> list[list[np.ndarray]]:
-    """`samples` run on `model` in this process's TFLite-Micro worker (started on first use);
-    samples=None runs it once on zeros (does each kernel take the model?)."""
+def _worker() -> TflmWorker:
     global _WORKER
     with _WORKER_LOCK:
         if _WORKER is None:
             _WORKER = TflmWorker()
-        worker = _WORKER
-    return worker.outputs(model, arena, samples)
+        return _WORKER
+
+
+def worker_outputs(model: bytes, arena: int, samples) -> list[list[np.ndarray]]:
+    """`samples` run on `model` in this process's TFLite-Micro worker (started on first use);
+    samples=None runs it once on zeros (does each kernel take the model?)."""
+    return _worker().outputs(model, arena, samples)
+
+
+def worker_allocated_bytes(model: bytes, arena: int) -> int | None:
+    """`model` allocated in `arena` bytes in this process's TFLite-Micro worker, not run: what
+    the allocator took (`TflmWorker.allocated_bytes`)."""
+    return _worker().allocated_bytes(model, arena)
 
 
 def close_worker() -> None:
@@ -107,7 +125,8 @@ def close_worker() -> None:
 
 
 def serve() -> None:
-    """The worker: read (model, arena, samples or None), answer ("ok", outputs) or ("refused", log)."""
+    """The worker: read (model, arena, samples or None or _ALLOCATION), answer ("ok", outputs or
+    the allocator's figure) or ("refused", log)."""
     from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
 
     replies = os.fdopen(os.dup(1), "wb")
@@ -120,7 +139,9 @@ def serve() -> None:
             return
         try:
             runner = TflmRunner(model, arena)
-            if samples is None:  # a kernel check: one run on raw zeros
+            if isinstance(samples, str) and samples == _ALLOCATION:  # what allocating took, no run
+                reply = ("ok", runner.allocated_bytes())
+            elif samples is None:  # a kernel check: one run on raw zeros
                 runner.run_raw([np.zeros(d["shape"], d["dtype"]) for d in runner.input_details])
                 reply = ("ok", [])
             else:

@@ -3,6 +3,7 @@ fail before anything is written (exit 2 in the CLI)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,51 @@ def test_a_model_whose_activations_fit_no_board_is_told_so_before_converting(tmp
     with pytest.raises(UserError, match=r"does not fit rp2040: .* rp2040 leaves 202,752 bytes of RAM"):
         program.lower("mcu", board="rp2040", calibration=calibration)
     program.lower("mcu", flash_kb=1024, ram_kb=1024, calibration=calibration)  # 1 MB of RAM may fit it: no error here
+
+
+def test_an_all_int8_arena_over_the_board_ends_the_build_before_the_search(tmp_path, monkeypatch):
+    """Each op's int8 input and output fit the board (the check before conversion passes), but the
+    residual branch keeps a third activation alive: the all-int8 model's arena does not. Old code:
+    the int8 search scored its candidates in TFLite-Micro and only the board check after it said
+    no (DeiT-tiny on esp32s3: over 20 minutes). Now the first candidate, allocated in TFLite-Micro,
+    ends it, unscored, with the allocator's figure: a lower bound of the arena the probe measures."""
+    import torch
+
+    import tpuedge.edge.tflm_candidates as tflm_candidates
+    from tpuedge.edge.boards import RESERVE, activation_lower_bound
+    from tpuedge.shared_ir.errors import UserError
+
+    class Residual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+            self.branch = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
+                                              torch.nn.Conv2d(16, 16, 3, padding=1))
+
+        def forward(self, x):
+            x = torch.relu(self.stem(x))
+            return (x + self.branch(x)).mean((2, 3))
+
+    torch.manual_seed(0)
+    program = tpuedge.export(Residual().eval(), (torch.zeros(1, 3, 32, 32),), name="residual")
+    rng = np.random.default_rng(0)
+    calibration = [(rng.standard_normal((1, 3, 32, 32)).astype(np.float32),) for _ in range(16)]
+    measured = tpuedge.build(program, "mcu", tmp_path / "roomy", calibration=calibration, flash_kb=1024,
+                             ram_kb=1024).manifest["arena"]["measured_bytes"]
+    lower_bound, _ = activation_lower_bound(program)
+    ram_kb = -(-int((lower_bound + 4096) / (1 - RESERVE)) // 1024)  # the check before conversion passes
+    assert lower_bound < ram_kb * 1024 * (1 - RESERVE) < measured
+
+    scored: list = []
+    real_outputs = tflm_candidates.tflm_candidate_outputs
+    monkeypatch.setattr(tflm_candidates, "tflm_candidate_outputs", lambda *a: scored.append(a) or real_outputs(*a))
+    out = tmp_path / "tight"
+    with pytest.raises(UserError, match=r"residual does not fit custom: .* allocator takes ([\d,]+) bytes of tensor "
+                                        r"arena.* the int8 search was not run") as err:
+        tpuedge.build(program, "mcu", out, calibration=calibration, flash_kb=1024, ram_kb=ram_kb)
+    allocated = int(re.search(r"allocator takes ([\d,]+) bytes", str(err.value)).group(1).replace(",", ""))
+    assert ram_kb * 1024 * (1 - RESERVE) < allocated <= measured  # a lower bound of the measured arena
+    assert scored == [] and not out.exists()
 
 
 def test_arena_probe_survives_a_size_that_crashes_tflite_micro(tmp_path):
