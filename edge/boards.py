@@ -211,15 +211,14 @@ def check_int8_activations_fit(board: Board | None, program) -> None:
     )
 
 
-
-def check_all_int8_arena_fits(board: Board | None, name: str, allocated: int | None) -> None:
+def check_all_int8_arena_fits(board: Board, name: str, allocated: int | None) -> None:
     """During the int8 search, before any candidate is scored: `allocated`, what TFLite-Micro's
     allocator took for the all-int8 model (a lower bound of its arena, and of any candidate's:
-    int16 activations only widen it), over `board`'s RAM is exit 2 with the numbers. Only a
-    named board: without one the build reports the boards it fits, and fitting none is no error."""
-    if board is None or allocated is None or allocated <= board.ram_budget:
+    int16 activations only widen it), over the named `board`'s RAM is exit 2 with the numbers
+    (without a board the build reports the boards it fits, and fitting none is no error)."""
+    if allocated is None or allocated <= board.ram_budget:
         return
-    fits_on = [b.name for b in BOARDS.values() if allocated <= b.ram_budget]
+    fits_on = boards_that_fit(0, allocated)  # by RAM alone
     where = f"boards with that RAM: {', '.join(fits_on)}" if fits_on else "it fits none of the built-in boards"
     raise UserError(
         f"{name} does not fit {board.name}: with every activation int8, the least any quantization of it needs, "

@@ -184,12 +184,13 @@ def static_int8(
 
     step = None  # the search's progress row, set below
     chosen = {"ranges": "min-max"}  # the activation-range method, chosen by measurement below
-    floor_checked: list[bool] = []  # `candidates.floor` asked of the first all-int8 candidate
+    floor_checked = False  # `candidates.floor` is asked of the first all-int8 candidate only
 
     def check_floor(data: bytes) -> None:
+        nonlocal floor_checked
         if candidates is not None and candidates.floor is not None and not floor_checked:
             candidates.floor(data)
-            floor_checked.append(True)
+            floor_checked = True
 
     def measure(assignment: dict[str, str], ranges: str | None = None, samples: int | None = None):
         ranges = ranges or chosen["ranges"]

@@ -59,9 +59,7 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     from tpuedge.edge.tflm_runtime import TflmError
     from tpuedge.edge.tflm_worker import close_worker
 
-    def floor(all_int8: bytes) -> None:
-        if board is None:
-            return
+    def floor(all_int8: bytes) -> None:  # asked only where a board is named
         try:
             allocated = tflm_allocated_bytes(all_int8)
         except TflmError:  # no figure: the search scores it as failed, the build names the op
@@ -71,7 +69,8 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
     try:
         converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges,
                                       report_strict_cost=config.strict_int8,
-                                      candidates=CandidateRuntime("mcu", tflm_candidate_problem, tflm_candidate_outputs, floor))
+                                      candidates=CandidateRuntime("mcu", tflm_candidate_problem, tflm_candidate_outputs,
+                                                                 floor if board is not None else None))
     finally:
         close_worker()  # the search's TFLite-Micro worker: not left idle in a long-lived process
     moved = external_buffers(converted.tflite)

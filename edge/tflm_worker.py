@@ -139,7 +139,7 @@ def serve() -> None:
             return
         try:
             runner = TflmRunner(model, arena)
-            if isinstance(samples, str) and samples == _ALLOCATION:  # what allocating took, no run
+            if samples == _ALLOCATION:  # what allocating took, no run
                 reply = ("ok", runner.allocated_bytes())
             elif samples is None:  # a kernel check: one run on raw zeros
                 runner.run_raw([np.zeros(d["shape"], d["dtype"]) for d in runner.input_details])
