@@ -19,7 +19,10 @@ MLIR), the jax-bridge lowering to StableHLO and the flatbuffer export. What we s
     during a lowering (the graph's ops all existed at export), so one walk per lowering does;
   - litert-torch lowers the commonest plain ops (add, mul, relu, clamp, permute, view, ...) through
     its jax bridge, ~8 ms per distinct shape; edge/direct_lowerings.py emits the same StableHLO
-    directly (the same flatbuffer, byte for byte).
+    directly (the same flatbuffer, byte for byte);
+  - what the pre-convert table computes from constants (reflection padding's index arithmetic)
+    is folded right after it, so the lowering's int64 -> int32 arange rewrite never forces its
+    second pre-lower re-trace, and the device never computes those indices.
 """
 
 from __future__ import annotations
@@ -186,6 +189,7 @@ def lowered_fingerprint(program) -> str:
 
 def _decompose(exported_program):
     from tpuedge.edge.tensor_names import stack_as_scope
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.stage_times import timed
 
     _quiet()
@@ -197,7 +201,22 @@ def _decompose(exported_program):
         fx_infra.silence_torch_logs()
         ep = fx_infra.graph_utils.reset_from_node_meta(_private_copy(exported_program))
         stack_as_scope(ep)  # tensor names come out as module scopes (edge/tensor_names.py)
-        return fx_infra.safe_run_decompositions(ep, fx_infra.decomp.pre_convert_decomp(), can_skip=False)
+        ep = fx_infra.safe_run_decompositions(ep, fx_infra.decomp.pre_convert_decomp(), can_skip=False)
+        # The table computes constants at run time: reflection padding's indices are an int64
+        # arange, abs and sub. Left in, they ran on device, and the lowering's own int64 -> int32
+        # rewrite of that arange (a Python function) cost a further full re-trace of the program
+        # (Silero VAD: 0.6 s of a 2 s conversion). Folded, the indices are one int32 constant.
+        # Only there: elsewhere what the table leaves constant (a recurrent cell's zero state)
+        # the converter already folds, smaller than a stored constant.
+        return FoldConstants()(ep)[0] if _has_int64_arange(ep) else ep
+
+
+def _has_int64_arange(exported_program) -> bool:
+    import torch
+
+    aranges = (torch.ops.aten.arange.start_step, torch.ops.aten.arange.start, torch.ops.aten.arange.default)
+    return any(n.target in aranges and getattr(n.meta.get("val"), "dtype", None) == torch.int64
+               for n in exported_program.graph.nodes)
 
 
 def decompose_for_litert(exported_program):

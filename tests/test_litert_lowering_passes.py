@@ -123,3 +123,43 @@ def test_the_float_model_is_litert_torchs_byte_for_byte(monkeypatch, name):
         codes = tflite_file.operator_names(model)
         ops = {codes[op.opcodeIndex] for op in model.subgraphs[0].operators}
         assert {"AVERAGE_POOL_2D", "RESIZE_NEAREST_NEIGHBOR"} <= ops, ops
+
+
+class _ReflectPad(torch.nn.Module):
+    """A reflection-padded convolution, as Silero VAD's STFT front end pads its audio: litert-torch's
+    pre-convert table writes the padding as a gather whose indices are an int64 arange, abs and sub."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 4, 9)
+
+    def forward(self, x):
+        return self.conv(F.pad(x, (4, 4), mode="reflect"))
+
+
+def test_constant_index_arithmetic_is_folded_before_the_lowering_retraces(monkeypatch):
+    """Old code: three re-traces (the lowering's int64 -> int32 rewrite of the arange is a Python
+    function its second pre-lower decomposition traces again) and the indices computed on device
+    (ABS, SUB, LESS, ADD, SELECT before the GATHER_ND)."""
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+
+    torch.manual_seed(0)
+    module = _ReflectPad().eval()
+    program = tpuedge.export(module, (torch.randn(1, 1, 64),), name="reflect_pad")
+    retraces = []
+    real = torch.export.ExportedProgram.run_decompositions
+
+    def counted(self, *args, **kwargs):
+        retraces.append(len(self.graph.nodes))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", counted)
+    flatbuffer = litert_lowering.lower_to_float_flatbuffer(program)
+    assert len(retraces) == 2, retraces  # litert-torch's pre-convert table, and its pre-lower one
+    model = tflite_file.read_model(flatbuffer)
+    codes = tflite_file.operator_names(model)
+    ops = [codes[op.opcodeIndex] for op in model.subgraphs[0].operators]
+    assert "GATHER_ND" in ops and not {"ABS", "SUB", "LESS", "SELECT"} & set(ops), ops
+    x = torch.randn(1, 1, 64)
+    (got,) = LiteRTRunner(flatbuffer).run([x.numpy()])
+    torch.testing.assert_close(torch.from_numpy(got), module(x), rtol=1e-5, atol=1e-5)
