@@ -203,14 +203,19 @@ class DigitsRNN(nn.Module):
 
 def trained(name: str, net: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float = 3e-3) -> nn.Module:
     """`net` trained with Adam on (x, y), or its cached weights from an earlier run."""
-    cache = Path(os.environ.get(CACHE_ENV, _DEFAULT_CACHE)) / f"{name}-v1.pt"
+    # v2: the biases are initialized from the seed too (v1 kept the constructor's draw, which
+    # depended on what the process ran before: two clones trained different kws_dscnn weights)
+    cache = Path(os.environ.get(CACHE_ENV, _DEFAULT_CACHE)) / f"{name}-v2.pt"
     if cache.is_file():
         net.load_state_dict(torch.load(cache, weights_only=True))
         return net.eval()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny batches: more threads only add sync cost, ruinous on a shared machine
-    torch.manual_seed(0)
-    for p in net.parameters():  # deterministic initialization whatever ran before
+    torch.manual_seed(0)  # deterministic initialization whatever ran before: every layer's own, then
+    for module in net.modules():
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    for p in net.parameters():  # Xavier for the weights
         if p.dim() > 1:
             nn.init.xavier_uniform_(p)
     opt = torch.optim.Adam(net.parameters(), lr=lr)

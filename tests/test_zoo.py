@@ -101,6 +101,24 @@ def test_digits_gru_int8_android(tmp_path):
     assert compare_outputs(reference, got).centered_cosine >= 0.99
 
 
+def test_a_model_trained_here_gets_the_same_weights_whatever_the_process_ran_before(tmp_path, monkeypatch):
+    """Old code: the constructor's bias draw came from the process's random state, so two clones
+    of one commit trained different kws_dscnn weights (and the bench's files differed)."""
+    import zoo_data
+    import zoo_nets
+
+    x, y = zoo_data.tone_keywords(64, 0)
+    weights = []
+    for run, history in enumerate((1, 2)):
+        monkeypatch.setenv("TPUEDGE_ZOO_CACHE", str(tmp_path / str(run)))
+        torch.manual_seed(history)  # what ran before in the process
+        torch.rand(history)
+        net = zoo_nets.trained("kws_dscnn", zoo_nets.KeywordCNN(), x, y, epochs=1)
+        weights.append(net.state_dict())
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
 @pytest.mark.timeout(120)
 def test_no_face_crops_always_finish():
     # A no-face crop of grace_hopper.jpg once drew a side no strip clear of the face could hold,
