@@ -211,11 +211,11 @@ def trained(name: str, net: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: 
         return net.eval()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny batches: more threads only add sync cost, ruinous on a shared machine
-    torch.manual_seed(0)  # deterministic initialization whatever ran before: every layer's own, then
-    for module in net.modules():
+    torch.manual_seed(0)  # deterministic initialization, whatever ran before in the process:
+    for module in net.modules():  # every layer's own (its biases included), then Xavier for the weights
         if hasattr(module, "reset_parameters"):
             module.reset_parameters()
-    for p in net.parameters():  # Xavier for the weights
+    for p in net.parameters():
         if p.dim() > 1:
             nn.init.xavier_uniform_(p)
     opt = torch.optim.Adam(net.parameters(), lr=lr)

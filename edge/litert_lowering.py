@@ -212,10 +212,11 @@ def _decompose(exported_program):
 
 
 def _has_int64_arange(exported_program) -> bool:
+    """An int64 `arange.start_step`, the overload litert-torch's lowering rewrites to int32 (the
+    pre-convert table has already written `arange.default` and `arange.start` as it)."""
     import torch
 
-    aranges = (torch.ops.aten.arange.start_step, torch.ops.aten.arange.start, torch.ops.aten.arange.default)
-    return any(n.target in aranges and getattr(n.meta.get("val"), "dtype", None) == torch.int64
+    return any(n.target == torch.ops.aten.arange.start_step and getattr(n.meta.get("val"), "dtype", None) == torch.int64
                for n in exported_program.graph.nodes)
 
 
