@@ -211,7 +211,6 @@ class AndroidLowered:
 
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
-        from tpuedge.edge.float_model import tflite_layout_inputs
         from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, refused_on_budget_samples
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.quantize.budget import enforce_budget
@@ -224,8 +223,16 @@ class AndroidLowered:
         out = Path(out_dir) if out_dir is not None else Path("build") / program.name / "android"
         chosen, labels = self._accuracy_samples()
         samples = chosen.samples
-        with timed("float reference (the IR run in torch)"):
-            reference = [program.run(*s) for s in samples]
+        search_samples = self.calibration
+        if not config.uses_calibration and not self.held_out and self.evaluation is None:
+            search_samples = None  # too few to hold any out: the budget reads them, so no search may
+        reference = None
+        if config.scheme == "auto" or (config.reads_calibration and search_samples is not None):
+            # before the conversion reads samples (auto: every candidate is measured against it):
+            # a sample the IR itself refuses (a token id past the vocabulary) stops the build here,
+            # with its inputs named, not in a tool's calibration run
+            with timed("float reference (the IR run in torch)"):
+                reference = [program.run(*s) for s in samples]
         if config.scheme == "auto":
             from tpuedge.edge.android_auto import build_auto
 
@@ -239,16 +246,13 @@ class AndroidLowered:
             from tpuedge.edge.android_convert import convert_for_android
 
             trained = program.activation_ranges if self.uses_trained_ranges else None
-            search_samples = self.calibration
-            if not config.uses_calibration and not self.held_out and self.evaluation is None:
-                search_samples = None  # too few to hold any out: the budget reads them, so no search may
             with timed("quantization (after the float model)"):
                 converted = convert_for_android(program, config, search_samples, report_strict_cost=trained is None,
                                                 trained_ranges=trained, budget_cosine=self.budget.min_cosine)
             try:
-                with timed("verification run (LiteRT)"):
-                    runner = LiteRTRunner(converted.tflite)
-                    outputs = [runner.run(tflite_layout_inputs(s, config.channels_last)) for s in samples]
+                with timed("verification run (LiteRT; the float reference in torch beside it)"):
+                    runner, reference, outputs = _verification_runs(program, converted.tflite, samples,
+                                                                    config.channels_last, reference)
             except ModelRunError as exc:  # runs on the search's samples, a kernel refuses these
                 raise refused_on_budget_samples(
                     program.name, f"android {config.scheme}", chosen.kind, exc,
@@ -301,3 +305,34 @@ class AndroidLowered:
             manifest = build_manifest("android", program, stage, files=[MODEL_FILE], tools=TOOLS, **sections)
             manifest = write_build_manifest(stage, manifest)
         return LiteRTArtifact(out, manifest)
+
+
+
+def _verification_runs(program, tflite: bytes, samples, channels_last: bool, reference=None):
+    """(runner, float reference, LiteRT outputs) on `samples`. A reference not yet computed runs
+    here, the IR in torch in a thread of its own while LiteRT runs the model in this one: both
+    release the GIL in their kernels, so on two cores the pair takes about the longer of the two
+    (DeiT-tiny, ResNet-18: ~0.2 s of a build). Not earlier, beside the lowering: torch.export's
+    re-traces switch oneDNN off process-wide while they run (`_ignore_backend_decomps`), and a
+    reference computed then would take other kernels. A sample the IR itself refuses raises its
+    UserError, which says more than the kernel's, so it comes before a LiteRT refusal."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tpuedge.edge.float_model import tflite_layout_inputs
+    from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
+
+    def litert() -> tuple:
+        runner = LiteRTRunner(tflite)
+        return runner, [runner.run(tflite_layout_inputs(s, channels_last)) for s in samples]
+
+    if reference is not None:
+        runner, outputs = litert()
+        return runner, reference, outputs
+    with ThreadPoolExecutor(1, thread_name_prefix="tpuedge-float-reference") as pool:
+        running = pool.submit(lambda: [program.run(*s) for s in samples])
+        try:
+            runner, outputs = litert()
+        except ModelRunError:
+            running.result()
+            raise
+        return runner, running.result(), outputs

@@ -49,3 +49,14 @@ def test_a_build_calibrated_on_ids_past_the_vocabulary_stops_with_a_user_error(p
 
 def test_samples_the_model_takes_still_run(program):
     assert program.run(np.array([[1, 2, 3, 4, 5, 9]], np.int64))[0].shape == (1, 3)
+
+
+def test_a_float_build_names_the_inputs_the_model_refuses_not_the_kernel(program, tmp_path):
+    """A float build's reference runs beside its LiteRT verification (edge/android_target.py), after
+    the conversion: the IR's own refusal still comes first, however LiteRT takes those ids."""
+    rng = np.random.default_rng(0)
+    samples = [[rng.integers(0, 20, (1, 6))] for _ in range(4)]
+    with pytest.raises(UserError, match="index out of range") as caught:
+        tpuedge.build(program, "android", tmp_path / "out", quantize="none", calibration=samples)
+    assert "vocabulary" in str(caught.value)
+    assert not (tmp_path / "out").exists()
