@@ -250,7 +250,7 @@ class AndroidLowered:
                 converted = convert_for_android(program, config, search_samples, report_strict_cost=trained is None,
                                                 trained_ranges=trained, budget_cosine=self.budget.min_cosine)
             try:
-                with timed("verification run (LiteRT; the float reference in torch beside it)"):
+                with timed("verification run (LiteRT, float reference beside it)"):
                     runner, reference, outputs = _verification_runs(program, converted.tflite, samples,
                                                                     config.channels_last, reference)
             except ModelRunError as exc:  # runs on the search's samples, a kernel refuses these
@@ -305,7 +305,6 @@ class AndroidLowered:
             manifest = build_manifest("android", program, stage, files=[MODEL_FILE], tools=TOOLS, **sections)
             manifest = write_build_manifest(stage, manifest)
         return LiteRTArtifact(out, manifest)
-
 
 
 def _verification_runs(program, tflite: bytes, samples, channels_last: bool, reference=None):
