@@ -328,10 +328,17 @@ def _verification_runs(program, tflite: bytes, samples, channels_last: bool, ref
         runner, outputs = litert()
         return runner, reference, outputs
     with ThreadPoolExecutor(1, thread_name_prefix="tpuedge-float-reference") as pool:
-        running = pool.submit(lambda: [program.run(*s) for s in samples])
+        running = [pool.submit(program.run, *s) for s in samples]  # one task a sample: see `finally`
         try:
-            runner, outputs = litert()
-        except ModelRunError:
-            running.result()
-            raise
-        return runner, running.result(), outputs
+            try:
+                runner, outputs = litert()
+            except ModelRunError:
+                for sample in running:
+                    sample.result()
+                raise
+            return runner, [sample.result() for sample in running], outputs
+        finally:
+            # on any error or an interrupt, the samples not started yet are dropped: leaving the
+            # pool waits for the one running, not for a reference over 64 evaluation samples
+            for sample in running:
+                sample.cancel()

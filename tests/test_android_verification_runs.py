@@ -5,6 +5,7 @@ its own, with the outputs it gives when run alone, and a LiteRT refusal still re
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -79,3 +80,31 @@ def test_a_reference_computed_before_the_conversion_is_not_run_again(built, monk
     monkeypatch.setattr(type(program), "run", no_run)
     _, reference, outputs = _verification_runs(program, tflite, samples, channels_last=False, reference=given)
     assert reference is given and len(outputs) == 2
+
+
+def test_a_failing_litert_run_leaves_the_reference_s_unstarted_samples_unrun(built, monkeypatch):
+    """An error (or Ctrl-C) in the LiteRT run does not wait for the reference over every sample:
+    the one running finishes, the rest are dropped."""
+    program, tflite = built
+    from tpuedge.edge import litert_runtime
+
+    litert_failed = threading.Event()
+    calls = []
+    run = type(program).run
+
+    def slow_first_run(self, *inputs):
+        calls.append(1)
+        if len(calls) == 1:
+            litert_failed.wait(30)
+            time.sleep(0.5)  # the main thread drops the queued samples meanwhile
+        return run(self, *inputs)
+
+    def fail(self, inputs):
+        litert_failed.set()
+        raise RuntimeError("not a kernel's refusal")
+
+    monkeypatch.setattr(type(program), "run", slow_first_run)
+    monkeypatch.setattr(litert_runtime.LiteRTRunner, "run", fail)
+    with pytest.raises(RuntimeError, match="kernel"):
+        _verification_runs(program, tflite, program.example_inputs(seed=2, count=8), channels_last=False)
+    assert len(calls) == 1
