@@ -330,13 +330,12 @@ def _verification_runs(program, tflite: bytes, samples, channels_last: bool, ref
     with ThreadPoolExecutor(1, thread_name_prefix="tpuedge-float-reference") as pool:
         running = [pool.submit(program.run, *s) for s in samples]  # one task a sample: see `finally`
         try:
-            try:
-                runner, outputs = litert()
-            except ModelRunError:
-                for sample in running:
-                    sample.result()
-                raise
+            runner, outputs = litert()
             return runner, [sample.result() for sample in running], outputs
+        except ModelRunError:  # the IR's own refusal of a sample, if any, is raised first
+            for sample in running:
+                sample.result()
+            raise
         finally:
             # on any error or an interrupt, the samples not started yet are dropped: leaving the
             # pool waits for the one running, not for a reference over 64 evaluation samples
