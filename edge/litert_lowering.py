@@ -35,6 +35,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tpuedge.edge.decompose_in_place import decompositions_in_place
 from tpuedge.edge.litert_session import litert_session
 
 __all__ = ["convert_passes", "decompose_for_litert", "litert_ir_passes", "lower_to_float_flatbuffer", "lowered_fingerprint", "SIGNATURE_KEY"]
@@ -195,7 +196,8 @@ def _decompose(exported_program):
     _quiet()
     with timed("LiteRT IR passes"):
         exported_program = litert_ir_passes(exported_program)
-    with litert_session(), _cia_ops_materialized_once(), timed("litert-torch decomposition (pre-convert table)"):
+    with litert_session(), _cia_ops_materialized_once(), decompositions_in_place(), \
+            timed("litert-torch decomposition (pre-convert table)"):
         from litert_torch import fx_infra
 
         fx_infra.silence_torch_logs()
@@ -327,7 +329,7 @@ def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
     from tpuedge.edge.channels_last import channels_last_inputs
     from tpuedge.shared_ir.stage_times import timed
 
-    with _cia_ops_materialized_once():
+    with _cia_ops_materialized_once(), decompositions_in_place():
         ep = _take_decomposed(program.exported_program)
         if channels_last:
             ep = channels_last_inputs(ep)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import tpuedge
-from tpuedge.edge import litert_lowering, tflite_file
+from tpuedge.edge import decompose_in_place, litert_lowering, tflite_file
 from tpuedge.edge.litert_session import litert_session
 
 
@@ -153,9 +153,19 @@ def test_constant_index_arithmetic_is_folded_before_the_lowering_retraces(monkey
         retraces.append(len(self.graph.nodes))
         return real(self, *args, **kwargs)
 
+    in_place = decompose_in_place.decompose_in_place
+
+    def counted_in_place(exported_program, table):
+        done = in_place(exported_program, table)
+        if done is not None:  # else it goes on to a whole re-trace, counted there
+            retraces.append(len(exported_program.graph.nodes))
+        return done
+
     monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", counted)
+    monkeypatch.setattr(decompose_in_place, "decompose_in_place", counted_in_place)
     flatbuffer = litert_lowering.lower_to_float_flatbuffer(program)
-    assert len(retraces) == 2, retraces  # litert-torch's pre-convert table, and its pre-lower one
+    # litert-torch's pre-convert table, and its pre-lower one (whole or in place)
+    assert len(retraces) == 2, retraces
     model = tflite_file.read_model(flatbuffer)
     codes = tflite_file.operator_names(model)
     ops = [codes[op.opcodeIndex] for op in model.subgraphs[0].operators]

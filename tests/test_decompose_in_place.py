@@ -1,0 +1,152 @@
+"""litert-torch's decompositions applied in place (edge/decompose_in_place.py) against its whole
+re-trace: the same operators, wired the same, giving the same numbers in LiteRT; and what it
+cannot take still goes to the re-trace."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tpuedge
+from tpuedge.edge import decompose_in_place, litert_lowering, tflite_file
+from tpuedge.edge.litert_runtime import LiteRTRunner
+
+
+class _ResidualBlock(torch.nn.Module):
+    """In-place ReLUs (torchvision's), a residual add, a pool and a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.relu(self.bn(self.conv1(x)))
+        y = self.relu(self.conv2(y) + y)
+        return self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+class _Encoder(torch.nn.Module):
+    """LayerNorm, Linear, GELU, attention with a mask, views of transposed tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.qkv = torch.nn.Linear(16, 48)
+        self.out = torch.nn.Linear(16, 16)
+
+    def forward(self, x, mask):
+        q, k, v = (t.view(1, 6, 2, 8).transpose(1, 2) for t in self.qkv(self.norm(x)).chunk(3, -1))
+        bias = (1.0 - mask[:, None, None, :].float()) * -1e4
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias).transpose(1, 2).reshape(1, 6, 16)
+        return x + F.gelu(self.out(y))
+
+
+class _Recurrent(torch.nn.Module):
+    """An LSTM (its decomposition writes in place inside) and an upsample."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 8, batch_first=True)
+        self.conv = torch.nn.Conv1d(8, 2, 3, padding=1)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return F.interpolate(self.conv(y.transpose(1, 2)), scale_factor=2.0, mode="nearest")
+
+
+CASES = {
+    "residual": (_ResidualBlock, lambda: (torch.randn(1, 3, 8, 8),)),
+    "encoder": (_Encoder, lambda: (torch.randn(1, 6, 16), torch.tensor([[1, 1, 1, 1, 0, 0]]))),
+    "recurrent": (_Recurrent, lambda: (torch.randn(1, 5, 4),)),
+}
+
+
+def _program(name):
+    make, example = CASES[name]
+    torch.manual_seed(0)
+    module = make().eval()
+    torch.manual_seed(1)
+    return tpuedge.export(module, example(), name=name), example()
+
+
+def _operators(flatbuffer: bytes) -> list:
+    model = tflite_file.read_model(flatbuffer)
+    codes = [c.builtinCode for c in model.operatorCodes]
+    return [(codes[op.opcodeIndex], list(op.inputs), list(op.outputs)) for op in model.subgraphs[0].operators]
+
+
+def _whole_retraces(monkeypatch) -> list:
+    retraces: list = []
+    real = torch.export.ExportedProgram.run_decompositions
+
+    def counted(self, *args, **kwargs):
+        retraces.append(len(self.graph.nodes))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", counted)
+    return retraces
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_in_place_gives_the_whole_re_trace_s_operators_and_numbers(name, monkeypatch):
+    retraces = _whole_retraces(monkeypatch)
+    program, example = _program(name)
+    ours = litert_lowering.lower_to_float_flatbuffer(program)
+    assert retraces == []  # old code: 2 (the pre-convert table's and the pre-lower one's)
+
+    monkeypatch.setattr(litert_lowering, "decompositions_in_place", contextlib.nullcontext)
+    program, _ = _program(name)
+    theirs = litert_lowering.lower_to_float_flatbuffer(program)
+    assert len(retraces) == 2
+
+    assert _operators(ours) == _operators(theirs)
+    inputs = [t.numpy().astype(np.int32) if t.dtype == torch.int64 else t.numpy() for t in example]
+    got = LiteRTRunner(ours).run(inputs)
+    want = LiteRTRunner(theirs).run(inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+class _WriteThroughAView(torch.nn.Module):
+    """An in-place ReLU on a tensor a slice still reads: only functionalization of the whole
+    program gets that right."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        head = y[:, :2]
+        y.relu_()
+        return head * 2.0 + y[:, 2:]
+
+
+def test_what_it_cannot_take_goes_to_the_whole_re_trace(monkeypatch):
+    torch.manual_seed(0)
+    module = _WriteThroughAView().eval()
+    x = torch.randn(1, 3, 4, 4)
+    program = tpuedge.export(module, (x,), name="write_through_a_view")
+    declined = []
+    real = decompose_in_place.decompose_in_place
+
+    def spy(exported_program, table):
+        done = real(exported_program, table)
+        declined.append(done is None)
+        return done
+
+    monkeypatch.setattr(decompose_in_place, "decompose_in_place", spy)
+    retraces = _whole_retraces(monkeypatch)
+    flatbuffer = litert_lowering.lower_to_float_flatbuffer(program)
+    assert declined[0] and len(retraces) >= 1
+    with torch.no_grad():
+        want = module(x).numpy()
+    got = LiteRTRunner(flatbuffer).run([x.numpy()])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
