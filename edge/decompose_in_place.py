@@ -313,6 +313,9 @@ def _apply(exported_program, plans: list[_Plan]) -> None:
     graph = exported_program.graph
     order = {n: i for i, n in enumerate(graph.nodes)}
     replaced: dict = {}  # a node spliced out (or a getitem of it) -> what took its place
+    for node in graph.nodes:  # as a re-trace writes them: a pass may have left one stale
+        if node.op == "placeholder":
+            _set_value(node, node.meta["val"])
     for plan in plans:
         node = plan.node
         if plan.action == "keep":

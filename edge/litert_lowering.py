@@ -332,15 +332,11 @@ def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
     from tpuedge.edge.channels_last import channels_last_inputs
     from tpuedge.shared_ir.stage_times import timed
 
-    with _cia_ops_materialized_once():
-        with decompositions_in_place():
-            ep = _take_decomposed(program.exported_program)
+    with _cia_ops_materialized_once(), decompositions_in_place():
+        ep = _take_decomposed(program.exported_program)
         if channels_last:
             ep = channels_last_inputs(ep)
-        # With NHWC inputs the pre-lower decomposition stays a whole re-trace: in place, the
-        # converter met a transpose of the inputs with another shape than its graph gave it (the
-        # mcu tests; not yet traced to its cause)
-        with contextlib.nullcontext() if channels_last else decompositions_in_place(), litert_session():
+        with litert_session():
             from litert_torch._convert import litert_converter
 
             from tpuedge.edge.direct_lowerings import direct_lowerings

@@ -95,19 +95,24 @@ def _whole_retraces(monkeypatch) -> list:
     return retraces
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_in_place_gives_the_whole_re_trace_s_operators_and_numbers(name, monkeypatch):
+@pytest.mark.parametrize("name,channels_last", [(name, False) for name in CASES] + [("residual", True)])
+def test_in_place_gives_the_whole_re_trace_s_operators_and_numbers(name, channels_last, monkeypatch):
+    """channels_last: mcu's NHWC inputs, whose pass left the inputs' tensor_meta NCHW; the
+    re-trace wrote it anew, the first in-place version did not (the lowered function then took
+    NCHW inputs: an MLIR verification error)."""
     retraces = _whole_retraces(monkeypatch)
     program, example = _program(name)
-    ours = litert_lowering.lower_to_float_flatbuffer(program)
+    ours = litert_lowering.lower_to_float_flatbuffer(program, channels_last=channels_last)
     assert retraces == []  # old code: 2 (the pre-convert table's and the pre-lower one's)
 
     monkeypatch.setattr(litert_lowering, "decompositions_in_place", contextlib.nullcontext)
     program, _ = _program(name)
-    theirs = litert_lowering.lower_to_float_flatbuffer(program)
+    theirs = litert_lowering.lower_to_float_flatbuffer(program, channels_last=channels_last)
     assert len(retraces) == 2
 
     assert _operators(ours) == _operators(theirs)
+    if channels_last:
+        example = tuple(t.permute(0, 2, 3, 1).contiguous() for t in example)
     inputs = [t.numpy().astype(np.int32) if t.dtype == torch.int64 else t.numpy() for t in example]
     got = LiteRTRunner(ours).run(inputs)
     want = LiteRTRunner(theirs).run(inputs)
