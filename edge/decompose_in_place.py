@@ -215,6 +215,7 @@ def _plan(exported_program, table) -> list[_Plan]:
         while n in latest:
             n = latest[n]
         return n
+
     with fake_mode, _ignore_backend_decomps(), _override_composite_implicit_decomp(composite), fx_traceback.preserve_node_meta():
         for node in graph.nodes:
             if node.op in ("placeholder", "output"):
@@ -250,7 +251,9 @@ def _plan(exported_program, table) -> list[_Plan]:
             if trace is None:
                 with fx_traceback.set_current_meta(node):
                     trace = traces[key] = _traced(target, node, node.all_input_nodes, input_values, python_table)
-            sub_values = _replay(trace, input_values)
+                sub_values = _replay(trace, input_values, recorded=True)
+            else:
+                sub_values = _replay(trace, input_values)
             plans.append(_Plan(node, "trace", trace=trace, inputs=inputs, sub_values=sub_values))
             output = next(n for n in trace.graph.nodes if n.op == "output").args[0]
             if not isinstance(output, torch.fx.Node) and any(u.target is not operator.getitem for u in node.users):
@@ -281,9 +284,10 @@ def _functional_plan(node, op, args, kwargs, current) -> _Plan:
     return _Plan(node, "functional", value=functional(*args, **kwargs), functional_op=functional, written=written)
 
 
-def _replay(trace: _Trace, input_values) -> dict:
-    """Fresh fake values for a shared trace's nodes on these inputs (a fake tensor is never shared
-    between two nodes: passes read shared storage as aliasing)."""
+def _replay(trace: _Trace, input_values, *, recorded: bool = False) -> dict:
+    """Fake values for a trace's nodes on these inputs: those the trace recorded for the node it
+    was made for (`recorded`), else fresh ones (a fake tensor is never shared between two nodes of
+    a program: passes read shared storage as aliasing)."""
     import torch
 
     values: dict = {}
@@ -292,6 +296,9 @@ def _replay(trace: _Trace, input_values) -> dict:
         if sub.op == "placeholder":
             values[sub] = next(placeholders)
         elif sub.op == "call_function":
+            if recorded and "val" in sub.meta:
+                values[sub] = sub.meta["val"]
+                continue
             a, k = torch.fx.node.map_arg((sub.args, sub.kwargs), lambda n: values[n])
             values[sub] = sub.target(*a, **k)
     return values
