@@ -12,7 +12,9 @@ a dozen times and unlifts the program into a module: DeiT-tiny's second re-trace
     alone with `make_fx` under the table, functionalized; nodes of one op on alike inputs share a
     trace (DeiT-tiny: 100 such nodes, 23 traces);
   - every other node is kept, its fake value recomputed, so that strides after a changed node
-    (which decide whether a view needs a copy) are what a re-trace computes;
+    (which decide whether a view needs a copy) are what a re-trace computes; every node's
+    `tensor_meta`, the inputs' included, is written anew as a re-trace writes it (litert-torch
+    types the lowered function by it, and a pass can leave it stale: NHWC inputs did);
   - an in-place op (ReLU_) on a tensor nothing aliases becomes its functional variant, as
     functionalization writes it.
 Anything else — a mutation of an input or of a view, higher-order ops, symbolic shapes, a
@@ -22,8 +24,8 @@ unchanged (`run_decompositions` decides before it changes anything).
 What can differ from a re-trace: functionalization writes the view it regenerates after an
 in-place op on a view (litert-torch's NHWC convolution adds its bias in place to a transposed
 result) where the whole trace next reads it, with that reader's module scope; traced alone, it
-comes right after the op, with the op's scope. The ops and weights are the same; a tensor's name
-or the order of two independent ops can differ (docs/zoo-results.md lists the zoo's).
+comes right after the op, with the op's scope. The ops, their order and the weights are the
+same; a tensor's name can differ (8 of the 23 zoo models; docs/zoo-results.md).
 """
 
 from __future__ import annotations
