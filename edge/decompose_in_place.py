@@ -33,10 +33,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import operator
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from tpuedge.edge.shared_patch import SharedPatch
 
 __all__ = ["decompose_in_place", "decompositions_in_place", "run_decompositions"]
 
@@ -61,30 +61,17 @@ def _reshape_contiguous(self, size):
 
 
 @dataclass
-class _Trace:
-    """One op's decomposition, traced once for inputs alike."""
-
-    graph: Any  # torch.fx.Graph: placeholders (the node's tensor inputs), ops, output
-
-
-@dataclass
 class _Plan:
     """What phase two does to one node, all of it worked out before anything changes."""
 
     node: Any
     action: str  # "keep" | "trace" | "functional"
     value: Any = None  # the node's new fake value (keep, functional)
-    trace: _Trace | None = None
+    trace: Any = None  # torch.fx.Graph of the op's decomposition: placeholders (its tensor inputs), ops, output
     inputs: list = field(default_factory=list)
     sub_values: dict = field(default_factory=dict)  # trace node -> fake value
     functional_op: Any = None
     written: list = field(default_factory=list)  # the tensor an in-place op wrote, each version of it
-
-
-def _is_cia(op) -> bool:
-    import torch
-
-    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
 def _returns_alias(op) -> bool:
@@ -176,13 +163,13 @@ def _traced(target, node, inputs, values, table):
                 raise _Unsupported(f"its decomposition of {node.target} mutates ({op})")
             if not isinstance(op, torch._ops.OpOverload) and op is not operator.getitem:
                 raise _Unsupported(f"its decomposition of {node.target} calls {op}")
-    return _Trace(module.graph)
+    return module.graph
 
 
 def _plan(exported_program, table) -> list[_Plan]:
     """Phase one: every node's fate and new fake value, tracing what changes. Changes nothing."""
     import torch
-    from torch._export.utils import _special_op_to_preserve_cia
+    from torch._export.utils import _is_cia_op, _special_op_to_preserve_cia
     from torch._guards import detect_fake_mode
     from torch.export._trace import _ignore_backend_decomps
     from torch.export.exported_program import _override_composite_implicit_decomp, _split_decomp_table_to_cia_and_python_decomp
@@ -204,7 +191,7 @@ def _plan(exported_program, table) -> list[_Plan]:
             raise _Unsupported(f"it has a higher-order op ({op})")
         if not isinstance(op, torch._ops.OpOverload):
             return op not in _BUILTIN_OPERATORS
-        return op in python_table or (op in composite and op not in preserved) or (_is_cia(op) and op not in composite)
+        return op in python_table or (op in composite and op not in preserved) or (_is_cia_op(op) and op not in composite)
 
     if torch.ops.aten.view.default in python_table:
         raise _Unsupported("its table decomposes views")
@@ -257,7 +244,7 @@ def _plan(exported_program, table) -> list[_Plan]:
             else:
                 sub_values = _replay(trace, input_values)
             plans.append(_Plan(node, "trace", trace=trace, inputs=inputs, sub_values=sub_values))
-            output = next(n for n in trace.graph.nodes if n.op == "output").args[0]
+            output = trace.output_node().args[0]
             if not isinstance(output, torch.fx.Node) and any(u.target is not operator.getitem for u in node.users):
                 raise _Unsupported(f"{node.name}'s outputs are read other than one by one")
             values[node] = torch.fx.node.map_arg(output, lambda n: sub_values[n])
@@ -286,7 +273,7 @@ def _functional_plan(node, op, args, kwargs, current) -> _Plan:
     return _Plan(node, "functional", value=functional(*args, **kwargs), functional_op=functional, written=written)
 
 
-def _replay(trace: _Trace, input_values, *, recorded: bool = False) -> dict:
+def _replay(trace, input_values, *, recorded: bool = False) -> dict:
     """Fake values for a trace's nodes on these inputs: those the trace recorded for the node it
     was made for (`recorded`), else fresh ones (a fake tensor is never shared between two nodes of
     a program: passes read shared storage as aliasing)."""
@@ -294,7 +281,7 @@ def _replay(trace: _Trace, input_values, *, recorded: bool = False) -> dict:
 
     values: dict = {}
     placeholders = iter(input_values)
-    for sub in trace.graph.nodes:
+    for sub in trace.nodes:
         if sub.op == "placeholder":
             values[sub] = next(placeholders)
         elif sub.op == "call_function":
@@ -317,8 +304,6 @@ def _set_value(node, value) -> None:
 
 def _apply(exported_program, plans: list[_Plan]) -> None:
     """Phase two: the changes, in graph order."""
-    from torch.fx.traceback import NodeSource, NodeSourceAction
-
     graph = exported_program.graph
     order = {n: i for i, n in enumerate(graph.nodes)}
     replaced: dict = {}  # a node spliced out (or a getitem of it) -> what took its place
@@ -337,7 +322,7 @@ def _apply(exported_program, plans: list[_Plan]) -> None:
             node.target = plan.functional_op
             _set_value(node, plan.value)
         else:
-            _splice(graph, plan, replaced, NodeSource, NodeSourceAction)
+            _splice(graph, plan, replaced)
     graph.eliminate_dead_code()
     _rename_outputs(exported_program)
     exported_program.graph_module.recompile()
@@ -349,7 +334,7 @@ def _rename_outputs(exported_program) -> None:
     import torch
     from torch.export.graph_signature import TensorArgument
 
-    output = next(n for n in exported_program.graph.nodes if n.op == "output")
+    output = exported_program.graph.output_node()
     flat = torch.utils._pytree.tree_leaves(output.args[0])
     specs = exported_program.graph_signature.output_specs
     if len(flat) != len(specs):
@@ -359,15 +344,17 @@ def _rename_outputs(exported_program) -> None:
             spec.arg = TensorArgument(name=node.name)
 
 
-def _splice(graph, plan: _Plan, replaced: dict, NodeSource, NodeSourceAction) -> None:
+def _splice(graph, plan: _Plan, replaced: dict) -> None:
+    """The node's decomposition in its place, reading what replaced its inputs."""
     import torch
+    from torch.fx.traceback import NodeSource, NodeSourceAction
 
     node = plan.node
     mapping: dict = {}
     placeholders = iter(replaced.get(n, n) for n in plan.inputs)
     result = None
     with graph.inserting_before(node):
-        for sub in plan.trace.graph.nodes:
+        for sub in plan.trace.nodes:
             if sub.op == "placeholder":
                 mapping[sub] = next(placeholders)
             elif sub.op == "call_function":
@@ -417,38 +404,38 @@ def run_decompositions(exported_program, table=None, can_skip=True, *, whole_ret
     done = decompose_in_place(exported_program, table)
     if done is None:
         return whole_retrace(exported_program, table, can_skip)
+    nodes = len(done.graph.nodes)
     safe._erase_assert_tensor_metadata_nodes(done)
-    done.graph_module.recompile()
+    if len(done.graph.nodes) != nodes:  # decompose_in_place recompiled it already
+        done.graph_module.recompile()
     return done
 
 
-_LOCK = threading.Lock()
-_users = 0
-_whole_retrace = None  # litert-torch's own, while ours is installed
+_PATCH = SharedPatch()
 
 
-@contextlib.contextmanager
-def decompositions_in_place() -> Iterator[None]:
-    """litert-torch's decompositions go through `run_decompositions` while the block runs (counted,
-    under a lock, so concurrent builds share one installation; a user's own litert-torch call after
-    it is left as it was)."""
-    global _users, _whole_retrace
+def _install():
+    """Our `run_decompositions` as litert-torch's; gives back what puts litert-torch's own back."""
+    from litert_torch import fx_infra  # imported already, in a session (decompositions_in_place)
+
+    whole = fx_infra.safe_run_decompositions
+
+    def ours(exported_program, table=None, can_skip=True):
+        return run_decompositions(exported_program, table, can_skip, whole_retrace=whole)
+
+    fx_infra.safe_run_decompositions = ours
+
+    def undo() -> None:
+        fx_infra.safe_run_decompositions = whole
+
+    return undo
+
+
+def decompositions_in_place() -> contextlib.AbstractContextManager[None]:
+    """litert-torch's decompositions go through `run_decompositions` while the block runs (shared
+    by concurrent builds; a user's own litert-torch call after it is left as it was)."""
     from tpuedge.edge.litert_session import litert_session
 
-    with litert_session():
-        from litert_torch import fx_infra
-
-    with _LOCK:
-        if _users == 0:
-            _whole_retrace = whole = fx_infra.safe_run_decompositions
-            fx_infra.safe_run_decompositions = lambda ep, table=None, can_skip=True: run_decompositions(
-                ep, table, can_skip, whole_retrace=whole)
-        _users += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _users -= 1
-            if _users == 0:
-                fx_infra.safe_run_decompositions = _whole_retrace
-                _whole_retrace = None
+    with litert_session():  # it imports litert-torch: before the patch's lock is taken, not under it
+        pass
+    return _PATCH.held(_install)

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+
+from tpuedge.edge.shared_patch import SharedPatch
 
 __all__ = ["direct_lowerings"]
 
-_LOCK = threading.Lock()
-_users = 0
-_saved: dict = {}  # op -> litert-torch's own lowering, while ours are installed
+_PATCH = SharedPatch()
+_ID_LOCK = threading.Lock()
 _plugin_class = None  # the context plugin class, made once litert-torch is imported
 _next_id = 0  # private function names, unique in a process (inlined away: never in a file)
 
@@ -105,7 +105,7 @@ def _call(lctx, key: tuple, operands: list, body, results: list | None = None):
     function = functions.get(key)
     if function is None:
         with ir.InsertionPoint.at_block_begin(lctx.ir_module.body), ir.Location.unknown():
-            with _LOCK:
+            with _ID_LOCK:
                 _next_id += 1
                 name = f"tpuedge_direct_{_next_id}"
             function = func.FuncOp(name, ir.FunctionType.get([v.type for v in operands], types), visibility="private")
@@ -622,26 +622,20 @@ def _bound(ours, original):
     return lower
 
 
-@contextlib.contextmanager
-def direct_lowerings() -> Iterator[None]:
-    """Our lowerings in litert-torch's registry while the block runs (litert_session() held)."""
-    global _users
+def _install():
+    """Our lowerings in litert-torch's registry; gives back what puts litert-torch's own back."""
     from litert_torch.backend.lowerings import registry
 
     ops = registry.global_registry.registered_ops
-    with _LOCK:
-        if _users == 0:
-            for op, ours in _ours().items():
-                original = ops.get(op)
-                if original is not None:  # an op this litert-torch doesn't lower stays without one
-                    _saved[op] = original
-                    ops[op] = _bound(ours, original)
-        _users += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _users -= 1
-            if _users == 0:
-                ops.update(_saved)
-                _saved.clear()
+    saved = {}  # op -> litert-torch's own lowering
+    for op, ours in _ours().items():
+        original = ops.get(op)
+        if original is not None:  # an op this litert-torch doesn't lower stays without one
+            saved[op] = original
+            ops[op] = _bound(ours, original)
+    return lambda: ops.update(saved)
+
+
+def direct_lowerings() -> contextlib.AbstractContextManager[None]:
+    """Our lowerings in litert-torch's registry while the block runs (litert_session() held)."""
+    return _PATCH.held(_install)

@@ -15,7 +15,8 @@ MLIR), the jax-bridge lowering to StableHLO and the flatbuffer export. What we s
     litert-torch's decomposition rewrites its argument's view nodes in place, so it gets a copy);
   - the two decompositions every lowering runs (the pre-convert table; the pre-lower one inside
     litert-torch's MLIR lowering) change only the nodes they decompose, not by a whole torch
-    re-trace (edge/decompose_in_place.py; DeiT-tiny's lowering 3.95 s -> 2.32 s);
+    re-trace (edge/decompose_in_place.py; DeiT-tiny's lowering 3.87 s -> 1.89 s,
+    bench/decompositions.py);
   - the canonicalize pass's re-trace runs only where the graph needs it (`convert_passes`);
   - on every re-trace torch re-materializes all C++ CompositeImplicitAutograd ops into
     `torch.ops`, once per op namespace (~35 walks x 5 re-traces, ~0.9 s). No op is registered
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 
 from tpuedge.edge.decompose_in_place import decompositions_in_place
 from tpuedge.edge.litert_session import litert_session
+from tpuedge.edge.shared_patch import SharedPatch
 
 __all__ = ["convert_passes", "decompose_for_litert", "litert_ir_passes", "lower_to_float_flatbuffer", "lowered_fingerprint", "SIGNATURE_KEY"]
 
@@ -53,9 +55,7 @@ _PASSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _PASSED_LOCK = threading.Lock()
 _UNCHANGED = object()
 
-_CIA_LOCK = threading.Lock()
-_cia_users = 0
-_cia_materialize = None  # torch's own function while patched
+_CIA_PATCH = SharedPatch()
 
 
 def _quiet() -> None:
@@ -67,10 +67,23 @@ def _no_materialize() -> None:
     return None
 
 
+def _walk_cia_ops_once():
+    """Walks torch's CIA op registrations now and makes its re-walks no-ops; gives back the undo."""
+    from torch._export import utils as export_utils
+
+    materialize = export_utils._materialize_cpp_cia_ops
+    materialize()
+    export_utils._materialize_cpp_cia_ops = _no_materialize
+
+    def undo() -> None:
+        export_utils._materialize_cpp_cia_ops = materialize
+
+    return undo
+
+
 @contextlib.contextmanager
 def _cia_ops_materialized_once() -> Iterator[None]:
     """One walk of torch's CIA op registrations on entry; torch's re-walks inside are no-ops."""
-    global _cia_users, _cia_materialize
     try:
         from torch._export import utils as export_utils
 
@@ -78,20 +91,8 @@ def _cia_ops_materialized_once() -> Iterator[None]:
     except (ImportError, AttributeError):  # another torch: keep its behaviour
         yield
         return
-    with _CIA_LOCK:
-        if _cia_users == 0:
-            _cia_materialize = export_utils._materialize_cpp_cia_ops
-            _cia_materialize()
-            export_utils._materialize_cpp_cia_ops = _no_materialize
-        _cia_users += 1
-    try:
+    with _CIA_PATCH.held(_walk_cia_ops_once):
         yield
-    finally:
-        with _CIA_LOCK:
-            _cia_users -= 1
-            if _cia_users == 0:
-                export_utils._materialize_cpp_cia_ops = _cia_materialize
-                _cia_materialize = None
 
 
 def _private_copy(exported_program):

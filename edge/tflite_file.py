@@ -32,7 +32,7 @@ from tpuedge.shared_ir.errors import UserError
 __all__ = [
     "FILE_IDENTIFIER", "DTYPE_NAMES", "read_model", "write_model", "compact_model", "operator_names", "dtype_name",
     "is_external", "buffer_nbytes", "is_constant", "constant_array", "tensor_bytes", "tensor_quantization", "text", "schema",
-    "op_scales", "tensor_names", "renamed_tensors",
+    "op_scales", "tensor_names", "renamed_tensors", "operator_wiring",
 ]
 
 FILE_IDENTIFIER = b"TFL3"
@@ -290,6 +290,13 @@ def operator_names(model) -> list[str]:
         else:
             names.append(_BUILTIN_NAMES.get(number, f"BUILTIN_{number}"))
     return names
+
+
+def operator_wiring(model) -> list[tuple[str, list[int], list[int]]]:
+    """The first subgraph's operators in order: (name, input tensor indices, output tensor indices),
+    what two files compare by when their tensor names may differ."""
+    names = operator_names(model)
+    return [(names[op.opcodeIndex], list(op.inputs), list(op.outputs)) for op in model.subgraphs[0].operators or []]
 
 
 def tensor_names(data: bytes) -> list[list[str]]:
