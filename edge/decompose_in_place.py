@@ -304,6 +304,8 @@ def _set_value(node, value) -> None:
 
 def _apply(exported_program, plans: list[_Plan]) -> None:
     """Phase two: the changes, in graph order."""
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
     graph = exported_program.graph
     order = {n: i for i, n in enumerate(graph.nodes)}
     replaced: dict = {}  # a node spliced out (or a getitem of it) -> what took its place
@@ -312,6 +314,11 @@ def _apply(exported_program, plans: list[_Plan]) -> None:
             _set_value(node, node.meta["val"])
     for plan in plans:
         node = plan.node
+        if plan.action != "trace":
+            # as a re-trace records every node it copies: litert-torch writes a node's source
+            # line into its MLIR location only where it has this, and a converter refusal
+            # names the model's line from that location (edge/float_model.converter_refusal)
+            node.meta["from_node"] = [NodeSource(node, "", NodeSourceAction.CREATE)]
         if plan.action == "keep":
             _set_value(node, plan.value)
         elif plan.action == "functional":

@@ -135,3 +135,20 @@ def test_what_it_cannot_take_goes_to_the_whole_re_trace(monkeypatch):
         want = module(x).numpy()
     got = LiteRTRunner(flatbuffer).run([x.numpy()])[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["residual", "encoder"])
+def test_every_node_keeps_what_litert_torch_names_its_source_line_from(name):
+    """litert-torch writes a node's file and line into its MLIR location only where the node
+    records where it came from (`from_node`), as a re-trace records for every node it copies. A
+    converter refusal names the model's line from that location. Old code: the nodes kept as they
+    were had none, and a refused op among them (a 6-D `constant_pad_nd`) was reported with no line."""
+    from litert_torch.backend import debuginfo
+
+    program, _ = _program(name)
+    decomposed = litert_lowering.decompose_for_litert(program.exported_program)
+    nodes = [n for n in decomposed.graph.nodes if n.op == "call_function" and n.meta.get("stack_trace")]
+    assert nodes
+    unnamed = [n.name for n in nodes if debuginfo.build_nodename_debuginfo(n) is None]
+    assert unnamed == []
+    assert all(debuginfo.build_mlir_file_debuginfo(n)[0] for n in nodes)
