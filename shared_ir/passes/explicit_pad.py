@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import call_arguments
+from tpuedge.shared_ir.passes.graph_edit import call_arguments, replace_node
 
 __all__ = ["ExplicitPad"]
 
@@ -43,8 +43,7 @@ class ExplicitPad:
             with graph.inserting_before(node):
                 new = graph.call_function(target, args)
             new.meta.update(node.meta)
-            node.replace_all_uses_with(new)
-            graph.erase_node(node)
+            replace_node(ep, node, new)  # a pad the program returns: the signature names the new node
         graph.lint()
         ep.graph_module.recompile()
         return ep, PassResult(self.name, len(pads), f"made {len(pads)} aten.pad op(s) explicit by mode")
