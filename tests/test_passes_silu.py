@@ -65,3 +65,33 @@ def test_mcu_build_of_silu_has_logistic_and_mul_and_meets_its_budget(tmp_path):
     rewrite = next(r for r in manifest["rewrites"] if r["pass"] == "silu-as-sigmoid-mul")
     assert rewrite["changed"] == 2 and rewrite["accuracy_cost_vs_original_float"]["max_abs_error"] < 1e-5
     assert {"LOGISTIC", "MUL"} <= {op["op"] for op in manifest["tflm_ops"]}
+
+
+class _SiluThroughAView(torch.nn.Module):
+    """An in-place SiLU on a slice: it writes into the tensor the slice views."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        F.silu(y[:, :2], inplace=True)
+        return y * 2.0
+
+
+def test_an_in_place_silu_through_a_view_keeps_its_write():
+    """Old code rewrote `silu_` as a new x * sigmoid(x) value, so `y` never saw the write: the
+    android float model was off by up to 3.9 against torch, with no error."""
+    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+    from tpuedge.edge.litert_runtime import LiteRTRunner
+
+    torch.manual_seed(0)
+    module = _SiluThroughAView().eval()
+    x = torch.randn(1, 3, 4, 4)
+    program = tpuedge.export(module, (x,), name="silu_view")
+    assert SiluAsSigmoidMul()(program.exported_program)[1].changed == 0
+    with torch.no_grad():
+        want = module(x).numpy()
+    got = LiteRTRunner(lower_to_float_flatbuffer(program)).run([x.numpy()])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

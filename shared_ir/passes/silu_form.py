@@ -30,6 +30,9 @@ class SiluAsSigmoidMul:
             gate = graph.call_function(aten.sigmoid.default, (node.args[0],))
             return graph.call_function(aten.mul.Tensor, (node.args[0], gate))
 
-        found = call_functions(exported_program, {aten.silu.default, aten.silu_.default})
+        # not `silu_`: one on a value nothing else reads was written out of place before this
+        # pass (in-place-as-out-of-place); one left writes through a view, and as a new value
+        # the write was lost (wrong numbers, no error); functionalization handles it
+        found = call_functions(exported_program, {aten.silu.default})
         return rewritten_calls(self.name, exported_program, found, rewrite,
                                unchanged="no silu in the program", changed="wrote {count} silu(s) as x * sigmoid(x) (int8 LOGISTIC, MUL)")
