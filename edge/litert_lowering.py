@@ -131,9 +131,17 @@ def litert_ir_passes(exported_program):
         between transposes (the converter writes it out in ops the quantizer leaves float), and a
         flatten into a Linear read
         in NHWC order (no TRANSPOSE before it).
+      - first, the canonical forms mcu's passes begin with (edge/mcu_capability.py): no-op casts
+        removed and casts as `_to_copy`, in-place ops on private values out of place (torchvision's
+        `ReLU(inplace=True)`), ATen aliases as the ops they name, `F.pad` as the op for its mode,
+        SiLU as x * sigmoid(x). litert-torch's own decomposition reaches the same graph, so the
+        float files are unchanged (byte-identical on the 23 zoo models, both layouts); run here
+        too, they let a model mcu rewrites in nothing else reach one program on both targets.
     mcu's own passes run these too, so a CNN that needs nothing mcu-specific reaches the same
-    program on both targets and shares one float model (`lowered_fingerprint`). Per-layer verify
-    takes its reference from the same program, so a bounded mask is not reported as an error."""
+    program on both targets and shares one float model (`lowered_fingerprint`): an mcu build
+    after an android build of ResNet-18 or MobileNetV2 reads the float model the android build
+    made. Per-layer verify takes its reference from the same program, so a bounded mask is not
+    reported as an error."""
     with _PASSED_LOCK:
         done = _PASSED.get(exported_program)
     if done is None:
@@ -146,23 +154,28 @@ def litert_ir_passes(exported_program):
 
 def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.adaptive_max_pool import AdaptiveMaxPoolAsPool
+    from tpuedge.shared_ir.passes.alias_ops import AliasAsCanonicalOp
     from tpuedge.shared_ir.passes.alpha_scale import AlphaAsMul
     from tpuedge.shared_ir.passes.batchnorm_fold import FoldBatchNorm
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
+    from tpuedge.shared_ir.passes.casts import CanonicalCasts
     from tpuedge.shared_ir.passes.channel_window_conv import ChannelWindowAsConvolution
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.constant_minus import ConstantMinusAsNegAdd
     from tpuedge.shared_ir.passes.conv_padding import ConvPaddingAsNumbers
     from tpuedge.shared_ir.passes.conv_transpose_crop import TransposedConvAsCrop
     from tpuedge.shared_ir.passes.expand_gather import ExpandAsGather
+    from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.high_rank import ElementwiseAtMost5D, PermuteAtMost5D
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
+    from tpuedge.shared_ir.passes.in_place_ops import InPlaceAsOutOfPlace
     from tpuedge.shared_ir.passes.mask_bound import FiniteMaskBound
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.one_hot_compare import OneHotAsCompare
     from tpuedge.shared_ir.passes.pool3d_as_2d import Pool3dAs2d
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
+    from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
     from tpuedge.shared_ir.passes.softmax_last_axis import SoftmaxOnTheLastAxis
     from tpuedge.shared_ir.passes.softmax_of_one import SoftmaxOfOne
     from tpuedge.shared_ir.passes.sort_topk import SortAsTopk
@@ -171,9 +184,10 @@ def _run_litert_ir_passes(exported_program):
 
     # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
     # this one, so where mcu's other passes found nothing, both give litert-torch one program
-    for ir_pass in (ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), Pool3dAs2d(), ChannelWindowAsConvolution(),
+    for ir_pass in (CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(), ExplicitPad(), SiluAsSigmoidMul(),
+                    ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), Pool3dAs2d(), ChannelWindowAsConvolution(),
                     SortAsTopk(), OneHotAsCompare(),
-                    RemoveIdentityOps(), FoldBatchNorm(), SoftmaxOfOne(), SoftmaxOnTheLastAxis(), FoldConstants(),
+                    FoldBatchNorm(), SoftmaxOfOne(), SoftmaxOnTheLastAxis(), FoldConstants(),
                     StftAsConvolution(),  # after FoldConstants: a window made in forward is a constant by then
                     AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(), NormalizeAsRsqrt(), BroadcastInsteadOfExpand(),
                     ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(), PermuteAtMost5D(), ConstantMinusAsNegAdd(),

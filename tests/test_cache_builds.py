@@ -94,12 +94,46 @@ def build():
     return net.eval(), (torch.zeros(1, 3, 16, 16),)
 """
 
+# what torchvision's and timm's CNNs are written with: in-place ReLUs, a residual `out += x`,
+# F.pad, SiLU, an ATen alias (torch.multiply)
+_CNN_CANONICAL_FORMS = """
+import torch
+from torch import nn
+from torch.nn import functional as F
 
-def test_mcu_rewrites_that_android_lowers_alike_keep_the_float_model_shared(tmp_path, cache_dir):
-    """mcu's own passes rewrite this CNN (dropout removed, PReLU's form, the flatten into the
-    Linear read in NHWC order); android's LiteRT lowering applies the same ones, so the two
-    targets still give litert-torch one program and share its float model."""
-    (tmp_path / "cnn.py").write_text(_CNN_MCU_REWRITES)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.relu = nn.ReLU(inplace=True)
+        self.act = nn.SiLU()
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.relu(self.stem(x))
+        out = self.relu(self.conv(x))
+        out += x
+        out = F.pad(out, (1, 1, 1, 1))
+        out = torch.multiply(self.act(out), 0.5)
+        return self.head(out.mean((2, 3)))
+
+
+def build():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.zeros(1, 3, 16, 16),)
+"""
+
+
+@pytest.mark.parametrize("source", [_CNN_MCU_REWRITES, _CNN_CANONICAL_FORMS], ids=["prelu-dropout-flatten", "in-place-pad-silu-alias"])
+def test_mcu_rewrites_that_android_lowers_alike_keep_the_float_model_shared(tmp_path, cache_dir, source):
+    """mcu's own passes rewrite these CNNs (dropout removed, PReLU's form, the flatten into the
+    Linear read in NHWC order; in-place ops out of place, the pad's mode explicit, SiLU as
+    x * sigmoid(x), an alias as its op); android's LiteRT lowering applies the same ones, so the
+    two targets still give litert-torch one program and share its float model. Before android ran
+    the second model's forms, its mcu build missed the float model (ResNet-18, MobileNetV2 too)."""
+    (tmp_path / "cnn.py").write_text(source)
     _assert_mcu_reuses_android_float_model(tmp_path, f"{tmp_path}/cnn.py:build", ("--channels-last",))
 
 
