@@ -9,7 +9,9 @@ and fingerprints only, so this takes a few seconds a model.
 
     python bench/float_sharing.py                       # every zoo model
     python bench/float_sharing.py --models tv_resnet18,kws_dscnn
-Writes bench/results/float_sharing.json.
+Writes bench/results/float_sharing.json, with each program's fingerprint (android's as litert-torch
+gets it; mcu's after its own passes and as litert-torch gets it): a change to either target's
+passes that leaves them equal changed no program.
 """
 
 from __future__ import annotations
@@ -36,8 +38,11 @@ def sharing(name: str) -> dict:
     program = tpuedge.export(module, example, name=name)
     # mcu's passes on a capture of its own: litert_ir_passes remembers results per program
     rewritten, results = mcu_passes().run(tpuedge.export(module, example, name=name).exported_program)
-    shared = lowered_fingerprint(program) == lowered_fingerprint(Program(rewritten, name=name))
-    return {"model": name, "shared": shared, "mcu_passes_that_changed_it": [r.name for r in results if r.changed]}
+    mcu_program = Program(rewritten, name=name)
+    android, mcu = lowered_fingerprint(program), lowered_fingerprint(mcu_program)
+    # the fingerprints too, so that a change to either target's passes shows which programs moved
+    return {"model": name, "shared": android == mcu, "mcu_passes_that_changed_it": [r.name for r in results if r.changed],
+            "fingerprints": {"android_lowered": android, "mcu_rewritten": mcu_program.fingerprint, "mcu_lowered": mcu}}
 
 
 def main() -> None:
