@@ -154,38 +154,32 @@ def litert_ir_passes(exported_program):
 
 def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.adaptive_max_pool import AdaptiveMaxPoolAsPool
-    from tpuedge.shared_ir.passes.alias_ops import AliasAsCanonicalOp
     from tpuedge.shared_ir.passes.alpha_scale import AlphaAsMul
     from tpuedge.shared_ir.passes.batchnorm_fold import FoldBatchNorm
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
-    from tpuedge.shared_ir.passes.casts import CanonicalCasts
+    from tpuedge.shared_ir.passes.canonical_forms import canonical_forms
     from tpuedge.shared_ir.passes.channel_window_conv import ChannelWindowAsConvolution
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.constant_minus import ConstantMinusAsNegAdd
     from tpuedge.shared_ir.passes.conv_padding import ConvPaddingAsNumbers
     from tpuedge.shared_ir.passes.conv_transpose_crop import TransposedConvAsCrop
     from tpuedge.shared_ir.passes.expand_gather import ExpandAsGather
-    from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.high_rank import ElementwiseAtMost5D, PermuteAtMost5D
-    from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
-    from tpuedge.shared_ir.passes.in_place_ops import InPlaceAsOutOfPlace
     from tpuedge.shared_ir.passes.mask_bound import FiniteMaskBound
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
     from tpuedge.shared_ir.passes.one_hot_compare import OneHotAsCompare
     from tpuedge.shared_ir.passes.pool3d_as_2d import Pool3dAs2d
     from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
-    from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
     from tpuedge.shared_ir.passes.softmax_last_axis import SoftmaxOnTheLastAxis
     from tpuedge.shared_ir.passes.softmax_of_one import SoftmaxOfOne
     from tpuedge.shared_ir.passes.sort_topk import SortAsTopk
     from tpuedge.shared_ir.passes.stft_conv import StftAsConvolution
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
 
-    # mcu's own list (edge/mcu_capability.py) runs most of these before; both targets end with
-    # this one, so where mcu's other passes found nothing, both give litert-torch one program
-    for ir_pass in (CanonicalCasts(), RemoveIdentityOps(), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(), ExplicitPad(), SiluAsSigmoidMul(),
-                    ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), Pool3dAs2d(), ChannelWindowAsConvolution(),
+    # both edge targets begin with the canonical forms (mcu's list in edge/mcu_capability.py) and
+    # end with this list, so where mcu's own passes found nothing, both give litert-torch one program
+    for ir_pass in (*canonical_forms(), ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), Pool3dAs2d(), ChannelWindowAsConvolution(),
                     SortAsTopk(), OneHotAsCompare(),
                     FoldBatchNorm(), SoftmaxOfOne(), SoftmaxOnTheLastAxis(), FoldConstants(),
                     StftAsConvolution(),  # after FoldConstants: a window made in forward is a constant by then

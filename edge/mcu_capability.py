@@ -29,26 +29,22 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
     straight-through estimator's `z + (q - z).detach()`, an inlined no_grad region's outputs)."""
     from tpuedge.shared_ir.passes import PassManager
     from tpuedge.shared_ir.passes.autocast_regions import InlineAutocastRegions, InlineGradModeRegions
-    from tpuedge.shared_ir.passes.casts import CanonicalCasts
     from tpuedge.shared_ir.passes.clamp_bounds import OneSidedClamps
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.adaptive_max_pool import AdaptiveMaxPoolAsPool
     from tpuedge.shared_ir.passes.addcmul import AddcmulAsMulAdd
-    from tpuedge.shared_ir.passes.alias_ops import AliasAsCanonicalOp
     from tpuedge.shared_ir.passes.bicubic_matmul import BicubicAsMatmuls
+    from tpuedge.shared_ir.passes.canonical_forms import canonical_forms
     from tpuedge.shared_ir.passes.col2im_sums import Col2imAsSums
     from tpuedge.shared_ir.passes.cumsum_steps import CumsumAsShiftedSums
     from tpuedge.shared_ir.passes.erf_tanh import ErfAsTanh
-    from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.flatten_nhwc import FlattenAsNHWC
     from tpuedge.shared_ir.passes.gelu_rewrite import GeluRewrite, TanhGeluArrangement
     from tpuedge.shared_ir.passes.glu_form import GluAsSigmoidMul
     from tpuedge.shared_ir.passes.hardsigmoid import HardSigmoidAsRelu6
-    from tpuedge.shared_ir.passes.in_place_ops import InPlaceAsOutOfPlace
     from tpuedge.shared_ir.passes.instance_norm_groups import InstanceNormAsGroupNorm
     from tpuedge.shared_ir.passes.leaky_relu_form import LeakyReluAsMaximum
     from tpuedge.shared_ir.passes.index_as_view import ConstantIndexAsView
-    from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.im2col_conv import Im2colAsConv
     from tpuedge.shared_ir.passes.recurrent_cells import DecomposeRecurrentCells
     from tpuedge.shared_ir.passes.magnitude import MagnitudeAsProjections
@@ -65,19 +61,19 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
     from tpuedge.shared_ir.passes.rms_norm_rsqrt import RmsNormAsRsqrt
     from tpuedge.shared_ir.passes.roll_slices import RollAsSlices
     from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
-    from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
     from tpuedge.shared_ir.passes.slice_assign import SliceAssignmentAsConcat
     from tpuedge.shared_ir.passes.stft_conv import StftAsConvolution
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), InlineGradModeRegions(), CanonicalCasts(), RemoveIdentityOps(keep_detach=training), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(),
+        [InlineAutocastRegions(), InlineGradModeRegions(),
+         *canonical_forms(keep_detach=training),  # what android's passes begin with too: one float model for both
          SliceAssignmentAsConcat(), FoldConstants(),
          StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
-         UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), ExplicitPad(), PadAsSlices(), RollAsSlices(),
+         UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), PadAsSlices(), RollAsSlices(),
          RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form), ErfAsTanh(),
-         SiluAsSigmoidMul(), GluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), RmsNormAsRsqrt(), PixelShuffleAsViews(),
+         GluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), RmsNormAsRsqrt(), PixelShuffleAsViews(),
          AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), Pool1dAs2d(), Pool3dAs2d(),  # before reduce-max-as-maximum: they may leave a max over a dim
          ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(),
          OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
