@@ -10,7 +10,9 @@ Per model (wall time and peak RSS of each child, imports and model capture inclu
 
 and the ratios the issue sets goals for (over the models' median): cached rebuild / cold
 (goal <= 0.15) and mcu after android / mcu cold (goal <= 0.6), with whether the mcu build read
-the android build's float model (not where mcu's own IR rewrites make it another program).
+the android build's float model (not where mcu's own IR rewrites make it another program), and
+where each mcu build after android spent its time (its stages, TPUEDGE_STAGE_TIMES: what a
+shared float model does not save).
 
     python bench/cache.py                      # the bundled examples
     python bench/cache.py --models build_cnn   # a subset
@@ -36,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 from checkout_bytecode import compile_checkout  # bench/ is on sys.path (the script's folder)
+
+from tpuedge.shared_ir.stage_times import STAGE_TIMES_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("build_mlp", "build_cnn", "build_depthwise", "build_transformer", "digits")
@@ -104,7 +108,8 @@ def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> di
     with tempfile.TemporaryFile("w+") as out_file, tempfile.TemporaryFile("w+") as err_file, \
             tempfile.TemporaryDirectory() as tmp:
         # the child's own peak RSS (bench/peak_rss.py): wait4's would be at least this process's
-        report = Path(tmp) / "rss.json"
+        report, stages = Path(tmp) / "rss.json", Path(tmp) / "stages.json"
+        env[STAGE_TIMES_ENV] = str(stages)  # where the build's seconds went (shared_ir/stage_times.py)
         command = [sys.executable, str(ROOT / "bench" / "peak_rss.py"), str(report), "-m", "tpuedge.cli", "build", spec,
                    "--target", target, "--out", str(out), *extra]
         started = time.perf_counter()
@@ -115,8 +120,10 @@ def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> di
         if proc.returncode != 0:
             raise BuildFailed(f"build failed ({' '.join(command)}):\n{stderr[-3000:]}")
         peak_rss_mb = json.loads(report.read_text())["peak_rss_mb"]
+        # a build replayed whole ("cache: hit build") runs no stage and writes none
+        seconds = json.loads(stages.read_text())["stages"] if stages.exists() else {}
     line = next((l for l in stdout.splitlines() if l.startswith("cache:")), "")
-    return {"wall_s": round(wall, 3), "peak_rss_mb": peak_rss_mb, "cache": line}
+    return {"wall_s": round(wall, 3), "peak_rss_mb": peak_rss_mb, "cache": line, "stages": seconds}
 
 
 def bench_model(name: str, spec: str, calibration: str, work: Path, repeat: int = 1) -> dict:
@@ -146,13 +153,16 @@ def bench_model(name: str, spec: str, calibration: str, work: Path, repeat: int 
             "wall_s": round(statistics.median(b[kind]["wall_s"] for b in rounds), 3),
             "peak_rss_mb": round(statistics.median(b[kind]["peak_rss_mb"] for b in rounds), 1),
             "cache": rounds[-1][kind]["cache"],
+            "stages": _median_stages([b[kind]["stages"] for b in rounds]),
             **({"wall_s_each": [b[kind]["wall_s"] for b in rounds]} if repeat > 1 else {}),
         }
     row["identical"] = identical
     row["byte_identical"] = all(identical.values())
     # whether the mcu build read the android build's float model (mcu's own IR rewrites, an
     # unrolled LSTM or GELU's form, make it another program and so another float model)
-    row["float_model_shared"] = "float_tflite" in _hits(row["mcu_after_android"]["cache"])
+    from tpuedge.shared_ir.cache_keys import read_cache_line
+
+    row["float_model_shared"] = "float_tflite" in read_cache_line(row["mcu_after_android"]["cache"]).get("hit", [])
     row["ratios"] = {
         "android_cached_rebuild": round(row["android_cached"]["wall_s"] / row["android_cold"]["wall_s"], 3),
         "mcu_cached_rebuild": round(row["mcu_cached"]["wall_s"] / row["mcu_cold"]["wall_s"], 3),
@@ -161,10 +171,22 @@ def bench_model(name: str, spec: str, calibration: str, work: Path, repeat: int 
     return row
 
 
-def _hits(cache_line: str) -> list[str]:
-    """The stages a build's 'cache: miss a, b; hit c (folder)' line names as hits."""
-    parts = cache_line.removeprefix("cache: ").rsplit(" (", 1)[0].split("; ")
-    return [stage for part in parts if part.startswith("hit ") for stage in part[4:].split(", ")]
+def _median_stages(each_round: list[dict]) -> dict:
+    """Each stage's median seconds over the rounds (a stage a round did not run counts 0)."""
+    names = dict.fromkeys(name for stages in each_round for name in stages)
+    return {name: round(statistics.median(stages.get(name, 0.0) for stages in each_round), 3) for name in names}
+
+
+def where_the_time_went(row: dict, kind: str = "mcu_after_android", top: int = 4) -> str:
+    """One line: the build's largest stages, and the rest of its wall time (process start, imports
+    outside any stage, exit)."""
+    build = row[kind]
+    stages = sorted(build["stages"].items(), key=lambda item: -item[1])
+    rest = build["wall_s"] - sum(build["stages"].values())
+    parts = [f"{name} {seconds:.2f}" for name, seconds in stages[:top]]
+    parts.append(f"{len(stages) - top} other stages {sum(s for _, s in stages[top:]):.2f}" if len(stages) > top else "")
+    parts.append(f"outside any stage {rest:.2f}")
+    return f"{row['model']} {kind.replace('_', ' ')} {build['wall_s']:.2f} s: " + ", ".join(p for p in parts if p)
 
 
 def _same_files(a: Path, b: Path) -> bool:
@@ -249,6 +271,9 @@ def main() -> None:
     summary = summarize(rows)
     print()
     print(format_table(rows))
+    print("where the mcu builds after android spent their time (seconds, medians over the rounds):")
+    for row in rows:
+        print("  " + where_the_time_went(row))
     print(
         f"median over {len(rows)} model(s): cached rebuild / cold = {summary['median_android_cached_rebuild_over_cold']} "
         f"(android), {summary['median_mcu_cached_rebuild_over_cold']} (mcu) [goal <= {GOALS['cached_rebuild']}]; "

@@ -33,6 +33,7 @@ __all__ = [
     "build_session",
     "BuildSession",
     "StageRecord",
+    "read_cache_line",
     "active_cache",
     "cache_key",
     "cached_stage",
@@ -88,6 +89,20 @@ class BuildSession:
             for outcome, stages in counts.items()
         ]
         return f"cache: {'; '.join(parts)} ({self.cache.directory})"
+
+
+def read_cache_line(line: str) -> dict[str, list[str]]:
+    """The stages per outcome that a build's `cache:` line (`BuildSession.describe`, or a replayed
+    build's `cache: hit build (...)`) names, in its order: 'cache: miss a, b x3; hit c (folder)' ->
+    {"miss": ["a", "b x3"], "hit": ["c"]}; {} for a build that ran no cached stage or no cache.
+    The one reader of that line, for tests and benchmarks."""
+    body = line.strip().removeprefix("cache: ").rsplit(" (", 1)[0]
+    outcomes: dict[str, list[str]] = {}
+    for part in body.split("; "):
+        outcome, _, stages = part.partition(" ")
+        if outcome in ("hit", "miss", "rebuilt") and stages:
+            outcomes[outcome] = stages.split(", ")
+    return outcomes
 
 
 _SESSION: contextvars.ContextVar[BuildSession | None] = contextvars.ContextVar("tpuedge_build_session", default=None)

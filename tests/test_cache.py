@@ -17,6 +17,7 @@ from tpuedge.shared_ir.cache_keys import (
     data_digest,
     decode_array_tree,
     encode_array_tree,
+    read_cache_line,
 )
 from tpuedge.shared_ir.errors import UserError
 
@@ -79,6 +80,25 @@ def test_cached_stage_rebuilds_a_damaged_entry_and_reports_it(tmp_path, monkeypa
     with build_session(enabled=False) as off:
         assert cached_stage("unit", {"n": 1}, build) == b"the real bytes"
     assert len(builds) == 3 and off.stages == [] and "off" in off.describe()
+
+
+def test_the_cache_line_reads_back_as_the_session_recorded_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUEDGE_CACHE_DIR", str(tmp_path))
+    with build_session() as cold:
+        for n in (1, 2, 3):
+            cached_stage("candidate", {"n": n}, lambda: b"x")
+        cached_stage("float", {}, lambda: b"y")
+    with build_session() as warm:
+        cached_stage("float", {}, lambda: b"y")
+        cached_stage("check", {}, lambda: b"z")
+    assert read_cache_line(cold.describe()) == {"miss": ["candidate x3", "float"]}
+    assert read_cache_line(warm.describe()) == {"hit": ["float"], "miss": ["check"]}
+    assert read_cache_line(f"cache: hit build ({tmp_path})") == {"hit": ["build"]}  # a replayed build's line
+    with build_session(enabled=False) as off:
+        pass
+    with build_session() as idle:
+        pass
+    assert read_cache_line(off.describe()) == read_cache_line(idle.describe()) == {}
 
 
 def test_least_recently_used_entries_are_evicted_first(tmp_path):

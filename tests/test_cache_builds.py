@@ -14,6 +14,7 @@ import pytest
 from cli_runner import run_cli
 from tpuedge.edge.float_model import clear_float_cache
 from tpuedge.shared_ir.cache import BuildCache
+from tpuedge.shared_ir.cache_keys import read_cache_line
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = f"{ROOT}/examples/models.py:build_cnn"
@@ -50,9 +51,7 @@ def _cache_line(stdout: str) -> str:
 
 
 def _outcomes(stdout: str) -> dict[str, list[str]]:
-    """'cache: hit a, b x3; miss c (folder)' -> {"hit": ["a", "b x3"], "miss": ["c"]}."""
-    line = _cache_line(stdout).removeprefix("cache: ").rsplit(" (", 1)[0]
-    return {part.split(" ", 1)[0]: part.split(" ", 1)[1].split(", ") for part in line.split("; ")}
+    return read_cache_line(_cache_line(stdout))
 
 
 def test_android_int8_rebuild_hits_every_stage_with_identical_bytes(tmp_path, cache_dir, calibration_file):
