@@ -28,7 +28,6 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
     permutes a Linear's weight), and keeping `detach`, which stops gradients there (a
     straight-through estimator's `z + (q - z).detach()`, an inlined no_grad region's outputs)."""
     from tpuedge.shared_ir.passes import PassManager
-    from tpuedge.shared_ir.passes.autocast_regions import InlineAutocastRegions, InlineGradModeRegions
     from tpuedge.shared_ir.passes.clamp_bounds import OneSidedClamps
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.adaptive_max_pool import AdaptiveMaxPoolAsPool
@@ -67,8 +66,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [InlineAutocastRegions(), InlineGradModeRegions(),
-         *canonical_forms(keep_detach=training),  # what android's passes begin with too: one float model for both
+        [*canonical_forms(keep_detach=training),  # what android's passes begin with too: one float model for both
          SliceAssignmentAsConcat(), FoldConstants(),
          StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
          UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), PadAsSlices(), RollAsSlices(),

@@ -125,13 +125,43 @@ def build():
 """
 
 
-@pytest.mark.parametrize("source", [_CNN_MCU_REWRITES, _CNN_CANONICAL_FORMS], ids=["prelu-dropout-flatten", "in-place-pad-silu-alias"])
+# a block pinned to float32 by `autocast(enabled=False)` (timm's EfficientViT attention) and one
+# under no_grad (HF's sinusoidal position embeddings): torch.export keeps each as one call
+_CNN_REGIONS = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.conv(x)
+        with torch.autocast("cpu", enabled=False):
+            x = torch.relu(x) * 2.0
+        with torch.no_grad():
+            scale = torch.sigmoid(x.mean((2, 3)))
+        return self.head(x.mean((2, 3)) * scale)
+
+
+def build():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.zeros(1, 3, 16, 16),)
+"""
+
+
+@pytest.mark.parametrize("source", [_CNN_MCU_REWRITES, _CNN_CANONICAL_FORMS, _CNN_REGIONS],
+                         ids=["prelu-dropout-flatten", "in-place-pad-silu-alias", "autocast-no-grad-regions"])
 def test_mcu_rewrites_that_android_lowers_alike_keep_the_float_model_shared(tmp_path, cache_dir, source):
     """mcu's own passes rewrite these CNNs (dropout removed, PReLU's form, the flatten into the
     Linear read in NHWC order; in-place ops out of place, the pad's mode explicit, SiLU as
     x * sigmoid(x), an alias as its op); android's LiteRT lowering applies the same ones, so the
     two targets still give litert-torch one program and share its float model. Before android ran
-    the second model's forms, its mcu build missed the float model (ResNet-18, MobileNetV2 too)."""
+    the second model's forms, its mcu build missed the float model (ResNet-18, MobileNetV2 too);
+    before android inlined the third's regions, that one did (timm's EfficientViT-B0 too)."""
     (tmp_path / "cnn.py").write_text(source)
     _assert_mcu_reuses_android_float_model(tmp_path, f"{tmp_path}/cnn.py:build", ("--channels-last",))
 
