@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 from checkout_bytecode import compile_checkout  # bench/ is on sys.path (the script's folder)
 
+from tpuedge.shared_ir.cache_keys import read_cache_line
 from tpuedge.shared_ir.stage_times import STAGE_TIMES_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,8 +161,6 @@ def bench_model(name: str, spec: str, calibration: str, work: Path, repeat: int 
     row["byte_identical"] = all(identical.values())
     # whether the mcu build read the android build's float model (mcu's own IR rewrites, an
     # unrolled LSTM or GELU's form, make it another program and so another float model)
-    from tpuedge.shared_ir.cache_keys import read_cache_line
-
     row["float_model_shared"] = "float_tflite" in read_cache_line(row["mcu_after_android"]["cache"]).get("hit", [])
     row["ratios"] = {
         "android_cached_rebuild": round(row["android_cached"]["wall_s"] / row["android_cold"]["wall_s"], 3),

@@ -36,8 +36,9 @@ def sharing(name: str) -> dict:
 
     module, example = ZOO[name].build()
     program = tpuedge.export(module, example, name=name)
-    # mcu's passes on a capture of its own: litert_ir_passes remembers results per program
-    rewritten, results = mcu_passes().run(tpuedge.export(module, example, name=name).exported_program)
+    # passes never change their input, and one that leaves a program unchanged returns that same
+    # program, which litert_ir_passes has already passed for android: one capture serves both
+    rewritten, results = mcu_passes().run(program.exported_program)
     mcu_program = Program(rewritten, name=name)
     android, mcu = lowered_fingerprint(program), lowered_fingerprint(mcu_program)
     # the fingerprints too, so that a change to either target's passes shows which programs moved

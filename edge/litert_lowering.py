@@ -131,8 +131,9 @@ def litert_ir_passes(exported_program):
         between transposes (the converter writes it out in ops the quantizer leaves float), and a
         flatten into a Linear read
         in NHWC order (no TRANSPOSE before it).
-      - first, the canonical forms mcu's passes begin with (edge/mcu_capability.py): no-op casts
-        removed and casts as `_to_copy`, in-place ops on private values out of place (torchvision's
+      - first, `canonical_forms()` (shared_ir/passes/canonical_forms.py), the list mcu's passes
+        begin with too: autocast and no_grad regions inlined, no-op casts removed and casts as
+        `_to_copy`, in-place ops on private values out of place (torchvision's
         `ReLU(inplace=True)`), ATen aliases as the ops they name, `F.pad` as the op for its mode,
         SiLU as x * sigmoid(x). litert-torch's own decomposition reaches the same graph, so the
         float files are unchanged (byte-identical on the 23 zoo models, both layouts); run here
