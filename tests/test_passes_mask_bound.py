@@ -164,3 +164,45 @@ def test_a_causal_attention_gets_an_additive_mask_and_full_int8_follows_float():
                              allow_below_budget=True)
     ours, reference = artifact.run(*samples[-1])[0], program.run(*samples[-1])[0]
     assert cosine(ours, reference) > 0.98
+
+
+class _SdpaBooleanMask(torch.nn.Module):
+    """Attention with a boolean mask that is a graph input of its own: a causal mask built from
+    no input (HF GPT-J, CodeGen, Phi-3, Gemma 3 in transformers 5: a constant once
+    `fold-constants` ran) or the caller's mask tensor."""
+
+    def __init__(self, mask_given: bool):
+        super().__init__()
+        self.qkv = torch.nn.Linear(32, 96)
+        self.mask_given = mask_given
+
+    def forward(self, x, mask=None):
+        q, k, v = (t.view(1, 12, 4, 8).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        if not self.mask_given:
+            mask = torch.ones(12, 12, dtype=torch.bool).tril()
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.transpose(1, 2).reshape(1, 12, 32)
+
+
+@pytest.mark.parametrize("mask_given", [False, True], ids=["constant-mask", "mask-input"])
+def test_a_boolean_mask_that_is_a_graph_input_keeps_the_inputs_first_and_converts(mask_given, tmp_path):
+    """A constant mask: old code put where(mask, 0, -bound) right after the mask's placeholder,
+    ahead of the program's later inputs, and litert-torch refused the graph ("Expect FX graph
+    nodes to start with placeholder nodes"): every LiteRT build of HF GPT-J, CodeGen, GPTBigCode,
+    StableLM, OLMo-2, Phi-3 and Gemma 3 crashed. A mask input: the op now goes after all inputs."""
+    from tpuedge.shared_ir.passes.constant_fold import FoldConstants
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 12, 32)
+    mask = torch.ones(12, 12, dtype=torch.bool).tril()
+    example = (x, mask) if mask_given else (x,)
+    program = tpuedge.export(_SdpaBooleanMask(mask_given).eval(), example, name="sdpa_bool_mask")
+    folded, _ = FoldConstants()(program.exported_program)  # as every LiteRT lowering runs them first
+    bounded, result = FiniteMaskBound()(folded)
+    assert result.details["boolean_masks"] == 1
+    kinds = [n.op for n in bounded.graph.nodes]
+    assert kinds == sorted(kinds, key=lambda op: op != "placeholder"), "a program input after an op"
+    inputs = [t.numpy() for t in example]
+    np.testing.assert_allclose(Program(bounded, name="b").run(*inputs)[0], program.run(*inputs)[0], atol=1e-6)
+    artifact = tpuedge.build(program, "android", tmp_path / "android", quantize="none")
+    np.testing.assert_allclose(artifact.run(*inputs)[0], program.run(*inputs)[0], atol=1e-5)

@@ -155,7 +155,7 @@ class FiniteMaskBound:
                 causal += self._causal_mask(ep, node)
                 continue
             if node.target == sdpa:
-                self._additive_mask(graph, node, additive)
+                self._additive_mask(ep, node, additive, values)
                 continue
             args = list(node.args)
             for i in sources[node.target]:
@@ -207,13 +207,22 @@ class FiniteMaskBound:
         else:
             ep.constants[spec.target] = bounded
 
-    def _additive_mask(self, graph, node, additive: dict) -> None:
-        """SDPA's boolean mask (True = attend) as the additive where(mask, 0, -bound)."""
+    def _additive_mask(self, ep, node, additive: dict, values: dict) -> None:
+        """SDPA's boolean mask (True = attend) as the additive where(mask, 0, -bound): a constant
+        where the mask is one (a causal mask built from no input, folded by `fold-constants`),
+        else an op after the mask. The op goes after the program's inputs when the mask is one of
+        them: inserted right after a placeholder it came before the later ones, and litert-torch
+        refuses a graph whose inputs are not all first (HF GPT-J, CodeGen, Phi-3, Gemma 3)."""
         import torch
 
         mask = _mask_arg(node)
+        if mask not in additive and mask.op == "placeholder" and mask.name in values:
+            value = torch.where(values[mask.name], 0.0, -self.bound)
+            additive[mask] = lift_constant(ep, f"_{mask.name}_additive", value, mask)
         if mask not in additive:
-            with graph.inserting_after(mask):
+            graph = ep.graph_module.graph
+            after_inputs = next(n for n in graph.nodes if n.op != "placeholder")
+            with graph.inserting_after(mask) if mask.op != "placeholder" else graph.inserting_before(after_inputs):
                 new = graph.call_function(torch.ops.aten.where.Scalar, (mask, 0.0, -self.bound))
             new.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
             mask_val = mask.meta["val"]
