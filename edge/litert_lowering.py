@@ -118,10 +118,12 @@ def litert_ir_passes(exported_program):
         top-k as TOPK_V2 (LiteRT loads no STABLEHLO_SORT), one_hot as a comparison (its
         decomposition asserts), an STFT as a convolution with a DFT basis (no complex tensors),
         add/sub's alpha as a MUL, Tensor.unfold as a gather (the converter's own form is a PAD
-        above 5-D: HaloNet), clamps and transposes above 5-D at a lower rank, an expand a matrix
-        product reads as a gather (the converter dropped the transpose after a BROADCAST_TO: HF
-        Qwen3's keys), no expand before a broadcasting op (MobileViTv2), a constant minus a
-        computed tensor as -y + c (the converter writes c - y as y - c after its NHWC ops);
+        above 5-D: HaloNet), F.fold as sums of placed taps or, where its patches tile the image, a
+        rearrangement (LiteRT refused the SCATTER litert-torch lowered it to: HF MobileViTV2),
+        clamps and transposes above 5-D at a lower rank, an expand a matrix product reads as a
+        gather (the converter dropped the transpose after a BROADCAST_TO: HF Qwen3's keys), no
+        expand before a broadcasting op (MobileViTv2), a constant minus a computed tensor as -y + c
+        (the converter writes c - y as y - c after its NHWC ops);
       - what costs size or accuracy: eval-mode identities (dropout, clone) removed, inference
         BatchNorms folded into the layer before them (MobileNetV2's float build in about half the
         time), what depends on no input folded into constants (EdgeNeXt's positional encoding, an
@@ -160,6 +162,7 @@ def _run_litert_ir_passes(exported_program):
     from tpuedge.shared_ir.passes.broadcast_expand import BroadcastInsteadOfExpand
     from tpuedge.shared_ir.passes.canonical_forms import canonical_forms
     from tpuedge.shared_ir.passes.channel_window_conv import ChannelWindowAsConvolution
+    from tpuedge.shared_ir.passes.col2im_sums import Col2imAsSums
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.passes.constant_minus import ConstantMinusAsNegAdd
     from tpuedge.shared_ir.passes.conv_padding import ConvPaddingAsNumbers
@@ -185,7 +188,7 @@ def _run_litert_ir_passes(exported_program):
                     FoldBatchNorm(), SoftmaxOfOne(), SoftmaxOnTheLastAxis(), FoldConstants(),
                     StftAsConvolution(),  # after FoldConstants: a window made in forward is a constant by then
                     AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(), NormalizeAsRsqrt(), BroadcastInsteadOfExpand(),
-                    ExpandAsGather(), UnfoldAsGather(), ElementwiseAtMost5D(), PermuteAtMost5D(), ConstantMinusAsNegAdd(),
+                    ExpandAsGather(), UnfoldAsGather(), Col2imAsSums(), ElementwiseAtMost5D(), PermuteAtMost5D(), ConstantMinusAsNegAdd(),
                     FlattenAsNHWC()):
         exported_program, _ = ir_pass(exported_program)
     return exported_program

@@ -47,3 +47,21 @@ def test_an_outlook_block_runs_in_tflite_micro_within_budget(tmp_path):
     torch.manual_seed(0)
     program = tpuedge.export(_Outlook().eval(), (torch.zeros(1, 2, 8, 8),), name="outlook")
     assert_builds_for_mcu_within_budget(program, (1, 2, 8, 8), {"col2im-as-sums", "im2col-as-conv"}, tmp_path / "mcu")
+
+
+def test_a_fold_whose_patches_tile_the_image_is_a_rearrangement_and_runs_on_android(tmp_path):
+    """HF MobileViTV2 unfolds its feature map into 2x2 patches and folds them back. litert-torch
+    lowered the fold to a STABLEHLO_SCATTER that LiteRT refused to prepare ("Only update, Add,
+    Multiply, Maximum and Minimum operations are currently supported"): android did not run this
+    pass, and every android build of the model crashed there."""
+    torch.manual_seed(0)
+    program = tpuedge.export(_Outlook(kernel=2, stride=2, padding=0).eval(), (torch.zeros(1, 2, 8, 8),), name="tiles")
+    ep, result = Col2imAsSums()(program.exported_program)
+    ops = Program(ep, name="tiles").op_histogram
+    assert result.changed == 1 and "aten.col2im.default" not in ops
+    assert "aten.add.Tensor" not in ops and "aten.constant_pad_nd.default" not in ops  # no sums: a permute
+    x = np.random.default_rng(0).standard_normal((1, 2, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(Program(ep, name="tiles").run(x)[0], program.run(x)[0])
+    artifact = tpuedge.build(program, "android", tmp_path / "android", quantize="none")
+    np.testing.assert_allclose(artifact.run(x)[0], program.run(x)[0], rtol=1e-5, atol=1e-5)
+

@@ -10,6 +10,14 @@ where they overhang), summed over the kh*kw taps (ADD) and cropped by the paddin
 has no col2im; VOLO's outlooker folds its attention-weighted patches back with it, and the mcu
 check refused VOLO on it. Exact in float to the order of the sums; the int8 sum of kh*kw terms
 carries their rounding.
+
+Patches that tile the image (stride = kernel, no padding or dilation: HF MobileViTV2 folds its
+attention's patches back so) need no sums: the fold is a rearrangement of the columns,
+
+    cols (N, C*kh*kw, Lh*Lw) -> (N, C, kh, kw, Lh, Lw) -> permute (0, 1, 4, 2, 5, 3) -> (N, C, H, W)
+
+exact in int8 too. Android runs this pass as well: litert-torch lowered col2im to a
+STABLEHLO_SCATTER whose update LiteRT refused to prepare.
 """
 
 from __future__ import annotations
@@ -57,6 +65,10 @@ def _rewrite(graph, node) -> Any:
     if not static_shapes(cols, node) or not all(isinstance(v, int) for v in size):
         return None
     n, channels = val.shape[0], val.shape[1] // (kh * kw)
+    if list(stride) == [kh, kw] and list(padding) == [0, 0] and list(dilation) == [1, 1] and h % kh == 0 and w % kw == 0:
+        tiles = call_with_val(graph, aten.reshape.default, cols, [n, channels, kh, kw, h // kh, w // kw])
+        tiles = call_with_val(graph, aten.permute.default, tiles, [0, 1, 4, 2, 5, 3])
+        return call_with_val(graph, aten.reshape.default, tiles, list(out.shape))
     hp, wp = h + 2 * padding[0], w + 2 * padding[1]
     lh = (hp - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     lw = (wp - dilation[1] * (kw - 1) - 1) // stride[1] + 1
@@ -80,4 +92,4 @@ class Col2imAsSums:
 
         found = call_functions(exported_program, {torch.ops.aten.col2im.default})
         return rewritten_calls(self.name, exported_program, found, _rewrite,
-                               unchanged="no F.fold (col2im) it can rewrite", changed="wrote {count} F.fold(s) as sums of placed taps")
+                               unchanged="no F.fold (col2im) it can rewrite", changed="wrote {count} F.fold(s) as sums of placed taps (a rearrangement where the patches tile the image)")
