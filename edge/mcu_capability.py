@@ -60,14 +60,13 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
     from tpuedge.shared_ir.passes.rms_norm_rsqrt import RmsNormAsRsqrt
     from tpuedge.shared_ir.passes.roll_slices import RollAsSlices
     from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
-    from tpuedge.shared_ir.passes.slice_assign import SliceAssignmentAsConcat
     from tpuedge.shared_ir.passes.stft_conv import StftAsConvolution
     from tpuedge.shared_ir.passes.unfold_gather import UnfoldAsGather
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
         [*canonical_forms(keep_detach=training),  # what android's passes begin with too: one float model for both
-         SliceAssignmentAsConcat(), FoldConstants(),
+         FoldConstants(),
          StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
          UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), PadAsSlices(), RollAsSlices(),
          RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form), ErfAsTanh(),

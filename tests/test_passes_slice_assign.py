@@ -61,3 +61,28 @@ def test_the_written_model_runs_in_tflite_micro_within_budget(tmp_path):
     torch.manual_seed(0)
     program = tpuedge.export(_Writes().eval(), (torch.zeros(1, 2, 4, 4),), name="writes")
     assert_builds_for_mcu_within_budget(program, (1, 2, 4, 4), {"slice-assignment-as-concat"}, tmp_path / "mcu")
+
+
+def test_hf_rwkv_recurrence_converts_for_android(tmp_path):
+    """HF RWKV's recurrence (its CPU path) writes each step's output into `out[:, t]`. Android did
+    not rewrite those writes (mcu's passes did), and litert-torch failed on them: "MLIRError:
+    broadcast_dimensions size (2) does not match operand rank (3)", an internal error. The
+    rewrite is now one of the canonical forms both edge targets begin with."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.RwkvConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, attention_hidden_size=16,
+                                     intermediate_size=32, context_length=6, use_cache=False)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = transformers.RwkvForCausalLM(config)
+
+        def forward(self, ids):
+            return self.model(ids).logits
+
+    ids = torch.randint(0, 50, (1, 6))
+    program = tpuedge.export(Logits().eval(), (ids,), name="rwkv")
+    artifact = tpuedge.build(program, "android", tmp_path / "android", quantize="none")
+    np.testing.assert_allclose(artifact.run(ids.numpy())[0], program.run(ids.numpy())[0], rtol=1e-4, atol=1e-5)
