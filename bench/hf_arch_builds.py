@@ -1,6 +1,6 @@
-"""Builds of 44 HF transformers architectures, tiny random configs, for android and mcu.
+"""Builds of 69 HF transformers architectures, tiny random configs, for android and mcu.
 
-    python bench/hf_arch_builds.py                        # all (about 15 minutes on 2 cores)
+    python bench/hf_arch_builds.py                        # all (about 30 minutes on 2 cores)
     python bench/hf_arch_builds.py bert_mask t5_encoder --targets mcu
 
 Where bench/arch_survey.py only checks ops, this converts: android `dynamic-int8`, `int8` and
@@ -165,6 +165,55 @@ def _cases() -> dict:
             image_size=32, patch_size=8, **_SMALL)), (_image(),), None),
         "wavlm": lambda: (T.WavLMModel(T.WavLMConfig(num_buckets=16, max_bucket_distance=50, **conv_audio)),
                           (_audio(),), None),
+        # added 2026-12-06: more decoder LMs (transformers 5 builds a constant boolean causal mask for
+        # several), recurrent LMs, and vision, audio and text families the list lacked
+        "roformer": lambda: (T.RoFormerModel(T.RoFormerConfig(vocab_size=100, embedding_size=32, **_SMALL)), text(), None),
+        "gptj": lambda: (T.GPTJForCausalLM(T.GPTJConfig(vocab_size=100, n_embd=32, n_layer=2, n_head=2, rotary_dim=8,
+                                                         n_positions=64, use_cache=False)), (_ids(),), "logits"),
+        "codegen": lambda: (T.CodeGenForCausalLM(T.CodeGenConfig(vocab_size=100, n_embd=32, n_layer=2, n_head=2, rotary_dim=8,
+                                                                 n_positions=64, n_ctx=64, use_cache=False)), (_ids(),), "logits"),
+        "gpt_bigcode": lambda: (T.GPTBigCodeForCausalLM(T.GPTBigCodeConfig(
+            vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64, multi_query=True, use_cache=False)), (_ids(),), "logits"),
+        "stablelm": lambda: (T.StableLmForCausalLM(T.StableLmConfig(vocab_size=100, num_key_value_heads=1, use_cache=False,
+                                                                    **_SMALL)), (_ids(),), "logits"),
+        "olmo2": lambda: (T.Olmo2ForCausalLM(T.Olmo2Config(vocab_size=100, num_key_value_heads=1, use_cache=False, **_SMALL)),
+                          (_ids(),), "logits"),
+        "phi3": lambda: (T.Phi3ForCausalLM(T.Phi3Config(vocab_size=100, num_key_value_heads=1, pad_token_id=0, use_cache=False,
+                                                        **_SMALL)), (_ids(),), "logits"),
+        "gemma2": lambda: (T.Gemma2ForCausalLM(T.Gemma2Config(vocab_size=100, num_key_value_heads=1, head_dim=16, use_cache=False,
+                                                              **_SMALL)), (_ids(),), "logits"),
+        "gemma3": lambda: (T.Gemma3ForCausalLM(T.Gemma3TextConfig(vocab_size=100, num_key_value_heads=1, head_dim=16,
+                                                                  use_cache=False, **_SMALL)), (_ids(),), "logits"),
+        "mamba": lambda: (T.MambaForCausalLM(T.MambaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, state_size=8,
+                                                           use_cache=False)), (_ids(),), "logits"),
+        "rwkv": lambda: (T.RwkvForCausalLM(T.RwkvConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
+                                                        intermediate_size=64, context_length=16, use_cache=False)),
+                         (_ids(),), "logits"),
+        "xlnet": lambda: (T.XLNetModel(T.XLNetConfig(vocab_size=100, d_model=32, n_layer=2, n_head=2, d_inner=64,
+                                                     use_mems_eval=False)), text(), None),
+        "convbert": lambda: (T.ConvBertModel(T.ConvBertConfig(vocab_size=100, embedding_size=32, **_SMALL)), text(), None),
+        "funnel": lambda: (T.FunnelBaseModel(T.FunnelConfig(vocab_size=100, block_sizes=[1, 1], d_model=32, n_head=2, d_head=16,
+                                                            d_inner=64)), text(), None),
+        "esm": lambda: (T.EsmModel(T.EsmConfig(vocab_size=100, pad_token_id=1, mask_token_id=99, position_embedding_type="rotary",
+                                               **_SMALL)), text(), None),
+        "big_bird_full": lambda: (T.BigBirdModel(T.BigBirdConfig(vocab_size=100, attention_type="original_full", **_SMALL)),
+                                  text(), None),
+        "ast": lambda: (T.ASTModel(T.ASTConfig(num_mel_bins=16, max_length=32, patch_size=8, frequency_stride=8, time_stride=8,
+                                               **_SMALL)), (torch.randn(1, 32, 16),), None),
+        "data2vec_audio": lambda: (T.Data2VecAudioModel(T.Data2VecAudioConfig(**conv_audio)), (_audio(),), None),
+        "sew": lambda: (T.SEWModel(T.SEWConfig(squeeze_factor=2, **conv_audio)), (_audio(),), None),
+        "regnet": lambda: (T.RegNetModel(T.RegNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=8)),
+                           (_image(),), None),
+        "bit": lambda: (T.BitModel(T.BitConfig(embedding_size=8, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+                                               num_groups=4)), (_image(),), None),
+        "swinv2": lambda: (T.Swinv2Model(T.Swinv2Config(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                        num_heads=[1, 2], window_size=4)), (_image(),), None),
+        "mobilevitv2": lambda: (T.MobileViTV2Model(T.MobileViTV2Config(image_size=64, width_multiplier=0.25)), (_image(64),), None),
+        "focalnet": lambda: (T.FocalNetModel(T.FocalNetConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                              focal_levels=[2, 2], focal_windows=[3, 3])), (_image(),), None),
+        "glpn": lambda: (T.GLPNForDepthEstimation(T.GLPNConfig(
+            num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+            patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2], decoder_hidden_size=16)), (_image(64),), "predicted_depth"),
     }
 
 
