@@ -211,7 +211,7 @@ class AndroidLowered:
 
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
-        from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, refused_on_budget_samples
+        from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, refused_by_litert, refused_on_budget_samples
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
@@ -254,6 +254,8 @@ class AndroidLowered:
                     runner, reference, outputs = _verification_runs(program, converted.tflite, samples,
                                                                     config.channels_last, reference)
             except ModelRunError as exc:  # runs on the search's samples, a kernel refuses these
+                if config.scheme != "int8":  # float activations: an op LiteRT can't run, no value it refused
+                    raise refused_by_litert(program.name, f"android {config.scheme}", exc) from None
                 raise refused_on_budget_samples(
                     program.name, f"android {config.scheme}", chosen.kind, exc,
                     "Try --quantize auto or dynamic-int8, or calibration data that covers those inputs.",

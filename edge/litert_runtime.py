@@ -30,7 +30,8 @@ from tpuedge.edge.tool_output import held_tool_output, tail
 from tpuedge.quantize import affine
 from tpuedge.shared_ir.errors import BudgetError, InternalError, UserError
 
-__all__ = ["LiteRTRunner", "ModelRunError", "aborting_op", "preserving_interpreter", "refused_on_budget_samples", "run_samples"]
+__all__ = ["LiteRTRunner", "ModelRunError", "aborting_op", "preserving_interpreter", "refused_by_litert", "refused_on_budget_samples",
+           "run_samples"]
 
 
 class ModelRunError(InternalError):
@@ -46,6 +47,18 @@ def refused_on_budget_samples(name: str, model: str, kind: str, exc: ModelRunErr
         f"{name}: the {model} model stops LiteRT on the samples its budget is measured on ({kind}): "
         f"{str(exc).rstrip('.')}. An int8 kernel refused its values (a DIV whose divisor rounds to its zero point). "
         f"Nothing was written and the output folder is as it was. {remedy}"
+    )
+
+
+def refused_by_litert(name: str, model: str, exc: ModelRunError) -> UserError:
+    """The error (exit 2, nothing written) for a model with float activations ("android none",
+    "android fp16", "android dynamic-int8") that LiteRT will not run: no int8 kernel's values
+    are at stake, so no calibration data helps; LiteRT's error names the node."""
+    return UserError(
+        f"{name}: LiteRT can't run the {model} model: {str(exc).rstrip('.')}. The check passed the model's ops, "
+        "but LiteRT's kernels refuse one of them in the form the converter wrote. Nothing was written and the "
+        "output folder is as it was. Try: rewrite the layer that node comes from (TPUEDGE_VERBOSE=1 shows the "
+        "converter's log), or report it, so the check learns this case."
     )
 
 

@@ -65,3 +65,21 @@ def test_a_fold_whose_patches_tile_the_image_is_a_rearrangement_and_runs_on_andr
     artifact = tpuedge.build(program, "android", tmp_path / "android", quantize="none")
     np.testing.assert_allclose(artifact.run(x)[0], program.run(x)[0], rtol=1e-5, atol=1e-5)
 
+
+
+def test_a_float_model_litert_refuses_is_a_user_error_naming_the_node(tmp_path):
+    """A fold the pass leaves (an 8x8 kernel: 64 taps) reaches LiteRT as the SCATTER it refuses.
+    Old code answered a float build as if an int8 kernel had refused a value: a BudgetError
+    (exit 1) saying "An int8 kernel refused its values (a DIV whose divisor rounds to its zero
+    point)" and suggesting calibration data, none of which a float model has."""
+    from tpuedge.shared_ir.errors import BudgetError, UserError
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Outlook(kernel=8, stride=4, padding=0, side=16).eval(), (torch.zeros(1, 2, 16, 16),), name="wide")
+    out = tmp_path / "android"
+    with pytest.raises(UserError) as raised:
+        tpuedge.build(program, "android", out, quantize="none")
+    text = str(raised.value)
+    assert not isinstance(raised.value, BudgetError) and raised.value.exit_code == 2
+    assert "STABLEHLO_SCATTER" in text and "int8" not in text and "calibration" not in text, text
+    assert not out.exists()
