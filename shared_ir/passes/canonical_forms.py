@@ -3,10 +3,10 @@
 One op can reach the IR in several spellings: ops inside a `torch.autocast` or `torch.no_grad`
 region (kept as one call over a submodule), a no-op cast, an in-place op on a private value,
 an ATen alias (torch.multiply), `F.pad` whatever its mode, SiLU as its own op, a write into a
-slice of a computed value (`out[:, t] = v`: HF RWKV's recurrence, which litert-torch's own
-lowering of the write failed to convert). Both edge targets
-rewrite them to one form first, in this one list, so that where mcu's own passes find nothing
-to do, android and mcu hand litert-torch the same program and share one cached float model
+slice of a computed value (`out[:, t] = v`: HF RWKV's recurrence, whose writes litert-torch's
+own lowering failed to convert). Both edge targets rewrite them to one form first, in this one
+list, so that where mcu's own passes find nothing to do, android and mcu hand litert-torch the
+same program and share one cached float model
 (edge/litert_lowering.lowered_fingerprint). A pass added here reaches both targets; a pass
 added to one target's list alone makes its programs differ from the other's wherever it
 applies (what broke the sharing from 2026-12-03 to 2026-12-06: mcu gained the in-place pass,

@@ -221,8 +221,8 @@ class FiniteMaskBound:
             additive[mask] = lift_constant(ep, f"_{mask.name}_additive", value, mask)
         if mask not in additive:
             graph = ep.graph_module.graph
-            after_inputs = next(n for n in graph.nodes if n.op != "placeholder")
-            with graph.inserting_after(mask) if mask.op != "placeholder" else graph.inserting_before(after_inputs):
+            anchor = mask if mask.op != "placeholder" else [n for n in graph.nodes if n.op == "placeholder"][-1]
+            with graph.inserting_after(anchor):
                 new = graph.call_function(torch.ops.aten.where.Scalar, (mask, 0.0, -self.bound))
             new.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
             mask_val = mask.meta["val"]
