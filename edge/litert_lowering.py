@@ -130,7 +130,8 @@ def litert_ir_passes(exported_program):
         int8 DIV by 10000**k that LiteRT refused), PReLU as one form, attention-mask constants
         bounded, L2 normalizations without a division by the norm (an int8 DIV stops at a divisor
         on its zero point), a softmax over one element as ones, one over another axis than the last
-        between transposes (the converter writes it out in ops the quantizer leaves float), and a
+        between transposes and a convolution's over its last axis at 3-D (the converter writes
+        them out in ops the quantizer leaves float: NHWC moves W off the last axis), and a
         flatten into a Linear read
         in NHWC order (no TRANSPOSE before it).
       - first, `canonical_forms()` (shared_ir/passes/canonical_forms.py), the list mcu's passes
