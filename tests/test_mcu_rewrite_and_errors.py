@@ -324,3 +324,30 @@ def test_the_mcu_check_of_a_dynamic_program_reports_its_shapes_and_does_not_cras
     problems = program.check("mcu")
     assert any(p.kind == "dynamic-shape" and p.subject.startswith("x: float32[1, 3, 8,") for p in problems)
     assert "aten.col2im.default" in {p.subject for p in problems if p.kind == "op"}  # left as it was
+
+
+MODEL_ENDING_IN_LOG_SOFTMAX = '''
+import torch, torch.nn as nn, torch.nn.functional as F
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__(); self.fc = nn.Linear(16, 10)
+    def forward(self, x):
+        return F.log_softmax(self.fc(x), dim=1)  # as PyTorch's MNIST example ends
+def build():
+    return Net().eval(), (torch.zeros(1, 16),)
+'''
+
+
+def test_a_classifier_ending_in_log_softmax_is_told_to_return_its_logits(tmp_path, capsys):
+    """Old code: "it lowers to EXP: TFLite-Micro's EXP kernel takes no int8 tensors", with no word
+    of what to change in a model whose last line it is."""
+    from tpuedge.cli import main
+
+    model = tmp_path / "mnist_like.py"
+    model.write_text(MODEL_ENDING_IN_LOG_SOFTMAX)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", f"{model}:build", "--target", "mcu"])
+    text = " ".join("".join(capsys.readouterr()).split())
+    assert exit_info.value.code == 2
+    assert "aten.log_softmax" in text and "mnist_like.py" in text
+    assert "return its logits instead" in text and "build for android" in text
