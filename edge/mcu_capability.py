@@ -132,13 +132,14 @@ _REWRITTEN_ON_THE_IR = {
     "aten.sqrt": "rewritten on the IR as x * rsqrt(max(x, 1e-30)): MAXIMUM, RSQRT, MUL (TFLM's SQRT takes no int8)",
     "aten.linalg_vector_norm": "ord 2 rewritten on the IR as sqrt(sum(x * x)) in MUL, SUM, RSQRT (other orders: no int8 form)",
 }
-# a classifier ending in log_softmax (PyTorch's MNIST example) is the common case: its fix is the
-# model's last line, not an op to replace
+# what to change, where "it lowers to <builtins TFLM can't run>" names no change the user can make:
+# a classifier ending in log_softmax (PyTorch's MNIST example) is fixed at the model's last line
 _LOG_SOFTMAX_FIX = (
     "TFLite-Micro has no int8 log-softmax (it lowers to EXP and LOG, which take no int8 tensors); a model "
     "that returns log-probabilities can return its logits instead (log_softmax keeps their order: the same "
     "argmax and top-k) and apply log_softmax on the host, or build for android, which runs it in float"
 )
+_FIXES = {"aten.log_softmax": _LOG_SOFTMAX_FIX, "aten._log_softmax": _LOG_SOFTMAX_FIX}
 # ATen's aliases (torch.multiply, torch.divide, torch.clip, ...): the first mcu pass names the op each is
 _REWRITTEN_ON_THE_IR.update({f"aten.{alias}": f"an alias of aten.{name}: written as it on the IR"
                              for alias, name in _ALIAS_NAMES.items()})
@@ -160,10 +161,8 @@ def mcu_capability() -> Capability:
         notes[key] = f"lowers to {', '.join(lacking)}, which a strict-int8 TFLite-Micro model can't run"
         # the check looks suggestions up by the node's full key ("aten.pow.Tensor_Scalar")
         for full_key in (key, *_overload_keys(key)):
-            suggestions[full_key] = f"it lowers to {why}"
+            suggestions[full_key] = _FIXES.get(key, f"it lowers to {why}")
     notes["aten.gelu"] = "no GELU kernel: the mcu build rewrites it to x*sigmoid(1.702x) on the IR (--gelu tanh: tanh form)"
-    for full_key in (*_overload_keys("aten.log_softmax"), *_overload_keys("aten._log_softmax")):
-        suggestions[full_key] = _LOG_SOFTMAX_FIX
     notes.update(_REWRITTEN_ON_THE_IR)
     return Capability(
         target="mcu",

@@ -66,7 +66,6 @@ def test_a_fold_whose_patches_tile_the_image_is_a_rearrangement_and_runs_on_andr
     np.testing.assert_allclose(artifact.run(x)[0], program.run(x)[0], rtol=1e-5, atol=1e-5)
 
 
-
 def test_a_float_model_litert_refuses_is_a_user_error_naming_the_node(tmp_path):
     """A fold the pass leaves (an 8x8 kernel: 64 taps) reaches LiteRT as the SCATTER it refuses.
     Old code answered a float build as if an int8 kernel had refused a value: a BudgetError

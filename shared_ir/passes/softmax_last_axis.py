@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpuedge.shared_ir.op_registry import op_key
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes
 
@@ -64,9 +65,11 @@ class SoftmaxOnTheLastAxis:
 
 # ops a 4-D tensor leaves litert-torch's NHWC region by (its layout changes, or a matrix product
 # reads it); a walk back from a softmax stops at them
-_LAYOUT_BREAKS = ("matmul", "bmm", "mm", "linear", "view", "reshape", "_unsafe_view", "permute", "transpose",
-                  "expand", "unsqueeze", "squeeze", "flatten", "unflatten", "scaled_dot_product_attention")
-_IMAGE_OPS = ("conv2d", "convolution", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_with_indices")
+_LAYOUT_BREAKS = frozenset(f"aten.{op}" for op in (
+    "matmul", "bmm", "mm", "linear", "view", "reshape", "_unsafe_view", "permute", "transpose", "expand", "unsqueeze",
+    "squeeze", "flatten", "unflatten", "scaled_dot_product_attention"))
+_IMAGE_OPS = frozenset(f"aten.{op}" for op in (
+    "conv2d", "convolution", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_with_indices"))
 _WALK = 12  # nodes looked at: a softmax is a few elementwise ops from the convolution that feeds it
 
 
@@ -86,10 +89,10 @@ def _fed_by_convolutions(node: Any, user_inputs: set[str]) -> bool:
             continue
         if current.op != "call_function":
             continue
-        name = getattr(current.target, "__name__", str(current.target)).split(".")[0]
-        if name in _IMAGE_OPS:
+        op = op_key(current.target).rsplit(".", 1)[0]  # "aten.conv2d.default" -> "aten.conv2d"
+        if op in _IMAGE_OPS:
             return True
-        if name in _LAYOUT_BREAKS:
+        if op in _LAYOUT_BREAKS:
             continue
         todo.extend(a for a in current.all_input_nodes if getattr(a.meta.get("val"), "ndim", None) in (4, None))
     return False
