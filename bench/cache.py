@@ -53,7 +53,7 @@ _COMPARED = {"android_cached_vs_cold": ("a1", "a2"), "mcu_after_android_vs_cold"
 # the stages that give a build its program (tpuedge/model_spec.py, shared_ir/capture.py): every
 # build that runs the IR pays them, so no cache entry can take a build below their share
 PROGRAM_STAGES = ("import torch", "model factory (user code: imports, weights)", "import torch.export (dynamo, functorch)",
-                  "capture (torch.export)", "load .pt2 (torch.export.load)")
+                  "capture (torch.export)", "load .pt2")
 
 
 def _export_digits(folder: Path) -> tuple[str, str]:

@@ -28,7 +28,9 @@ def decompose_to_core_aten(exported_program: Any) -> Any:
     import torch
 
     from tpuedge.shared_ir.passes.autocast_regions import InlineGradModeRegions
+    from tpuedge.shared_ir.program_snapshot import with_fake_values
 
+    with_fake_values(exported_program)  # a program read from its cached snapshot: decomposing re-traces it
     exported_program, _ = InlineGradModeRegions()(exported_program)
     with warnings.catch_warnings():  # torch's pytree warns about its own LeafSpec while it copies the program
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)

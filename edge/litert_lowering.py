@@ -207,12 +207,14 @@ def lowered_fingerprint(program) -> str:
 
 def _decompose(exported_program):
     from tpuedge.edge.tensor_names import stack_as_scope
+    from tpuedge.shared_ir.program_snapshot import with_fake_values
     from tpuedge.shared_ir.passes.constant_fold import FoldConstants
     from tpuedge.shared_ir.stage_times import timed
 
     _quiet()
     with timed("LiteRT IR passes"):
         exported_program = litert_ir_passes(exported_program)
+    with_fake_values(exported_program)  # a program read from its cached snapshot: litert-torch re-traces it
     with litert_session(), _cia_ops_materialized_once(), decompositions_in_place(), \
             timed("litert-torch decomposition (pre-convert table)"):
         from litert_torch import fx_infra

@@ -207,6 +207,18 @@ def data_digest(data: Any) -> str | None:
     return digest.hexdigest()
 
 
+def file_digest(path: Path) -> str:
+    """sha256 over a file's bytes, or a folder's files (relative names and bytes, in name order)."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(f"{file.relative_to(path).as_posix() if path.is_dir() else ''}\n".encode())
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def cache_key(stage: str, parts: dict[str, Any]) -> str:
     """sha256 over the stage, its parts (JSON-able) and the versions of tpuedge and its tools."""
     text = json.dumps(
@@ -223,7 +235,8 @@ def cached_stage(
     encode: Callable[[Any], bytes] = bytes,
     decode: Callable[[bytes], Any] = bytes,
 ) -> Any:
-    """`build()`'s result for these parts: from the cache when an intact entry holds it."""
+    """`build()`'s result for these parts: from the cache when an intact entry holds it. An
+    `encode` that gives None for a value stores nothing (a value this stage's format can't hold)."""
     store = active_cache()
     if store is None:
         return build()
@@ -244,7 +257,9 @@ def cached_stage(
             return value
     value = build()
     try:
-        store.put(key, encode(value), stage=stage)
+        payload = encode(value)
+        if payload is not None:
+            store.put(key, payload, stage=stage)
     except OSError as exc:
         _warn(f"could not write {stage} to the build cache ({exc}); the build itself is unaffected")
     _record(stage, "rebuilt" if state == "damaged" else "miss")

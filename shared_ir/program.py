@@ -168,13 +168,42 @@ class Program:
                 _swap_attribute(holder, attr, original)
 
     def _runnable_module(self):
-        """`exported_program.module()` costs ~70 ms (it unlifts and recompiles the graph): build it
-        once, unless running mutates buffers (training capture), where each run starts fresh."""
-        if self.exported_program.graph_signature.buffers_to_mutate:
-            return self.exported_program.module()
-        if self.__dict__.get("_module_cache") is None:
-            self.__dict__["_module_cache"] = self.exported_program.module()
-        return self.__dict__["_module_cache"]
+        """The graph itself, compiled once from a copy (a pass that edits a program's graph need
+        not recompile its module), called with the program's state tensors before the user's
+        inputs. Not `exported_program.module()`: that also unlifts the state, and imports
+        torch._dynamo (0.7 s of an mcu build that reads its program from the cache). The graph is
+        functional: state is never written; a buffer's new value is an output, dropped."""
+        import copy
+
+        import torch
+        from torch.export.graph_signature import InputKind, OutputKind
+
+        if self.__dict__.get("_module_cache") is not None:
+            return self.__dict__["_module_cache"]
+        ep = self.exported_program
+        tables = {InputKind.PARAMETER: ep.state_dict, InputKind.BUFFER: ep.state_dict,
+                  InputKind.CONSTANT_TENSOR: ep.constants}
+        inputs = ep.graph_signature.input_specs
+        if any(spec.kind not in (InputKind.USER_INPUT, *tables) for spec in inputs):  # script objects, tokens
+            return ep.module()
+        user = [i for i, spec in enumerate(ep.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
+        graph_module = torch.fx.GraphModule(ep.graph_module, copy.deepcopy(ep.graph))  # the node metadata shared, not copied
+
+        def run(*tensors):
+            given = iter(tensors)
+            args = []
+            for spec in inputs:
+                if spec.kind == InputKind.USER_INPUT:
+                    args.append(next(given))
+                elif spec.kind == InputKind.BUFFER and spec.target not in ep.state_dict:  # non-persistent
+                    args.append(ep.constants[spec.target])
+                else:
+                    args.append(tables[spec.kind][spec.target])
+            outputs = graph_module(*args)
+            return [outputs[i] for i in user]
+
+        self.__dict__["_module_cache"] = run
+        return run
 
     def example_inputs(self, seed: int = 0, count: int = 1) -> list[list[np.ndarray]]:
         """Deterministic inputs of the right shapes: normal floats, random bools, and integers
@@ -257,8 +286,10 @@ class Program:
         import torch
 
         from tpuedge.shared_ir.atomic import write_bytes_atomic
+        from tpuedge.shared_ir.program_snapshot import with_fake_values
 
         path = Path(path)
+        with_fake_values(self.exported_program)  # read from its snapshot: the .pt2 records fake values
         buffer = io.BytesIO()
         torch.export.save(
             self.exported_program, buffer, extra_files={_META_FILE: json.dumps(self.metadata(), sort_keys=True)}
@@ -268,11 +299,28 @@ class Program:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Program":
-        import torch
+        """The program a `.pt2` holds. Read through the build cache: the first load of a file's
+        bytes stores its snapshot (shared_ir/program_snapshot.py), which later loads read back
+        without importing torch._dynamo."""
+        from tpuedge.shared_ir.cache_keys import cached_stage, file_digest
+        from tpuedge.shared_ir.program_snapshot import decode, encode_if_it_can
 
         path = Path(path)
         if not path.is_file():
             raise UserError(f"No saved program at {path}; create one with `tpuedge export MODEL -o {path}`.")
+
+        def from_snapshot(payload: bytes) -> "Program":
+            exported_program, name, ranges = decode(payload)
+            return cls(exported_program, name=name, activation_ranges=ranges)
+
+        # the file's name is in the key: a program saved without one is named after its file
+        return cached_stage("program", {"pt2": file_digest(path), "file_name": path.stem}, lambda: cls._read_pt2(path),
+                            encode=encode_if_it_can, decode=from_snapshot)
+
+    @classmethod
+    def _read_pt2(cls, path: Path) -> "Program":
+        import torch
+
         from tpuedge.shared_ir.held_logs import held_log_records
 
         extra = {_META_FILE: ""}

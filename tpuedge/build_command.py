@@ -111,14 +111,14 @@ def make_build_command() -> click.Command:
             console.print(f"cache: hit {build_replay.STAGE} ({build_replay.cache_folder(limit)})", soft_wrap=True)
             console.print(f"wrote {out}")
             return
-        if options.get("batch") and not spec.endswith(".pt2"):
-            # a factory's module can be re-traced at the batch asked for (a .pt2 only rebinds if its graph allows)
-            from tpuedge.cloud.batch_rebind import export_factory_at_batch
+        with build_session(enabled=not no_cache, limit=limit) as cache:  # a .pt2's snapshot is a stage too
+            if options.get("batch") and not spec.endswith(".pt2"):
+                # a factory's module can be re-traced at the batch asked for (a .pt2 only rebinds if its graph allows)
+                from tpuedge.cloud.batch_rebind import export_factory_at_batch
 
-            program = export_factory_at_batch(spec, options["batch"])
-        else:
-            program = load_program(spec)
-        with build_session(enabled=not no_cache, limit=limit) as cache:
+                program = export_factory_at_batch(spec, options["batch"])
+            else:
+                program = load_program(spec)
             artifact = program.lower(target, **options).compile(Path(out))
         console = _console()
         report = artifact.report() if hasattr(artifact, "report") else repr(artifact)

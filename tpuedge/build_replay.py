@@ -29,18 +29,9 @@ STAGE = "build"
 _DATA_OPTIONS = ("calibration", "eval")
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        digest.update(f"{file.relative_to(path).as_posix() if path.is_dir() else ''}\n".encode())
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
-
-
 def replay_key(spec: str, target: str, options: dict[str, Any]) -> str | None:
     """The whole-build key, or None when some input is not a file (see the module docstring)."""
-    from tpuedge.shared_ir.cache_keys import environment_versions
+    from tpuedge.shared_ir.cache_keys import environment_versions, file_digest
 
     model = Path(spec)
     if model.suffix != ".pt2" or not model.is_file():
@@ -52,9 +43,9 @@ def replay_key(spec: str, target: str, options: dict[str, Any]) -> str | None:
             continue
         if not Path(str(value)).exists():  # module:function, file.py:function: runs code
             return None
-        data[name] = _file_digest(Path(str(value)))
+        data[name] = file_digest(Path(str(value)))
     plain = {k: (str(v) if isinstance(v, Path) else v) for k, v in sorted(options.items()) if k not in data}
-    parts = {"pt2": _file_digest(model), "target": target, "options": plain, "data": data, "env": environment_versions()}
+    parts = {"pt2": file_digest(model), "target": target, "options": plain, "data": data, "env": environment_versions()}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -153,7 +153,7 @@ def load_program(spec: str):
     if spec.endswith(".pt2"):
         from tpuedge.shared_ir.stage_times import timed
 
-        with timed("load .pt2 (torch.export.load)"):
+        with timed("load .pt2"):
             return Program.load(spec)
     module, inputs = load_module_and_inputs(spec)
     return export(module, inputs, name=spec_name(spec))

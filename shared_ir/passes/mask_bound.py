@@ -27,6 +27,7 @@ finer step on the softmax input. The default was measured (see DEFAULT_BOUND).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -225,8 +226,8 @@ class FiniteMaskBound:
             with graph.inserting_after(anchor):
                 new = graph.call_function(torch.ops.aten.where.Scalar, (mask, 0.0, -self.bound))
             new.meta.update({k: node.meta[k] for k in SOURCE_META if k in node.meta})
-            mask_val = mask.meta["val"]
-            with mask_val.fake_mode:
+            mask_val = mask.meta["val"]  # a fake tensor, or a meta one (a program's cached snapshot)
+            with getattr(mask_val, "fake_mode", contextlib.nullcontext()):
                 new.meta["val"] = torch.where(mask_val, 0.0, -self.bound)
             additive[mask] = new
         if len(node.args) > 3:
