@@ -188,8 +188,9 @@ def encode(program) -> bytes:
         extra = set(node.meta) - {"val", *_KEPT_META}
         if extra:
             raise Unsnapshottable(f"node metadata {sorted(extra)}")
-        entry = {"op": node.op, "name": node.name, "target": _target_name(node.target) if node.op == "call_function" else node.target,
-                 "args": _encode_value(node.args), "kwargs": _encode_value(dict(node.kwargs))}
+        target = _target_name(node.target) if node.op == "call_function" else node.target
+        entry = {"op": node.op, "name": node.name, "target": target, "args": _encode_value(node.args),
+                 "kwargs": _encode_value(dict(node.kwargs))}
         if "val" in node.meta:
             entry["val"] = _encode_val(node.meta["val"])
         entry["meta"] = {k: _encode_value(node.meta[k]) for k in _KEPT_META if k in node.meta}
@@ -294,9 +295,11 @@ def decode(data: bytes) -> tuple[Any, str, Any]:
     if header["example_spec"] is not None:
         leaves = [stores["example"][str(i)] for i in range(len(stores["example"]))]
         example = pytree.tree_unflatten(leaves, pytree.treespec_loads(header["example_spec"]))
-    ep = _snapshot_program_class()(root=torch.fx.GraphModule(torch.nn.Module(), graph), graph=graph, graph_signature=signature,
-                         state_dict=stores["state"], range_constraints={}, module_call_graph=calls, example_inputs=example,
-                         constants=stores["constant"], verifiers=[load_verifier(header["dialect"])])
+    ep = _snapshot_program_class()(
+        root=torch.fx.GraphModule(torch.nn.Module(), graph), graph=graph, graph_signature=signature, state_dict=stores["state"],
+        range_constraints={}, module_call_graph=calls, example_inputs=example, constants=stores["constant"],
+        verifiers=[load_verifier(header["dialect"])],
+    )
     meta = header["program"]
     ranges = None
     if meta["activation_ranges"]:
