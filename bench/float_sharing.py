@@ -47,14 +47,11 @@ def sharing(name: str) -> dict:
 
 
 def main() -> None:
-    from zoo_models import ZOO
+    from zoo_models import selected_models
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="", help="comma separated zoo models (default: all)")
-    names = [n for n in parser.parse_args().models.split(",") if n] or list(ZOO)
-    unknown = [n for n in names if n not in ZOO]
-    if unknown:
-        raise SystemExit(f"unknown zoo model(s) {', '.join(unknown)}; choose from {', '.join(ZOO)}")
+    names = selected_models(parser.parse_args().models)
     rows = []
     print(f"{'model':<28}{'shared':>7}  mcu passes that changed the program")
     for name in names:

@@ -79,14 +79,11 @@ def measure(name: str, folder: Path) -> dict:
 
 
 def main() -> None:
-    from zoo_models import ZOO
+    from zoo_models import selected_models
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="", help="comma separated zoo models (default: all)")
-    names = [n for n in parser.parse_args().models.split(",") if n] or list(ZOO)
-    unknown = [n for n in names if n not in ZOO]
-    if unknown:
-        raise SystemExit(f"unknown zoo model(s) {', '.join(unknown)}; choose from {', '.join(ZOO)}")
+    names = selected_models(parser.parse_args().models)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     rows = []
     print(f"{'model':<24}{'snapshot':>9}{'loader s':>10}{'snapshot s':>11}{'ratio':>7}  dynamo (loader, snapshot)  all equal")

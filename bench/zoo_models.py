@@ -453,3 +453,12 @@ _ENTRIES = [  # small first: a run stopped early has covered the most models
 ZOO: dict[str, ZooModel] = {m.name: m for m in _ENTRIES}
 # Small enough for the test suite and for every peer comparison by default.
 SMALL = ("mtcnn_onet", "kws_dscnn", "digits_gru")
+
+
+def selected_models(names: str) -> list[str]:
+    """The zoo models a bench's `--models a,b` names (all of them when empty); exits naming any unknown."""
+    chosen = [n for n in names.split(",") if n] or list(ZOO)
+    unknown = [n for n in chosen if n not in ZOO]
+    if unknown:
+        raise SystemExit(f"unknown zoo model(s) {', '.join(unknown)}; choose from {', '.join(ZOO)}")
+    return chosen

@@ -107,20 +107,18 @@ def _encode_val(val: Any) -> Any:
     raise Unsnapshottable(f"a node value of type {type(val).__name__}")
 
 
-def _decode_val(val: Any, make) -> Any:
+def _decode_val(val: Any) -> Any:
+    """`_encode_val`'s value back, each tensor a meta tensor (no data)."""
+    import torch
+
     if not isinstance(val, dict):
         return val
     (kind, inner), = val.items()
     if kind == "tensor":
-        return make(*inner)
-    items = [_decode_val(v, make) for v in inner]
+        shape, stride, dtype, requires_grad = inner
+        return torch.empty_strided(shape, stride, dtype=_torch_dtype(dtype), device="meta", requires_grad=requires_grad)
+    items = [_decode_val(v) for v in inner]
     return items if kind == "list" else tuple(items)
-
-
-def _meta_tensor(shape, stride, dtype, requires_grad):
-    import torch
-
-    return torch.empty_strided(shape, stride, dtype=_torch_dtype(dtype), device="meta", requires_grad=requires_grad)
 
 
 def _target_name(target) -> str:
@@ -275,7 +273,7 @@ def decode(data: bytes) -> tuple[Any, str, Any]:
                                      _decode_value(entry["kwargs"], made), name=entry["name"])
         node.name = entry["name"]  # as torch.export's loader does: fx renames "input" (a builtin) to "input_1"
         if "val" in entry:
-            node.meta["val"] = _decode_val(entry["val"], _meta_tensor)
+            node.meta["val"] = _decode_val(entry["val"])
         node.meta.update({k: _decode_value(v, made) for k, v in entry["meta"].items()})
         made[entry["name"]] = node
     stores: dict = {"state": {}, "constant": {}, "example": {}}
@@ -335,9 +333,13 @@ def with_fake_values(exported_program) -> None:
     """Give a snapshot's nodes fake tensors where they hold meta ones, as torch.export's loader
     makes them (one static FakeTensorMode for the program); a loaded program is left as it is."""
     import torch
+    from torch.utils import _pytree as pytree
+
+    def is_meta(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.device.type == "meta"
 
     vals = [node.meta.get("val") for node in exported_program.graph.nodes]
-    if not any(isinstance(t, torch.Tensor) and t.device.type == "meta" for v in vals for t in _tensors(v)):
+    if not any(is_meta(t) for t in pytree.tree_leaves(vals)):
         return
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -346,26 +348,11 @@ def with_fake_values(exported_program) -> None:
                           shape_env=ShapeEnv(assume_static_by_default=True))
 
     def fake(t):
+        if not is_meta(t):
+            return t
         with mode:
             return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu", requires_grad=t.requires_grad)
 
     for node in exported_program.graph.nodes:
         if "val" in node.meta:
-            node.meta["val"] = _map_tensors(node.meta["val"], fake)
-
-
-def _tensors(val) -> list:
-    if isinstance(val, (list, tuple)):
-        return [t for v in val for t in _tensors(v)]
-    return [val]
-
-
-def _map_tensors(val, fn):
-    import torch
-
-    if isinstance(val, torch.Tensor):
-        return fn(val) if val.device.type == "meta" else val
-    if isinstance(val, (list, tuple)):
-        items = [_map_tensors(v, fn) for v in val]
-        return items if isinstance(val, list) else tuple(items)
-    return val
+            node.meta["val"] = pytree.tree_map_only(torch.Tensor, fake, node.meta["val"])

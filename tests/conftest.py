@@ -43,6 +43,15 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.skip(reason=f"needs libtpu: {reason}"))
 
 
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    """A build cache of the test's own (the variables that would turn it off unset)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("TPUEDGE_CACHE_DIR", str(folder))
+    monkeypatch.delenv("TPUEDGE_NO_CACHE", raising=False)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT

@@ -3,9 +3,6 @@ replayed, byte for byte, without importing torch; anything not a file is never r
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +10,7 @@ import pytest
 import torch
 
 import tpuedge
-from cli_runner import run_cli
+from cli_runner import run_cli, run_cli_in_child
 from tpuedge.build_replay import replay_key
 from tpuedge.shared_ir.cache import BuildCache
 
@@ -38,15 +35,8 @@ def _folder(path: Path) -> dict[str, bytes]:
 
 def _build_in_child(pt2: Path, calibration: Path, out: Path) -> tuple[str, bool]:
     """(stdout, whether torch was imported) of `tpuedge build` in a fresh process."""
-    code = (
-        "import sys\nfrom tpuedge.cli import main\n"
-        f"try:\n    main(['build', {str(pt2)!r}, '--target', 'mcu', '--calibration', {str(calibration)!r}, '--out', {str(out)!r}])\n"
-        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
-        "print('TORCH', 'torch' in sys.modules)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout, "TORCH True" in done.stdout
+    return run_cli_in_child("build", str(pt2), "--target", "mcu", "--calibration", str(calibration), "--out", str(out),
+                            watch="torch")
 
 
 def test_rebuild_from_a_saved_program_replays_without_torch(saved, tmp_path):

@@ -20,14 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL = f"{ROOT}/examples/models.py:build_cnn"
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("TPUEDGE_CACHE_DIR", str(folder))
-    monkeypatch.delenv("TPUEDGE_NO_CACHE", raising=False)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def calibration_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("cal") / "cal.npz"

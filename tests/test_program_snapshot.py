@@ -4,9 +4,6 @@ android build of one .pt2 imports none, and writes what a cold build writes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import models  # examples/models.py
@@ -15,22 +12,13 @@ import pytest
 import torch
 
 import tpuedge
-from cli_runner import run_cli
+from cli_runner import run_cli, run_cli_in_child
 from tpuedge.edge.float_model import clear_float_cache
 from tpuedge.shared_ir import program_snapshot
 from tpuedge.shared_ir.cache import BuildCache
 from tpuedge.shared_ir.cache_keys import build_session, read_cache_line
 from tpuedge.shared_ir.program import Program
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("TPUEDGE_CACHE_DIR", str(folder))
-    monkeypatch.delenv("TPUEDGE_NO_CACHE", raising=False)
-    return folder
 
 
 def _load(path: Path) -> tuple[Program, list[str]]:
@@ -132,16 +120,8 @@ def test_a_damaged_snapshot_is_loaded_again_not_served(tmp_path, cache_dir):
 
 def _mcu_build_in_child(pt2: Path, calibration: Path, out: Path) -> tuple[str, bool]:
     """(stdout, whether torch._dynamo was imported) of an mcu `tpuedge build` in a fresh process."""
-    code = (
-        "import sys\nfrom tpuedge.cli import main\n"
-        f"try:\n    main(['build', {str(pt2)!r}, '--target', 'mcu', '--calibration', {str(calibration)!r}, "
-        f"'--out', {str(out)!r}])\n"
-        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
-        "print('DYNAMO', 'torch._dynamo' in sys.modules)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout, "DYNAMO True" in done.stdout
+    return run_cli_in_child("build", str(pt2), "--target", "mcu", "--calibration", str(calibration), "--out", str(out),
+                            watch="torch._dynamo")
 
 
 def test_an_mcu_build_after_android_imports_no_torch_dynamo(tmp_path, cache_dir, monkeypatch):
