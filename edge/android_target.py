@@ -15,12 +15,18 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.targets import BuildOption, Capability, Target
 
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
 
 __all__ = ["AndroidTarget", "AndroidLowered"]
+
+# options of one kind of model only: a language model's (capture, budget, bundle), a single-entry model's
+_CAPTURE = ("prefill_lengths", "cache_length")
+_LM_ONLY = (*_CAPTURE, "max_perplexity_increase", "embedding_bits", "bundle")
+_SINGLE_ONLY = ("calibration", "strict_int8", "io_dtype", "channels_last", "per_channel", "min_cosine", "max_drop")
 
 # At most this many samples measure the post-build accuracy (see edge/accuracy_samples.py).
 ACCURACY_SAMPLES = 64
@@ -43,9 +49,12 @@ class AndroidTarget(Target):
     def build_options(self) -> list[BuildOption]:
         from tpuedge.quantize.budget import budget_build_options
         from tpuedge.quantize.config import DEFAULT_SCHEME, IO_DTYPE_HELP, IO_DTYPES, SCHEMES
+        from tpuedge.quantize.lm_schemes import LM_SCHEMES
+        from tpuedge.shared_ir.generative.capture import capture_build_options
 
         return [
-            BuildOption("quantize", "quantization scheme", tuple(SCHEMES), DEFAULT_SCHEME),
+            BuildOption("quantize", "quantization scheme (a language model's: none, weight-only-int8, dynamic-int8, "
+                        "int4-block128, int4-block32, auto)", tuple(dict.fromkeys((*SCHEMES, *LM_SCHEMES))), DEFAULT_SCHEME),
             BuildOption(
                 "calibration",
                 "calibration data: .npz keyed by input name, .npy, a folder of those, or module:function",
@@ -64,10 +73,38 @@ class AndroidTarget(Target):
                 None,
             ),
             *budget_build_options(),
+            *capture_build_options(),
+            BuildOption("max_perplexity_increase", "accuracy budget of a language model: its perplexity on held-out text at "
+                        "most this much (relative, 0.05 = 5%) above the float IR's", float, None),
+            BuildOption("embedding_bits", "a quantized language model's token embedding table at 8 or 4 bits", int, None),
+            BuildOption("bundle", "also write a language model as this bundle: litertlm (model, tokenizer, BOS/EOS, chat "
+                        "template, for the LiteRT-LM runtime)", ("none", "litertlm"), "none"),
         ]
 
     def lower(self, program: "Program", **options: Any) -> "AndroidLowered":
-        return AndroidLowered.create(program, **options)
+        return AndroidLowered.create(program, **self._given(options, _LM_ONLY, "a single-entry model"))
+
+    def lower_bundle(self, program_bundle, /, **options: Any):
+        if program_bundle.kind != "decoder":
+            return super().lower_bundle(program_bundle, **options)
+        from tpuedge.edge.generative.android_decoder import AndroidDecoderLowered
+
+        given = self._given(options, _SINGLE_ONLY, "a language model")
+        captured = sorted(k for k in _CAPTURE if given.pop(k, None) is not None)
+        if captured:
+            raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
+                            f"{program_bundle.name} is captured already; give it with the model, not to its build.")
+        return AndroidDecoderLowered.create(program_bundle, **given)
+
+    def _given(self, options: dict, others: tuple[str, ...], kind: str) -> dict:
+        """`options` without those of `others` (the other kind of model's options), which must be at
+        their defaults: one given for the wrong kind of model is an error, not ignored."""
+        defaults = {o.name: o.default for o in self.build_options()}
+        wrong = sorted(k for k in others if k in options and options[k] is not None and options[k] != defaults.get(k))
+        if wrong:
+            flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
+            raise UserError(f"{flags} does not apply to {kind}; drop it.")
+        return {k: v for k, v in options.items() if k not in others}
 
     def load_artifact(self, path: Any):
         from tpuedge.edge.artifact import open_litert_artifact

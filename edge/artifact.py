@@ -90,7 +90,12 @@ def open_litert_artifact(path: Path) -> LiteRTArtifact:
     """A build folder, or a .tflite (its folder's manifest is used when it has one)."""
     path = Path(path)
     if path.is_dir():
-        return LiteRTArtifact(path, read_manifest(path))
+        manifest = read_manifest(path)
+        if "decoder" in manifest:  # a language model: prefill and decode signatures
+            from tpuedge.edge.generative.decoder_artifact import LiteRTDecoderArtifact
+
+            return LiteRTDecoderArtifact(path, manifest)
+        return LiteRTArtifact(path, manifest)
     if not path.is_file():
         raise UserError(f"{path} does not exist; build it with `tpuedge build MODEL --target android`.")
     if (path.parent / MANIFEST).is_file() and path.name == MODEL_FILE:

@@ -34,6 +34,10 @@ def litert_op_registry() -> OpRegistry:
         from litert_torch._convert.fx_passes import build_aten_composite_pass
         from litert_torch.backend import lowerings
 
+        from tpuedge.edge.generative.cache_write_lowering import register_cache_write_lowering
+
+        register_cache_write_lowering()
+
     registry = OpRegistry("android")
     notes: dict[str, str] = {}
     for op in lowerings.registry.global_registry.registered_ops:

@@ -43,7 +43,8 @@ from tpuedge.edge.decompose_in_place import decompositions_in_place
 from tpuedge.edge.litert_session import litert_session
 from tpuedge.edge.shared_patch import SharedPatch
 
-__all__ = ["convert_passes", "decompose_for_litert", "litert_ir_passes", "lower_to_float_flatbuffer", "lowered_fingerprint", "SIGNATURE_KEY"]
+__all__ = ["convert_passes", "decompose_for_litert", "litert_ir_passes", "lower_to_float_flatbuffer",
+           "lower_signatures_to_float_flatbuffer", "lowered_fingerprint", "SIGNATURE_KEY"]
 
 SIGNATURE_KEY = "serving_default"
 
@@ -344,23 +345,37 @@ def _plain_layout_function(target) -> bool:
 
 def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
     """Float32 .tflite bytes for `program`, inputs named as the Program's inputs."""
+    return lower_signatures_to_float_flatbuffer([(SIGNATURE_KEY, program)], channels_last=channels_last)
+
+
+def lower_signatures_to_float_flatbuffer(signatures, *, channels_last: bool = False, weights_in_place: bool = False) -> bytes:
+    """One float32 .tflite with a signature per (name, Program) of `signatures`, inputs named as
+    each Program's. Programs that share parameter tensors (a bundle's entry points) share their
+    buffers: litert-torch keys the constants it writes by the tensor's storage.
+
+    weights_in_place: litert-torch's lighter constant form, which wraps each weight's memory
+    instead of copying it into MLIR (a decoder's weights are most of its conversion's memory)."""
     _quiet()
     from tpuedge.edge.channels_last import channels_last_inputs
+    from tpuedge.edge.generative.cache_write_lowering import register_cache_write_lowering
     from tpuedge.shared_ir.stage_times import timed
 
     with _cia_ops_materialized_once(), decompositions_in_place():
-        ep = _take_decomposed(program.exported_program)
-        if channels_last:
-            ep = channels_last_inputs(ep)
+        programs = []
+        for _, program in signatures:
+            ep = _take_decomposed(program.exported_program)
+            programs.append(channels_last_inputs(ep) if channels_last else ep)
         with litert_session():
             from litert_torch._convert import litert_converter
 
             from tpuedge.edge.direct_lowerings import direct_lowerings
 
+            register_cache_write_lowering()
             with timed("litert-torch FX passes"):
-                ep = convert_passes(ep)
+                programs = [convert_passes(ep) for ep in programs]
             with timed("litert-torch MLIR lowering + flatbuffer"), direct_lowerings():
                 exporter = litert_converter.exported_programs_to_flatbuffer(
-                    [ep], [_Signature(SIGNATURE_KEY, list(program.input_names))]
+                    programs, [_Signature(name, list(program.input_names)) for name, program in signatures],
+                    lightweight_conversion=weights_in_place,
                 )
                 return bytes(exporter.to_bytes())

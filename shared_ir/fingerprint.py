@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-__all__ = ["fingerprint", "canonical_graph_text"]
+__all__ = ["fingerprint", "fingerprint_tensors", "canonical_graph_text"]
 
 _VERSION = b"tpuedge-ir-v1\n"
 
@@ -60,13 +60,18 @@ def _tensor_bytes(t) -> memoryview:
     return memoryview(t.numpy().reshape(-1)).cast("B")
 
 
-def fingerprint(ep) -> str:
-    h = hashlib.sha256(_VERSION)
-    h.update(canonical_graph_text(ep).encode())
+def fingerprint_tensors(digest, ep) -> None:
+    """Feed `ep`'s weights and tensor constants to `digest`, by name."""
     tensors = dict(ep.state_dict)
     tensors.update({f"const:{k}": v for k, v in ep.constants.items() if hasattr(v, "shape")})
     for name in sorted(tensors):
         t = tensors[name]
-        h.update(f"\n{name} {t.dtype} {list(t.shape)}\n".encode())
-        h.update(_tensor_bytes(t))
+        digest.update(f"\n{name} {t.dtype} {list(t.shape)}\n".encode())
+        digest.update(_tensor_bytes(t))
+
+
+def fingerprint(ep) -> str:
+    h = hashlib.sha256(_VERSION)
+    h.update(canonical_graph_text(ep).encode())
+    fingerprint_tensors(h, ep)
     return h.hexdigest()

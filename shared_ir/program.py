@@ -93,8 +93,10 @@ class Program:
 
     @cached_property
     def parameter_count(self) -> int:
+        """Parameters, a tied one (an LM's embedding table and head) counted once."""
         ep = self.exported_program
-        return int(sum(ep.state_dict[n].numel() for n in ep.graph_signature.parameters if n in ep.state_dict))
+        tensors = {id(ep.state_dict[n]): ep.state_dict[n] for n in ep.graph_signature.parameters if n in ep.state_dict}
+        return int(sum(t.numel() for t in tensors.values()))
 
     @cached_property
     def op_histogram(self) -> dict[str, int]:
@@ -120,15 +122,18 @@ class Program:
         return any(isinstance(d, str) for s in self.inputs for d in s.shape)
 
     # ---- execution -------------------------------------------------------------------
-    def run(self, *inputs: Any) -> list[np.ndarray]:
-        """Reference execution of the IR itself (torch eager over the captured graph)."""
+    def run(self, *inputs: Any, memo: bool = True) -> list[np.ndarray]:
+        """Reference execution of the IR itself (torch eager over the captured graph).
+
+        memo=False: neither read nor remember outputs (a decoder's step, never run twice on the
+        same cache, would hash and keep every cache it is given)."""
         import torch
 
         arrays = validate_inputs(self.inputs, inputs, f"Program {self.name!r}")
         # A build runs the float reference on the same samples more than once (the quantization
         # search, then the verification): an eval-mode graph gives the same outputs, so remember them.
-        memo = None if self.exported_program.graph_signature.buffers_to_mutate else self.__dict__.setdefault("_run_memo", {})
-        key = _inputs_key(arrays)
+        memo = None if not memo or self.exported_program.graph_signature.buffers_to_mutate else self.__dict__.setdefault("_run_memo", {})
+        key = _inputs_key(arrays) if memo is not None else None
         if memo is not None and key in memo:
             return [a.copy() for a in memo[key]]
         tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]

@@ -125,6 +125,13 @@ class Target:
             f"choose one of: {', '.join(implemented_targets())}."
         )
 
+    def lower_bundle(self, program_bundle: Any, /, **options: Any) -> Lowered:
+        """Lower a ProgramBundle (a decoder's prefill and decode, or buckets) for this target."""
+        raise UserError(
+            f"Target {self.name!r} does not build {program_bundle.kind} bundles (several entry points sharing weights) yet; "
+            "build a single-entry model for it, or choose a target that takes them."
+        )
+
     def load_artifact(self, path: Any) -> Any:
         """Open a build folder this target wrote (its manifest is already checked)."""
         raise NotImplementedError

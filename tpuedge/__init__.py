@@ -22,7 +22,7 @@ if (_checkout / "pyproject.toml").is_file() and (_checkout / "shared_ir" / "__in
 
 from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, UserError
 
-__all__ = ["export", "load", "build", "verify", "Program", "UserError", "InternalError", "Problem", "ProblemsError"]
+__all__ = ["export", "load", "build", "verify", "Program", "cache_write", "UserError", "InternalError", "Problem", "ProblemsError"]
 __version__ = "0.1.0"
 
 
@@ -60,4 +60,8 @@ def __getattr__(name: str):
         from tpuedge.shared_ir.program import Program
 
         return Program
+    if name == "cache_write":  # a decoder's KV-cache write (shared_ir/generative/decoder.py's protocol)
+        from tpuedge.shared_ir.generative.cache_ops import cache_write
+
+        return cache_write
     raise AttributeError(name)

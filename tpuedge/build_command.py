@@ -91,7 +91,8 @@ def make_build_command() -> click.Command:
         from tpuedge.command_inputs import model_arg as _model_arg
         from tpuedge.command_inputs import project_config as _config
         from tpuedge.command_inputs import target_arg as _target_arg
-        from tpuedge.model_spec import load_program, spec_name
+        from tpuedge.model_spec import CAPTURE_OPTIONS, load_program, spec_name
+        from tpuedge.shared_ir.generative.bundle import ProgramBundle
         from tpuedge.shared_ir.cache_keys import build_session
         from tpuedge.shared_ir.stage_times import write_stage_times
 
@@ -118,8 +119,9 @@ def make_build_command() -> click.Command:
 
                 program = export_factory_at_batch(spec, options["batch"])
             else:
-                program = load_program(spec)
-            artifact = program.lower(target, **options).compile(Path(out))
+                program = load_program(spec, {k: options.get(k) for k in CAPTURE_OPTIONS})
+            lowering = {k: v for k, v in options.items() if k not in CAPTURE_OPTIONS or not isinstance(program, ProgramBundle)}
+            artifact = program.lower(target, **lowering).compile(Path(out))
         console = _console()
         report = artifact.report() if hasattr(artifact, "report") else repr(artifact)
         console.print(report)

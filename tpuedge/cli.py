@@ -40,16 +40,31 @@ def cli() -> None:
     """One PyTorch model to Cloud TPU, Android and microcontrollers, checked on the real runtimes."""
 
 
+def _capture_options(function):
+    """--prefill-lengths / --cache-length: how a decoder LM is captured (check, export)."""
+    function = click.option("--cache-length", type=click.IntRange(min=2), help="A decoder LM's KV cache, in positions.")(function)
+    return click.option("--prefill-lengths", help="A decoder LM's prefill entry points, tokens each, e.g. 32,128.")(function)
+
+
 @cli.command()
 @click.argument("model", required=False)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Where to write the .pt2.")
 @click.option("--name", help="Program name (default: from the model spec).")
-def export(model: str | None, output: Path | None, name: str | None) -> None:
+@_capture_options
+def export(model: str | None, output: Path | None, name: str | None, prefill_lengths: str | None,
+           cache_length: int | None) -> None:
     """Capture MODEL with torch.export into the shared IR and save it as a .pt2."""
     from tpuedge.model_spec import load_program, spec_name
+    from tpuedge.shared_ir.generative.bundle import ProgramBundle
 
     spec = _model_arg(model)
-    program = load_program(spec)
+    program = load_program(spec, {"prefill_lengths": prefill_lengths, "cache_length": cache_length})
+    if isinstance(program, ProgramBundle):
+        raise UserError(
+            f"{spec} is a decoder language model: its prefill and decode entry points share one set of weights, which "
+            "a .pt2 can't hold once for all of them. Build it from MODEL directly (`tpuedge build MODEL --target ...`); "
+            "the build cache keeps its lowering."
+        )
     if name:
         program.name = name
     output = output or Path(f"{spec_name(spec)}.pt2")
@@ -61,13 +76,14 @@ def export(model: str | None, output: Path | None, name: str | None) -> None:
 @cli.command()
 @click.argument("model", required=False)
 @click.option("--target", "-t", help="Target to check against.")
-def check(model: str | None, target: str | None) -> None:
+@_capture_options
+def check(model: str | None, target: str | None, prefill_lengths: str | None, cache_length: int | None) -> None:
     """Report every problem TARGET has with MODEL (exit 0 clean, 2 with problems)."""
     from tpuedge.model_spec import load_program
     from tpuedge.shared_ir.targets import all_targets
 
     target = _target_arg(target, list(all_targets()))
-    program = load_program(_model_arg(model))
+    program = load_program(_model_arg(model), {"prefill_lengths": prefill_lengths, "cache_length": cache_length})
     problems = program.check(target)
     if problems:
         raise ProblemsError(
@@ -153,6 +169,10 @@ cli.add_command(verify_command)
 from tpuedge.cache_command import cache_command  # noqa: E402  (click only)
 
 cli.add_command(cache_command)
+
+from tpuedge.generate_command import generate_command  # noqa: E402  (click only)
+
+cli.add_command(generate_command)
 
 
 def _report_problem(exc: UserError) -> None:

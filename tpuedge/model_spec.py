@@ -1,6 +1,10 @@
-"""MODEL specs: "path/to/file.py:factory", "package.module:factory", or a saved ".pt2" Program.
+"""MODEL specs: "path/to/file.py:factory", "package.module:factory", a saved ".pt2" Program, or
+a local transformers model folder (config.json and weights) of a causal language model.
 
-`factory()` returns `(torch.nn.Module, example_inputs_tuple)`. Every way this can go wrong is
+`factory()` returns `(torch.nn.Module, example_inputs_tuple)`, or a decoder language model
+alone: a transformers causal LM (`AutoModelForCausalLM`) or a module following tpuedge's decoder
+protocol (shared_ir/generative/decoder.py). A decoder is captured as a ProgramBundle of prefill
+and decode entry points (`--prefill-lengths`, `--cache-length`). Every way this can go wrong is
 one UserError paragraph (exit 2 in the CLI), never a traceback.
 """
 
@@ -17,9 +21,13 @@ from typing import Any
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.sources import user_frame_from_traceback
 
-__all__ = ["load_factory", "load_module_and_inputs", "load_program", "spec_name"]
+__all__ = ["load_factory", "load_module_and_inputs", "load_program", "spec_name", "CAPTURE_OPTIONS"]
 
-_FORMAT_HELP = "MODEL is `path/to/file.py:factory`, `package.module:factory` or a `.pt2` saved by `tpuedge export`"
+# build options read when the model is captured, not when it is lowered
+CAPTURE_OPTIONS = ("prefill_lengths", "cache_length")
+
+_FORMAT_HELP = ("MODEL is `path/to/file.py:factory`, `package.module:factory`, a `.pt2` saved by `tpuedge export`, or "
+                "a transformers causal-LM folder")
 _GENERIC_STEMS = {"model", "models", "__init__", "main", "net", "build"}
 
 
@@ -38,6 +46,8 @@ def spec_name(spec: str) -> str:
     The file/module stem; for generic stems ("model.py") the factory name without its
     build_/make_ prefix ("models.py:build_mlp" -> "mlp"), else the folder ("digits/model.py:build" -> "digits").
     """
+    if _is_model_folder(spec):
+        return Path(spec).resolve().name.lower()
     where, _, factory = spec.rpartition(":") if ":" in spec else (spec, "", "")
     is_path = where.endswith((".py", ".pt2")) or "/" in where
     stem = Path(where).stem if is_path else where.split(".")[-1]
@@ -114,19 +124,38 @@ def load_factory(spec: str):
     return fn
 
 
-def load_module_and_inputs(spec: str) -> tuple[Any, tuple]:
-    """Call the factory and check it returned `(nn.Module, tuple_of_example_inputs)`."""
+def _is_model_folder(spec: str) -> bool:
+    return Path(spec).is_dir() and (Path(spec) / "config.json").is_file()
+
+
+def _call_factory(spec: str):
     from tpuedge.shared_ir.stage_times import timed
 
     with timed("import torch"):
-        import torch
+        import torch  # noqa: F401
 
     with timed("model factory (user code: imports, weights)"):
         fn = load_factory(spec)
         try:
-            result = fn()
+            return fn()
         except Exception as exc:
             raise _raised(f"The model factory {spec}", exc) from exc
+
+
+def _factory_shape_error(spec: str, result) -> UserError:
+    got = type(result).__name__
+    if isinstance(result, tuple):
+        got = "(" + ", ".join(type(x).__name__ for x in result) + ")"
+    return UserError(
+        f"The model factory {spec} returned {got}; it must return (torch.nn.Module, example_inputs) "
+        "where example_inputs is a tuple of tensors, e.g. `return Net(), (torch.randn(1, 3, 32, 32),)`, "
+        "or a decoder language model alone (a transformers causal LM, or a module following tpuedge's decoder protocol)."
+    )
+
+
+def _module_and_inputs(spec: str, result) -> tuple[Any, tuple]:
+    import torch
+
     ok = (
         isinstance(result, tuple)
         and len(result) == 2
@@ -135,18 +164,57 @@ def load_module_and_inputs(spec: str) -> tuple[Any, tuple]:
         and all(isinstance(x, torch.Tensor) for x in result[1])
     )
     if not ok:
-        got = type(result).__name__
-        if isinstance(result, tuple):
-            got = "(" + ", ".join(type(x).__name__ for x in result) + ")"
-        raise UserError(
-            f"The model factory {spec} returned {got}; it must return (torch.nn.Module, example_inputs) "
-            "where example_inputs is a tuple of tensors, e.g. `return Net(), (torch.randn(1, 3, 32, 32),)`."
-        )
+        raise _factory_shape_error(spec, result)
     return result[0], tuple(result[1])
 
 
-def load_program(spec: str):
-    """MODEL spec -> Program (a `.pt2` is loaded; a factory is called and exported)."""
+def load_module_and_inputs(spec: str) -> tuple[Any, tuple]:
+    """Call the factory and check it returned `(nn.Module, tuple_of_example_inputs)`."""
+    return _module_and_inputs(spec, _call_factory(spec))
+
+
+def decoder_of(obj: Any):
+    """The decoder to capture in a factory's result, or None: a transformers causal LM, a module
+    following the decoder protocol, or transformers' static-cache export wrapper (whose causal
+    LM is captured with tpuedge's own explicit cache instead)."""
+    from tpuedge.shared_ir.generative.hf_decoder import is_hf_causal_lm
+
+    module = obj[0] if isinstance(obj, tuple) and obj else obj
+    if is_hf_causal_lm(module):
+        return module
+    inner = getattr(module, "model", None)
+    if type(module).__name__.startswith("TorchExportableModuleWith") and is_hf_causal_lm(inner):
+        return inner
+    if callable(getattr(module, "kv_cache", None)) and hasattr(module, "vocab_size"):
+        return module
+    return None
+
+
+def _load_hf_folder(folder: str):
+    from tpuedge.shared_ir.stage_times import timed
+
+    with timed("import torch"):
+        import torch
+    try:
+        from transformers import AutoModelForCausalLM
+    except ImportError as exc:
+        raise UserError(f"{folder} is a transformers model folder, and transformers is not installed: "
+                        "`pip install transformers`.") from exc
+    with timed("load the transformers model"):
+        try:
+            return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise UserError(
+                f"transformers could not load {folder} as a causal language model ({type(exc).__name__}: {first}); "
+                "give a folder with config.json, the weights (safetensors) and tokenizer.json of a causal LM."
+            ) from exc
+
+
+def load_program(spec: str, capture: dict | None = None):
+    """MODEL spec -> Program (a `.pt2` is loaded; a factory is called and exported), or a
+    ProgramBundle for a decoder language model, captured with `capture`'s prefill lengths and
+    cache length (build options; their defaults when not given)."""
     from tpuedge.shared_ir.capture import export
     from tpuedge.shared_ir.program import Program
 
@@ -155,5 +223,18 @@ def load_program(spec: str):
 
         with timed("load .pt2"):
             return Program.load(spec)
-    module, inputs = load_module_and_inputs(spec)
+    result = _load_hf_folder(spec) if _is_model_folder(spec) else _call_factory(spec)
+    decoder = decoder_of(result)
+    if decoder is not None:
+        return _capture_decoder(decoder, spec, capture or {})
+    module, inputs = _module_and_inputs(spec, result)
     return export(module, inputs, name=spec_name(spec))
+
+
+def _capture_decoder(decoder, spec: str, capture: dict):
+    from tpuedge.shared_ir.generative import DEFAULT_CACHE_LENGTH, DEFAULT_PREFILL_LENGTHS, export_decoder
+    from tpuedge.shared_ir.generative.decoder import parse_lengths
+
+    lengths = parse_lengths(capture.get("prefill_lengths"), "--prefill-lengths") or DEFAULT_PREFILL_LENGTHS
+    cache_length = capture.get("cache_length") or DEFAULT_CACHE_LENGTH
+    return export_decoder(decoder.eval(), prefill_lengths=lengths, cache_length=int(cache_length), name=spec_name(spec))

@@ -6,6 +6,10 @@
         artifact = tpuedge.build(program, "android", tmp_path / "android", quantize="int8", calibration=cal)
         assert_runtime_close(artifact, program, "eval.npz", min_cosine=0.99, labels="label", max_drop=1.0)
 
+A language model's build is checked on text, token by token:
+
+    assert_lm_close("build/lm/android", "lm.py:build", min_top1=0.95, max_perplexity_increase=0.05)
+
 On failure the AssertionError shows the per-output table (max/mean abs error, cosine, SNR,
 top-1 agreement, accuracy) and the layers ranked by SNR drop. The pytest plugin
 (`tpuedge.testing.plugin`, registered via the `pytest11` entry point) adds the
@@ -17,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["assert_runtime_close", "RuntimeMismatch"]
+__all__ = ["assert_runtime_close", "assert_lm_close", "RuntimeMismatch"]
 
 
 class RuntimeMismatch(AssertionError):
@@ -74,4 +78,20 @@ def assert_runtime_close(
 
         out = write_report_dir(report_dir, [result])
         lines += ["", f"report: {out / REPORT_FILE}" + (f", plot: {out / PLOT_FILE}" if result.layers else "")]
+    raise RuntimeMismatch("\n".join(lines), result)
+
+
+def assert_lm_close(artifact: Any, model: Any, *, text: Any = None, min_top1: float | None = 0.95,
+                    max_perplexity_increase: float | None = None, positions: int | None = None):
+    """Assert that a language model's `artifact` follows the float IR of `model` (MODEL spec or
+    bundle) on `text` (a .txt; default: tpuedge's held-out corpus), teacher-forced: top-1
+    agreement and perplexity increase (see `tpuedge verify`). Returns the LMVerifyResult."""
+    from tpuedge.verify.lm_verify import DEFAULT_POSITIONS, verify_decoder
+
+    result = verify_decoder(artifact, model, text=text, min_top1=min_top1, max_perplexity_increase=max_perplexity_increase,
+                            positions=positions or DEFAULT_POSITIONS)
+    if result.passed:
+        return result
+    lines = [f"{result.runtime} does not follow the float IR of {result.model!r}:"]
+    lines += [f"  - {f}" for f in result.failures] + result.lines()
     raise RuntimeMismatch("\n".join(lines), result)

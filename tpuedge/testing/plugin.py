@@ -4,6 +4,7 @@ It loads in every pytest run, so it imports nothing of tpuedge until a test asks
 
 Fixture `tpuedge_runtime_close`: `tpuedge.testing.assert_runtime_close` whose failure also
 writes report.md and snr_per_layer.png under the test's tmp_path (the message gives the path).
+Fixture `tpuedge_lm_close`: `tpuedge.testing.assert_lm_close`, a language model's token agreement.
 """
 
 from __future__ import annotations
@@ -23,5 +24,18 @@ def tpuedge_runtime_close(tmp_path):
 
         thresholds.setdefault("report_dir", tmp_path / "tpuedge-verify")
         return assert_runtime_close(artifact, model, data, **thresholds)
+
+    return check
+
+
+@pytest.fixture
+def tpuedge_lm_close():
+    """`check(artifact, model, text=None, min_top1=0.95, max_perplexity_increase=None)` -> LMVerifyResult,
+    or a failure naming the agreement and perplexity it measured."""
+
+    def check(artifact: Any, model: Any, **thresholds: Any):
+        from tpuedge.testing import assert_lm_close
+
+        return assert_lm_close(artifact, model, **thresholds)
 
     return check

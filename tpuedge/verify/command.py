@@ -19,13 +19,14 @@ __all__ = ["verify_command"]
 @click.command("verify")
 @click.argument("artifact_dirs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="ARTIFACT_DIR...")
 @click.option("--model", "-m", "model", help="MODEL the artifacts were built from (file.py:factory, pkg.mod:factory or .pt2).")
-@click.option("--data", "-d", "data", required=True, type=click.Path(path_type=Path), help=".npz with one array per model input (first axis = samples); .npy for one input.")
+@click.option("--data", "-d", "data", type=click.Path(path_type=Path), help=".npz with one array per model input (first axis = samples); .npy for one input. For a language model: a UTF-8 .txt (passages separated by lines of ---; default: tpuedge's held-out corpus).")
 @click.option("--labels", help="Key of the labels array in the .npz: report task accuracy of both and the drop.")
 @click.option(
     "--min-cosine", type=float, default=DEFAULT_MIN_COSINE, show_default=True,
     help="Fail (exit 1) when any output's cosine similarity with the float IR (all samples together) is below this; -1 turns the check off.",
 )
-@click.option("--min-top1", type=float, help="Fail when top-1 agreement with the float IR is below this fraction (e.g. 0.99).")
+@click.option("--min-top1", type=float, help="Fail when top-1 agreement with the float IR is below this fraction (e.g. 0.99); for a language model, teacher-forced next-token agreement.")
+@click.option("--max-perplexity-increase", type=float, help="A language model: fail when its perplexity is more than this (relative, 0.05 = 5%) above the float IR's.")
 @click.option("--max-drop", type=float, help="Fail when task accuracy drops by more than this many percentage points (needs --labels).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the results as JSON here (for CI).")
 @click.option("--per-layer", is_flag=True, help="Compare every layer the runtime exposes with the IR; rank by SNR drop.")
@@ -39,6 +40,7 @@ def verify_command(
     labels: str | None,
     min_cosine: float,
     min_top1: float | None,
+    max_perplexity_increase: float | None,
     max_drop: float | None,
     json_path: Path | None,
     per_layer: bool,
@@ -72,8 +74,14 @@ def verify_command(
     console = Console(highlight=False)
     if not console.is_terminal:  # CI logs: don't wrap the tables at 80 columns
         console = Console(highlight=False, width=160)
-    program = load_program(model)
     artifacts = [open_artifact(directory) for directory in artifact_dirs]
+    from tpuedge.shared_ir.generative.generating_artifact import GeneratingArtifact
+
+    if any(isinstance(a, GeneratingArtifact) for a in artifacts):
+        return _verify_language_models(artifacts, model, data, min_top1, max_perplexity_increase, json_path, console)
+    if data is None:
+        raise UserError("--data is required: an .npz with one array per model input (first axis = samples), or a .npy.")
+    program = load_program(model)
     mismatched = [a for a in artifacts if a.manifest.get("ir_fingerprint") not in (None, program.fingerprint)]
     if mismatched:  # every problem before any output
         listed = ", ".join(f"{a.directory} ({a.manifest['ir_fingerprint'][:12]})" for a in mismatched)
@@ -115,4 +123,39 @@ def verify_command(
         )
         return 1
     console.print(f"[green]verify passed[/green]: {checks} check(s) on {len(results)} artifact(s)")
+    return 0
+
+
+def _verify_language_models(artifacts, model, text, min_top1, max_perplexity_increase, json_path, console) -> int:
+    """verify's language-model form: token agreement of each decoder artifact (see verify/lm_verify.py)."""
+    import json
+
+    from tpuedge.shared_ir.atomic import write_bytes_atomic
+    from tpuedge.shared_ir.errors import UserError
+    from tpuedge.shared_ir.generative.generating_artifact import GeneratingArtifact
+    from tpuedge.verify.lm_verify import verify_decoder
+
+    others = [str(a.directory) for a in artifacts if not isinstance(a, GeneratingArtifact)]
+    if others:
+        raise UserError(f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not language-model builds; verify them "
+                        "apart from the language models (their data is tensors, not text).")
+    results = [verify_decoder(a, model, text=text, min_top1=min_top1, max_perplexity_increase=max_perplexity_increase)
+               for a in artifacts]
+    for result in results:
+        for line in result.lines():
+            console.print(line, markup=False)
+    if json_path is not None:
+        payload = {"passed": all(r.passed for r in results), "results": [r.to_json() for r in results]}
+        write_bytes_atomic(json_path, (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode())
+        console.print(f"wrote {json_path}")
+    failed = [(r, f) for r in results for f in r.failures]
+    for r, f in failed:
+        console.print(f"[red]FAILED[/red] {r.artifact}: {f}")
+    if failed:
+        return 1
+    if min_top1 is None and max_perplexity_increase is None:
+        console.print("[red]verify checked nothing[/red]: give --min-top1 or --max-perplexity-increase to pass or fail a "
+                      "language model.")
+        return 1
+    console.print(f"[green]verify passed[/green]: {len(results)} language model(s)")
     return 0
