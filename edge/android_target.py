@@ -24,9 +24,12 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["AndroidTarget", "AndroidLowered"]
 
 # options of one kind of model only: a language model's (capture, budget, bundle), a single-entry model's
-_CAPTURE = ("prefill_lengths", "cache_length")
-_LM_ONLY = (*_CAPTURE, "max_perplexity_increase", "embedding_bits", "bundle")
+_CAPTURE = ("prefill_lengths", "cache_length", "buckets")
+_LM_BUILD = ("max_perplexity_increase", "embedding_bits", "bundle")
+_LM_ONLY = (*_CAPTURE, *_LM_BUILD)
 _SINGLE_ONLY = ("calibration", "strict_int8", "io_dtype", "channels_last", "per_channel", "min_cosine", "max_drop")
+# a bucket build quantizes without calibration (fp16, dynamic-int8): the static int8 options don't apply
+_BUCKETS_REFUSE = ("calibration", "strict_int8", "io_dtype", "channels_last", "max_drop")
 
 # At most this many samples measure the post-build accuracy (see edge/accuracy_samples.py).
 ACCURACY_SAMPLES = 64
@@ -86,7 +89,12 @@ class AndroidTarget(Target):
 
     def lower_bundle(self, program_bundle, /, **options: Any):
         if program_bundle.kind != "decoder":
-            return super().lower_bundle(program_bundle, **options)
+            from tpuedge.edge.generative.android_buckets import AndroidBucketsLowered
+
+            given = self._given(options, (*_LM_BUILD, *_BUCKETS_REFUSE), "a model built in buckets")
+            for key in _CAPTURE:
+                given.pop(key, None)
+            return AndroidBucketsLowered.create(program_bundle, **given)
         from tpuedge.edge.generative.android_decoder import AndroidDecoderLowered
 
         given = self._given(options, _SINGLE_ONLY, "a language model")

@@ -95,6 +95,10 @@ def open_litert_artifact(path: Path) -> LiteRTArtifact:
             from tpuedge.edge.generative.decoder_artifact import LiteRTDecoderArtifact
 
             return LiteRTDecoderArtifact(path, manifest)
+        if "buckets" in manifest:  # a signature per size of a variable axis
+            from tpuedge.edge.generative.bucket_artifact import LiteRTBucketsArtifact
+
+            return LiteRTBucketsArtifact(path, manifest)
         return LiteRTArtifact(path, manifest)
     if not path.is_file():
         raise UserError(f"{path} does not exist; build it with `tpuedge build MODEL --target android`.")

@@ -41,7 +41,8 @@ def cli() -> None:
 
 
 def _capture_options(function):
-    """--prefill-lengths / --cache-length: how a decoder LM is captured (check, export)."""
+    """--prefill-lengths / --cache-length (a decoder LM) and --buckets: how a model is captured (check, export)."""
+    function = click.option("--buckets", help="One entry point per size of an input's axis: INPUT:AXIS=SIZES, e.g. input_ids:1=16,32,64.")(function)
     function = click.option("--cache-length", type=click.IntRange(min=2), help="A decoder LM's KV cache, in positions.")(function)
     return click.option("--prefill-lengths", help="A decoder LM's prefill entry points, tokens each, e.g. 32,128.")(function)
 
@@ -52,18 +53,18 @@ def _capture_options(function):
 @click.option("--name", help="Program name (default: from the model spec).")
 @_capture_options
 def export(model: str | None, output: Path | None, name: str | None, prefill_lengths: str | None,
-           cache_length: int | None) -> None:
+           cache_length: int | None, buckets: str | None) -> None:
     """Capture MODEL with torch.export into the shared IR and save it as a .pt2."""
     from tpuedge.model_spec import load_program, spec_name
     from tpuedge.shared_ir.generative.bundle import ProgramBundle
 
     spec = _model_arg(model)
-    program = load_program(spec, {"prefill_lengths": prefill_lengths, "cache_length": cache_length})
+    program = load_program(spec, {"prefill_lengths": prefill_lengths, "cache_length": cache_length, "buckets": buckets})
     if isinstance(program, ProgramBundle):
         raise UserError(
-            f"{spec} is a decoder language model: its prefill and decode entry points share one set of weights, which "
-            "a .pt2 can't hold once for all of them. Build it from MODEL directly (`tpuedge build MODEL --target ...`); "
-            "the build cache keeps its lowering."
+            f"{spec} is captured as {len(program.entries)} entry points sharing one set of weights, which a .pt2 can't hold "
+            "once for all of them. Build it from MODEL directly (`tpuedge build MODEL --target ...`); the build cache "
+            "keeps its lowering."
         )
     if name:
         program.name = name
@@ -77,13 +78,15 @@ def export(model: str | None, output: Path | None, name: str | None, prefill_len
 @click.argument("model", required=False)
 @click.option("--target", "-t", help="Target to check against.")
 @_capture_options
-def check(model: str | None, target: str | None, prefill_lengths: str | None, cache_length: int | None) -> None:
+def check(model: str | None, target: str | None, prefill_lengths: str | None, cache_length: int | None,
+          buckets: str | None) -> None:
     """Report every problem TARGET has with MODEL (exit 0 clean, 2 with problems)."""
     from tpuedge.model_spec import load_program
     from tpuedge.shared_ir.targets import all_targets
 
     target = _target_arg(target, list(all_targets()))
-    program = load_program(_model_arg(model), {"prefill_lengths": prefill_lengths, "cache_length": cache_length})
+    program = load_program(_model_arg(model), {"prefill_lengths": prefill_lengths, "cache_length": cache_length,
+                                               "buckets": buckets})
     problems = program.check(target)
     if problems:
         raise ProblemsError(

@@ -24,7 +24,7 @@ from tpuedge.shared_ir.sources import user_frame_from_traceback
 __all__ = ["load_factory", "load_module_and_inputs", "load_program", "spec_name", "CAPTURE_OPTIONS"]
 
 # build options read when the model is captured, not when it is lowered
-CAPTURE_OPTIONS = ("prefill_lengths", "cache_length")
+CAPTURE_OPTIONS = ("prefill_lengths", "cache_length", "buckets")
 
 _FORMAT_HELP = ("MODEL is `path/to/file.py:factory`, `package.module:factory`, a `.pt2` saved by `tpuedge export`, or "
                 "a transformers causal-LM folder")
@@ -224,10 +224,21 @@ def load_program(spec: str, capture: dict | None = None):
         with timed("load .pt2"):
             return Program.load(spec)
     result = _load_hf_folder(spec) if _is_model_folder(spec) else _call_factory(spec)
+    capture = capture or {}
     decoder = decoder_of(result)
     if decoder is not None:
-        return _capture_decoder(decoder, spec, capture or {})
+        if capture.get("buckets"):
+            raise UserError("--buckets is for a model with one variable axis; a decoder LM takes --prefill-lengths and "
+                            "--cache-length instead.")
+        return _capture_decoder(decoder, spec, capture)
     module, inputs = _module_and_inputs(spec, result)
+    if capture.get("prefill_lengths") or capture.get("cache_length"):
+        raise UserError(f"--prefill-lengths and --cache-length capture a decoder language model, and {spec} is not one "
+                        "(a transformers causal LM, or a module following tpuedge's decoder protocol); drop them.")
+    if capture.get("buckets"):
+        from tpuedge.shared_ir.generative.buckets import export_buckets
+
+        return export_buckets(module, inputs, capture["buckets"], name=spec_name(spec))
     return export(module, inputs, name=spec_name(spec))
 
 

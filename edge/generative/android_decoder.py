@@ -16,7 +16,7 @@ from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["AndroidDecoderLowered", "float_bundle_tflite", "EVAL_POSITIONS", "SEARCH_POSITIONS"]
+__all__ = ["AndroidDecoderLowered", "decoder_manifest", "EVAL_POSITIONS", "SEARCH_POSITIONS"]
 
 EVAL_POSITIONS = 256  # held-out next-token predictions the budget reads
 SEARCH_POSITIONS = 128  # predictions `auto` reads to rank candidates (the other half of the text)
@@ -26,19 +26,6 @@ GREEDY_TOKENS = 16
 TOOLS = ("litert-torch", "litert-converter", "ai-edge-litert", "ai-edge-quantizer")
 MODEL_FILE = "model.tflite"
 BUNDLES = ("none", "litertlm")
-
-
-def float_bundle_tflite(bundle) -> bytes:
-    """The float .tflite of every entry of `bundle`, one signature each (build cache: per bundle)."""
-    from tpuedge.edge.litert_lowering import lower_signatures_to_float_flatbuffer
-    from tpuedge.shared_ir.cache_keys import cached_stage
-    from tpuedge.shared_ir.progress import stage_progress
-
-    def lower() -> bytes:
-        with stage_progress(f"{bundle.name}: litert-torch lowering of {len(bundle.entries)} entry points"):
-            return lower_signatures_to_float_flatbuffer(list(bundle.entries.items()), weights_in_place=True)
-
-    return cached_stage("float_bundle_tflite", {"bundle": bundle.fingerprint}, lower)
 
 
 class AndroidDecoderLowered:
@@ -77,6 +64,7 @@ class AndroidDecoderLowered:
 
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.generative.decoder_artifact import LiteRTDecoderArtifact
+        from tpuedge.edge.generative.bundle_tflite import float_bundle_tflite
         from tpuedge.edge.generative.decoder_accuracy import choose_and_measure
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.shared_ir.atomic import atomic_output_dir

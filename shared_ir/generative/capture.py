@@ -29,6 +29,8 @@ def capture_build_options() -> list:
         BuildOption("prefill_lengths", "a decoder LM's prefill entry points, tokens each, e.g. 32,128 (default "
                     f"{','.join(map(str, DEFAULT_PREFILL_LENGTHS))})", str, None),
         BuildOption("cache_length", f"a decoder LM's KV cache, in positions (default {DEFAULT_CACHE_LENGTH})", int, None),
+        BuildOption("buckets", "one entry point per size of an input's axis, weights stored once: INPUT:AXIS=SIZES, "
+                    "e.g. input_ids:1=16,32,64", str, None),
     ]
 
 
