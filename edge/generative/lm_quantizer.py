@@ -47,9 +47,14 @@ class DecoderQuantizer:
             raise NotACandidate(refusal)
         from ai_edge_quantizer import quantizer
 
+        from tpuedge.edge.tflite_file import compact_model
+
         with held_tool_output("ai-edge-quantizer"):
             q = quantizer.Quantizer(bytearray(self.float_tflite), self._recipe(scheme))
-            return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
+            data = bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
+        # the quantizer writes each signature's copy of a weight's scales (12 bytes an output
+        # channel: 5 MB over SmolLM2's three signatures); equal tables are written once
+        return compact_model(data)
 
     def refusal(self, scheme: LMScheme) -> str | None:
         """Why `scheme` can't quantize this model, or None: an int4 block must divide the input
