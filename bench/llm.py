@@ -14,10 +14,10 @@ tpuedge's export time is its build's stages up to the written model (TPUEDGE_STA
 accuracy measurement counted apart; the peer measures nothing.
 
     python bench/llm.py                                       # none, dynamic-int8, weight-only-int8, int4-block32
-    python bench/llm.py --recipes dynamic-int8 --peer-python /work/peer/venv/bin/python
+    python bench/llm.py --recipes dynamic-int8 --peer-python ../peer/venv/bin/python
 
 The peer needs TensorFlow importable (tpuedge does not): give a Python of an environment with
-litert-torch 0.10 and tensorflow-cpu (docs/android.md says how); without one, its rows are empty.
+litert-torch 0.10 and tensorflow-cpu (docs/language-models.md says how); without one, its rows are empty.
 Writes bench/results/llm.json. The machine is shared and noisy: compare ratios within one run.
 """
 
@@ -106,14 +106,15 @@ def main() -> None:
     parser.add_argument("--cache", type=int, default=256)
     parser.add_argument("--positions", type=int, default=512, help="held-out next-token predictions measured")
     parser.add_argument("--greedy-tokens", type=int, default=64)
-    parser.add_argument("--peer-python", default=os.environ.get("TPUEDGE_PEER_PYTHON", "/work/peer/venv/bin/python"))
+    parser.add_argument("--peer-python", default=os.environ.get("TPUEDGE_PEER_PYTHON", ""),
+                        help="the Python of an environment with litert-torch 0.10 and tensorflow-cpu (or $TPUEDGE_PEER_PYTHON)")
     parser.add_argument("--model-dir", type=Path, help="a transformers causal-LM folder (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "llm.json")
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     folder = args.model_dir or smollm2_folder()
     recipes = [r.strip() for r in args.recipes.split(",") if r.strip()]
-    peer = args.peer_python if Path(args.peer_python).is_file() else None
+    peer = args.peer_python if args.peer_python and Path(args.peer_python).is_file() else None
     work = Path(tempfile.mkdtemp(prefix="tpuedge-bench-llm-"))
     rows = {}
     for recipe in recipes:
