@@ -145,6 +145,9 @@ _REWRITTEN_ON_THE_IR.update({f"aten.{alias}": f"an alias of aten.{name}: written
                              for alias, name in _ALIAS_NAMES.items()})
 
 
+_CACHE_WRITE = "tpuedge.cache_write.default"
+
+
 def mcu_capability() -> Capability:
     from tpuedge.edge.tflm_ops import aten_to_tflm
 
@@ -163,6 +166,10 @@ def mcu_capability() -> Capability:
         for full_key in (key, *_overload_keys(key)):
             suggestions[full_key] = _FIXES.get(key, f"it lowers to {why}")
     notes["aten.gelu"] = "no GELU kernel: the mcu build rewrites it to x*sigmoid(1.702x) on the IR (--gelu tanh: tanh form)"
+    # a decoder's KV-cache write (shared_ir/generative/cache_ops.py): the int8 DYNAMIC_UPDATE_SLICE
+    # of the decode step an mcu decoder build runs (edge/generative/mcu_decoder.py)
+    registry.add(_CACHE_WRITE, ("DYNAMIC_UPDATE_SLICE",))
+    notes[_CACHE_WRITE] = "DYNAMIC_UPDATE_SLICE (a decoder's KV-cache write, int8 with the cache's own scale)"
     notes.update(_REWRITTEN_ON_THE_IR)
     return Capability(
         target="mcu",

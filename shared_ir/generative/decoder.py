@@ -10,6 +10,7 @@ A module follows it when it has
         keys or values written at input_pos[0] by `tpuedge.cache_write` (dim 2), and attention
         reads only positions <= input_pos[t] (a sliding-window layer: also > input_pos[t] - window).
     vocab_size: int
+    tokenizer (optional): a tokenizer.Tokenizer, which the capture carries to the artifacts
 
 `tpuedge.shared_ir.generative.hf_decoder.HFDecoder` makes a transformers causal LM follow it.
 Every entry point of the captured bundle has the same interface, named as LiteRT-LM reads it:

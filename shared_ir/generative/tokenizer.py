@@ -115,7 +115,11 @@ def _json(path: Path) -> dict:
 
 
 def tokenizer_beside(model: Any) -> "Tokenizer | None":
-    """The tokenizer in a transformers model's own folder (`name_or_path`), if it has one there."""
+    """A protocol module's own `tokenizer` attribute (a Tokenizer), else the tokenizer in a
+    transformers model's own folder (`name_or_path`), if it has one there."""
+    own = getattr(model, "tokenizer", None)
+    if isinstance(own, Tokenizer):
+        return own
     folder = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None)
     if not folder or not Path(str(folder)).is_dir():
         return None
