@@ -14,6 +14,7 @@ the tokenizer and manifest.json atomically.
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +92,9 @@ class McuDecoderLowered:
         from tpuedge.edge.generative.mcu_lm_budget import check_measured_fit
         from tpuedge.edge.generative.tflm_steps import LiteRTIntegerStepRunner, TflmStepRunner, decode_step_io, zero_cache
         from tpuedge.edge.generative.tflm_vs_litert import Lockstep, runtimes_report
-        from tpuedge.quantize.lm_text import prompt_ids
         from tpuedge.edge.op_resolver import op_resolver_h
         from tpuedge.edge.tflm_model import io_quantization, ops_used
+        from tpuedge.quantize.lm_text import prompt_ids
         from tpuedge.shared_ir.atomic import atomic_output_dir
         from tpuedge.shared_ir.manifest import write_build_manifest
         from tpuedge.shared_ir.stage_times import timed
@@ -143,7 +144,9 @@ class McuDecoderLowered:
             manifest = write_build_manifest(stage, manifest)
         return McuDecoderArtifact(out, manifest)
 
-    def _texts(self):
+    @cached_property
+    def _texts(self) -> dict:
+        """The text's two halves: calibration reads one, the accuracy the other (the held-out half)."""
         from tpuedge.quantize.lm_text import HELD_OUT, SEARCH, evaluation_text
 
         spec = self.bundle.decoder
@@ -159,7 +162,7 @@ class McuDecoderLowered:
 
         # the calibration reads the half of the text the accuracy does not (its ranges never saw the held-out text)
         with timed("float reference (decode steps for calibration)"):
-            samples, ranges = decode_step_samples(self.bundle.reference(), self._texts()[SEARCH].sequences)
+            samples, ranges = decode_step_samples(self.bundle.reference(), self._texts[SEARCH].sequences)
         return int8_decode_step(self.program, samples, ranges, self.bundle.decoder.cache_names)
 
     def _measured(self, lockstep):
@@ -169,7 +172,7 @@ class McuDecoderLowered:
         from tpuedge.shared_ir.stage_times import timed
 
         spec = self.bundle.decoder
-        texts = self._texts()
+        texts = self._texts
         with timed("token accuracy (TFLite-Micro vs the float IR in torch)"):
             return choose_lm_scheme(
                 name=self.bundle.name, target="mcu", reference=self.bundle.reference(), build=lambda scheme: None,

@@ -3,9 +3,10 @@
     tpuedge build examples/char_lm/model.py:build --target mcu --cache-length 128 --board nrf52840
     tpuedge generate build/char_lm/mcu --prompt "The sun rises in the"
 
-`build()` returns the trained `CharLM`: the float16 weights in char_lm.safetensors beside this file,
-which `python examples/char_lm/train.py` writes (deterministically: fixed seed, one thread). The forward follows the protocol (shared_ir/generative/decoder.py)
-in a form whose decode step runs fully int8 in TFLite-Micro:
+`build()` returns the trained `CharLM`: the float16 weights in char_lm.safetensors beside this
+file, which `python examples/char_lm/train.py` writes (deterministically: fixed seed, one
+thread). The forward follows the protocol (shared_ir/generative/decoder.py) in a form whose
+decode step runs fully int8 in TFLite-Micro:
 - learned absolute positions, looked up with F.embedding (no sin/cos in the graph: TFLM's SIN
   and COS take float only);
 - the causal mask bounded: rows of a constant table (0 where a position may be read, -30 past
@@ -14,7 +15,8 @@ in a form whose decode step runs fully int8 in TFLite-Micro:
   mcu check takes;
 - attention as einsums, so the converter writes BATCH_MATMUL over the caches with no TRANSPOSE
   (TFLM would keep a transposed copy of the cache in its arena);
-- ReLU MLPs and a hand-written RMS norm (TFLM has no GELU kernel).
+- ReLU MLPs (TFLM has no GELU kernel) and a hand-written RMS norm, whose weight `build()`
+  folds into the layer after it (one int8 multiply, and its rounding, fewer).
 """
 
 import math
@@ -69,6 +71,7 @@ def tokenizer_json() -> str:
 
     vocab = {ch: i for i, ch in enumerate(vocabulary())}
     impl = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    # each character its own piece; (?m) is Oniguruma's dot-matches-newline
     impl.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
     impl.decoder = decoders.Fuse()
     return impl.to_str()
