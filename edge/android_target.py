@@ -85,34 +85,24 @@ class AndroidTarget(Target):
         ]
 
     def lower(self, program: "Program", **options: Any) -> "AndroidLowered":
-        return AndroidLowered.create(program, **self._given(options, _LM_ONLY, "a single-entry model"))
+        return AndroidLowered.create(program, **self.options_except(options, _LM_ONLY, "a single-entry model"))
 
     def lower_bundle(self, program_bundle, /, **options: Any):
         if program_bundle.kind != "decoder":
             from tpuedge.edge.generative.android_buckets import AndroidBucketsLowered
 
-            given = self._given(options, (*_LM_BUILD, *_BUCKETS_REFUSE), "a model built in buckets")
+            given = self.options_except(options, (*_LM_BUILD, *_BUCKETS_REFUSE), "a model built in buckets")
             for key in _CAPTURE:
                 given.pop(key, None)
             return AndroidBucketsLowered.create(program_bundle, **given)
         from tpuedge.edge.generative.android_decoder import AndroidDecoderLowered
 
-        given = self._given(options, _SINGLE_ONLY, "a language model")
+        given = self.options_except(options, _SINGLE_ONLY, "a language model")
         captured = sorted(k for k in _CAPTURE if given.pop(k, None) is not None)
         if captured:
             raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
                             f"{program_bundle.name} is captured already; give it with the model, not to its build.")
         return AndroidDecoderLowered.create(program_bundle, **given)
-
-    def _given(self, options: dict, others: tuple[str, ...], kind: str) -> dict:
-        """`options` without those of `others` (the other kind of model's options), which must be at
-        their defaults: one given for the wrong kind of model is an error, not ignored."""
-        defaults = {o.name: o.default for o in self.build_options()}
-        wrong = sorted(k for k in others if k in options and options[k] is not None and options[k] != defaults.get(k))
-        if wrong:
-            flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
-            raise UserError(f"{flags} does not apply to {kind}; drop it.")
-        return {k: v for k, v in options.items() if k not in others}
 
     def load_artifact(self, path: Any):
         from tpuedge.edge.artifact import open_litert_artifact

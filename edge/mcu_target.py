@@ -89,28 +89,19 @@ class McuTarget(Target):
     def lower(self, program: "Program", **options: Any):
         from tpuedge.edge.mcu_build import McuLowered
 
-        return McuLowered(program, **self._given(options, (*_capture_options(), *_LM_BUDGET), "a single-entry model"))
+        return McuLowered(program, **self.options_except(options, (*_capture_options(), *_LM_BUDGET), "a single-entry model"))
 
     def lower_bundle(self, program_bundle, /, **options: Any):
         if program_bundle.kind != "decoder":
             return super().lower_bundle(program_bundle, **options)
         from tpuedge.edge.generative.mcu_decoder import McuDecoderLowered
 
-        given = self._given(options, _SINGLE_ONLY, "a language model (its mcu build is always int8, integer I/O)")
+        given = self.options_except(options, _SINGLE_ONLY, "a language model (its mcu build is always int8, integer I/O)")
         captured = sorted(k for k in _capture_options() if given.pop(k, None) is not None)
         if captured:
             raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
                             f"{program_bundle.name} is captured already; give it with the model, not to its build.")
         return McuDecoderLowered.create(program_bundle, **given)
-
-    def _given(self, options: dict, others: tuple[str, ...], kind: str) -> dict:
-        """`options` without `others`, which must be at their defaults (see _SINGLE_ONLY)."""
-        defaults = {o.name: o.default for o in self.build_options()}
-        wrong = sorted(k for k in others if k in options and options[k] is not None and options[k] != defaults.get(k))
-        if wrong:
-            flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
-            raise UserError(f"{flags} does not apply to {kind}; drop it.")
-        return {k: v for k, v in options.items() if k not in others}
 
     def load_artifact(self, path: Any):
         from tpuedge.shared_ir.artifact import read_manifest

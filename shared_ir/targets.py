@@ -132,6 +132,17 @@ class Target:
             "build a single-entry model for it, or choose a target that takes them."
         )
 
+    def options_except(self, options: dict, others: tuple[str, ...], kind: str) -> dict:
+        """`options` without those named in `others` (options for another kind of model: a language
+        model's, a single-entry model's), which must be at their defaults: one given for the wrong
+        kind of model is an error, not ignored."""
+        defaults = {o.name: o.default for o in self.build_options()}
+        wrong = sorted(k for k in others if k in options and options[k] is not None and options[k] != defaults.get(k))
+        if wrong:
+            flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
+            raise UserError(f"{flags} does not apply to {kind}; drop it.")
+        return {k: v for k, v in options.items() if k not in others}
+
     def load_artifact(self, path: Any) -> Any:
         """Open a build folder this target wrote (its manifest is already checked)."""
         raise NotImplementedError

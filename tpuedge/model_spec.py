@@ -246,6 +246,10 @@ def _capture_decoder(decoder, spec: str, capture: dict):
     from tpuedge.shared_ir.generative import DEFAULT_CACHE_LENGTH, DEFAULT_PREFILL_LENGTHS, export_decoder
     from tpuedge.shared_ir.generative.decoder import parse_lengths
 
-    lengths = parse_lengths(capture.get("prefill_lengths"), "--prefill-lengths") or DEFAULT_PREFILL_LENGTHS
-    cache_length = capture.get("cache_length") or DEFAULT_CACHE_LENGTH
+    from tpuedge.shared_ir.generative.capture import position_limit
+
+    limit = position_limit(decoder)
+    cache_length = capture.get("cache_length") or min(DEFAULT_CACHE_LENGTH, limit or DEFAULT_CACHE_LENGTH)
+    lengths = parse_lengths(capture.get("prefill_lengths"), "--prefill-lengths") or \
+        tuple(n for n in DEFAULT_PREFILL_LENGTHS if n <= cache_length) or (cache_length,)
     return export_decoder(decoder.eval(), prefill_lengths=lengths, cache_length=int(cache_length), name=spec_name(spec))

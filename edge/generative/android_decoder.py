@@ -16,7 +16,7 @@ from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["AndroidDecoderLowered", "decoder_manifest", "EVAL_POSITIONS", "SEARCH_POSITIONS"]
+__all__ = ["AndroidDecoderLowered", "EVAL_POSITIONS", "SEARCH_POSITIONS"]
 
 EVAL_POSITIONS = 256  # held-out next-token predictions the budget reads
 SEARCH_POSITIONS = 128  # predictions `auto` reads to rank candidates (the other half of the text)
@@ -24,7 +24,6 @@ EVAL_SEQUENCE = 128  # tokens per evaluation sequence (shorter where the cache i
 GREEDY_PROMPTS = 3
 GREEDY_TOKENS = 16
 TOOLS = ("litert-torch", "litert-converter", "ai-edge-litert", "ai-edge-quantizer")
-MODEL_FILE = "model.tflite"
 BUNDLES = ("none", "litertlm")
 
 
@@ -65,6 +64,7 @@ class AndroidDecoderLowered:
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.generative.decoder_artifact import LiteRTDecoderArtifact
         from tpuedge.edge.generative.bundle_tflite import float_bundle_tflite
+        from tpuedge.edge.generative.decoder_files import MODEL_FILE, decoder_manifest
         from tpuedge.edge.generative.decoder_accuracy import choose_and_measure
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.shared_ir.atomic import atomic_output_dir
@@ -96,24 +96,3 @@ class AndroidDecoderLowered:
                                                "parameter_count": bundle.parameter_count})
             manifest = write_build_manifest(stage, manifest)
         return LiteRTDecoderArtifact(out, manifest)
-
-
-
-def decoder_manifest(target: str, bundle, staging: Path, *, files: list[str], tools, **sections) -> dict:
-    """The manifest of a decoder artifact: the common fields (its I/O: the decode entry's) and the bundle's spec."""
-    from tpuedge.shared_ir.artifact import file_entry, tool_versions
-    from tpuedge.shared_ir.generative.decoder import DECODE
-
-    decode = bundle.entries[DECODE]
-    return {
-        "target": target,
-        "model_name": bundle.name,
-        "ir_fingerprint": bundle.fingerprint,
-        "inputs": [s.to_json() for s in decode.inputs],
-        "outputs": [s.to_json() for s in decode.outputs],
-        "decoder": bundle.decoder.to_json(),
-        "entries": bundle.entry_names,
-        "files": {name: file_entry(Path(staging) / name) for name in files},
-        "tool_versions": tool_versions(*tools),
-        **sections,
-    }

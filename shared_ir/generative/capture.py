@@ -15,7 +15,7 @@ from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.generative.decoder import (DECODE, INPUT_POS, LOGITS, TOKENS, DecoderSpec, cache_names, check_caches,
                                                   check_protocol, prefill_entry)
 
-__all__ = ["export_decoder", "capture_build_options", "DEFAULT_PREFILL_LENGTHS", "DEFAULT_CACHE_LENGTH"]
+__all__ = ["export_decoder", "capture_build_options", "position_limit", "DEFAULT_PREFILL_LENGTHS", "DEFAULT_CACHE_LENGTH"]
 
 DEFAULT_PREFILL_LENGTHS = (32,)
 DEFAULT_CACHE_LENGTH = 256
@@ -28,7 +28,8 @@ def capture_build_options() -> list:
     return [
         BuildOption("prefill_lengths", "a decoder LM's prefill entry points, tokens each, e.g. 32,128 (default "
                     f"{','.join(map(str, DEFAULT_PREFILL_LENGTHS))})", str, None),
-        BuildOption("cache_length", f"a decoder LM's KV cache, in positions (default {DEFAULT_CACHE_LENGTH})", int, None),
+        BuildOption("cache_length", f"a decoder LM's KV cache, in positions (default {DEFAULT_CACHE_LENGTH}, or the "
+                    "positions the model was trained for where they are fewer)", int, None),
         BuildOption("buckets", "one entry point per size of an input's axis, weights stored once: INPUT:AXIS=SIZES, "
                     "e.g. input_ids:1=16,32,64", str, None),
     ]
@@ -83,6 +84,13 @@ def _decoder_of(model: Any, name: str):
     return model, "protocol"
 
 
+def position_limit(model) -> int | None:
+    """The positions a model was trained for (its config's max_position_embeddings), if it says."""
+    config = getattr(model, "config", None)
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
 def _check_lengths(model, prefill_lengths: tuple[int, ...], cache_length: int, name: str) -> None:
     if not prefill_lengths:
         raise UserError(f"{name}: give at least one prefill length (e.g. --prefill-lengths 32).")
@@ -91,9 +99,8 @@ def _check_lengths(model, prefill_lengths: tuple[int, ...], cache_length: int, n
             f"{name}: prefill length {prefill_lengths[-1]} is longer than the cache ({cache_length} positions); "
             f"use prefill lengths up to --cache-length, or a longer cache."
         )
-    config = getattr(model, "config", None)
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if isinstance(limit, int) and cache_length > limit:
+    limit = position_limit(model)
+    if limit is not None and cache_length > limit:
         raise UserError(
             f"{name}: --cache-length {cache_length} is past the {limit} positions the model was trained for "
             f"(config.max_position_embeddings); use --cache-length {limit} or less."
