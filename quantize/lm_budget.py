@@ -15,7 +15,7 @@ from tpuedge.shared_ir.errors import BudgetError, UserError
 
 __all__ = ["LMBudget", "DEFAULT_MIN_TOKEN_AGREEMENT", "DEFAULT_MAX_PERPLEXITY_INCREASE", "lm_budget_error"]
 
-DEFAULT_MIN_TOKEN_AGREEMENT = 0.95
+DEFAULT_MIN_TOKEN_AGREEMENT = 0.90
 DEFAULT_MAX_PERPLEXITY_INCREASE = 0.05
 
 
