@@ -134,3 +134,23 @@ def test_transformers_static_cache_wrapper_is_captured_with_the_explicit_cache()
     wrapper = TorchExportableModuleWithStaticCache(lm, batch_size=1, max_cache_len=32)
     assert decoder_of(wrapper) is lm
     assert decoder_of((wrapper, (torch.zeros(1, 1, dtype=torch.long),))) is lm
+
+
+def test_check_answers_for_every_target_and_the_cloud_lowering_computes_the_decode_step(llama):
+    """`tpuedge check` of a captured decoder: no traceback on any target (transformers' own
+    export wrapper ended in one on android and cloud-tpu); the cloud backend lowers the cache
+    write to XLA's dynamic_update_slice and computes torch's numbers."""
+    from tpuedge.cloud.interpreter import to_jax
+
+    _, bundle = llama
+    assert bundle.check("android") == [] and bundle.check("cloud-tpu") == []
+    mcu = {p.subject for p in bundle.check("mcu")}
+    assert {"aten.sin.default", "aten.cos.default"} <= mcu  # RoPE computed in the graph: named, with its line
+    program = to_jax(bundle.entries["decode"])
+    reference = bundle.reference()
+    cache = reference.initial_cache()
+    tokens, position = np.array([[5]], np.int32), np.array([3], np.int32)
+    logits, new_cache = reference.run("decode", tokens, position, cache)
+    _, outputs = program(program.params, program.buffers, tokens, position, *cache)
+    np.testing.assert_allclose(np.asarray(outputs[0]), logits, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(outputs[1]), new_cache[0], atol=1e-6)

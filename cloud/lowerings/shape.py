@@ -307,3 +307,11 @@ def assert_metadata(*args, **kwargs):
     # data-dependent range checks of decompositions (F.one_hot's index bounds), which a jitted
     # XLA program cannot raise: torch checks them when the model runs there
     return None
+
+
+@lowering("tpuedge.cache_write.default")
+def cache_write(cache, update, input_pos, dim):
+    """tpuedge's KV-cache write (shared_ir/generative/cache_ops.py): `update` written along `dim`
+    from input_pos[0], the start clamped so it fits, as XLA's dynamic_update_slice does."""
+    start = jnp.reshape(input_pos, (-1,))[0].astype(jnp.int32)
+    return lax.dynamic_update_slice_in_dim(cache, update.astype(cache.dtype), start, axis=dim)
