@@ -74,14 +74,13 @@ def verify_command(
     console = Console(highlight=False)
     if not console.is_terminal:  # CI logs: don't wrap the tables at 80 columns
         console = Console(highlight=False, width=160)
-    artifacts = [open_artifact(directory) for directory in artifact_dirs]
-    from tpuedge.shared_ir.generative.generating_artifact import GeneratingArtifact
-
-    if any(isinstance(a, GeneratingArtifact) for a in artifacts):
+    if any(_language_model_build(directory) for directory in artifact_dirs):  # captured with the build's own lengths
+        artifacts = [open_artifact(directory) for directory in artifact_dirs]
         return _verify_language_models(artifacts, model, data, min_top1, max_perplexity_increase, json_path, console)
     if data is None:
         raise UserError("--data is required: an .npz with one array per model input (first axis = samples), or a .npy.")
     program = load_program(model)
+    artifacts = [open_artifact(directory) for directory in artifact_dirs]
     mismatched = [a for a in artifacts if a.manifest.get("ir_fingerprint") not in (None, program.fingerprint)]
     if mismatched:  # every problem before any output
         listed = ", ".join(f"{a.directory} ({a.manifest['ir_fingerprint'][:12]})" for a in mismatched)
@@ -124,6 +123,16 @@ def verify_command(
         return 1
     console.print(f"[green]verify passed[/green]: {checks} check(s) on {len(results)} artifact(s)")
     return 0
+
+
+def _language_model_build(directory: Path) -> bool:
+    """A build folder whose manifest describes a decoder (read as JSON only: nothing is opened)."""
+    import json
+
+    try:
+        return "decoder" in json.loads((Path(directory) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
 
 
 def _verify_language_models(artifacts, model, text, min_top1, max_perplexity_increase, json_path, console) -> int:
