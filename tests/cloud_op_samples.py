@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+import tpuedge.shared_ir.generative.cache_ops  # noqa: F401  (registers torch.ops.tpuedge.cache_write)
+
 __all__ = ["Sample", "S", "Gen", "SAMPLES", "SKIPS", "INF"]
 
 INF = float("inf")
@@ -195,6 +197,11 @@ SAMPLES.update({
     "aten.index_select.default": lambda g: [S(g.T(5, 4), 0, g.I(5, 3)), S(g.T(5, 4), 1, g.I(4, 6))],
     "aten.select_scatter.default": lambda g: [S(g.T(3, 4), g.T(3), 1, 2)],
     "aten.slice_scatter.default": lambda g: [S(g.T(5, 6), g.T(5, 2), 1, 1, 5, 2)],
+    # the KV-cache write a captured decoder uses (tpuedge.shared_ir.generative.cache_ops)
+    "tpuedge.cache_write.default": lambda g: [
+        S(g.T(1, 2, 8, 4), g.T(1, 2, 3, 4), torch.tensor([5]), 2, grad=False),
+        S(g.T(1, 2, 8, 4), g.T(1, 2, 1, 4), torch.tensor([0]), 2, grad=False),
+    ],
     "aten.masked_scatter.default": lambda g: [S(g.T(3, 4), g.B(3, 4), g.T(12))],
     "aten.embedding.default": lambda g: [S(g.T(10, 4), g.I(10, 3, 5)), S(g.T(10, 4), g.I(10, 3, 5), 2)],
     "aten.constant_pad_nd.default": lambda g: [S(g.T(2, 3, 4), [1, 2, 0, 1], 0.5), S(g.T(2, 3, 4), [-1, 1])],

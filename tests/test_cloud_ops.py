@@ -76,8 +76,8 @@ def _assert_close(value, want, tol):
 
 # ---- the generated tests ---------------------------------------------------------------------
 def _torch_op(key: str):
-    _, name, overload = key.split(".")
-    return getattr(getattr(torch.ops.aten, name), overload)
+    namespace, name, overload = key.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload)
 
 
 def _to_jax(value):
