@@ -4,6 +4,8 @@
     loss = step(*batch)
     step.sync_to(model)
     step = tpuedge.cloud.train_step(..., quantize="int8")   # quantization-aware: step.program() has trained ranges
+    step = tpuedge.cloud.train_step(..., lora=tpuedge.cloud.LoraConfig(rank=8, targets=("q_proj", "v_proj")))
+    step.merged_program()                        # adapters folded into the weights: build it for a phone
 
     jp = tpuedge.cloud.to_jax(program)          # pure (params, buffers, *inputs, rng_key) -> (new_buffers, outputs)
 
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["train_step", "TrainStep", "QatConfig", "to_jax", "JaxProgram"]
+__all__ = ["train_step", "TrainStep", "QatConfig", "LoraConfig", "LoraTrainStep", "to_jax", "JaxProgram"]
 
 _LAZY = {
     "train_step": "tpuedge.cloud.train_api",
     "TrainStep": "tpuedge.cloud.train",
     "QatConfig": "tpuedge.cloud.qat",
+    "LoraConfig": "tpuedge.cloud.lora",
+    "LoraTrainStep": "tpuedge.cloud.lora_step",
     "to_jax": "tpuedge.cloud.interpreter",
     "JaxProgram": "tpuedge.cloud.interpreter",
 }

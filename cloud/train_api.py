@@ -1,8 +1,9 @@
 """`train_step(model, loss_fn, optimizer, example_batch)`: the front door of cloud training.
 
 It captures model and loss (tpuedge.cloud.train_capture), maps the optimizer and scheduler to
-optax, and returns a `TrainStep` (tpuedge.cloud.train), or with `quantize="int8"` a
-`QatTrainStep` (tpuedge.cloud.qat). See tpuedge.cloud.train's docstring for how a step works.
+optax, and returns a `TrainStep` (tpuedge.cloud.train), with `quantize="int8"` a
+`QatTrainStep` (tpuedge.cloud.qat), or with `lora=LoraConfig(...)` a `LoraTrainStep`
+(tpuedge.cloud.lora_step). See tpuedge.cloud.train's docstring for how a step works.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def train_step(
     scheduler: Any = None,
     precision: str = "f32",
     quantize: Any = None,
+    lora: Any = None,
 ) -> TrainStep:
     """Build a jitted training step for `model` (see the module docstring).
 
@@ -51,11 +53,23 @@ def train_step(
     quantize: None, or "int8" (an int8 QuantConfig, a cloud.qat.QatConfig) for quantization-aware training: the
         forward fakes the edge targets' int8 and `step.program()` carries the trained ranges
         (see `tpuedge.cloud.qat`).
+    lora: None, or a `tpuedge.cloud.LoraConfig`: train low-rank adapters of the weights it
+        targets, the base weights frozen; `step.merged_program()` folds them in (see
+        `tpuedge.cloud.lora_step`).
     """
     flat, n = split_batch(example_batch, n_inputs)
     schedules = torch_schedules(scheduler, optimizer)
     limits = [s.max_steps for s in schedules if s.max_steps is not None]
     common = dict(mesh=mesh, seed=seed, scheduled=bool(schedules), max_steps=min(limits) if limits else None)
+    if lora is not None:
+        if quantize is not None:
+            raise UserError(
+                "train_step takes lora= or quantize=, not both: quantization-aware training trains every weight. "
+                "Fine-tune with LoRA first, then quantize step.merged_program() when you build it."
+            )
+        from tpuedge.cloud.lora_step import lora_train_step
+
+        return lora_train_step(model, loss_fn, optimizer, flat, n, lora, precision=precision, schedules=schedules, **common)
     if quantize is not None:
         from tpuedge.cloud.qat import qat_config, qat_train_step
 
