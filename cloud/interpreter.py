@@ -267,8 +267,11 @@ def _typed_one(value, val, node):
 
 
 # ---- construction ------------------------------------------------------------------------------
-def to_jax(program: Any) -> JaxProgram:
+def to_jax(program: Any, *, weights_from: JaxProgram | None = None) -> JaxProgram:
     """Lower a `Program` (or a torch.export ExportedProgram) to a `JaxProgram`.
+
+    `weights_from`: a JaxProgram lowered from another entry of the same bundle; its parameter
+    arrays are reused by name instead of converted again (a decoder's entries share every weight).
 
     Raises ProblemsError listing every op cloud-tpu can't lower (with model source lines)
     before anything runs.
@@ -299,7 +302,8 @@ def to_jax(program: Any) -> JaxProgram:
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     for spec in sig.input_specs:
         if spec.kind == InputKind.PARAMETER:
-            params[spec.target] = host_to_jax(state[spec.target], spec.target)
+            shared = weights_from.params.get(spec.target) if weights_from is not None else None
+            params[spec.target] = shared if shared is not None else host_to_jax(state[spec.target], spec.target)
             slots.append(_Slot("param", spec.target))
         elif spec.kind == InputKind.BUFFER:
             value = state[spec.target] if spec.target in state else constants[spec.target]

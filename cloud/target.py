@@ -24,6 +24,10 @@ __all__ = ["CloudTpuTarget", "CloudLowered"]
 # tpu_compile.TRAIN_LOSSES / TRAIN_SHARDINGS, repeated here to keep this module light
 _LOSSES = ("auto", "cross_entropy", "mse")
 _SHARDINGS = ("data", "fsdp")
+# options of one kind of model only: a language model's (capture, budget), a single-entry model's (training)
+_CAPTURE = ("prefill_lengths", "cache_length", "buckets")
+_LM_ONLY = (*_CAPTURE, "min_top1", "max_perplexity_increase", "allow_below_budget")
+_SINGLE_ONLY = ("train_step", "loss", "sharding")
 
 
 class CloudLowered:
@@ -93,6 +97,11 @@ class CloudTpuTarget(Target):
         return cloud_capability()
 
     def build_options(self) -> list[BuildOption]:
+        from tpuedge.quantize.budget import budget_build_options
+        from tpuedge.quantize.lm_budget import perplexity_build_option
+        from tpuedge.shared_ir.generative.capture import capture_build_options
+
+        shared = {o.name: o for o in budget_build_options()}
         return [
             BuildOption(
                 "topology",
@@ -100,10 +109,15 @@ class CloudTpuTarget(Target):
                 str,
                 DEFAULT_TOPOLOGY,
             ),
-            BuildOption("batch", "rebind the batch dimension (dim 0 of every input) to N", int, None),
+            BuildOption("batch", "rebind the batch dimension (dim 0 of every input) to N; a language model: the batch of "
+                        "sequences its TPU memory plan is compiled at (default 8)", int, None),
             BuildOption("train_step", "also compile an AdamW training step in training mode (BatchNorm batch statistics, dropout on), sharded over the topology (see --sharding)", bool, False),
             BuildOption("loss", "loss of the --train-step compile (auto: cross-entropy for [batch, classes] logits, else MSE)", _LOSSES, "auto"),
             BuildOption("sharding", "--train-step parallelism: data (params replicated) or fsdp (params and AdamW state sharded)", _SHARDINGS, "data"),
+            *capture_build_options(),
+            shared["min_top1"],
+            perplexity_build_option(),
+            shared["allow_below_budget"],
         ]
 
     def lower(
@@ -116,6 +130,7 @@ class CloudTpuTarget(Target):
         sharding: str = "data",
         **unknown: Any,
     ) -> CloudLowered:
+        unknown = self.options_except(unknown, _LM_ONLY, "a single-entry model")
         if unknown:
             raise UserError(
                 f"cloud-tpu does not take option(s) {', '.join(sorted(unknown))}; its options are "
@@ -128,6 +143,19 @@ class CloudTpuTarget(Target):
         choice = parse_topology(topology or DEFAULT_TOPOLOGY)  # validated before any heavy work
         return CloudLowered(program, topology=choice, batch=batch, train_step=train_step, loss=loss, sharding=sharding)
 
+    def lower_bundle(self, program_bundle, /, **options: Any):
+        if program_bundle.kind != "decoder":
+            return super().lower_bundle(program_bundle, **options)
+        from tpuedge.cloud.generative.decoder_build import CloudDecoderLowered
+
+        given = self.options_except(options, _SINGLE_ONLY, "a language model")
+        captured = sorted(k for k in _CAPTURE if given.pop(k, None) is not None)
+        if captured:
+            raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
+                            f"{program_bundle.name} is captured already; give it with the model, not to its build.")
+        choice = parse_topology(given.pop("topology", None) or DEFAULT_TOPOLOGY)
+        return CloudDecoderLowered.create(program_bundle, topology=choice, **given)
+
     def load_artifact(self, path: Any):
         from tpuedge.cloud.artifact import CloudArtifact
         from tpuedge.shared_ir.artifact import read_manifest
@@ -136,5 +164,9 @@ class CloudTpuTarget(Target):
         manifest = read_manifest(path)
         if manifest.get("target") != self.name:
             raise UserError(f"{path} holds a {manifest.get('target')!r} build, not cloud-tpu; open it with tpuedge.load.")
+        if "decoder" in manifest:
+            from tpuedge.cloud.generative.decoder_artifact import CloudDecoderArtifact
+
+            return CloudDecoderArtifact(path, manifest)
         return CloudArtifact(path, manifest)
 

@@ -51,6 +51,7 @@ class AndroidTarget(Target):
 
     def build_options(self) -> list[BuildOption]:
         from tpuedge.quantize.budget import budget_build_options
+        from tpuedge.quantize.lm_budget import perplexity_build_option
         from tpuedge.quantize.config import DEFAULT_SCHEME, IO_DTYPE_HELP, IO_DTYPES, SCHEMES
         from tpuedge.quantize.lm_schemes import LM_SCHEMES
         from tpuedge.shared_ir.generative.capture import capture_build_options
@@ -77,8 +78,7 @@ class AndroidTarget(Target):
             ),
             *budget_build_options(),
             *capture_build_options(),
-            BuildOption("max_perplexity_increase", "accuracy budget of a language model: its perplexity on held-out text at "
-                        "most this much (relative, 0.05 = 5%) above the float IR's", float, None),
+            perplexity_build_option(),
             BuildOption("embedding_bits", "a quantized language model's token embedding table at 8 or 4 bits", int, None),
             BuildOption("bundle", "also write a language model as this bundle: litertlm (model, tokenizer, BOS/EOS, chat "
                         "template, for the LiteRT-LM runtime)", ("none", "litertlm"), "none"),

@@ -54,6 +54,7 @@ class McuTarget(Target):
 
     def build_options(self) -> list[BuildOption]:
         from tpuedge.quantize.budget import budget_build_options
+        from tpuedge.quantize.lm_budget import perplexity_build_option
         from tpuedge.quantize.config import IO_DTYPE_HELP, IO_DTYPES
         from tpuedge.shared_ir.generative.capture import capture_build_options
 
@@ -82,8 +83,7 @@ class McuTarget(Target):
             BuildOption("strict_int8", "every activation int8 (no int16 where the search would choose it); reports the accuracy cost", bool, False),
             *budget_build_options(),
             *capture_build_options(),
-            BuildOption("max_perplexity_increase", "accuracy budget of a language model: its perplexity on held-out text at "
-                        "most this much (relative, 0.05 = 5%) above the float IR's", float, None),
+            perplexity_build_option(),
         ]
 
     def lower(self, program: "Program", **options: Any):

@@ -13,10 +13,19 @@ from dataclasses import dataclass
 
 from tpuedge.shared_ir.errors import BudgetError, UserError
 
-__all__ = ["LMBudget", "DEFAULT_MIN_TOKEN_AGREEMENT", "DEFAULT_MAX_PERPLEXITY_INCREASE", "lm_budget_error"]
+__all__ = ["LMBudget", "DEFAULT_MIN_TOKEN_AGREEMENT", "DEFAULT_MAX_PERPLEXITY_INCREASE", "lm_budget_error",
+           "perplexity_build_option"]
 
 DEFAULT_MIN_TOKEN_AGREEMENT = 0.90
 DEFAULT_MAX_PERPLEXITY_INCREASE = 0.05
+
+
+def perplexity_build_option():
+    """`--max-perplexity-increase`, one definition for every target that builds language models."""
+    from tpuedge.shared_ir.targets import BuildOption
+
+    return BuildOption("max_perplexity_increase", "accuracy budget of a language model: its perplexity on held-out text at "
+                       "most this much (relative, 0.05 = 5%) above the float IR's", float, None)
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ def make_build_command() -> click.Command:
         from tpuedge.command_inputs import model_arg as _model_arg
         from tpuedge.command_inputs import project_config as _config
         from tpuedge.command_inputs import target_arg as _target_arg
-        from tpuedge.model_spec import CAPTURE_OPTIONS, load_program, spec_name
+        from tpuedge.model_spec import CAPTURE_OPTIONS, is_model_folder, load_program, spec_name
         from tpuedge.shared_ir.generative.bundle import ProgramBundle
         from tpuedge.shared_ir.cache_keys import build_session
         from tpuedge.shared_ir.stage_times import write_stage_times
@@ -113,8 +113,10 @@ def make_build_command() -> click.Command:
             console.print(f"wrote {out}")
             return
         with build_session(enabled=not no_cache, limit=limit) as cache:  # a .pt2's snapshot is a stage too
-            if options.get("batch") and not spec.endswith(".pt2"):
-                # a factory's module can be re-traced at the batch asked for (a .pt2 only rebinds if its graph allows)
+            language_model = is_model_folder(spec) or any(options.get(k) for k in CAPTURE_OPTIONS)
+            if options.get("batch") and not spec.endswith(".pt2") and not language_model:
+                # a factory's module can be re-traced at the batch asked for (a .pt2 only rebinds if its graph allows);
+                # a language model's --batch is its TPU memory plan's, not its capture's
                 from tpuedge.cloud.batch_rebind import export_factory_at_batch
 
                 program = export_factory_at_batch(spec, options["batch"])

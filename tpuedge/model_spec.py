@@ -21,7 +21,7 @@ from typing import Any
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.sources import user_frame_from_traceback
 
-__all__ = ["load_factory", "load_module_and_inputs", "load_program", "spec_name", "CAPTURE_OPTIONS"]
+__all__ = ["load_factory", "load_module_and_inputs", "load_program", "spec_name", "CAPTURE_OPTIONS", "is_model_folder"]
 
 # build options read when the model is captured, not when it is lowered
 CAPTURE_OPTIONS = ("prefill_lengths", "cache_length", "buckets")
@@ -46,7 +46,7 @@ def spec_name(spec: str) -> str:
     The file/module stem; for generic stems ("model.py") the factory name without its
     build_/make_ prefix ("models.py:build_mlp" -> "mlp"), else the folder ("digits/model.py:build" -> "digits").
     """
-    if _is_model_folder(spec):
+    if is_model_folder(spec):
         return Path(spec).resolve().name.lower()
     where, _, factory = spec.rpartition(":") if ":" in spec else (spec, "", "")
     is_path = where.endswith((".py", ".pt2")) or "/" in where
@@ -124,7 +124,7 @@ def load_factory(spec: str):
     return fn
 
 
-def _is_model_folder(spec: str) -> bool:
+def is_model_folder(spec: str) -> bool:
     return Path(spec).is_dir() and (Path(spec) / "config.json").is_file()
 
 
@@ -223,7 +223,7 @@ def load_program(spec: str, capture: dict | None = None):
 
         with timed("load .pt2"):
             return Program.load(spec)
-    result = _load_hf_folder(spec) if _is_model_folder(spec) else _call_factory(spec)
+    result = _load_hf_folder(spec) if is_model_folder(spec) else _call_factory(spec)
     capture = capture or {}
     decoder = decoder_of(result)
     if decoder is not None:

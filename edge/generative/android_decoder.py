@@ -64,7 +64,8 @@ class AndroidDecoderLowered:
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.generative.decoder_artifact import LiteRTDecoderArtifact
         from tpuedge.edge.generative.bundle_tflite import float_bundle_tflite
-        from tpuedge.edge.generative.decoder_files import MODEL_FILE, decoder_manifest
+        from tpuedge.edge.generative.decoder_files import MODEL_FILE
+        from tpuedge.shared_ir.generative.decoder_manifest import decoder_manifest
         from tpuedge.edge.generative.decoder_accuracy import choose_and_measure
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.shared_ir.atomic import atomic_output_dir

@@ -87,7 +87,7 @@ class McuDecoderLowered:
         from tpuedge.edge.boards import budget_check
         from tpuedge.edge.c_array import model_data_cc, model_data_h
         from tpuedge.edge.child_process import spare_children
-        from tpuedge.edge.generative.decoder_files import decoder_manifest
+        from tpuedge.shared_ir.generative.decoder_manifest import decoder_manifest
         from tpuedge.edge.generative.mcu_decoder_artifact import McuDecoderArtifact
         from tpuedge.edge.generative.mcu_lm_budget import check_measured_fit
         from tpuedge.edge.generative.tflm_steps import LiteRTIntegerStepRunner, TflmStepRunner, decode_step_io, zero_cache

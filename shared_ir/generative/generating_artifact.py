@@ -90,7 +90,9 @@ def decoder_report_lines(manifest: dict, directory: Path) -> list[str]:
             lines.append(f"    {row['scheme']:<32} search top-1 {100 * search['top1_agreement']:.2f}% ppl "
                          f"{100 * search['perplexity_increase']:+.2f}%" + (
                              f"; held-out top-1 {100 * held['top1_agreement']:.2f}%" if held else ""))
-    if sizes:
+    if sizes and "tflite_bytes" not in sizes:  # cloud-tpu: float weights beside the exported steps
+        lines.append(f"  weights {sizes['weight_bytes'] / 2**20:.2f} MiB ({sizes.get('parameter_count', 0):,} parameters)")
+    elif sizes:
         lines.append(f"  size {sizes['tflite_bytes'] / 2**20:.2f} MiB (float {sizes.get('float_tflite_bytes', 0) / 2**20:.2f} MiB; "
                      f"{sizes.get('parameter_count', 0):,} parameters)")
     accuracy = manifest.get("accuracy") or {}

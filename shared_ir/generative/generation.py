@@ -27,7 +27,7 @@ import numpy as np
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.generative.decoder import DECODE, prefill_entry
 
-__all__ = ["StepRunner", "Sampling", "Generation", "generate", "prefill", "teacher_forced_logits", "plan_chunks"]
+__all__ = ["StepRunner", "Sampling", "Generation", "generate", "prefill", "teacher_forced_logits", "plan_chunks", "check_room"]
 
 
 class StepRunner(Protocol):
@@ -131,7 +131,7 @@ def prefill(runner: StepRunner, ids: list[int], cache: list, start: int = 0) -> 
     return cache, used
 
 
-def _check_room(prompt: int, new: int, cache_length: int) -> None:
+def check_room(prompt: int, new: int, cache_length: int) -> None:
     if prompt < 1:
         raise UserError("The prompt is empty: give at least one token (a non-empty --prompt).")
     if prompt + new > cache_length:
@@ -146,7 +146,7 @@ def generate(runner: StepRunner, prompt_ids: list[int], max_new_tokens: int, *, 
              stop_ids: tuple[int, ...] = ()) -> Generation:
     """New tokens after `prompt_ids`, up to `max_new_tokens` or a token of `stop_ids` (kept)."""
     prompt_ids = [int(i) for i in prompt_ids]
-    _check_room(len(prompt_ids), max_new_tokens, runner.cache_length)
+    check_room(len(prompt_ids), max_new_tokens, runner.cache_length)
     choose = sampling.chooser()
     begin = time.perf_counter()
     cache, chunks = prefill(runner, prompt_ids[:-1], runner.initial_cache())
@@ -172,7 +172,7 @@ def teacher_forced_logits(runner: StepRunner, ids: list[int], *, start: int = 1)
     [len(ids) - start, vocab] float32 for the tokens ids[start:]. The first `start - 1` tokens
     are prefilled (context only); each later one is a decode step."""
     ids = [int(i) for i in ids]
-    _check_room(len(ids), 0, runner.cache_length)
+    check_room(len(ids), 0, runner.cache_length)
     cache, _ = prefill(runner, ids[: start - 1], runner.initial_cache())
     rows = []
     for position in range(start - 1, len(ids) - 1):
