@@ -4,6 +4,7 @@
 lowers the shared IR to JAX, writes StableHLO and a portable jax.export blob (cpu + tpu), checks
 it on XLA:CPU against the Program, and — when libtpu is installed — compiles the forward (and
 with --train-step a data-parallel AdamW training step) for a real TPU slice without a TPU.
+A decoder bundle (a language model) builds through cloud/generative/decoder_build.py instead.
 """
 
 from __future__ import annotations
