@@ -177,6 +177,10 @@ from tpuedge.generate_command import generate_command  # noqa: E402  (click only
 
 cli.add_command(generate_command)
 
+from tpuedge.serve.command import serve_command  # noqa: E402  (click only)
+
+cli.add_command(serve_command)
+
 
 def _report_problem(exc: UserError) -> None:
     click.echo(f"error: {exc}", err=True)

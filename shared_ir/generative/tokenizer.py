@@ -37,8 +37,8 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return list(self._impl.encode(text).ids)
 
-    def decode(self, ids) -> str:
-        return self._impl.decode([int(i) for i in ids], skip_special_tokens=False)
+    def decode(self, ids, *, skip_special_tokens: bool = False) -> str:
+        return self._impl.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def token_text(self, token_id: int) -> str:
         return self._impl.id_to_token(int(token_id)) or ""
@@ -51,13 +51,28 @@ class Tokenizer:
         """`user_text` as one user turn in the model's chat template, ready for the assistant's reply."""
         if not self.chat_template:
             raise UserError("This model's tokenizer has no chat template; drop --chat and give the prompt as plain text.")
+        return self.render_chat([{"role": "user", "content": user_text}])
+
+    def render_chat(self, messages: list[dict]) -> str:
+        """`messages` ({"role": ..., "content": ...} each) in the model's chat template, ready for
+        the assistant's reply."""
+        if not self.chat_template:
+            raise UserError("This model's tokenizer has no chat template, so it can't read chat messages; "
+                            "give the prompt as plain text instead.")
         import jinja2
 
+        def raise_exception(message):  # what transformers' chat templates call on messages they refuse
+            raise UserError(f"The model's chat template refuses these messages: {message}")
+
         environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-        template = environment.from_string(self.chat_template)
-        return template.render(messages=[{"role": "user", "content": user_text}], add_generation_prompt=True,
-                               bos_token=self.token_text(self.bos_token_id) if self.bos_token_id is not None else "",
-                               eos_token=self.token_text(self.eos_token_ids[0]) if self.eos_token_ids else "")
+        environment.globals["raise_exception"] = raise_exception
+        try:
+            template = environment.from_string(self.chat_template)
+            return template.render(messages=messages, add_generation_prompt=True,
+                                   bos_token=self.token_text(self.bos_token_id) if self.bos_token_id is not None else "",
+                                   eos_token=self.token_text(self.eos_token_ids[0]) if self.eos_token_ids else "")
+        except jinja2.TemplateError as exc:
+            raise UserError(f"The model's chat template failed on these messages: {exc}") from None
 
     @property
     def digest(self) -> str:
