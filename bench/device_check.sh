@@ -5,8 +5,11 @@
 #   2. the cloud tests on XLA:GPU (JAX_PLATFORMS=cuda,cpu: the GPU is JAX's default backend, the
 #      CPU stays available for the build-time check that compares an artifact with torch on the host);
 #   3. train steps/s of tpuedge's jitted step against torch CUDA eager for the three bench models
-#      (bench/cloud_step.py --device cuda).
-# Writes OUT/device_check.json (the summary), OUT/cloud_tests.xml/.log, OUT/cloud_step_cuda.json, OUT/gpu.txt.
+#      (bench/cloud_step.py --device cuda);
+#   4. an LM's decode and prefill tokens/s on XLA:GPU: tpuedge's JAX decoder of SmolLM2-135M's shapes
+#      (random weights: nothing to download) at batch 1 and 8 (bench/llm_cloud.py --decode-only).
+# Writes OUT/device_check.json (the summary), OUT/cloud_tests.xml/.log, OUT/cloud_step_cuda.json,
+# OUT/llm_cloud_decode.json, OUT/gpu.txt.
 #
 #   bash bench/device_check.sh [OUT]        # OUT defaults to bench/results/device_check
 # Environment: PYTHON (3.11+, default python3), TPUEDGE_GPU_VENV (default .venv-gpu),
@@ -45,15 +48,20 @@ tail -n 15 "$OUT/cloud_tests.log"
 bench=0
 "$VENV/bin/python" bench/cloud_step.py --device cuda --no-compile --out "$OUT/cloud_step_cuda.json" || bench=$?
 
-"$VENV/bin/python" - "$OUT" "$tests" "$bench" <<'EOF'
+lm=0
+"$VENV/bin/python" bench/llm_cloud.py --decode-only --random-weights --batches 1,8 --tokens 64 \
+    --out "$OUT/llm_cloud_decode.json" || lm=$?
+
+"$VENV/bin/python" - "$OUT" "$tests" "$bench" "$lm" <<'EOF'
 import json, sys, xml.etree.ElementTree as ET
 from pathlib import Path
 
-out, tests_rc, bench_rc = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+out, tests_rc, bench_rc, lm_rc = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 suite = ET.parse(out / "cloud_tests.xml").getroot()
 suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
 counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
 bench = json.loads((out / "cloud_step_cuda.json").read_text()) if bench_rc == 0 else None
+lm = json.loads((out / "llm_cloud_decode.json").read_text()) if lm_rc == 0 else None
 summary = {
     "gpu": (out / "gpu.txt").read_text().strip().splitlines()[-1],
     "cloud_tests": {**counts, "exit_code": tests_rc},
@@ -63,8 +71,13 @@ summary = {
         for r in bench["rows"]
     ],
     "bench_exit_code": bench_rc,
+    "llm_decode": None if lm is None else {
+        "model": lm["model"], "device": lm["machine"]["jax_device"],
+        "rows": [{"batch": r["batch"], **{k: round(v, 1) for k, v in r["tpuedge"].items()}} for r in lm["speed"]],
+    },
+    "llm_exit_code": lm_rc,
 }
 (out / "device_check.json").write_text(json.dumps(summary, indent=2) + "\n")
 print(json.dumps(summary, indent=2))
 EOF
-[ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]
+[ "$tests" -eq 0 ] && [ "$bench" -eq 0 ] && [ "$lm" -eq 0 ]
