@@ -22,6 +22,7 @@ def atomic_write_path(path: Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o644)  # mkstemp's file is owner-only; the output is an ordinary file, as the folder's is
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
