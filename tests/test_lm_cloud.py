@@ -57,7 +57,7 @@ def test_greedy_tokens_match_torch_and_the_cache_is_donated(llama):
 
 
 def test_a_batch_of_ragged_prompts_decodes_each_as_alone(llama):
-    from tpuedge.cloud.generative.batch_engine import generate_batch
+    from tpuedge.shared_ir.generative.batch_engine import generate_batch
 
     bundle, decoder = llama
     prompts = _prompts()
@@ -66,7 +66,7 @@ def test_a_batch_of_ragged_prompts_decodes_each_as_alone(llama):
 
 
 def test_sampled_rows_keep_their_own_seed_and_rows_join_and_leave(llama):
-    from tpuedge.cloud.generative.batch_engine import BatchEngine, Request
+    from tpuedge.shared_ir.generative.batch_engine import BatchEngine, Request
 
     _, decoder = llama
     prompts = _prompts(3)
@@ -92,7 +92,7 @@ def test_sampled_rows_keep_their_own_seed_and_rows_join_and_leave(llama):
 
 
 def test_a_request_too_long_for_the_cache_is_refused_before_it_takes_a_row(llama):
-    from tpuedge.cloud.generative.batch_engine import BatchEngine, Request
+    from tpuedge.shared_ir.generative.batch_engine import BatchEngine, Request
 
     _, decoder = llama
     engine = BatchEngine(decoder, slots=1)
@@ -117,7 +117,7 @@ sys.path.insert(0, {fixtures!r})
 import tiny_lms
 from tpuedge.shared_ir.generative import export_decoder
 from tpuedge.cloud.generative.jax_decoder import JaxDecoder
-from tpuedge.cloud.generative.batch_engine import generate_batch
+from tpuedge.shared_ir.generative.batch_engine import generate_batch
 bundle = export_decoder(tiny_lms.model("qwen2"), prefill_lengths=(4, 8), cache_length=48)
 prompts = {prompts!r}
 out = {{}}
@@ -179,13 +179,16 @@ def test_cloud_build_generates_the_float_irs_tokens(cloud_build):
     prompt = "the cat sat on the mat and"
     ids = artifact.encode_prompt(prompt)
     assert artifact.generate(prompt, 12, stop_at_eos=False).token_ids == generate(bundle.reference(), ids, 12).new_ids
-    from tpuedge.cloud.generative.batch_engine import generate_batch
+    from tpuedge.shared_ir.generative.batch_engine import generate_batch
 
     prompts = _prompts(3)
     assert generate_batch(artifact.steps, prompts, 8) == [generate(bundle.reference(), p, 8).new_ids for p in prompts]
     code, stdout, err = run_cli("generate", str(out), "--prompt", prompt, "--max-new-tokens", "6")
     assert code == 0, err
     assert "tokens/s" in stdout
+    code, stdout, err = run_cli("verify", str(out), "--model", str(folder), "--min-top1", "0.99")
+    assert code == 0, err + stdout
+    assert "100.00%" in stdout
 
 
 def test_cloud_build_of_a_language_model_refuses_training_options(cloud_build):

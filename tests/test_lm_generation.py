@@ -107,3 +107,11 @@ def test_token_agreement_and_perplexity():
     nll = -np.log(np.exp(reference[0]) / np.exp(reference[0]).sum(1, keepdims=True))[np.arange(40), targets[0]]
     assert same.perplexity == pytest.approx(float(np.exp(nll.mean())), rel=1e-6)
     assert matching_prefix([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+
+
+def test_sampling_takes_any_top_k_and_a_tiny_temperature_and_refuses_a_negative_seed():
+    logits = np.array([0.5, 3.0, 1.0, -2.0], np.float32)
+    assert Sampling(temperature=0.7, top_k=50, seed=1).chooser()(logits) in range(4)  # top-k past the vocabulary: all
+    assert Sampling(temperature=1e-308, seed=1).chooser()(logits) == 1  # overflowing temperature: greedy's token
+    with pytest.raises(UserError, match="seed"):
+        Sampling(temperature=1.0, seed=-1)

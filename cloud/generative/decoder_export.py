@@ -73,7 +73,8 @@ class ExportedSteps:
 
     def new_cache(self, batch: int) -> tuple:
         dtype = jnp.dtype(self.spec.cache_dtype)
-        return tuple(jnp.zeros((batch, *shape[1:]), dtype) for shape in self.spec.cache_shapes)
+        # committed, as the steps' outputs are: the next call reuses their compile
+        return tuple(jax.device_put(jnp.zeros((batch, *shape[1:]), dtype), jax.devices()[0]) for shape in self.spec.cache_shapes)
 
     def prefill(self, cache: tuple, slot: int, entry: str, tokens, input_pos) -> tuple:
         step, buffers = (DECODE_ROW, DECODE) if entry == DECODE else (entry, entry)

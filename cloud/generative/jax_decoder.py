@@ -5,7 +5,7 @@ Each entry of the bundle (shared_ir/generative/capture.py) is one sequence's ste
 entry with the cloud interpreter (the weights converted once, shared by all entries) and
 vmaps it over a leading batch axis, so each row of a batch is its own sequence at its own
 positions: rows join, decode and leave independently (continuous batching,
-cloud/generative/batch_engine.py). Two jitted steps, the batched cache donated to both:
+shared_ir/generative/batch_engine.py). Two jitted steps, the batched cache donated to both:
 
     prefill(cache, slot, entry, tokens [1, n], input_pos [1, n]) -> cache
         one sequence's prompt chunk written into row `slot` of the batched cache;
@@ -124,8 +124,8 @@ class JaxDecoder:
         """Zero caches for `batch` sequences: [batch, kv_heads, positions, head_dim] each."""
         dtype = jnp.dtype(self.spec.cache_dtype)
         zeros = tuple(jnp.zeros((batch, *shape[1:]), dtype) for shape in self.spec.cache_shapes)
-        if self.mesh is None:
-            return zeros
+        if self.mesh is None:  # committed, as the steps' outputs are: the next call reuses their compile
+            return tuple(jax.device_put(z, jax.devices()[0]) for z in zeros)
         return tuple(jax.device_put(z, s) for z, s in zip(zeros, self._cache_shardings(batch)))
 
     def rows(self, values: np.ndarray, *, split: bool = True):

@@ -52,6 +52,8 @@ class Sampling:
     def __post_init__(self) -> None:
         if self.temperature < 0 or self.top_k < 0:
             raise UserError(f"temperature and top-k must be >= 0 (got {self.temperature}, {self.top_k}).")
+        if self.seed < 0:
+            raise UserError(f"the sampling seed is a non-negative integer (got {self.seed}).")
 
     def chooser(self):
         rng = np.random.default_rng(self.seed)
@@ -59,8 +61,11 @@ class Sampling:
         def choose(logits: np.ndarray) -> int:
             if self.temperature == 0:
                 return int(np.argmax(logits))
-            scaled = logits.astype(np.float64) / self.temperature
-            if self.top_k:
+            with np.errstate(over="ignore"):  # a temperature so small it overflows: the limit is greedy
+                scaled = logits.astype(np.float64) / self.temperature
+            if not np.isfinite(scaled.max()):
+                return int(np.argmax(logits))
+            if 0 < self.top_k < len(scaled):
                 cut = np.partition(scaled, -self.top_k)[-self.top_k]
                 scaled = np.where(scaled >= cut, scaled, -np.inf)
             probs = np.exp(scaled - scaled.max())

@@ -1,6 +1,6 @@
 """One thread steps the continuous-batching engine; HTTP handlers only enqueue and read.
 
-The engine (cloud/generative/batch_engine.py) is single-threaded. `EngineDriver.submit` queues a
+The engine (shared_ir/generative/batch_engine.py) is single-threaded. `EngineDriver.submit` queues a
 request and returns a `Submission` whose `events` queue receives each new token id, then `DONE`
 (or the exception that ended it). Between decode steps the thread admits waiting requests into
 free rows, so a request joins a running batch at the next step and leaves it on its own.
@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tpuedge.cloud.generative.batch_engine import BatchEngine, Request
+from tpuedge.shared_ir.generative.batch_engine import BatchEngine, Request
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.generative.generation import Sampling
 

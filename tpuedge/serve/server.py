@@ -104,7 +104,7 @@ def open_server(artifact, *, host: str = "127.0.0.1", port: int = 8000, slots: i
 
 
 def _engine(artifact, slots: int, threads: int):
-    from tpuedge.cloud.generative.batch_engine import BatchEngine
+    from tpuedge.shared_ir.generative.batch_engine import BatchEngine
     from tpuedge.cloud.generative.decoder_artifact import CloudDecoderArtifact
 
     if isinstance(artifact, CloudDecoderArtifact):

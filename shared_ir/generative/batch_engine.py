@@ -1,8 +1,9 @@
 """Continuous batching: sequences join a running batch, decode together and leave on their own.
 
-`BatchEngine` holds one batched KV cache of `slots` rows over a decoder's steps (a JaxDecoder,
-or a cloud-tpu artifact's exported steps: anything with `spec`, `new_cache(batch)`,
-`prefill(cache, slot, entry, tokens, input_pos)` and `decode(cache, tokens, input_pos)`).
+`BatchEngine` holds one batched KV cache of `slots` rows over a decoder's steps: anything with
+`spec`, `new_cache(batch)`, `prefill(cache, slot, entry, tokens, input_pos)` and
+`decode(cache, tokens, input_pos) -> (logits [B, vocab], greedy [B], cache)` (cloud-tpu's
+JaxDecoder and exported steps; android's one-row LiteRT steps in tpuedge/serve).
 
 - `add(request)` prefills the request's prompt into a free row (the prompt's chunks planned as
   in shared_ir/generative/generation.py, its last token left for the first decode step), or
