@@ -34,9 +34,17 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "needs_libtpu: compiles for a TPU without one; skipped, with the reason, when libtpu is missing")
 
 
+SLOW_TESTS = ROOT / "tests" / "slow_tests.txt"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(config, items):
-    """Tests marked needs_libtpu skip with the reason instead of failing where libtpu is missing
+    """The tests listed in slow_tests.txt are marked slow. Tests marked needs_libtpu skip with the reason instead of failing where libtpu is missing
     (a base install without the `tpu` extra, or TPUEDGE_LIBTPU=off)."""
+    listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
     marked = [item for item in items if item.get_closest_marker("needs_libtpu")]
     reason = libtpu_missing_reason() if marked else None
     for item in marked if reason else ():
