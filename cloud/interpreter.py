@@ -298,12 +298,16 @@ def to_jax(program: Any, *, weights_from: JaxProgram | None = None) -> JaxProgra
     buffers: dict[str, jax.Array] = {}
     consts: dict[str, jax.Array] = {}
     slots: list[_Slot] = []
+    tied: dict[int, jax.Array] = {}
     user_specs: list[TensorSpec] = []
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     for spec in sig.input_specs:
         if spec.kind == InputKind.PARAMETER:
             shared = weights_from.params.get(spec.target) if weights_from is not None else None
+            if shared is None:  # a tied parameter (one tensor under two names) becomes one array
+                shared = tied.get(id(state[spec.target]))
             params[spec.target] = shared if shared is not None else host_to_jax(state[spec.target], spec.target)
+            tied[id(state[spec.target])] = params[spec.target]
             slots.append(_Slot("param", spec.target))
         elif spec.kind == InputKind.BUFFER:
             value = state[spec.target] if spec.target in state else constants[spec.target]

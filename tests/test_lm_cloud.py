@@ -49,6 +49,7 @@ def test_decode_in_jax_gives_torchs_logits():
 
 def test_greedy_tokens_match_torch_and_the_cache_is_donated(llama):
     bundle, decoder = llama
+    assert decoder.weight_bytes == 4 * bundle.parameter_count  # the tied embedding table and LM head once
     prompt = _prompts(1, (13,))[0]
     assert generate(decoder.step_runner(), prompt, 20).new_ids == generate(bundle.reference(), prompt, 20).new_ids
     cache = decoder.new_cache(2)
@@ -157,6 +158,7 @@ def test_cloud_build_writes_each_step_and_measures_it_on_xla(cloud_build):
     assert manifest["jax_export"]["steps"] == steps
     assert {f"{s}.jax_export" for s in steps} | {f"{s}.stablehlo.mlir" for s in steps} <= set(manifest["files"])
     assert "tpu" in manifest["jax_export"]["platforms"]
+    assert manifest["sizes"]["weight_bytes"] == 4 * manifest["sizes"]["parameter_count"]  # tied table stored once
     held = manifest["accuracy"]["runtime_vs_float_ir"]
     assert held["top1_agreement"] == 1.0 and held["positions"] >= 256
     assert manifest["accuracy"]["greedy"]["all_identical"]

@@ -35,11 +35,27 @@ __all__ = ["JaxDecoder", "JaxStepRunner", "batched_step", "DECODE_ROW"]
 DECODE_ROW = "decode_row"
 
 
-def batched_step(jax_program, entry: str):
+def tied_names(params: dict) -> tuple[dict, dict[str, str]]:
+    """(each array once under its first name, {other name: that first name}): a tied embedding
+    table and LM head are one array, passed to the steps, exported and stored once."""
+    first: dict[int, str] = {}
+    unique, aliases = {}, {}
+    for name, value in params.items():
+        if id(value) in first:
+            aliases[name] = first[id(value)]
+        else:
+            first[id(value)] = name
+            unique[name] = value
+    return unique, aliases
+
+
+def batched_step(jax_program, entry: str, aliases: dict[str, str] | None = None):
     """One entry's pure step over a batch: (params, buffers, tokens [B, T], input_pos [B, T],
-    cache tuple of [B, ...]) -> (logits [B, T, vocab] or None for a prefill entry, cache tuple)."""
+    cache tuple of [B, ...]) -> (logits [B, T, vocab] or None for a prefill entry, cache tuple).
+    `params` holds a tied array once; `aliases` names it again for the graph."""
 
     def one(params, buffers, tokens, input_pos, cache):
+        params = {**params, **{alias: params[name] for alias, name in (aliases or {}).items()}}
         _, outputs = jax_program(params, buffers, tokens[None], input_pos, *(c[None] for c in cache))
         new_cache = tuple(c[0] for c in outputs[-len(cache):])
         return (outputs[0][0] if entry == DECODE else None), new_cache
@@ -85,10 +101,11 @@ class JaxDecoder:
             self.programs[entry] = to_jax(bundle.entries[entry], weights_from=first)
             first = first or self.programs[entry]
         self.mesh = parse_serving_mesh(mesh)
-        self.params = self._place_weights(first.params)
+        unique, self.aliases = tied_names(first.params)
+        self.params = self._place_weights(unique)
         self.buffers = {entry: self._replicate(p.buffers) for entry, p in self.programs.items()}
         for program in self.programs.values():  # the entries' own copies would pin unsharded weights
-            program.params = self.params
+            program.params = {}
         self._jitted: dict[str, Any] = {}
 
     # ---- placement ------------------------------------------------------------------------
@@ -147,7 +164,7 @@ class JaxDecoder:
         if key not in self._jitted:
             if entry not in self.programs:
                 raise UserError(f"{self.name} has no entry {entry!r}; its entries are {', '.join(self.programs)}.")
-            step = batched_step(self.programs[entry], entry)
+            step = batched_step(self.programs[entry], entry, self.aliases)
             function = decode_fn(step) if kind == "batch" else prefill_fn(step, self._row_shardings())
             self._jitted[key] = jax.jit(function, donate_argnums=(2,))
         return self._jitted[key]
@@ -163,7 +180,7 @@ class JaxDecoder:
     def pure_steps(self) -> dict[str, Any]:
         """The un-jitted steps by export name: "decode" (every row), each prefill entry into one
         row, and "decode_row" (decode into one row: a prompt's end where no prefill entry fits)."""
-        steps = {entry: batched_step(program, entry) for entry, program in self.programs.items()}
+        steps = {entry: batched_step(program, entry, self.aliases) for entry, program in self.programs.items()}
         named = {entry: (decode_fn if entry == DECODE else prefill_fn)(step) for entry, step in steps.items()}
         named[DECODE_ROW] = prefill_fn(steps[DECODE])
         return named
