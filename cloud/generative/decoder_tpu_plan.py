@@ -4,9 +4,9 @@ The decode step (jax_decoder.py) is compiled by the real XLA:TPU compiler over e
 the slice, tensor-parallel ("model" axis: weights and KV heads split as in serving_mesh.py), at
 a stated batch and the capture's cache length. The report gives, per device, the weights, the
 KV cache and the compiler's own total (arguments + outputs - donated aliases + temporaries +
-code), and the largest batch whose total fits the device's HBM: estimated from the compiled
-batch (the cache and the temporaries grow with the batch, the weights do not) and confirmed by
-compiling at that batch.
+code), and the largest batch whose total fits the device's HBM: what a sequence adds is read
+from compiles at the stated batch and twice it, and the batch that allows is confirmed by its
+own compile.
 """
 
 from __future__ import annotations
@@ -90,25 +90,29 @@ def decoder_tpu_plan(decoder, choice, batch: int) -> tuple[dict | None, dict]:
         "notes": ("Per-device figures of the decode step compiled by XLA:TPU without a TPU, tensor-parallel over the "
                   "slice's devices (weights and KV heads split). total_bytes = arguments + outputs - donated aliases + "
                   "temporaries + code. largest_batch: the largest batch whose compiled total fits the device's HBM "
-                  "(estimated from the stated batch, confirmed by its own compile). Compile times vary between builds."),
+                  "(per_sequence_bytes from compiles at the stated batch and twice it, confirmed by its own compile). Compile times vary between builds."),
     }
     return plan, {**status, "status": "compiled", "report": TPU_PLAN_FILE,
                   "largest_batch": largest.get("batch")}
 
 
 def _largest_batch(target, decoder, mesh, at_batch: dict, device_hbm: int) -> dict:
-    """Estimate from the compiled batch, then compile there (and below, while it does not fit)."""
-    total = at_batch["hbm_per_device"]["total_bytes"]
+    """The bytes a sequence adds, from the compiled batch and twice it (weights, code and the
+    temporaries that do not grow with the batch, e.g. a matmul's copy of its weights, are the
+    rest); the largest batch they allow is then compiled, and below while it does not fit."""
     batch = at_batch["batch"]
-    fixed = at_batch["weight_bytes_per_device"] + at_batch["hbm_per_device"]["generated_code_bytes"]
-    per_sequence = max(1, (total - fixed) / batch)
+    total = at_batch["hbm_per_device"]["total_bytes"]
+    doubled = _compile_decode(target, decoder, mesh, 2 * batch)["hbm_per_device"]["total_bytes"]
+    per_sequence = max(1.0, (doubled - total) / batch)
+    fixed = total - batch * per_sequence
     estimate = min(_BATCH_CAP, max(1, math.floor((device_hbm - fixed) / per_sequence)))
     for _ in range(4):
         report = _compile_decode(target, decoder, mesh, estimate)
         used = report["hbm_per_device"]["total_bytes"]
         if used <= device_hbm or estimate == 1:
             return {"batch": estimate, "fits": used <= device_hbm, "capped": estimate == _BATCH_CAP, "total_bytes": used,
-                    "fraction_of_device_hbm": used / device_hbm, "estimated_per_sequence_bytes": int(per_sequence)}
+                    "fraction_of_device_hbm": used / device_hbm, "per_sequence_bytes": int(per_sequence),
+                    "fixed_bytes": int(fixed)}
         estimate = max(1, math.floor(estimate * device_hbm / used))
     return {"batch": None, "fits": False, "note": "no batch found to fit within four compiles"}
 
