@@ -21,6 +21,8 @@ from tpuedge.shared_ir.generative.generation import Sampling
 
 __all__ = ["EngineDriver", "Submission", "DONE", "ServerClosing"]
 
+_CLOSE_WAIT_S = 10.0
+
 DONE = object()
 
 
@@ -92,8 +94,8 @@ class EngineDriver:
         with self._wake:
             self._closing = True
             self._wake.notify()
-        if self._thread is not None:
-            self._thread.join()
+        if self._thread is not None:  # a step stuck in a runtime must not hold the shutdown: the thread is a daemon
+            self._thread.join(timeout=_CLOSE_WAIT_S)
         with self._wake:
             left = [*self._pending, *self._running.values()]
             self._pending.clear()
