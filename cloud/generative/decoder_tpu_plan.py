@@ -5,8 +5,9 @@ the slice, tensor-parallel ("model" axis: weights and KV heads split as in servi
 a stated batch and the capture's cache length. The report gives, per device, the weights, the
 KV cache and the compiler's own total (arguments + outputs - donated aliases + temporaries +
 code), and the largest batch whose total fits the device's HBM: what a sequence adds is read
-from compiles at the stated batch and twice it, and the batch that allows is confirmed by its
-own compile.
+from compiles at the stated batch and twice it; the batch that allows is compiled, rescaled by
+the HBM it leaves or misses and compiled again (four compiles at most), and the largest batch
+that fit is reported.
 """
 
 from __future__ import annotations
@@ -99,22 +100,27 @@ def decoder_tpu_plan(decoder, choice, batch: int) -> tuple[dict | None, dict]:
 def _largest_batch(target, decoder, mesh, at_batch: dict, device_hbm: int) -> dict:
     """The bytes a sequence adds, from the compiled batch and twice it (weights, code and the
     temporaries that do not grow with the batch, e.g. a matmul's copy of its weights, are the
-    rest); the largest batch they allow is then compiled, and below while it does not fit."""
+    rest); the batch they allow is compiled, then rescaled by the HBM it leaves or misses."""
     batch = at_batch["batch"]
     total = at_batch["hbm_per_device"]["total_bytes"]
     doubled = _compile_decode(target, decoder, mesh, 2 * batch)["hbm_per_device"]["total_bytes"]
     per_sequence = max(1.0, (doubled - total) / batch)
     fixed = total - batch * per_sequence
     estimate = min(_BATCH_CAP, max(1, math.floor((device_hbm - fixed) / per_sequence)))
-    for _ in range(4):
-        report = _compile_decode(target, decoder, mesh, estimate)
-        used = report["hbm_per_device"]["total_bytes"]
-        if used <= device_hbm or estimate == 1:
-            return {"batch": estimate, "fits": used <= device_hbm, "capped": estimate == _BATCH_CAP, "total_bytes": used,
-                    "fraction_of_device_hbm": used / device_hbm, "per_sequence_bytes": int(per_sequence),
-                    "fixed_bytes": int(fixed)}
-        estimate = max(1, math.floor(estimate * device_hbm / used))
-    return {"batch": None, "fits": False, "note": "no batch found to fit within four compiles"}
+    best, tried = None, set()
+    for _ in range(4):  # each compile rescales the batch by the HBM left or missing; the largest that fits is kept
+        tried.add(estimate)
+        used = _compile_decode(target, decoder, mesh, estimate)["hbm_per_device"]["total_bytes"]
+        if used <= device_hbm and (best is None or estimate > best[0]):
+            best = (estimate, used)
+        following = min(_BATCH_CAP, max(1, math.floor(estimate * device_hbm / used)))
+        if following in tried or (best is not None and following <= best[0]) or used / device_hbm > 0.98 and used <= device_hbm:
+            break
+        estimate = following
+    if best is None:
+        return {"batch": None, "fits": False, "note": "no batch found to fit within four compiles"}
+    return {"batch": best[0], "fits": True, "capped": best[0] == _BATCH_CAP, "total_bytes": best[1],
+            "fraction_of_device_hbm": best[1] / device_hbm, "per_sequence_bytes": int(per_sequence), "fixed_bytes": int(fixed)}
 
 
 def describe_decoder_tpu_plan(plan: dict | None, status: dict) -> list[str]:
