@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from pathlib import Path
 
 from tpuedge.shared_ir.artifact import Artifact
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.generative.decoder import DecoderSpec
 from tpuedge.shared_ir.generative.generating_artifact import GeneratingArtifact, decoder_report_lines
 
 __all__ = ["CloudDecoderArtifact"]
@@ -18,16 +16,6 @@ __all__ = ["CloudDecoderArtifact"]
 class CloudDecoderArtifact(GeneratingArtifact, Artifact):
     runtime_name = "XLA (cloud-tpu)"
     layer_runtime = None
-
-    def __init__(self, directory: Path, manifest: dict):
-        super().__init__(directory, manifest)
-        self.decoder_spec = DecoderSpec.from_json(manifest["decoder"])
-
-    @cached_property
-    def tokenizer(self):
-        from tpuedge.shared_ir.generative.tokenizer import Tokenizer
-
-        return Tokenizer.read(self.directory)
 
     @cached_property
     def steps(self):

@@ -4,11 +4,9 @@ signatures, its tokenizer, manifest.json), generating text in the LiteRT interpr
 from __future__ import annotations
 
 from functools import cached_property
-from pathlib import Path
 
 from tpuedge.shared_ir.artifact import Artifact
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.generative.decoder import DecoderSpec
 from tpuedge.shared_ir.generative.generating_artifact import GeneratingArtifact, decoder_report_lines
 
 __all__ = ["LiteRTDecoderArtifact"]
@@ -17,16 +15,6 @@ __all__ = ["LiteRTDecoderArtifact"]
 class LiteRTDecoderArtifact(GeneratingArtifact, Artifact):
     runtime_name = "LiteRT (android)"
     layer_runtime = None
-
-    def __init__(self, directory: Path, manifest: dict):
-        super().__init__(directory, manifest)
-        self.decoder_spec = DecoderSpec.from_json(manifest["decoder"])
-
-    @cached_property
-    def tokenizer(self):
-        from tpuedge.shared_ir.generative.tokenizer import Tokenizer
-
-        return Tokenizer.read(self.directory)
 
     @cached_property
     def tflite(self) -> bytes:

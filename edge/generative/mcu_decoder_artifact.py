@@ -8,7 +8,6 @@ from pathlib import Path
 
 from tpuedge.shared_ir.artifact import Artifact
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.generative.decoder import DecoderSpec
 from tpuedge.shared_ir.generative.generating_artifact import GeneratingArtifact, decoder_report_lines
 
 __all__ = ["McuDecoderArtifact"]
@@ -17,18 +16,6 @@ __all__ = ["McuDecoderArtifact"]
 class McuDecoderArtifact(GeneratingArtifact, Artifact):
     runtime_name = "TFLite-Micro (mcu)"
     layer_runtime = None
-
-    def __init__(self, directory: Path, manifest: dict):
-        super().__init__(directory, manifest)
-        # the spec as captured (its prefill lengths let `verify` capture the same bundle again);
-        # the build holds the decode step only, and its runner prefills through it
-        self.decoder_spec = DecoderSpec.from_json(manifest["decoder"])
-
-    @cached_property
-    def tokenizer(self):
-        from tpuedge.shared_ir.generative.tokenizer import Tokenizer
-
-        return Tokenizer.read(self.directory)
 
     @property
     def tflite_path(self) -> Path:

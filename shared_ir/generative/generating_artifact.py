@@ -8,6 +8,8 @@ StepRunner: text in, text out, with the timings `tpuedge generate` prints.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +43,18 @@ class GeneratedText:
 
 
 class GeneratingArtifact:
-    """Mixin: the artifact defines `decoder_spec`, `tokenizer` and `step_runner(num_threads)`."""
+    """Mixin before `Artifact`: the decoder spec and tokenizer read from the build folder; the
+    artifact defines `step_runner(num_threads)`."""
 
-    decoder_spec: DecoderSpec
-    tokenizer: Any
+    def __init__(self, directory, manifest: dict):
+        super().__init__(directory, manifest)
+        self.decoder_spec = DecoderSpec.from_json(manifest["decoder"])
+
+    @cached_property
+    def tokenizer(self):
+        from tpuedge.shared_ir.generative.tokenizer import Tokenizer
+
+        return Tokenizer.read(self.directory)
 
     def step_runner(self, num_threads: int = 1):
         raise NotImplementedError
