@@ -192,30 +192,16 @@ def greedy_check(dec, hf, tokenizer, n: int, cache_length: int) -> dict:
 def lora_rows(folder: Path, batch: int, sequence: int, steps: int) -> dict:
     import jax
     import torch
-    import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
     import tpuedge.cloud as tc
-
-    class Logits(torch.nn.Module):
-        """The causal LM as a plain forward: token ids -> logits."""
-
-        def __init__(self, lm):
-            super().__init__()
-            self.lm = lm
-
-        def forward(self, ids):
-            return self.lm(ids, use_cache=False).logits
-
-    class NextTokenLoss(torch.nn.Module):
-        def forward(self, logits, ids):
-            return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+    from tpuedge.cloud.causal_lm import CausalLMLogits, NextTokenLoss
 
     ids = torch.randint(3, 300, (batch, sequence), generator=torch.Generator().manual_seed(0))
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     rows = {}
 
-    model = Logits(copy.deepcopy(hf)).eval()
+    model = CausalLMLogits(copy.deepcopy(hf)).eval()
     started = time.perf_counter()
     step = tc.train_step(model, NextTokenLoss(), torch.optim.AdamW(model.parameters(), lr=1e-4), (ids, ids),
                          lora=tc.LoraConfig(rank=8, targets=("q_proj", "v_proj")))

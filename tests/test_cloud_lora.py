@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tiny_lms
 import torch
-import torch.nn.functional as F
 
 import tpuedge
 import tpuedge.cloud
+from tpuedge.cloud.causal_lm import CausalLMLogits, NextTokenLoss
 from tpuedge.cloud import LoraConfig
 from tpuedge.cloud.safetensors_file import write_safetensors
 from tpuedge.shared_ir.errors import UserError
@@ -21,26 +21,10 @@ CONFIG = LoraConfig(rank=4, alpha=8.0, targets=("q_proj", "self_attn.v_proj"))
 STEPS = 30
 
 
-class Logits(torch.nn.Module):
-    """A causal LM as a plain forward: token ids -> logits."""
-
-    def __init__(self, lm):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, ids):
-        return self.lm(ids, use_cache=False).logits
-
-
-class NextTokenLoss(torch.nn.Module):
-    def forward(self, logits, ids):
-        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
-
-
 @pytest.fixture(scope="module")
 def model_and_ids():
     ids = torch.randint(3, tiny_lms.VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
-    return Logits(tiny_lms.model("llama")).eval(), ids
+    return CausalLMLogits(tiny_lms.model("llama")).eval(), ids
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +129,7 @@ def test_targets_and_options_that_cannot_work_are_user_errors(model_and_ids):
     def build(lora, **kwargs):
         return tpuedge.cloud.train_step(model, NextTokenLoss(), kwargs.pop("opt", opt), (ids, ids), lora=lora, **kwargs)
 
-    with pytest.raises(UserError, match=r"'qproj' match no module of Logits.*q_proj, k_proj, v_proj, o_proj, gate_proj"):
+    with pytest.raises(UserError, match=r"'qproj' match no module of CausalLMLogits.*q_proj, k_proj, v_proj, o_proj, gate_proj"):
         build(LoraConfig(targets=("q_proj", "qproj")))
     with pytest.raises(UserError, match=r"'input_layernorm' names weights that are not 2-D .*\[64\]"):
         build(LoraConfig(targets=("input_layernorm",)))

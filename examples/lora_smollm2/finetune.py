@@ -34,6 +34,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tpuedge.cloud.causal_lm import CausalLMLogits
+
 HERE = Path(__file__).resolve().parent
 COLORS = ("red", "blue", "green", "yellow", "purple", "orange", "pink", "brown",
           "black", "white", "gray", "silver", "gold", "navy", "teal", "olive")
@@ -89,17 +91,6 @@ def training_arrays(tokenizer, examples: list[Example]) -> tuple[np.ndarray, np.
         ids[i, : len(prompt) + len(answer)] = prompt + answer
         labels[i, len(prompt): len(prompt) + len(answer)] = answer
     return ids, labels
-
-
-class Logits(torch.nn.Module):
-    """The causal LM as a plain forward, token ids -> logits (what train_step captures)."""
-
-    def __init__(self, lm):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, ids):
-        return self.lm(ids, use_cache=False).logits
 
 
 class AnswerLoss(torch.nn.Module):
@@ -193,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # ---- LoRA training on the cloud backend -----------------------------------------------------
     mark = time.perf_counter()
-    model = Logits(lm)
+    model = CausalLMLogits(lm)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
     first = torch.from_numpy(ids[: args.batch]), torch.from_numpy(labels[: args.batch])
