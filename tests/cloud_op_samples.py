@@ -12,7 +12,7 @@ import torch
 
 import tpuedge.shared_ir.generative.cache_ops  # noqa: F401  (registers torch.ops.tpuedge.cache_write)
 
-__all__ = ["Sample", "S", "Gen", "SAMPLES", "SKIPS", "INF"]
+__all__ = ["Sample", "S", "Gen", "SAMPLES", "ASSERTION_OPS", "INF"]
 
 INF = float("inf")
 
@@ -333,7 +333,7 @@ SAMPLES.update({
 })
 
 # Ops with no value to compare against torch eager, each with why.
-SKIPS = {
+ASSERTION_OPS = {
     "aten._assert_tensor_metadata.default": "graph assertion with no value (static shapes make it true)",
     "aten._assert_scalar.default": "graph assertion with no value (static shapes make it true)",
     "aten._assert_async.msg": "data-dependent range check of a decomposition (F.one_hot): no value; tests/test_passes_one_hot.py",

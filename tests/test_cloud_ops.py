@@ -1,8 +1,8 @@
 """Per-op numerical tests of the cloud-tpu ATen -> JAX table, GENERATED from the registry.
 
 Every key in `LOWERINGS` has samples here (torch eager vs the lowering, float32 random inputs),
-a statistical check (random ops), or a skip with its reason; `test_every_lowering_is_tested`
-fails when a new lowering arrives without one. Tolerances: float results within
+a statistical check (random ops), or, for graph assertions, a check that they have no value;
+`test_every_lowering_is_tested` fails when a new lowering arrives without one. Tolerances: float results within
 atol=1e-5, rtol=1e-5 unless the sample states more (matmul/conv-like ops 1e-4; accumulated
 reductions 2e-5); ints and bools exactly. Gradients (vjp against torch autograd with a random
 cotangent) within atol=rtol=1e-4 for every float sample whose op torch can differentiate.
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from cloud_op_samples import SAMPLES, SKIPS, Gen
+from cloud_op_samples import SAMPLES, ASSERTION_OPS, Gen
 from tpuedge.cloud.interpreter import host_to_jax
 from tpuedge.cloud.lowerings import LOWERINGS, is_random_op, jax_dtype
 
@@ -181,7 +181,7 @@ NUMERIC_KEYS = sorted(k for k in LOWERINGS.keys() if k in SAMPLES)
 
 def test_every_lowering_is_tested():
     keys = set(LOWERINGS.keys())
-    covered = set(SAMPLES) | set(SKIPS) | set(RANDOM_CHECKS)
+    covered = set(SAMPLES) | set(ASSERTION_OPS) | set(RANDOM_CHECKS)
     assert keys - covered == set(), f"lowerings without samples, random checks or skips: {sorted(keys - covered)}"
     assert covered - keys == set(), f"samples for ops that are not registered: {sorted(covered - keys)}"
     assert all(is_random_op(LOWERINGS.lookup(k)) for k in RANDOM_CHECKS)
@@ -213,6 +213,19 @@ def test_random_op_statistics(key):
     RANDOM_CHECKS[key](fn, jax.random.PRNGKey(7))
 
 
-@pytest.mark.parametrize("key", sorted(SKIPS))
-def test_skipped_op(key):
-    pytest.skip(SKIPS[key])
+_TRUE_ASSERTION_ARGS = {  # each assertion op with arguments that hold, for torch and the lowering alike
+    "aten._assert_tensor_metadata.default": lambda t: ((t,), {"size": [2, 3], "dtype": torch.float32}),
+    "aten._assert_scalar.default": lambda t: ((True, "holds"), {}),
+    "aten._assert_async.msg": lambda t: ((torch.tensor(True), "holds"), {}),
+    "aten._assert_async.default": lambda t: ((torch.tensor(True),), {}),
+}
+
+
+@pytest.mark.parametrize("key", sorted(ASSERTION_OPS))
+def test_an_assertion_op_lowers_to_no_value(key):
+    # assertions have no value in torch either; the lowering must not invent one
+    args, kwargs = _TRUE_ASSERTION_ARGS[key](torch.zeros(2, 3))
+    namespace, name, overload = key.split(".")
+    assert getattr(getattr(getattr(torch.ops, namespace), name), overload)(*args, **kwargs) is None
+    jax_args = tuple(host_to_jax(a) if isinstance(a, torch.Tensor) else a for a in args)
+    assert LOWERINGS.lookup(key)(*jax_args, **kwargs) is None
