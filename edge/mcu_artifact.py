@@ -47,12 +47,41 @@ class McuArtifact:
     def recommended_arena_bytes(self) -> int:
         return int(self.manifest["arena"]["recommended_bytes"])
 
-    def run(self, *inputs: Any) -> list[np.ndarray]:
-        """Float in, float out, in TFLite-Micro (int8 I/O quantized with the tensors' parameters)."""
-        from tpuedge.edge.tflm_runtime import TflmRunner
-        from tpuedge.shared_ir.tensors import validate_inputs
+    @property
+    def ir_inputs(self) -> list:
+        """The inputs in the model's own layout (the IR signature): NCHW where the device takes NHWC."""
+        from tpuedge.shared_ir.tensors import TensorSpec
 
-        arrays = validate_inputs(self.inputs, inputs, f"mcu artifact {self.directory}")
+        if self.manifest.get("layout") != "NHWC":
+            return self.inputs
+        return [TensorSpec(s.name, _nchw(s.shape), s.dtype) if _is_image(s) else s for s in self.inputs]
+
+    def run(self, *inputs: Any) -> list[np.ndarray]:
+        """Float in, float out, in TFLite-Micro (int8 I/O quantized with the tensors' parameters).
+
+        Takes each input in the model's layout (NCHW as exported), transposed here to the NHWC
+        the device reads, or already NHWC where its shape says so (a shape both layouts share,
+        C = H = W, is read as the model's)."""
+        from tpuedge.edge.tflm_runtime import TflmRunner
+        from tpuedge.shared_ir.tensors import to_numpy, validate_inputs
+
+        device, model = self.inputs, self.ir_inputs
+        given = [to_numpy(x) for x in inputs]
+        # an input already in the device's layout passes as it is; every other one is read as the model's
+        nhwc_given = [d != m and _fits(d, x.shape) and not _fits(m, x.shape) for d, m, x in zip(device, model, given)]
+        nhwc_given += [False] * (len(model) - len(nhwc_given))
+        specs = [d if nhwc else m for d, m, nhwc in zip(device, model, nhwc_given)]
+        where = f"mcu artifact {self.directory}"
+        wrong = [f"input {m.name!r} has shape {list(x.shape)}; it takes {list(m.shape)} (the model's NCHW, transposed "
+                 f"on the host) or {list(d.shape)} (NHWC, as the device and model_data.h take it)"
+                 for d, m, x in zip(device, model, given) if d != m and not _fits(d, x.shape) and not _fits(m, x.shape)]
+        if wrong and len(given) == len(model):
+            from tpuedge.shared_ir.errors import UserError
+
+            raise UserError(f"{where}: " + "; ".join(wrong) + ". Feed arrays of the shapes the model was exported with.")
+        arrays = validate_inputs(specs, given, where)
+        arrays = [a if nhwc or d == m else np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+                  for a, d, m, nhwc in zip(arrays, device, model, nhwc_given)]
         if self._runner is None:
             self._runner = TflmRunner(self.tflite_path.read_bytes(), self.recommended_arena_bytes, source=self.tflite_path)
         return self._runner.run(arrays)
@@ -111,3 +140,17 @@ class McuArtifact:
 
     def __repr__(self) -> str:
         return f"McuArtifact({str(self.directory)!r})"
+
+
+def _is_image(spec) -> bool:
+    """The inputs a channels-last build takes NHWC: rank-4 float (edge/channels_last.py)."""
+    return len(spec.shape) == 4 and spec.dtype.startswith("float")
+
+
+def _nchw(shape) -> tuple:
+    n, h, w, c = shape
+    return (n, c, h, w)
+
+
+def _fits(spec, shape) -> bool:
+    return len(shape) == len(spec.shape) and all(not isinstance(e, int) or e == a for e, a in zip(spec.shape, shape))

@@ -76,3 +76,24 @@ def test_mcu_layout_default_nhwc_and_nchw_on_request(cnn, tmp_path, channels_las
     got = art.run(x.transpose(0, 2, 3, 1) if channels_last else x)[0]
     ref = program.run(x)[0]
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
+
+
+def test_mcu_artifact_takes_the_models_own_layout(cnn, tmp_path):
+    """`tpuedge.load(dir).run(x)` with the NCHW array the model was exported with: transposed on
+    the host to the NHWC the device takes; an NHWC array is taken as it is; any other shape is one
+    error naming both layouts."""
+    from tpuedge.shared_ir.errors import UserError
+
+    program, cal = cnn
+    tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=cal)
+    art = tpuedge.load(tmp_path / "mcu")
+    assert [list(s.shape) for s in art.inputs] == [[1, 8, 8, 3]]  # the device's (and the C header's) layout
+    assert [list(s.shape) for s in art.ir_inputs] == [[1, 3, 8, 8]]
+    x = cal[1][0]
+    from_nchw = art.run(x)[0]
+    np.testing.assert_array_equal(from_nchw, art.run(x.transpose(0, 2, 3, 1))[0])
+    np.testing.assert_array_equal(from_nchw, art.run(torch.from_numpy(x))[0])
+    ref = program.run(x)[0]
+    assert np.abs(from_nchw - ref).max() < 0.1 * np.abs(ref).max()
+    with pytest.raises(UserError, match=r"takes \[1, 3, 8, 8\] .*NCHW.* or \[1, 8, 8, 3\] \(NHWC"):
+        art.run(np.zeros((1, 8, 3, 8), np.float32))
