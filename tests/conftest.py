@@ -30,8 +30,22 @@ def libtpu_missing_reason() -> str | None:
     return libtpu_unavailable_reason()
 
 
+def gpu_missing_reason() -> str | None:
+    """Why the GPU tests can't run (None: they can). The suite's JAX_PLATFORMS defaults to cpu; a
+    user's own value (e.g. JAX_PLATFORMS=cuda, as bench/device_check.sh sets) is kept."""
+    import jax
+    import torch
+
+    if jax.default_backend() != "gpu":
+        return f"JAX's default backend is {jax.default_backend()} (JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS')!r}; set it to cuda)"
+    if not torch.cuda.is_available():
+        return "no CUDA torch build to compare with"
+    return None
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_libtpu: compiles for a TPU without one; skipped, with the reason, when libtpu is missing")
+    config.addinivalue_line("markers", "needs_gpu: runs on JAX's GPU backend; skipped, with the reason, when there is none")
 
 
 SLOW_TESTS = ROOT / "tests" / "slow_tests.txt"
@@ -39,16 +53,18 @@ SLOW_TESTS = ROOT / "tests" / "slow_tests.txt"
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(config, items):
-    """The tests listed in slow_tests.txt are marked slow. Tests marked needs_libtpu skip with the reason instead of failing where libtpu is missing
-    (a base install without the `tpu` extra, or TPUEDGE_LIBTPU=off)."""
+    """The tests listed in slow_tests.txt are marked slow. Tests marked needs_libtpu or needs_gpu
+    skip with the reason instead of failing where libtpu (a base install without the `tpu` extra,
+    or TPUEDGE_LIBTPU=off) or a GPU is missing."""
     listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
     for item in items:
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
-    marked = [item for item in items if item.get_closest_marker("needs_libtpu")]
-    reason = libtpu_missing_reason() if marked else None
-    for item in marked if reason else ():
-        item.add_marker(pytest.mark.skip(reason=f"needs libtpu: {reason}"))
+    for marker, missing_reason in (("needs_libtpu", libtpu_missing_reason), ("needs_gpu", gpu_missing_reason)):
+        marked = [item for item in items if item.get_closest_marker(marker)]
+        reason = missing_reason() if marked else None
+        for item in marked if reason else ():
+            item.add_marker(pytest.mark.skip(reason=f"{marker.replace('_', ' ')}: {reason}"))
 
 
 @pytest.fixture

@@ -15,9 +15,7 @@ import sys
 
 import pytest
 
-from tpuedge.cloud.tpu_compile import libtpu_unavailable_reason
-
-pytestmark = pytest.mark.skipif(libtpu_unavailable_reason() is not None, reason=str(libtpu_unavailable_reason()))
+pytestmark = pytest.mark.needs_libtpu
 
 SCRIPT = """
 import sys, torch, torch.nn as nn, torch.nn.functional as F, tpuedge

@@ -213,17 +213,7 @@ def test_batch_norm_closed_form_gradient_matches_torch():
     np.testing.assert_allclose(np.asarray(g_params["bn.bias"]), model.bn.bias.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
-# ---- the device that is present (issue 12 item 7) -----------------------------------------------
-def _gpu_reason():
-    import jax
-
-    if jax.default_backend() != "gpu":
-        return f"no GPU: JAX's default backend is {jax.default_backend()} (bench/device_check.sh runs these with JAX_PLATFORMS=cuda)"
-    if not torch.cuda.is_available():
-        return "no CUDA torch build to compare with"
-    return None
-
-
+# ---- the device that is present -------------------------------------------------------------------
 def test_cloud_artifact_is_exported_for_cuda_and_runs_on_jax_default_device(tmp_path):
     import jax
 
@@ -239,7 +229,7 @@ def test_cloud_artifact_is_exported_for_cuda_and_runs_on_jax_default_device(tmp_
     np.testing.assert_allclose(artifact.run(x)[0], program.run(x)[0], atol=1e-5)
 
 
-@pytest.mark.skipif(_gpu_reason() is not None, reason=str(_gpu_reason()))
+@pytest.mark.needs_gpu
 def test_on_gpu_training_and_artifacts_use_the_gpu(tmp_path):
     from models import MLP, build_mlp
 

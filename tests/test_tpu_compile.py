@@ -10,9 +10,7 @@ from tpuedge.cloud import tpu_compile
 from tpuedge.cloud.topologies import CHIPS, parse_topology
 from tpuedge.shared_ir.errors import UserError
 
-needs_libtpu = pytest.mark.skipif(
-    tpu_compile.libtpu_unavailable_reason() is not None, reason="libtpu is not installed (pip install 'tpuedge[tpu]')"
-)
+needs_libtpu = pytest.mark.needs_libtpu  # conftest.py skips these, with the reason, where libtpu is missing
 
 # MLP(32 -> 64 -> 64 -> 10) at batch 8: the three matmuls' multiply-adds
 MLP_MATMUL_FLOPS = 2 * 8 * (32 * 64 + 64 * 64 + 64 * 10)
@@ -62,8 +60,6 @@ def mlp8():
 
 @pytest.fixture(scope="module")
 def mlp8_report(mlp8, tmp_path_factory):
-    if tpu_compile.libtpu_unavailable_reason():
-        pytest.skip("libtpu is not installed")
     out = tmp_path_factory.mktemp("tpu") / "mlp8"
     return tpuedge.build(mlp8[1], "cloud-tpu", out, train_step=True).tpu_compile
 
