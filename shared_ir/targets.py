@@ -10,6 +10,7 @@ level), so listing targets stays instant.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +155,7 @@ class Target:
 
 _REGISTRY: dict[str, Target] = {}
 _loaded = False
+_LOAD_LOCK = threading.Lock()
 
 
 def register_target(target: Target) -> Target:
@@ -212,21 +214,27 @@ def _load_entry_point(ep: metadata.EntryPoint) -> Target:
 
 
 def _ensure_loaded() -> None:
+    """Loads every entry point, then registers them all, so an entry point that fails leaves the
+    registry as it was (the next call raises the same error), never silently partial."""
     global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    seen: dict[str, str] = {}
-    for ep in _entry_points():
-        if ep.name in seen:
-            if seen[ep.name] == ep.value:  # the same package seen twice on the path
-                continue
-            raise UserError(
-                f"Two packages register target {ep.name!r} in {ENTRY_POINT_GROUP}: {seen[ep.name]} and "
-                f"{ep.value}; uninstall one of them."
-            )
-        seen[ep.name] = ep.value
-        register_target(_load_entry_point(ep))
+    with _LOAD_LOCK:
+        if _loaded:
+            return
+        loaded: dict[str, Target] = {}
+        seen: dict[str, str] = {}
+        for ep in _entry_points():
+            if ep.name in seen:
+                if seen[ep.name] == ep.value:  # the same package seen twice on the path
+                    continue
+                raise UserError(
+                    f"Two packages register target {ep.name!r} in {ENTRY_POINT_GROUP}: {seen[ep.name]} and "
+                    f"{ep.value}; uninstall one of them."
+                )
+            seen[ep.name] = ep.value
+            loaded[ep.name] = _load_entry_point(ep)
+        for target in loaded.values():
+            register_target(target)
+        _loaded = True
 
 
 def all_targets() -> dict[str, Target]:

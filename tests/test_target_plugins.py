@@ -138,3 +138,20 @@ def test_top_level_help_loads_no_target():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_an_entry_point_that_fails_to_load_leaves_no_partial_registry(monkeypatch):
+    from importlib import metadata
+
+    from tpuedge.shared_ir import targets
+    from tpuedge.shared_ir.errors import UserError
+
+    good = metadata.EntryPoint("android", "tpuedge.edge.android_target:AndroidTarget", targets.ENTRY_POINT_GROUP)
+    broken = metadata.EntryPoint("zz-broken", "no_such_module_here:Target", targets.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(targets, "_REGISTRY", {})
+    monkeypatch.setattr(targets, "_loaded", False)
+    monkeypatch.setattr(targets, "_entry_points", lambda: [good, broken])
+    for _ in range(2):  # the second call fails the same way, not with a registry missing a target
+        with pytest.raises(UserError, match="zz-broken.*failed to load"):
+            targets.all_targets()
+        assert targets._REGISTRY == {}
