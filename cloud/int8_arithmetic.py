@@ -23,15 +23,12 @@ from typing import Any
 import jax.numpy as jnp
 
 from tpuedge.quantize.activation_ranges import INT8_MAX, INT8_MIN, WEIGHT_MAX
+from tpuedge.quantize.affine import round_half_away_from_zero
 from tpuedge.quantize.integer_kernels import IntegerKernel
 
 __all__ = ["requantize", "kernel_output"]
 
 _ADD_LEFT_SHIFT = 20  # TFLite's int8 ADD: inputs go 20 bits up before rescaling to a common scale
-
-
-def _round_half_away(x):
-    return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
 
 
 def requantize(total, multiplier):
@@ -40,7 +37,7 @@ def requantize(total, multiplier):
     exponent = exponent.astype(jnp.float32)
     shifted = total * jnp.exp2(jnp.maximum(exponent, 0.0))
     high = jnp.floor(shifted * fraction + 0.5)
-    return _round_half_away(high * jnp.exp2(-jnp.maximum(-exponent, 0.0)))
+    return round_half_away_from_zero(high * jnp.exp2(-jnp.maximum(-exponent, 0.0)), xp=jnp)
 
 
 def _levels(value, scale):

@@ -25,10 +25,11 @@ import numpy as np
 __all__ = ["quantize", "dequantize", "round_half_away_from_zero", "TIES"]
 
 
-def round_half_away_from_zero(v: np.ndarray) -> np.ndarray:
-    """std::round, exactly (np.floor(|v| + 0.5) misrounds 0.49999997 in float32)."""
-    whole = np.trunc(v)
-    return whole + np.where(np.abs(v - whole) >= 0.5, np.sign(v), 0)
+def round_half_away_from_zero(v: Any, xp: Any = np) -> Any:
+    """std::round, exactly (floor(|v| + 0.5) misrounds 0.49999997 in float32). xp: the array
+    module of `v` (numpy, or jax.numpy for the cloud backend's traced integer arithmetic)."""
+    whole = xp.trunc(v)
+    return whole + xp.where(xp.abs(v - whole) >= 0.5, xp.sign(v), 0)
 
 
 def _per_axis(values: Any, ndim: int, axis: int | None, dtype) -> np.ndarray:
