@@ -104,3 +104,17 @@ def test_what_the_pages_promise_is_on_disk(docs_run):
 
     result = json.loads((folder / "verify.json").read_text())
     assert result  # verify wrote its JSON for CI
+
+
+_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_every_relative_link_in_the_readme_and_docs_names_a_file_that_ships():
+    pages = [REPO / "README.md", *sorted(DOCS.glob("*.md")), *sorted((REPO / "examples").rglob("README.md"))]
+    broken = [
+        f"{page.relative_to(REPO)}: {target}"
+        for page in pages
+        for target in _LINK.findall(page.read_text())
+        if "://" not in target and not (page.parent / target).exists()
+    ]
+    assert not broken, "\n".join(broken)
