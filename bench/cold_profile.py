@@ -185,7 +185,7 @@ def main() -> None:
     print(format_rows(rows))
     summary = {}
     if args.target == "android" and rows:
-        # the goals: issue 13's for a float build, issue 9's for int8
+        # the project's goals against the peer: a float build, an int8 build
         goal_wall, goal_rss = (0.8, 1.0) if args.quantize == "none" else (2.0, 1.3)
         summary = {"median_wall_ratio": round(statistics.median(r["wall_ratio"] for r in rows), 3),
                    "median_rss_ratio": round(statistics.median(r["rss_ratio"] for r in rows), 3), "goal_wall_ratio": goal_wall,

@@ -1,4 +1,4 @@
-"""The accuracy budget is the build contract for android and mcu (issue 9.1).
+"""The accuracy budget is the build contract for android and mcu.
 
 Real builds (litert-torch, ai-edge-quantizer, LiteRT, TFLite-Micro). The planted-outlier MLP is
 what per-tensor int8 breaks: one input feature ~300x the others sets the input's scale and
@@ -180,3 +180,108 @@ def test_build_help_lists_the_budget_flags():
     assert code == 0
     for flag in ("--min-cosine", "--min-top1", "--max-drop", "--allow-below-budget", "--eval"):
         assert flag in out, flag
+
+
+TIED_MODEL = '''
+import torch
+from torch import nn
+
+
+class TiedScores(nn.Module):
+    """32 class scores: a fixed prior lifts 8 classes far above the rest, and a small term that
+    depends on the input picks among those 8. The logits' cosine is the prior's; the answer is
+    the small term, which int8 rounds away on a quarter of the samples."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 64)
+        self.fc2 = nn.Linear(64, 32)
+        with torch.no_grad():
+            self.fc2.weight *= 0.05
+            self.fc2.bias.fill_(-4.0)
+            self.fc2.bias[:8] = 4.0
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def build():
+    torch.manual_seed(0)
+    return TiedScores().eval(), (torch.zeros(1, 16),)
+'''
+
+
+@pytest.fixture(scope="module")
+def tied(tmp_path_factory):
+    work = tmp_path_factory.mktemp("tied")
+    (work / "tied.py").write_text(TIED_MODEL)
+    np.save(work / "cal.npy", np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32))
+    return work
+
+
+def test_class_scores_are_held_to_top1_agreement_by_default(tied):
+    """Old code: exit 0 with a model whose top-1 agrees with float on 75% of the held-out samples
+    (its cosine 0.999998 met the only default there was)."""
+    common = ("build", f"{tied / 'tied.py'}:build", "--target", "android", "--quantize", "int8",
+              "--calibration", str(tied / "cal.npy"), "--no-cache")
+    code, stdout, err = run_cli(*common, "--out", str(tied / "out"))
+    assert code == 1, (stdout, err)
+    assert "top-1 agreement >= 99.0% on the class scores (output 0 (output): Linear with 32 outputs)" in err
+    assert "output 0 (output): top-1 agreement 75.0% < 99.0%" in err and not (tied / "out").exists()
+    # overridable: the same build at a lower top-1 budget is written, and the report states it
+    from tpuedge.model_spec import load_program
+
+    art = tpuedge.build(load_program(f"{tied / 'tied.py'}:build"), "android", tied / "ok", quantize="int8",
+                        calibration=np.load(tied / "cal.npy"), min_top1=0.7)
+    entry = art.manifest["accuracy_budget"]
+    assert entry["met"] and entry["min_top1"] == 0.7 and entry["measured"]["top1_agreement_per_output"] == [0.75]
+    assert entry["top1_outputs"] == [{"output": "output 0 (output)", "why": "Linear with 32 outputs"}]
+    assert "top-1 agreement 75.0% (min 70.0% on the class scores)" in art.report()
+
+
+def test_top1_default_follows_what_an_output_means():
+    """Class scores (a softmax, a Linear head of 16+ classes) are held to top-1; an embedding, a
+    narrow regression head, a label index are not; the task metric alone decides the labelled
+    output under --max-drop."""
+    import torch
+    from torch import nn
+
+    from tpuedge.quantize.budget import AccuracyBudget, check_budget
+
+    class Heads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cls, self.box, self.pair = nn.Linear(8, 100), nn.Linear(8, 4), nn.Linear(8, 3)
+
+        def forward(self, x):
+            logits = self.cls(x)
+            return (logits.flatten(1), self.box(x), torch.softmax(self.pair(x), -1),
+                    nn.functional.normalize(logits), logits.argmax(-1))
+
+    program = tpuedge.export(Heads().eval(), (torch.zeros(1, 8),))
+    budget = AccuracyBudget.from_options(program=program)
+    assert budget.min_top1 == 0.99 and budget.top1_outputs == (0, 2)
+    assert budget.top1_why == ("Linear with 100 outputs", "softmax over 3 classes")
+    assert AccuracyBudget.from_options(program=program, min_top1=0.5).top1_outputs == (0, 1, 2, 3)  # asked: every 2-D one
+    assert AccuracyBudget.from_options().top1_outputs is None and AccuracyBudget.from_options().min_top1 is None
+
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((20, 1, 100)) + 50.0 * (np.arange(100) < 2)  # two classes far ahead, nearly tied
+    got = ref + 0.3 * rng.standard_normal(ref.shape)
+    flips = float(np.mean(ref[:, 0].argmax(-1) != got[:, 0].argmax(-1)))
+    assert 0.02 < flips < 0.5
+    one = AccuracyBudget.from_options(program=one_program())
+    reference, candidate = [[r] for r in ref], [[g] for g in got]
+    result = check_budget(one, reference, candidate, inputs="held out")
+    assert result.sample_cosine[0] > 0.999 and not result.passed  # the cosine alone would have passed
+    assert result.failures == [f"output 0 (output): top-1 agreement {100 * (1 - flips):.1f}% < 99.0%"]
+    labels = ref[:, 0].argmax(-1)
+    decided = AccuracyBudget.from_options(program=one_program(), max_drop=50.0, has_labels=True)
+    assert check_budget(decided, reference, candidate, inputs="eval data", labels=labels).passed
+
+
+def one_program():
+    import torch
+    from torch import nn
+
+    return tpuedge.export(nn.Linear(8, 100).eval(), (torch.zeros(1, 8),))

@@ -102,7 +102,7 @@ def test_digits_int8_keeps_accuracy(digits_model, digits_program, tmp_path):
     assert float_acc > 0.95
     assert abs(float_acc - int8_acc) <= 0.015, (float_acc, int8_acc)
     acc = artifact.manifest["accuracy"]
-    # measured on the tail of the calibration data that calibration did not use (issue 11.3)
+    # measured on the tail of the calibration data that calibration did not use
     assert acc["inputs"] == "held out from calibration" and acc["top1_agreement"] >= 0.97
     assert acc["samples"] == 50 and acc["calibration_samples_used"] == 150 == artifact.manifest["calibration"]["samples"]
 

@@ -144,7 +144,7 @@ def test_unknown_precision_is_a_user_error():
         )
 
 
-# ---- speed: the max-pool gradient (issue 12 item 8) ----------------------------------------------
+# ---- speed: the max-pool gradient --------------------------------------------------------------
 @pytest.mark.parametrize(
     "kwargs",
     [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, dilation=2), dict(kernel_size=3, stride=2, ceil_mode=True)],

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 FOLDERS = {"tpuedge": "tpuedge", "shared_ir": "tpuedge.shared_ir", "cloud": "tpuedge.cloud", "edge": "tpuedge.edge", "quantize": "tpuedge.quantize"}
 BACKENDS = ("tpuedge.shared_ir", "tpuedge.cloud", "tpuedge.edge", "tpuedge.quantize")
 # Cycles wholly inside tpuedge.verify (compare <-> report, the package <-> compare) are being
-# untangled by verify's owner (issue 14.3); any cycle that reaches outside it fails here.
+# untangled by verify's owner; any cycle that reaches outside it fails here.
 OPEN_ELSEWHERE = "tpuedge.verify"
 
 

@@ -52,7 +52,7 @@ class _Recurrent(torch.nn.Module):
 
 
 def test_an_unrolled_recurrent_layer_lists_each_op_once_with_its_count(tmp_path):
-    """Issue 10: an int8 LSTM's recurrent-state group listed every unrolled op one by one."""
+    """An int8 LSTM's recurrent-state group listed every unrolled op one by one."""
     program = tpuedge.export(_Recurrent().eval(), (torch.zeros(1, 12, 4),), name="rnn")
     rng = np.random.default_rng(0)
     cal = [(rng.standard_normal((1, 12, 4)).astype(np.float32),) for _ in range(16)]

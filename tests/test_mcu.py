@@ -173,7 +173,7 @@ def test_over_budget_exits_2_with_numbers_and_writes_nothing(digits_mcu, tmp_pat
 
 
 def test_evaluation_data_is_only_what_eval_names(digits_program, repo_root):
-    """No regex over the calibration module's source: --eval (or nothing) decides (issue 14)."""
+    """No regex over the calibration module's source: --eval (or nothing) decides."""
     spec = repo_root / "examples" / "digits" / "model.py"
     implicit = digits_program.lower("mcu", calibration=f"{spec}:calibration")
     assert implicit.evaluation is None and len(implicit.held_out) == 50 and len(implicit.calibration) == 150

@@ -115,7 +115,7 @@ def test_unsupported_op_exits_2_before_any_file(tmp_path, capsys):
 
 
 def test_the_shared_conversion_speaks_for_the_calling_target():
-    """edge/convert.py and edge/int8_search.py name no target: the caller's name reaches their messages (issue 14)."""
+    """edge/convert.py and edge/int8_search.py name no target: the caller's name reaches their messages."""
     import torch
 
     from tpuedge.edge import convert, int8_search

@@ -1,5 +1,5 @@
 """Long build stages show progress on a terminal (stage, step k of n, elapsed) and print nothing
-when stderr is not one (issue 9.6). Real CLI builds in child processes: a pipe is not a TTY,
+when stderr is not one. Real CLI builds in child processes: a pipe is not a TTY,
 and TPUEDGE_PROGRESS=1 draws as a terminal would."""
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def test_auto_measures_its_int8_candidate_without_the_ranking(outlier_program, t
     # ranked, two groups would be float islands; unranked, no group reaches the budget and the
     # search's last resort puts every op in float (android's upgrade; weights stay int8)
     assert int8["detail"] == "every op in float (weights int8)"
-    # and what every op at int8 scored before that, whichever scheme auto took (issue 9's table)
+    # and what every op at int8 scored before that, whichever scheme auto took
     search = art.manifest["recipe"]["auto"]["int8_search"]
     assert search["all_int8_cosine"] < search["final_cosine"] and search["samples"] > 0
 

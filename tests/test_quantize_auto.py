@@ -1,4 +1,4 @@
-"""`--quantize auto`, android's default (issue 9.2): every candidate scheme is built with the real
+"""`--quantize auto`, android's default: every candidate scheme is built with the real
 converter, run in LiteRT on samples calibration did not set, timed, and the smallest, then
 fastest, that meets the accuracy budget is written. The pure rule is tested on its own first."""
 

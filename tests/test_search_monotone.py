@@ -1,4 +1,4 @@
-"""The per-op precision search (issue 9.4): it never returns a recipe worse than one it measured,
+"""The per-op precision search: it never returns a recipe worse than one it measured,
 and its groups are one per module instance (HF names every norm module `LayerNorm`)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from tpuedge.quantize.recipes import SensitiveGroup, choose_precisions
 
 
 def test_search_never_ends_below_a_recipe_it_measured():
-    # Each upgrade alone helps, together they hurt (interacting ranges): the old greedy search
-    # applied both and ended below all-int8, the 0.647 -> 0.642 of issue 9.
+    # Each upgrade alone helps, together they hurt (interacting ranges): a greedy search
+    # that applies both ends below all-int8 (0.647 -> 0.642 on a real model).
     groups = [SensitiveGroup("layer_norm:a", "layer_norm"), SensitiveGroup("softmax:b", "softmax")]
     scores = {
         (): 0.647,
