@@ -196,7 +196,7 @@ class AndroidLowered:
             )
         budget = AccuracyBudget.from_options(
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
-            has_labels=evaluation is not None and evaluation.labels is not None,
+            has_labels=evaluation is not None and evaluation.labels is not None, program=program,
         )
         held_out = []
         if samples and config.reads_calibration and evaluation is None:  # nothing read off the accuracy samples

@@ -187,7 +187,7 @@ class McuLowered:
         self.calibration = load_calibration(calibration, program, min_samples=_MIN_CALIBRATION)
         self.budget = AccuracyBudget.from_options(
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
-            has_labels=self.evaluation is not None and self.evaluation.labels is not None,
+            has_labels=self.evaluation is not None and self.evaluation.labels is not None, program=program,
         )
         self.held_out: list = []
         if self.evaluation is None:  # accuracy on samples the ranges were not set on

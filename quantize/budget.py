@@ -6,9 +6,12 @@
 
 Numbers come from the one metrics module (`quantize.metrics`):
 - min_cosine: every output's mean per-sample cosine against the float IR must reach it;
-- min_top1: every classifier-shaped output's top-1 agreement with the float IR must reach it;
+- min_top1 (default 0.99): the top-1 agreement with the float IR of every output that looks like
+  class scores (`quantize.output_meaning`: a softmax, or a Linear head of 16+ classes) must
+  reach it; given explicitly without a Program, of every classifier-shaped output;
 - max_drop: task accuracy (argmax = label, first classifier-shaped output) may fall at most
-  this many percentage points below the float IR's, on labelled evaluation data.
+  this many percentage points below the float IR's, on labelled evaluation data; that output is
+  then judged by the task metric alone (the user's labels decide, not its cosine or top-1).
 Backend-neutral: it knows samples and outputs, not converters.
 """
 
@@ -23,10 +26,11 @@ from tpuedge.shared_ir.errors import BudgetError, UserError
 
 __all__ = [
     "AccuracyBudget", "BudgetResult", "check_budget", "enforce_budget", "budget_error", "budget_build_options",
-    "DEFAULT_MIN_COSINE", "describe_budget",
+    "DEFAULT_MIN_COSINE", "DEFAULT_MIN_TOP1", "describe_budget",
 ]
 
 DEFAULT_MIN_COSINE = 0.99
+DEFAULT_MIN_TOP1 = 0.99
 
 
 def budget_build_options() -> list:
@@ -36,7 +40,8 @@ def budget_build_options() -> list:
     return [
         BuildOption("min_cosine", "accuracy budget: every output's mean per-sample cosine vs the float IR, on samples "
                     "calibration did not use; a build below it exits 1 and writes nothing", float, DEFAULT_MIN_COSINE),
-        BuildOption("min_top1", "accuracy budget: top-1 agreement with the float IR (0-1) of every classifier output", float, None),
+        BuildOption("min_top1", "accuracy budget: top-1 agreement with the float IR (0-1) of every output that looks like "
+                    "class scores (a softmax, or a Linear head of 16+ classes)", float, DEFAULT_MIN_TOP1),
         BuildOption("max_drop", "accuracy budget: task-accuracy drop in points vs the float IR (needs --eval with labels)", float, None),
         BuildOption("allow_below_budget", "write the model even below its accuracy budget (marked so in the manifest)", bool, False),
     ]
@@ -48,12 +53,20 @@ class AccuracyBudget:
     min_top1: float | None = None
     max_drop: float | None = None  # percentage points of task accuracy
     allow_below: bool = False
+    # outputs held to min_top1, by index: None = every classifier-shaped output (an explicit
+    # --min-top1 without a Program); from a Program, those that look like class scores
+    top1_outputs: tuple[int, ...] | None = None
+    output_names: tuple[str, ...] = ()
+    top1_why: tuple[str, ...] = ()  # per top1_outputs entry: why it counts as class scores
 
     @classmethod
     def from_options(
-        cls, *, min_cosine=None, min_top1=None, max_drop=None, allow_below_budget=False, has_labels: bool = False
+        cls, *, min_cosine=None, min_top1=None, max_drop=None, allow_below_budget=False, has_labels: bool = False,
+        program=None,
     ) -> "AccuracyBudget":
-        """Validated build options (UserError, before any conversion, for values that can't be met or read)."""
+        """Validated build options (UserError, before any conversion, for values that can't be met or read).
+        program: the top-1 agreement is held on its outputs that look like class scores, at
+        DEFAULT_MIN_TOP1 unless min_top1 says otherwise; without one only an explicit min_top1 holds it."""
         min_cosine = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
         if not -1.0 <= min_cosine <= 1.0:
             raise UserError(f"--min-cosine {min_cosine} is outside [-1, 1]; a cosine can't reach it. Give e.g. --min-cosine 0.99.")
@@ -68,19 +81,43 @@ class AccuracyBudget:
                     "given: pass --eval file.py:function returning (inputs, labels) or an .npz with a `labels` array, or drop "
                     "--max-drop."
                 )
+        top1_outputs, names, why = None, (), ()
+        if program is not None:
+            from tpuedge.quantize.output_meaning import output_meanings
+
+            meanings = output_meanings(program)
+            names = tuple(m.name for m in meanings)
+            explicit = min_top1 is not None  # asked for: every classifier-shaped output too, as before
+            scores = [(j, m.why if m.class_scores else "classifier-shaped, --min-top1 given") for j, m in enumerate(meanings)
+                      if m.class_scores or (explicit and _classifier_spec(program.outputs[j].shape))]
+            top1_outputs, why = tuple(j for j, _ in scores), tuple(w for _, w in scores)
+            min_top1 = DEFAULT_MIN_TOP1 if min_top1 is None else min_top1
         return cls(min_cosine, None if min_top1 is None else float(min_top1),
-                   None if max_drop is None else float(max_drop), bool(allow_below_budget))
+                   None if max_drop is None else float(max_drop), bool(allow_below_budget), top1_outputs, names, why)
+
+    def output_label(self, j: int) -> str:
+        return f"output {j} ({self.output_names[j]})" if j < len(self.output_names) else f"output {j}"
 
     def to_json(self) -> dict:
-        return {"min_cosine": self.min_cosine, "min_top1": self.min_top1, "max_drop_points": self.max_drop}
+        entry = {"min_cosine": self.min_cosine, "min_top1": self.min_top1, "max_drop_points": self.max_drop}
+        if self.top1_outputs is not None:
+            entry["top1_outputs"] = [{"output": self.output_label(j), "why": w} for j, w in zip(self.top1_outputs, self.top1_why)]
+        return entry
 
     def describe(self) -> str:
         parts = [f"mean per-sample cosine >= {self.min_cosine} on every output"]
-        if self.min_top1 is not None:
+        if self.min_top1 is not None and self.top1_outputs is None:
             parts.append(f"top-1 agreement >= {100 * self.min_top1:.1f}% on every classifier output")
+        elif self.min_top1 is not None and self.top1_outputs:
+            held = ", ".join(f"{self.output_label(j)}: {w}" for j, w in zip(self.top1_outputs, self.top1_why))
+            parts.append(f"top-1 agreement >= {100 * self.min_top1:.1f}% on the class scores ({held})")
         if self.max_drop is not None:
             parts.append(f"task accuracy drop <= {self.max_drop} points")
         return "; ".join(parts)
+
+
+def _classifier_spec(shape) -> bool:
+    return len(shape) == 2 and str(shape[-1]).isdigit() and int(shape[-1]) >= 2
 
 
 @dataclass(frozen=True)
@@ -132,7 +169,9 @@ def check_budget(
     labels: np.ndarray | None = None,
 ) -> BudgetResult:
     """reference[i][j] / candidate[i][j]: output j of sample i (float IR / converted model)."""
-    from tpuedge.quantize.metrics import is_classifier_shaped, mean_sample_cosine, stack_samples, task_accuracy, top1_agreement
+    from tpuedge.quantize.metrics import (
+        argmax_agreement, is_classifier_shaped, mean_sample_cosine, stack_samples, task_accuracy, top1_agreement,
+    )
 
     refs = [stack_samples([s[j] for s in reference]) for j in range(len(reference[0]))]
     gots = [
@@ -141,20 +180,26 @@ def check_budget(
     ]
     cosines = [mean_sample_cosine(r, g) for r, g in zip(refs, gots)]
     top1 = [top1_agreement(r, g) for r, g in zip(refs, gots)]
-    failures = [
-        f"output {j}: mean per-sample cosine {c:.5f} < {budget.min_cosine}" for j, c in enumerate(cosines) if c < budget.min_cosine
-    ]
-    if budget.min_top1 is not None:
-        failures += [
-            f"output {j}: top-1 agreement {100 * t:.1f}% < {100 * budget.min_top1:.1f}%"
-            for j, t in enumerate(top1)
-            if t is not None and t < budget.min_top1
-        ]
+    held_top1 = [j for j, t in enumerate(top1) if t is not None] if budget.top1_outputs is None else list(budget.top1_outputs)
+    for j in held_top1:  # a class-score output with leading axes past the samples: every row's argmax
+        top1[j] = argmax_agreement(refs[j], gots[j]) if top1[j] is None else top1[j]
     float_acc = acc = None
+    head = None  # the output the labels score: with --max-drop, the task metric alone decides it
     if labels is not None:
         head = next((j for j, r in enumerate(refs) if is_classifier_shaped(r.shape)), None)
         if head is not None:
             float_acc, acc = task_accuracy(refs[head], labels), task_accuracy(gots[head], labels)
+    decided_by_task = head if budget.max_drop is not None and float_acc is not None else None
+    failures = [
+        f"{budget.output_label(j)}: mean per-sample cosine {c:.5f} < {budget.min_cosine}"
+        for j, c in enumerate(cosines) if c < budget.min_cosine and j != decided_by_task
+    ]
+    if budget.min_top1 is not None:
+        failures += [
+            f"{budget.output_label(j)}: top-1 agreement {100 * top1[j]:.1f}% < {100 * budget.min_top1:.1f}%"
+            for j in held_top1
+            if top1[j] is not None and top1[j] < budget.min_top1 and j != decided_by_task
+        ]
     result = BudgetResult(budget, cosines, top1, float_acc, acc, len(reference), inputs, failures)
     if budget.max_drop is not None:
         if result.drop_points is None:
@@ -237,8 +282,9 @@ def describe_budget(entry: dict | None) -> str | None:
     measured = entry["measured"]
     cos = ", ".join("n/a" if c is None else f"{c:.5f}" for c in measured["sample_cosine_per_output"])
     text = f"mean per-sample cosine {cos} (min {entry['min_cosine']})"
-    if entry.get("min_top1") is not None:
-        text += f", top-1 agreement min {entry['min_top1']}"
+    if entry.get("min_top1") is not None and entry.get("top1_outputs") != []:
+        top1 = ", ".join("n/a" if t is None else f"{100 * t:.1f}%" for t in measured["top1_agreement_per_output"])
+        text += f", top-1 agreement {top1} (min {100 * entry['min_top1']:.1f}% on the class scores)"
     if measured.get("drop_points") is not None:
         text += f", accuracy drop {measured['drop_points']:.2f} points (max {entry.get('max_drop_points')})"
     where = f"on {entry['samples']} {entry['inputs']}"

@@ -23,6 +23,9 @@ Definitions:
   100 000: the share of samples whose argmax agrees. Other outputs (feature maps, sequences of
   hidden states, embeddings with a token axis, one score per sample) have none: an argmax over
   a hidden-state axis measures nothing, and reporting it reads as a failure that isn't one.
+- argmax_agreement: for an output known to hold class scores on its last axis (the budget's
+  class-score outputs), the share of rows over every other axis whose argmax agrees: per
+  sample for (samples, classes), per position for a sequence of token scores.
 - task_accuracy: share of samples whose argmax over a classifier-shaped output is the label.
 
 Outputs collected one call at a time (`compare_outputs`) are joined by `stack_samples`, with the
@@ -52,6 +55,7 @@ __all__ = [
     "mean_sample_cosine",
     "snr_db",
     "top1_agreement",
+    "argmax_agreement",
     "task_accuracy",
     "is_classifier_shaped",
     "channel_axis",
@@ -133,6 +137,16 @@ def top1_agreement(reference: np.ndarray, candidate: np.ndarray) -> float | None
     """Share of samples whose argmax agrees; None unless the output is classifier-shaped."""
     reference, candidate = np.asarray(reference), np.asarray(candidate)
     if not is_classifier_shaped(reference.shape) or reference.shape[0] == 0:
+        return None
+    return float(np.mean(np.argmax(reference, axis=-1) == np.argmax(candidate, axis=-1)))
+
+
+def argmax_agreement(reference: np.ndarray, candidate: np.ndarray) -> float | None:
+    """Share of rows (every axis but the last) whose argmax over the last axis agrees; None when
+    there is no row or fewer than 2 classes."""
+    reference = np.asarray(reference)
+    candidate = np.asarray(candidate).reshape(reference.shape)
+    if reference.ndim < 1 or reference.shape[-1] < 2 or reference.size == 0:
         return None
     return float(np.mean(np.argmax(reference, axis=-1) == np.argmax(candidate, axis=-1)))
 
