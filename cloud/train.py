@@ -35,10 +35,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tpuedge.cloud import distributed
+from tpuedge.cloud.checkpoint import different_model_error
 from tpuedge.cloud.interpreter import JaxProgram, host_to_jax, to_jax
 from tpuedge.cloud.mesh import batch_sharding, parse_mesh, replicated, state_shardings
 from tpuedge.cloud.optimizers import to_optax
 from tpuedge.cloud.train_capture import ModelWithLoss, loss_program, split_batch
+from tpuedge.cloud.train_checkpoint import Checkpointing
 from tpuedge.shared_ir.errors import UserError
 
 __all__ = [
@@ -108,8 +111,9 @@ def eval_step_fn(eval_program: JaxProgram) -> Callable:
 
 
 # ---- the stateful front door -------------------------------------------------------------------
-class TrainStep:
-    """One jitted training step with its state (see the module docstring)."""
+class TrainStep(Checkpointing):
+    """One jitted training step with its state (see the module docstring; checkpoints and
+    preemption: tpuedge.cloud.train_checkpoint; several processes: tpuedge.cloud.distributed)."""
 
     def __init__(
         self,
@@ -129,6 +133,7 @@ class TrainStep:
         self.trainable = list(trainable)
         self.n_inputs = n_inputs
         self.mesh = parse_mesh(mesh)
+        distributed.check_mesh_spans_job(self.mesh)
         self._eval_program_factory = eval_program_factory
         self._scheduled = scheduled
         self._max_steps = max_steps  # a bounded scheduler's (OneCycleLR) step count
@@ -137,7 +142,7 @@ class TrainStep:
         self._fn = train_step_fn(jax_program, tx, self.trainable)
         state = init_train_state(jax_program, tx, self.trainable, seed)
         self._state_shardings = state_shardings(self.mesh, state, state["params"]) if self.mesh else None
-        self.state = jax.device_put(state, self._state_shardings) if self.mesh else state
+        self.state = distributed.put_state(state, self._state_shardings)
         self._jitted = jax.jit(
             self._fn,
             donate_argnums=0,
@@ -161,6 +166,11 @@ class TrainStep:
             raise UserError(f"The step takes {len(specs)} tensors ({expected}); got {len(flat)}.")
         arrays = []
         for value, spec in zip(flat, specs):
+            if distributed.process_count() > 1:  # this process's share of the global batch
+                share = value if isinstance(value, jax.Array) else host_to_jax(value, spec.name)
+                sharding = batch_sharding(self.mesh, tuple(spec.shape), spec.name)
+                arrays.append(distributed.global_batch_array(share, tuple(spec.shape), sharding, spec.name))
+                continue
             if isinstance(value, jax.Array):
                 arr = value
             else:
@@ -183,6 +193,7 @@ class TrainStep:
                 f"The scheduler covers {self._max_steps} steps (OneCycleLR's total_steps) and they are done; build "
                 "it with a larger total_steps (or epochs * steps_per_epoch) for a longer run."
             )
+        self._stop_if_preempted()
         arrays = self._device_batch(batch)
         self.state, loss = self._jitted(self.state, *arrays)
         self._host_steps += 1
@@ -237,19 +248,21 @@ class TrainStep:
         """Write the trained parameters and buffers into `model` (the module given to train_step)."""
         import torch
 
+        host = distributed.host_copy({"params": self.state["params"], "buffers": self.state["buffers"]})
         with torch.no_grad():
-            for kind, values in (("parameter", self.state["params"]), ("buffer", self.state["buffers"])):
+            for kind, values in (("parameter", host["params"]), ("buffer", host["buffers"])):
                 for name, value in values.items():
                     if not name.startswith(MODEL_PREFIX):
                         continue  # the loss function's own state
                     local = name[len(MODEL_PREFIX) :]
                     tensor = model.get_parameter(local) if kind == "parameter" else model.get_buffer(local)
-                    host = np.array(jax.device_get(value))  # a writable copy for torch
-                    tensor.copy_(torch.from_numpy(host).to(tensor.dtype).reshape(tensor.shape))
+                    writable = np.array(value)  # torch wants a writable array
+                    tensor.copy_(torch.from_numpy(writable).to(tensor.dtype).reshape(tensor.shape))
 
     def state_dict(self) -> dict[str, Any]:
-        """Host (numpy) copy of the whole state: params, buffers, optimizer leaves, step, rng."""
-        host = jax.device_get(self.state)
+        """Host (numpy) copy of the whole state: params, buffers, optimizer leaves, step, rng (in
+        memory; `save(folder)` writes a checkpoint to disk)."""
+        host = distributed.host_copy(self.state)
         leaves, _ = jax.tree_util.tree_flatten(host["opt_state"])
         return {
             "params": {k: np.asarray(v) for k, v in host["params"].items()},
@@ -264,10 +277,7 @@ class TrainStep:
         current = self.state
         treedef = jax.tree_util.tree_structure(current["opt_state"])
         if set(state["params"]) != set(current["params"]) or len(state["opt_state"]) != treedef.num_leaves:
-            raise UserError(
-                "This checkpoint was saved from a different model or optimizer (parameter names or optimizer "
-                "state do not match); load it into a step built the same way."
-            )
+            raise different_model_error("given to load_state_dict", "parameter names or optimizer state do not match")
         restored = {
             "params": {k: jnp.asarray(v, current["params"][k].dtype) for k, v in state["params"].items()},
             "buffers": {k: jnp.asarray(state["buffers"][k], v.dtype) for k, v in current["buffers"].items()},
@@ -275,7 +285,7 @@ class TrainStep:
             "step": jnp.asarray(state["step"], jnp.int32),
             "rng": jnp.asarray(state["rng"], jnp.uint32),
         }
-        self.state = jax.device_put(restored, self._state_shardings) if self.mesh else restored
+        self.state = distributed.put_state(restored, self._state_shardings)
         self._host_steps = int(state["step"])
 
     # ---- compiling elsewhere ------------------------------------------------------------------

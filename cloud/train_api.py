@@ -3,7 +3,9 @@
 It captures model and loss (tpuedge.cloud.train_capture), maps the optimizer and scheduler to
 optax, and returns a `TrainStep` (tpuedge.cloud.train), with `quantize="int8"` a
 `QatTrainStep` (tpuedge.cloud.qat), or with `lora=LoraConfig(...)` a `LoraTrainStep`
-(tpuedge.cloud.lora_step). See tpuedge.cloud.train's docstring for how a step works.
+(tpuedge.cloud.lora_step). See tpuedge.cloud.train's docstring for how a step works,
+tpuedge.cloud.train_checkpoint for checkpoints and tpuedge.cloud.distributed for jobs of
+several processes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tpuedge.cloud import distributed
 from tpuedge.cloud.interpreter import to_jax
 from tpuedge.cloud.optimizers import to_optax
 from tpuedge.cloud.schedules import torch_schedules
@@ -34,6 +37,7 @@ def train_step(
     precision: str = "f32",
     quantize: Any = None,
     lora: Any = None,
+    resume: Any = None,
 ) -> TrainStep:
     """Build a jitted training step for `model` (see the module docstring).
 
@@ -56,8 +60,23 @@ def train_step(
     lora: None, or a `tpuedge.cloud.LoraConfig`: train low-rank adapters of the weights it
         targets, the base weights frozen; `step.merged_program()` folds them in (see
         `tpuedge.cloud.lora_step`).
+    resume: None, or a checkpoint folder: start from its newest checkpoint when it has one (the
+        state, `step.data_position`), and save there when the job gets SIGTERM (see
+        `tpuedge.cloud.train_checkpoint`).
+
+    In a job of several processes (tpuedge.cloud.distributed) every process calls this with its
+    own share of the batch; the step's global batch is all the shares stacked on dim 0.
     """
+    distributed.join_launched_job()
+    step = _build(model, loss_fn, optimizer, example_batch, mesh, n_inputs, seed, scheduler, precision, quantize, lora)
+    if resume is not None:
+        step.resume(resume)
+    return step
+
+
+def _build(model, loss_fn, optimizer, example_batch, mesh, n_inputs, seed, scheduler, precision, quantize, lora) -> TrainStep:
     flat, n = split_batch(example_batch, n_inputs)
+    flat = distributed.global_example(flat)
     schedules = torch_schedules(scheduler, optimizer)
     limits = [s.max_steps for s in schedules if s.max_steps is not None]
     common = dict(mesh=mesh, seed=seed, scheduled=bool(schedules), max_steps=min(limits) if limits else None)

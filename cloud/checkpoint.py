@@ -1,0 +1,131 @@
+"""Train-state checkpoints on disk with Orbax: sharded, async, atomic, the newest `keep` kept.
+
+A checkpoint folder holds one sub-folder per saved step (Orbax's CheckpointManager layout):
+the whole train state (parameters, buffers, optimizer state with its schedule count, step
+counter, RNG key) as a sharded PyTree, and a small JSON record: what the state looks like (to
+refuse another model's or optimizer's checkpoint) and where the data stood.
+
+Each process writes the shards it holds; the write runs in the background after the arrays
+are copied off the devices, and a step's folder appears under its final name only when all of
+it is written, so a crash mid-save leaves the previous checkpoint as the newest. Restoring
+reads onto the shardings of the step that restores, so a checkpoint saved over 8 devices
+restores onto 4 (or onto 2 processes from 1).
+"""
+
+from __future__ import annotations
+
+import atexit
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from tpuedge.shared_ir.errors import UserError
+
+__all__ = ["CheckpointFolder", "state_signature", "different_model_error"]
+
+
+def state_signature(state: dict[str, Any]) -> dict[str, Any]:
+    """What a train state looks like, without its values: names, shapes and dtypes of the
+    parameters and buffers, and the optimizer state's structure and leaf shapes."""
+
+    def described(tree):
+        return {name: [list(np.shape(v)), str(np.dtype(v.dtype))] for name, v in sorted(tree.items())}
+
+    leaves, treedef = jax.tree_util.tree_flatten(state["opt_state"])
+    return {
+        "params": described(state["params"]),
+        "buffers": described(state["buffers"]),
+        "opt_state": {"structure": str(treedef), "shapes": [list(np.shape(v)) for v in leaves]},
+    }
+
+
+def different_model_error(where: str, detail: str) -> UserError:
+    return UserError(
+        f"The checkpoint {where} was saved from a different model or optimizer ({detail}); resume it with a "
+        "step built from the same model, loss and optimizer, or start this one from a new checkpoint folder."
+    )
+
+
+def _difference(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
+    for part in ("params", "buffers"):
+        a, b = saved.get(part, {}), current[part]
+        if set(a) != set(b):
+            extra, missing = sorted(set(a) - set(b))[:3], sorted(set(b) - set(a))[:3]
+            return f"{part}: saved has {extra or 'nothing'} this step lacks, lacks {missing or 'nothing'}"
+        for name in a:
+            if list(a[name]) != list(b[name]):
+                return f"{name} is {a[name][0]} {a[name][1]} there, {b[name][0]} {b[name][1]} here"
+    if saved.get("opt_state") != current["opt_state"]:
+        return "the optimizer state has another structure"
+    return None
+
+
+class CheckpointFolder:
+    """One checkpoint folder: `save(step, state, record)` in the background, `restore(like)`."""
+
+    def __init__(self, directory: str | Path, keep: int = 3):
+        import orbax.checkpoint as ocp
+
+        if keep < 1:
+            raise UserError(f"keep={keep}: keep at least 1 checkpoint.")
+        self.directory = Path(directory).absolute()
+        if self.directory.exists() and not self.directory.is_dir():
+            raise UserError(f"Checkpoint folder {self.directory} is a file; give a folder path.")
+        self._ocp = ocp
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True, create=True)
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        atexit.register(self.close)  # a save still writing finishes before the process exits
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def save(self, step: int, state: dict[str, Any], record: dict[str, Any]) -> bool:
+        """Start saving `state` as `step` (returns once it is off the devices); False if that
+        step is already saved."""
+        if step in self._manager.all_steps():
+            return False
+        args = self._ocp.args
+        record = dict(record, signature=state_signature(state))
+        return self._manager.save(step, args=args.Composite(state=args.StandardSave(state), record=args.JsonSave(record)), force=True)
+
+    def wait(self) -> None:
+        """Block until the save in flight is written."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+    def restore(self, like: dict[str, Any], step: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(state, record) of `step` (default: the newest), read onto `like`'s shapes, dtypes and
+        shardings; another model's checkpoint or a damaged one is a UserError."""
+        step = self.latest_step() if step is None else step
+        where = f"{self.directory} (step {step})"
+        if step is None:
+            raise UserError(f"No finished checkpoint in {self.directory}; save one with step.save(folder) first.")
+        args = self._ocp.args
+        try:
+            record = self._manager.restore(step, args=args.Composite(record=args.JsonRestore()))["record"]
+        except Exception as error:  # noqa: BLE001 - any failure to read it means the folder is damaged
+            raise _damaged(where, error) from None
+        if not isinstance(record, dict) or "signature" not in record:
+            raise _damaged(where, ValueError("its JSON record has no signature"))
+        detail = _difference(record["signature"], state_signature(like))
+        if detail:
+            raise different_model_error(where, detail)
+        target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), like)
+        try:
+            state = self._manager.restore(step, args=args.Composite(state=args.StandardRestore(target)))["state"]
+        except Exception as error:  # noqa: BLE001
+            raise _damaged(where, error) from None
+        return state, record
+
+
+def _damaged(where: str, error: Exception) -> UserError:
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    return UserError(
+        f"The checkpoint {where} cannot be read: it is damaged or incomplete ({type(error).__name__}: {reason}). "
+        "Delete that step's folder to resume from the one before it, or start from a new checkpoint folder."
+    )
