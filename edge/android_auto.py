@@ -41,6 +41,7 @@ def build_auto(
     from tpuedge.edge.litert_latency import median_latency_ms
     from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
     from tpuedge.edge.quantizer_refusal import QuantizerRefusal
+    from tpuedge.edge.rollout_runs import budget_inputs, rollout_or_samples
     from tpuedge.quantize.auto import AutoCandidate, auto_report, auto_table, candidate_schemes, choose_recipe
     from tpuedge.quantize.budget import check_budget
     from tpuedge.shared_ir.cache_keys import cached_stage, decode_json, encode_json
@@ -72,11 +73,13 @@ def build_auto(
             try:
                 with timed("auto: candidates' accuracy runs (LiteRT)"):
                     runner = LiteRTRunner(converted.tflite)
-                    outputs[scheme] = [runner.run(x) for x in samples]
+                    outputs[scheme] = rollout_or_samples(lambda *s: runner.run(tflite_layout_inputs(list(s), config.channels_last)),
+                                                         accuracy.samples, budget.rollout)
             except ModelRunError as exc:  # an int8 kernel refused these values: not a candidate
                 refused[scheme] = str(exc)
                 continue
-            results[scheme] = check_budget(budget, reference, outputs[scheme], inputs=accuracy.kind, labels=labels)
+            results[scheme] = check_budget(budget, reference, outputs[scheme], labels=labels,
+                                           inputs=budget_inputs(accuracy.kind, budget.rollout, len(samples)))
             built[scheme] = converted
         step("latency")
         files = {scheme: c.tflite for scheme, c in built.items()}

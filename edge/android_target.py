@@ -27,9 +27,10 @@ __all__ = ["AndroidTarget", "AndroidLowered"]
 _CAPTURE = ("prefill_lengths", "cache_length", "buckets")
 _LM_BUILD = ("max_perplexity_increase", "embedding_bits", "bundle")
 _LM_ONLY = (*_CAPTURE, *_LM_BUILD)
-_SINGLE_ONLY = ("calibration", "strict_int8", "io_dtype", "channels_last", "per_channel", "min_cosine", "max_drop")
+_SINGLE_ONLY = ("calibration", "strict_int8", "io_dtype", "channels_last", "per_channel", "min_cosine", "max_drop",
+                "budget_outputs", "rollout")
 # a bucket build quantizes without calibration (fp16, dynamic-int8): the static int8 options don't apply
-_BUCKETS_REFUSE = ("calibration", "strict_int8", "io_dtype", "channels_last", "max_drop")
+_BUCKETS_REFUSE = ("calibration", "strict_int8", "io_dtype", "channels_last", "max_drop", "budget_outputs", "rollout")
 
 # At most this many samples measure the post-build accuracy (see edge/accuracy_samples.py).
 ACCURACY_SAMPLES = 64
@@ -156,6 +157,8 @@ class AndroidLowered:
         min_top1: float | None = None,
         max_drop: float | None = None,
         allow_below_budget: bool = False,
+        budget_outputs: str | None = None,
+        rollout: str | None = None,
         **unknown: Any,
     ) -> "AndroidLowered":
         from tpuedge.quantize.budget import AccuracyBudget
@@ -197,7 +200,10 @@ class AndroidLowered:
         budget = AccuracyBudget.from_options(
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
             has_labels=evaluation is not None and evaluation.labels is not None, program=program,
+            budget_outputs=budget_outputs, rollout=rollout, eval_samples=None if evaluation is None else len(evaluation.samples),
         )
+        if rollout is not None and config.io_dtype != "float32":
+            raise UserError(f"--rollout feeds float states back; --io-dtype {config.io_dtype} gives integer ones: drop one of them.")
         held_out = []
         if samples and config.reads_calibration and evaluation is None:  # nothing read off the accuracy samples
             from tpuedge.edge.accuracy_samples import split_calibration
@@ -232,8 +238,9 @@ class AndroidLowered:
         from tpuedge.edge import accuracy_samples as acc
 
         if self.evaluation is not None:
-            labels = None if self.evaluation.labels is None else self.evaluation.labels[:ACCURACY_SAMPLES]
-            return acc.AccuracySamples(self.evaluation.samples[:ACCURACY_SAMPLES], acc.EVAL, 0), labels
+            count = None if self.budget.rollout else ACCURACY_SAMPLES  # a rollout reads every whole sequence
+            labels = None if self.evaluation.labels is None else self.evaluation.labels[:count]
+            return acc.AccuracySamples(self.evaluation.samples[:count], acc.EVAL, 0), labels
         if self.held_out:
             return acc.AccuracySamples(self.held_out[:ACCURACY_SAMPLES], acc.HELD_OUT, 0), None
         if self.calibration and not self.config.needs_calibration:  # auto may calibrate on them: named so
@@ -248,6 +255,7 @@ class AndroidLowered:
         from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
         from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, refused_by_litert, refused_on_budget_samples
         from tpuedge.edge.tflite_inspect import summarize_tflite
+        from tpuedge.edge.rollout_runs import budget_inputs, litert_rollout, rollout_or_samples
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
         from tpuedge.shared_ir.atomic import atomic_output_dir
@@ -267,7 +275,7 @@ class AndroidLowered:
             # a sample the IR itself refuses (a token id past the vocabulary) stops the build here,
             # with its inputs named, not in a tool's calibration run
             with timed("float reference (the IR run in torch)"):
-                reference = [program.run(*s) for s in samples]
+                reference = rollout_or_samples(program.run, samples, self.budget.rollout)
         if config.scheme == "auto":
             from tpuedge.edge.android_auto import build_auto
 
@@ -286,8 +294,12 @@ class AndroidLowered:
                                                 trained_ranges=trained, budget_cosine=self.budget.min_cosine)
             try:
                 with timed("verification run (LiteRT, float reference beside it)"):
-                    runner, reference, outputs = _verification_runs(program, converted.tflite, samples,
-                                                                    config.channels_last, reference)
+                    if self.budget.rollout is None:
+                        runner, reference, outputs = _verification_runs(program, converted.tflite, samples,
+                                                                        config.channels_last, reference)
+                    else:
+                        runner, reference, outputs = litert_rollout(program, converted.tflite, samples, config.channels_last,
+                                                                    self.budget.rollout)
             except ModelRunError as exc:  # runs on the search's samples, a kernel refuses these
                 if config.scheme != "int8":  # float activations: an op LiteRT can't run, no value it refused
                     raise refused_by_litert(program.name, f"android {config.scheme}", exc) from None
@@ -298,7 +310,8 @@ class AndroidLowered:
             accuracy = compare_outputs(reference, outputs)
             budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
                 self.budget, name=program.name, target="android", reference=reference, candidate=outputs,
-                inputs=chosen.kind, labels=labels, recipe=converted.recipe, summary=accuracy,
+                inputs=budget_inputs(chosen.kind, self.budget.rollout, len(samples)), labels=labels,
+                recipe=converted.recipe, summary=accuracy,
             )
         if converted.config.needs_calibration and not self.uses_trained_ranges:
             chosen = chosen.with_calibration_used(len(self.calibration or []))

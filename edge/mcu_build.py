@@ -139,6 +139,8 @@ class McuLowered:
         max_drop: float | None = None,
         allow_below_budget: bool = False,
         strict_int8: bool = False,
+        budget_outputs: str | None = None,
+        rollout: str | None = None,
     ):
         from tpuedge.edge.boards import check_int8_activations_fit, check_int8_weights_fit, resolve_board
         from tpuedge.edge.c_array import symbols_for
@@ -188,6 +190,8 @@ class McuLowered:
         self.budget = AccuracyBudget.from_options(
             min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
             has_labels=self.evaluation is not None and self.evaluation.labels is not None, program=program,
+            budget_outputs=budget_outputs, rollout=rollout,
+            eval_samples=None if self.evaluation is None else len(self.evaluation.samples),
         )
         self.held_out: list = []
         if self.evaluation is None:  # accuracy on samples the ranges were not set on
@@ -246,6 +250,10 @@ class McuLowered:
         with timed("verification run (TFLite-Micro)"):
             runtime.open_tflm(arena.recommended_bytes)
             verification, measured = self._verify(runtime)
+            if self.budget.rollout is not None:  # the budget reads every step of each sequence, state fed back
+                from tpuedge.edge.rollout_runs import tflm_rollout
+
+                measured = tflm_rollout(self.program, runtime, self.evaluation.samples, self.budget.rollout)
         budget_entry = self._check_budget(measured, converted.recipe)  # BudgetError (exit 1) before anything is written
 
         sections = {

@@ -31,7 +31,8 @@ BOARD_NAMES = ("nrf52840", "stm32f746", "esp32s3", "rp2040", "cortex-m0plus")
 # options of one kind of model only (a language model's; a single-entry model's), at their
 # defaults for the other kind: one given for the wrong kind is an error, not ignored
 _LM_BUDGET = ("max_perplexity_increase",)
-_SINGLE_ONLY = ("calibration", "io_dtype", "channels_last", "gelu", "strict_int8", "min_cosine", "max_drop")
+_SINGLE_ONLY = ("calibration", "io_dtype", "channels_last", "gelu", "strict_int8", "min_cosine", "max_drop", "budget_outputs",
+                "rollout")
 
 
 def _capture_options() -> tuple[str, ...]:

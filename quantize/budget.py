@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tpuedge.quantize.rollout import Rollout
 from tpuedge.shared_ir.errors import BudgetError, UserError
 
 __all__ = [
@@ -40,9 +41,15 @@ def budget_build_options() -> list:
     return [
         BuildOption("min_cosine", "accuracy budget: every output's mean per-sample cosine vs the float IR, on samples "
                     "calibration did not use; a build below it exits 1 and writes nothing", float, DEFAULT_MIN_COSINE),
-        BuildOption("min_top1", "accuracy budget: top-1 agreement with the float IR (0-1) of every output that looks like "
-                    "class scores (a softmax, or a Linear head of 16+ classes)", float, DEFAULT_MIN_TOP1),
+        # no default here: an explicit value also holds every other (samples, classes) output
+        BuildOption("min_top1", f"accuracy budget: top-1 agreement with the float IR (0-1) of every output that looks like "
+                    f"class scores (a softmax, or a Linear head of 16+ classes; default {DEFAULT_MIN_TOP1})", float, None),
         BuildOption("max_drop", "accuracy budget: task-accuracy drop in points vs the float IR (needs --eval with labels)", float, None),
+        BuildOption("budget_outputs", "the outputs the accuracy budget holds, NAME[,NAME] (others are reported, not held); "
+                    "NAME:top1 holds only its argmax (class scores, token ids: every position), NAME:cosine only its cosine", str, None),
+        BuildOption("rollout", "judge a stateful model as it runs: STATE_OUT=STATE_IN[,...]:STEPS feeds each state output "
+                    "back to its input for STEPS steps over the --eval samples (read in order, STEPS to a sequence) "
+                    "and measures the budget's outputs at every step", str, None),
         BuildOption("allow_below_budget", "write the model even below its accuracy budget (marked so in the manifest)", bool, False),
     ]
 
@@ -58,15 +65,19 @@ class AccuracyBudget:
     top1_outputs: tuple[int, ...] | None = None
     output_names: tuple[str, ...] = ()
     top1_why: tuple[str, ...] = ()  # per top1_outputs entry: why it counts as class scores
+    cosine_outputs: tuple[int, ...] | None = None  # held to min_cosine: None = every output
+    rollout: Rollout | None = None  # state fed back: every step of each sequence is measured
 
     @classmethod
     def from_options(
         cls, *, min_cosine=None, min_top1=None, max_drop=None, allow_below_budget=False, has_labels: bool = False,
-        program=None,
+        program=None, budget_outputs=None, rollout=None, eval_samples: int | None = None,
     ) -> "AccuracyBudget":
         """Validated build options (UserError, before any conversion, for values that can't be met or read).
         program: the top-1 agreement is held on its outputs that look like class scores, at
-        DEFAULT_MIN_TOP1 unless min_top1 says otherwise; without one only an explicit min_top1 holds it."""
+        DEFAULT_MIN_TOP1 unless min_top1 says otherwise; without one only an explicit min_top1 holds it.
+        budget_outputs ("name[:top1|:cosine],..."), rollout ("out=in,...:steps", needs eval_samples):
+        see budget_build_options; both need the program."""
         min_cosine = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
         if not -1.0 <= min_cosine <= 1.0:
             raise UserError(f"--min-cosine {min_cosine} is outside [-1, 1]; a cosine can't reach it. Give e.g. --min-cosine 0.99.")
@@ -81,31 +92,40 @@ class AccuracyBudget:
                     "given: pass --eval file.py:function returning (inputs, labels) or an .npz with a `labels` array, or drop "
                     "--max-drop."
                 )
-        top1_outputs, names, why = None, (), ()
+        top1_outputs, names, why, cosine_outputs, rolled = None, (), (), None, None
         if program is not None:
-            from tpuedge.quantize.output_meaning import output_meanings
-
-            meanings = output_meanings(program)
-            names = tuple(m.name for m in meanings)
-            explicit = min_top1 is not None  # asked for: every classifier-shaped output too, as before
-            scores = [(j, m.why if m.class_scores else "classifier-shaped, --min-top1 given") for j, m in enumerate(meanings)
-                      if m.class_scores or (explicit and _classifier_spec(program.outputs[j].shape))]
-            top1_outputs, why = tuple(j for j, _ in scores), tuple(w for _, w in scores)
+            names, top1_outputs, why, cosine_outputs = _held_outputs(program, min_top1, budget_outputs)
             min_top1 = DEFAULT_MIN_TOP1 if min_top1 is None else min_top1
-        return cls(min_cosine, None if min_top1 is None else float(min_top1),
-                   None if max_drop is None else float(max_drop), bool(allow_below_budget), top1_outputs, names, why)
+            if rollout is not None:
+                from tpuedge.quantize.rollout import parse_rollout
+
+                if eval_samples is None:
+                    raise UserError(
+                        f"--rollout {rollout} reads its sequences from the evaluation data, in order, and none was given: "
+                        "pass --eval with the steps of each sequence one after another."
+                    )
+                rolled = parse_rollout(rollout, program, eval_samples)
+        elif budget_outputs is not None or rollout is not None:
+            raise UserError("--budget-outputs and --rollout name a single-entry model's outputs; this build has none to name.")
+        return cls(min_cosine, None if min_top1 is None else float(min_top1), None if max_drop is None else float(max_drop),
+                   bool(allow_below_budget), top1_outputs, names, why, cosine_outputs, rolled)
 
     def output_label(self, j: int) -> str:
         return f"output {j} ({self.output_names[j]})" if j < len(self.output_names) else f"output {j}"
 
     def to_json(self) -> dict:
         entry = {"min_cosine": self.min_cosine, "min_top1": self.min_top1, "max_drop_points": self.max_drop}
+        if self.rollout is not None:
+            entry["rollout"] = {"spec": self.rollout.spec, "steps": self.rollout.steps}
+        if self.cosine_outputs is not None:
+            entry["cosine_outputs"] = [self.output_label(j) for j in self.cosine_outputs]
         if self.top1_outputs is not None:
             entry["top1_outputs"] = [{"output": self.output_label(j), "why": w} for j, w in zip(self.top1_outputs, self.top1_why)]
         return entry
 
     def describe(self) -> str:
-        parts = [f"mean per-sample cosine >= {self.min_cosine} on every output"]
+        held = "every output" if self.cosine_outputs is None else ", ".join(self.output_label(j) for j in self.cosine_outputs)
+        parts = [f"mean per-sample cosine >= {self.min_cosine} on {held or 'no output'}"]
         if self.min_top1 is not None and self.top1_outputs is None:
             parts.append(f"top-1 agreement >= {100 * self.min_top1:.1f}% on every classifier output")
         elif self.min_top1 is not None and self.top1_outputs:
@@ -118,6 +138,35 @@ class AccuracyBudget:
 
 def _classifier_spec(shape) -> bool:
     return len(shape) == 2 and str(shape[-1]).isdigit() and int(shape[-1]) >= 2
+
+
+def _held_outputs(program, min_top1, budget_outputs):
+    """(output names, top-1 outputs, why each, cosine outputs or None for all) of `program`."""
+    from tpuedge.quantize.output_meaning import output_meanings
+
+    meanings = output_meanings(program)
+    names = tuple(m.name for m in meanings)
+    explicit = min_top1 is not None  # asked for: every classifier-shaped output too, as before
+    top1 = {j: m.why if m.class_scores else "classifier-shaped, --min-top1 given" for j, m in enumerate(meanings)
+            if m.class_scores or (explicit and _classifier_spec(program.outputs[j].shape))}
+    if budget_outputs is None:
+        return names, tuple(top1), tuple(top1.values()), None
+    named_top1, cosine = {}, []
+    entries = budget_outputs.split(",") if isinstance(budget_outputs, str) else list(budget_outputs)
+    for entry in (e.strip() for e in entries):
+        name, _, metric = entry.partition(":")
+        if name not in names or metric not in ("", "top1", "cosine"):
+            raise UserError(
+                f"--budget-outputs {entry!r}: " + (f"{program.name} has no output {name!r}" if name not in names else
+                f"{metric!r} is no metric (top1 or cosine)") + f". Its outputs: {', '.join(names)}; give NAME, NAME:top1 "
+                "(its argmax) or NAME:cosine, separated by commas."
+            )
+        j = names.index(name)
+        if metric in ("", "cosine") and j not in cosine:
+            cosine.append(j)
+        if metric == "top1" or (metric == "" and j in top1):
+            named_top1[j] = top1.get(j, "named with :top1")
+    return names, tuple(named_top1), tuple(named_top1.values()), tuple(cosine)
 
 
 @dataclass(frozen=True)
@@ -190,9 +239,10 @@ def check_budget(
         if head is not None:
             float_acc, acc = task_accuracy(refs[head], labels), task_accuracy(gots[head], labels)
     decided_by_task = head if budget.max_drop is not None and float_acc is not None else None
+    held_cosine = range(len(refs)) if budget.cosine_outputs is None else budget.cosine_outputs
     failures = [
-        f"{budget.output_label(j)}: mean per-sample cosine {c:.5f} < {budget.min_cosine}"
-        for j, c in enumerate(cosines) if c < budget.min_cosine and j != decided_by_task
+        f"{budget.output_label(j)}: mean per-sample cosine {cosines[j]:.5f} < {budget.min_cosine}"
+        for j in held_cosine if cosines[j] < budget.min_cosine and j != decided_by_task
     ]
     if budget.min_top1 is not None:
         failures += [
