@@ -295,9 +295,10 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
                     if precision == "int16":
                         rm.add_static_config(".*", op, activation_num_bits=16, weight_num_bits=8, weight_granularity=gran)
                         continue
-                    rm.add_quantization_config(".*", op, algorithm_key=AlgorithmName.NO_QUANTIZE)
-                    if op in _WEIGHT_ONLY_OPS:
+                    if op in _WEIGHT_ONLY_OPS:  # float compute with int8 weights: its one entry
                         rm.add_weight_only_config(".*", op, num_bits=8, granularity=gran)
+                    else:
+                        rm.add_quantization_config(".*", op, algorithm_key=AlgorithmName.NO_QUANTIZE)
                 continue
             regex = _scope_regex((scopes or {})[key])
             if precision == "float32":  # last of all: no entry after it gives these ops int8 weights

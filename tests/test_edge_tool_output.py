@@ -148,3 +148,21 @@ def test_only_the_tools_thread_is_held_not_a_users_thread_beside_it():
     held = proc.stdout.strip()
     assert "tool python line" in held and "tool native line" in held and "user thread line" not in held
     assert "user thread line" in proc.stderr and "tool" not in proc.stderr
+
+
+def test_the_every_op_float_recipe_overwrites_no_entry_of_its_own(caplog):
+    """Float compute with int8 weights is one entry per weighted op, not a no-quantize entry that
+    a weight-only one then overwrites: ai-edge-quantizer logs a multi-line warning per overwrite."""
+    import logging
+
+    from tpuedge.edge.quantizer_recipes import every_op_group, quantizer_recipe
+    from tpuedge.quantize.config import QuantConfig
+
+    group, scopes = every_op_group([("FULLY_CONNECTED", "FULLY_CONNECTED", 2), ("CONV_2D", "CONV_2D", 1), ("ADD", "ADD", 1)])
+    with caplog.at_level(logging.WARNING, logger="absl"):
+        recipe = quantizer_recipe(QuantConfig(scheme="int8"), {group.key: "float"}, {group.key: scopes})
+    assert not [r for r in caplog.records if "Overwrite" in r.getMessage()]
+    by_op = {entry["operation"]: entry for entry in recipe}
+    assert by_op["FULLY_CONNECTED"]["op_config"]["compute_precision"] == "FLOAT"
+    assert by_op["FULLY_CONNECTED"]["op_config"]["weight_tensor_config"]["num_bits"] == 8
+    assert by_op["ADD"]["algorithm_key"] == "no_quantize"
