@@ -18,6 +18,7 @@ Families tested: Llama (SmolLM2), Qwen2, Qwen3, Gemma 3, GPT-2.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -34,6 +35,8 @@ _MASKED = -1e9  # additive mask value: finite, so a fully masked row of a padded
 
 def is_hf_causal_lm(obj: Any) -> bool:
     """A transformers model with a language-model head (`...ForCausalLM`, GPT-2's `LMHeadModel`)."""
+    if "transformers" not in sys.modules:  # no transformers model exists yet; importing it costs 5-15 s
+        return False
     try:
         from transformers import GenerationMixin, PreTrainedModel
     except ImportError:  # pragma: no cover - transformers is optional
