@@ -18,6 +18,7 @@ from tpuedge.quantize.metrics import max_abs_error
 from tpuedge.shared_ir.artifact import file_entry, tool_versions
 from tpuedge.shared_ir.errors import InternalError
 from tpuedge.shared_ir.manifest import write_build_manifest
+from tpuedge.shared_ir.stage_times import timed
 from tpuedge.shared_ir.tensors import TensorSpec
 
 __all__ = ["write_cloud_artifact", "verify_export", "VERIFY_TOLERANCE"]
@@ -113,13 +114,15 @@ def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
     export = lowered.forward_export
     text = lowered.as_text()
     blob, exported = cached_stages.export_blob(program, export)
-    layers, layer_names = layers_blob(program, export)
-    verification = verify_export(lowered, export, exported)
+    with timed("per-layer export (model.layers.jaxexport)"):
+        layers, layer_names = layers_blob(program, export)
+    with timed("check on XLA:CPU against Program.run"):
+        verification = verify_export(lowered, export, exported)
     report, status = cached_stages.tpu_report(lowered, lambda: tpu_report(lowered, export))
     weights = {**{n: np.asarray(a) for n, a in export.params.items()}, **{n: np.asarray(a) for n, a in export.buffers.items()}}
 
     out_dir = Path(out_dir)
-    with atomic_output_dir(out_dir) as staging:
+    with timed("write the folder"), atomic_output_dir(out_dir) as staging:
         (staging / STABLEHLO_FILE).write_text(text)
         (staging / EXPORT_FILE).write_bytes(blob)
         (staging / LAYERS_FILE).write_bytes(layers)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuedge.shared_ir.cache_keys import cached_stage, decode_json, encode_json
+from tpuedge.shared_ir.stage_times import timed
 
 __all__ = ["export_blob", "tpu_report"]
 
@@ -26,12 +27,13 @@ def export_blob(program, export) -> tuple[bytes, Any]:
         blob, made["exported"] = serialize_export(export)
         return blob
 
-    blob = cached_stage("jax_export", {"ir": program.fingerprint, "platforms": list(PORTABLE_PLATFORMS)}, build)
-    if "exported" in made:
-        return blob, made["exported"]
-    import jax
+    with timed("jax.export (cpu, cuda, tpu) and serialize"):
+        blob = cached_stage("jax_export", {"ir": program.fingerprint, "platforms": list(PORTABLE_PLATFORMS)}, build)
+        if "exported" in made:
+            return blob, made["exported"]
+        import jax
 
-    return blob, jax.export.deserialize(bytearray(blob))
+        return blob, jax.export.deserialize(bytearray(blob))
 
 
 def tpu_report(lowered, compile_report: Callable[[], tuple[dict | None, dict]]) -> tuple[dict | None, dict]:

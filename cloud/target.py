@@ -46,9 +46,11 @@ class CloudLowered:
         sharding: str = "data",
     ):
         from tpuedge.cloud.batch_rebind import batch_size, rebind_batch
+        from tpuedge.shared_ir.stage_times import timed
 
         self.source_program = program
-        self.program = rebind_batch(program, batch)
+        with timed("batch rebind"):
+            self.program = rebind_batch(program, batch)
         self.topology = topology
         self.train_step = bool(train_step)
         self.loss = loss
@@ -62,15 +64,22 @@ class CloudLowered:
 
     @cached_property
     def forward_export(self):
-        from tpuedge.cloud.stablehlo_export import forward_export
+        from tpuedge.shared_ir.stage_times import timed
 
-        return forward_export(self.program)
+        with timed("import jax"):
+            import jax  # noqa: F401
+
+            from tpuedge.cloud.stablehlo_export import forward_export
+        with timed("lower to JAX (ATen->JAX interpreter, decompositions)"):
+            return forward_export(self.program)
 
     @cached_property
     def _text(self) -> str:
         from tpuedge.cloud.stablehlo_export import stablehlo_text
+        from tpuedge.shared_ir.stage_times import timed
 
-        return stablehlo_text(self.forward_export, self.program)
+        with timed("StableHLO text (jax.jit lower)"):
+            return stablehlo_text(self.forward_export, self.program)
 
     def as_text(self) -> str:
         """StableHLO of the forward: `forward(params, buffers, *inputs)`, weights as arguments."""

@@ -34,6 +34,7 @@ from typing import Any
 from tpuedge.shared_ir.native_stderr import held_native_stderr
 from tpuedge.cloud.topologies import TopologyChoice
 from tpuedge.shared_ir.errors import TpuedgeError, UserError
+from tpuedge.shared_ir.stage_times import timed
 
 __all__ = [
     "LIBTPU_SWITCH",
@@ -102,7 +103,7 @@ def topology_devices(choice: TopologyChoice) -> list:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     from jax.experimental import topologies
 
-    with held_native_stderr() as log:
+    with held_native_stderr() as log, timed("TPU: load libtpu, describe the topology"):
         try:
             devices = list(topologies.get_topology_desc(choice.name, "tpu").devices)
             error = None
@@ -177,9 +178,11 @@ def compile_on_topology(target: "CompileTarget", lower: Callable[[], Any], jax_p
     IR node (and the user's line) of the op it stopped at."""
     started = time.perf_counter()
     try:
-        lowered = lower()
+        with timed("TPU: trace and lower over the slice's mesh"):
+            lowered = lower()
         lowered_at = time.perf_counter()
-        compiled = lowered.compile()
+        with timed("TPU: XLA:TPU compile (libtpu, deviceless)"):
+            compiled = lowered.compile()
     except TpuedgeError:  # the interpreter's own errors (unsupported op, our bug) pass as they are
         raise
     except Exception as exc:  # XLA reports TPU-unsupported programs as runtime errors

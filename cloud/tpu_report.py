@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from tpuedge.shared_ir.stage_times import timed
+
 __all__ = ["TPU_REPORT_FILE", "tpu_report", "describe_tpu_report"]
 
 TPU_REPORT_FILE = "tpu_compile.json"
@@ -24,11 +26,13 @@ def tpu_report(lowered, export) -> tuple[dict | None, dict]:
         return None, {**status, "status": f"skipped: {reason}"}
     target = tpu_compile.CompileTarget(choice)
     batch = lowered.batch_info["size"]
-    programs = {"forward": tpu_compile.compile_forward(target, export, batch)}
+    with timed("TPU: forward, other"):
+        programs = {"forward": tpu_compile.compile_forward(target, export, batch)}
     if lowered.train_step:
-        programs["train_step"] = tpu_compile.compile_train_step(
-            target, lowered.program, batch, lowered.loss, lowered.sharding
-        )
+        with timed("TPU: train step, other (train-mode capture, optax)"):
+            programs["train_step"] = tpu_compile.compile_train_step(
+                target, lowered.program, batch, lowered.loss, lowered.sharding
+            )
     report = {
         **target.describe(),
         "programs": programs,

@@ -87,6 +87,14 @@ def make_build_command() -> click.Command:
     ]
 
     def run(model, target, out, no_cache, **given):
+        from tpuedge.shared_ir.stage_times import UNNAMED, count_start_up, timed, write_stage_times
+
+        count_start_up()  # every second of the process in a stage: before the build, in it, and in none named
+        with timed(UNNAMED):
+            _build(model, target, out, no_cache, **given)
+        write_stage_times()  # for bench/cold_profile.py, when TPUEDGE_STAGE_TIMES names a file
+
+    def _build(model, target, out, no_cache, **given):
         from tpuedge.command_inputs import console as _console
         from tpuedge.command_inputs import model_arg as _model_arg
         from tpuedge.command_inputs import project_config as _config
@@ -94,7 +102,6 @@ def make_build_command() -> click.Command:
         from tpuedge.model_spec import CAPTURE_OPTIONS, is_model_folder, load_program, spec_name
         from tpuedge.shared_ir.generative.bundle import ProgramBundle
         from tpuedge.shared_ir.cache_keys import build_session
-        from tpuedge.shared_ir.stage_times import write_stage_times
 
         config = _config()
         target = _target_arg(target, list(implemented_targets()))
@@ -131,7 +138,6 @@ def make_build_command() -> click.Command:
             build_replay.remember(key, Path(out), report, limit)
         console.print(cache.describe(), soft_wrap=True)  # not in the manifest: a hit gives the same bytes as a cold build
         console.print(f"wrote {out}")
-        write_stage_times()  # for bench/cold_profile.py, when TPUEDGE_STAGE_TIMES names a file
 
     return _BuildCommand(
         "build",
