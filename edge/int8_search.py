@@ -468,20 +468,17 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
     costliest points' ops the config's upgrade (`upgrade_precision`: float islands on android,
     int16 activations on mcu), a growing prefix at a time, by measured cosine.
     `scopes` gains the ranked groups. Returns the assignment chosen and the report for the recipe."""
-    from tpuedge.edge.litert_lowering import litert_ir_passes
+    from tpuedge.edge.point_ranking import ranked_points
     from tpuedge.edge.quantizer_recipes import ranked_groups
-    from tpuedge.quantize.sensitivity import RANKING_SAMPLES, TooManyPoints, rank_quant_points
+    from tpuedge.quantize.sensitivity import RANKING_SAMPLES, TooManyPoints
     from tpuedge.shared_ir.progress import stage_progress
-    from tpuedge.shared_ir.program import Program
     from tpuedge.shared_ir.stage_times import timed
 
     measure_on = eval_samples[:RANKING_SAMPLES]
     with stage_progress(f"{program.name}: int8 sensitivity of every IR point ({len(measure_on)} samples)", total=1):
-        # the program the converter saw (attention masks bounded), so ranges are the calibrated ones
-        lowered = Program(litert_ir_passes(program.exported_program), name=program.name)
         try:
             with timed("int8 search: IR sensitivity ranking"):
-                ranking = rank_quant_points(lowered, calibration, measure_on)
+                ranking = ranked_points(program, calibration, measure_on)
         except (UserError, InternalError, TooManyPoints) as exc:  # the JAX lowering can't run it, or too many
             # points to rank: the op-group search (recurrent state, norms, ...) still runs
             return {"assignment": {}, "report": {"unavailable": " ".join(str(exc).split())[:400]}, "non_int8": [], "groups": []}
