@@ -255,6 +255,7 @@ class AndroidLowered:
         from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
         from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, refused_by_litert, refused_on_budget_samples
         from tpuedge.edge.tflite_inspect import summarize_tflite
+        from tpuedge.edge.fed_back_choices import fed_back_choices_explained
         from tpuedge.edge.rollout_runs import budget_inputs, litert_rollout, rollout_or_samples
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
@@ -308,11 +309,12 @@ class AndroidLowered:
                     "Try --quantize auto or dynamic-int8, or calibration data that covers those inputs.",
                 ) from None
             accuracy = compare_outputs(reference, outputs)
-            budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
-                self.budget, name=program.name, target="android", reference=reference, candidate=outputs,
-                inputs=budget_inputs(chosen.kind, self.budget.rollout, len(samples)), labels=labels,
-                recipe=converted.recipe, summary=accuracy,
-            )
+            with fed_back_choices_explained(program.exported_program):
+                budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
+                    self.budget, name=program.name, target="android", reference=reference, candidate=outputs,
+                    inputs=budget_inputs(chosen.kind, self.budget.rollout, len(samples)), labels=labels,
+                    recipe=converted.recipe, summary=accuracy,
+                )
         if converted.config.needs_calibration and not self.uses_trained_ranges:
             chosen = chosen.with_calibration_used(len(self.calibration or []))
         summary = summarize_tflite(converted.tflite)

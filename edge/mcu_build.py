@@ -363,14 +363,16 @@ class McuLowered:
 
     def _check_budget(self, measured: tuple, recipe: dict) -> dict:
         """The budget on the samples accuracy is reported on (eval data, else held out from calibration)."""
+        from tpuedge.edge.fed_back_choices import fed_back_choices_explained
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
 
         kind, floats, outputs, labels = measured
-        return enforce_budget(
-            self.budget, name=self.program.name, target="mcu", reference=floats, candidate=outputs, inputs=kind,
-            labels=labels, recipe=recipe, summary=compare_outputs(floats, outputs), costliest=self._costliest_points,
-        )
+        with fed_back_choices_explained(self.rewritten.exported_program):
+            return enforce_budget(
+                self.budget, name=self.program.name, target="mcu", reference=floats, candidate=outputs, inputs=kind,
+                labels=labels, recipe=recipe, summary=compare_outputs(floats, outputs), costliest=self._costliest_points,
+            )
 
     def _costliest_points(self) -> list[dict]:
         """The IR points of the rewritten program ranked by their own int8 cost (for a build below

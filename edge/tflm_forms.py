@@ -3,6 +3,10 @@
 - SELECT becomes SELECT_V2. The converter writes SELECT for a `torch.where` over equal shapes;
   TFLM has only SELECT_V2, which computes the same thing (and also broadcasts).
 - Embedding tables are stored in int8: a float lookup folded into its QUANTIZE (below).
+- ARG_MAX and ARG_MIN read the integer tensor their DEQUANTIZE reads. ai-edge-quantizer has no
+  recipe for them and computes them in float after a DEQUANTIZE; dequantizing (scale > 0) keeps
+  the order of the values and their ties, so the indices are the same, and TFLM's int8 kernels
+  compute them (a greedy decoder's argmax over its logits; TFLM's take no int16 input).
 
 litert-torch lowers `nn.Embedding` to EMBEDDING_LOOKUP, and ai-edge-quantizer's static int8
 recipe leaves that op in float: the strict int8 model then holds a float32 table, an op that
@@ -41,7 +45,8 @@ def tflm_forms(tflite: bytes) -> tuple[bytes, dict[str, int]]:
 
 def tflm_forms_in_place(model) -> dict[str, int]:
     """`tflm_forms` on a parsed model (changed in place): {what changed: how many}, non-zero only."""
-    changes = {"select_as_select_v2": _select_as_select_v2(model), "int8_lookup_tables": _fold_lookup_quantize(model)}
+    changes = {"select_as_select_v2": _select_as_select_v2(model), "int8_lookup_tables": _fold_lookup_quantize(model),
+               "integer_arg_extremes": _integer_arg_extremes(model)}
     return {k: v for k, v in changes.items() if v}
 
 
@@ -66,10 +71,8 @@ def _select_as_select_v2(model) -> int:
 
 
 def _fold_lookup_quantize(model) -> int:
-    """Each foldable float lookup + QUANTIZE becomes one int8 lookup (and, for int16 rows, the
-    QUANTIZE re-quantizing its int8 rows), in place; how many."""
-    from tpuedge.quantize.affine import quantize as affine_quantize
-
+    """Each foldable float lookup + QUANTIZE becomes one int8 lookup (and, for int16 rows or a
+    table several lookups share, the QUANTIZE re-quantizing its int8 rows), in place; how many."""
     names = tflite_file.operator_names(model)
     schema = tflite_file.schema
     folded = 0
@@ -79,38 +82,77 @@ def _fold_lookup_quantize(model) -> int:
             for t in op.inputs:
                 readers.setdefault(int(t), []).append(i)
         outputs = {int(t) for t in graph.outputs}
-        drop: set[int] = set()
+        lookups: dict[int, list[tuple]] = {}  # table -> (lookup, its rows' sole QUANTIZE) of every lookup reading it
         for index, op in enumerate(graph.operators):
-            if names[op.opcodeIndex] != "EMBEDDING_LOOKUP":
-                continue
-            table, rows = int(op.inputs[1]), int(op.outputs[0])
-            quantize = _sole_quantize(graph, names, readers.get(rows, []), rows in outputs)
-            if quantize is None or readers.get(table) != [index]:
-                continue
+            if names[op.opcodeIndex] == "EMBEDDING_LOOKUP":
+                rows = int(op.outputs[0])
+                quantize = _sole_quantize(graph, names, readers.get(rows, []), rows in outputs)
+                lookups.setdefault(int(op.inputs[1]), []).append((index, None if quantize is None else readers[rows][0]))
+        drop: set[int] = set()
+        for table, pairs in lookups.items():
             table_tensor = graph.tensors[table]
-            buffer = model.buffers[table_tensor.buffer]
-            if table_tensor.type != schema.TensorType.FLOAT32 or not tflite_file.is_constant(model, table_tensor):
-                continue
-            if sum(1 for t in graph.tensors if t.buffer == table_tensor.buffer) != 1:
-                continue  # a buffer shared with another tensor keeps its float bytes
-            target = graph.tensors[int(quantize.outputs[0])]
-            table_values = np.frombuffer(bytes(bytearray(buffer.data)), np.float32)
-            if target.type == schema.TensorType.INT8:  # the QUANTIZE's own int8 values: it goes
-                scale, zero, _ = tflite_file.tensor_quantization(target)
-                scale, zero = float(scale[0]), int(zero[0])
-                op.outputs = np.array([int(quantize.outputs[0])], np.int32)
-                drop.add(readers[rows][0])
-            else:  # int16 rows: TFLM looks up no int16 table; int8 rows on the table's own range, re-quantized to int16
-                scale, zero = _int8_range(table_values)
-                rows_tensor = graph.tensors[rows]
-                rows_tensor.type = schema.TensorType.INT8
-                rows_tensor.quantization = _per_tensor(schema, scale, zero)
-            buffer.data = affine_quantize(table_values, scale, zero, np.int8, ties="away").view(np.uint8)  # as TFLM's QUANTIZE
-            table_tensor.type = schema.TensorType.INT8
-            table_tensor.quantization = _per_tensor(schema, scale, zero)
-            folded += 1
+            if (any(q is None for _, q in pairs) or sorted(readers[table]) != sorted(i for i, _ in pairs)
+                    or table_tensor.type != schema.TensorType.FLOAT32 or not tflite_file.is_constant(model, table_tensor)
+                    or sum(1 for t in graph.tensors if t.buffer == table_tensor.buffer) != 1):
+                continue  # a table read otherwise, or a buffer shared with another tensor, keeps its float bytes
+            drop |= _int8_table(model, graph, table_tensor, pairs)
+            folded += len(pairs)
         graph.operators = [op for i, op in enumerate(graph.operators) if i not in drop]
     return folded
+
+
+def _int8_table(model, graph, table_tensor, pairs) -> set[int]:
+    """Store the table in int8 for its (lookup, QUANTIZE) operator pairs; the QUANTIZEs it made
+    unneeded (to drop)."""
+    from tpuedge.quantize.affine import quantize as affine_quantize
+
+    schema = tflite_file.schema
+    buffer = model.buffers[table_tensor.buffer]
+    table_values = np.frombuffer(bytes(bytearray(buffer.data)), np.float32)
+    lookup, quantize = pairs[0]
+    target = graph.tensors[int(graph.operators[quantize].outputs[0])]
+    if len(pairs) == 1 and target.type == schema.TensorType.INT8:  # the QUANTIZE's own int8 values: it goes
+        scale, zero, _ = tflite_file.tensor_quantization(target)
+        scale, zero = float(scale[0]), int(zero[0])
+        graph.operators[lookup].outputs = np.array([int(graph.operators[quantize].outputs[0])], np.int32)
+        drop = {quantize}
+    else:  # int16 rows (no int16 lookup in TFLM), or several lookups each with its own QUANTIZE:
+        # int8 rows on the table's own range, each re-quantized by its QUANTIZE
+        scale, zero = _int8_range(table_values)
+        for lookup, _ in pairs:
+            rows_tensor = graph.tensors[int(graph.operators[lookup].outputs[0])]
+            rows_tensor.type = schema.TensorType.INT8
+            rows_tensor.quantization = _per_tensor(schema, scale, zero)
+        drop = set()
+    buffer.data = affine_quantize(table_values, scale, zero, np.int8, ties="away").view(np.uint8)  # as TFLM's QUANTIZE
+    table_tensor.type = schema.TensorType.INT8
+    table_tensor.quantization = _per_tensor(schema, scale, zero)
+    return drop
+
+
+def _integer_arg_extremes(model) -> int:
+    """Each ARG_MAX / ARG_MIN over a DEQUANTIZE of a per-tensor int8 tensor (scale > 0)
+    reads that tensor instead, in place; a DEQUANTIZE left unread goes. How many ops changed."""
+    names = tflite_file.operator_names(model)
+    changed = 0
+    for graph in model.subgraphs:
+        producer = {int(t): i for i, op in enumerate(graph.operators) for t in op.outputs}
+        bypassed = set()
+        for op in graph.operators:
+            if names[op.opcodeIndex] not in ("ARG_MAX", "ARG_MIN") or int(op.inputs[0]) not in producer:
+                continue
+            dequantize = graph.operators[producer[int(op.inputs[0])]]
+            if names[dequantize.opcodeIndex] != "DEQUANTIZE":
+                continue
+            source = graph.tensors[int(dequantize.inputs[0])]
+            scale, _, _ = tflite_file.tensor_quantization(source)
+            if source.type == tflite_file.schema.TensorType.INT8 and scale.size == 1 and float(scale[0]) > 0:
+                op.inputs = np.array([int(dequantize.inputs[0]), *[int(t) for t in op.inputs[1:]]], np.int32)
+                bypassed.add(producer[int(dequantize.outputs[0])])
+                changed += 1
+        read = {int(t) for op in graph.operators for t in op.inputs} | {int(t) for t in graph.outputs}
+        graph.operators = [op for i, op in enumerate(graph.operators) if i not in bypassed or int(op.outputs[0]) in read]
+    return changed
 
 
 def _int8_range(values: np.ndarray) -> tuple[float, int]:

@@ -129,3 +129,19 @@ def test_quantizer_int8_list_is_ai_edge_quantizers_own():
     builtins = {names[TFL_OP_NAME_TO_CODE[qtyping.TFLOperationName(op)]] for op in policy
                 if op in qtyping.TFLOperationName.__members__ and qtyping.TFLOperationName(op) in TFL_OP_NAME_TO_CODE}
     assert sorted(tflm_data()["quantizer_int8"]) == sorted(builtins)
+
+
+_COMPARISONS = {"EQUAL": np.equal, "NOT_EQUAL": np.not_equal, "LESS": np.less, "LESS_EQUAL": np.less_equal,
+                "GREATER": np.greater, "GREATER_EQUAL": np.greater_equal}
+
+
+@pytest.mark.parametrize("op", sorted(_COMPARISONS))
+def test_int8_comparisons_run_in_tflm(op):
+    """TFLite-Micro's comparison kernels take int8 tensors (bool out): the data says so. Whether an
+    mcu model may use one is the quantizer's part of the rule (it leaves LESS, GREATER, ... float)."""
+    assert tflm_ops()[op].get("int8") is True
+    runner = TflmRunner(single_op_model(op, n_inputs=2, out_type="BOOL"), 16 * 1024)
+    rng = np.random.default_rng(0)
+    a, b = (rng.integers(-128, 128, (1, 4)).astype(np.int8) for _ in range(2))
+    b[0, 0] = a[0, 0]  # a tie: the strict and the non-strict ones differ there
+    np.testing.assert_array_equal(runner.run_raw([a, b])[0], _COMPARISONS[op](a, b))
