@@ -25,16 +25,15 @@ COMPOSITE = "kept whole as a StableHLO composite (fused on device)"
 @lru_cache(maxsize=1)
 def litert_op_registry() -> OpRegistry:
     """Every op litert-torch 0.10 can take after its pre-convert decompositions."""
-    import torch
-
     from tpuedge.edge.litert_session import litert_session
 
     with litert_session():
         from litert_torch import fx_infra
-        from litert_torch._convert.fx_passes import build_aten_composite_pass
         from litert_torch.backend import lowerings
 
         from tpuedge.edge.generative.cache_write_lowering import register_cache_write_lowering
+        from tpuedge.edge.litert_torch_compat import composite_ops
+        from tpuedge.shared_ir.torch_compat import is_op_overload, is_op_packet
 
         register_cache_write_lowering()
 
@@ -44,8 +43,8 @@ def litert_op_registry() -> OpRegistry:
         notes.setdefault(op_key(op), LOWERED)
     for op in fx_infra.decomp.pre_lower_decomp():
         notes.setdefault(op_key(op), DECOMPOSED)
-    for op in build_aten_composite_pass._composite_builders:
-        if isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+    for op in composite_ops():
+        if is_op_overload(op) or is_op_packet(op):
             notes[op_key(op)] = COMPOSITE
     for key, note in sorted(notes.items()):
         registry.add(key, note)

@@ -20,7 +20,8 @@ def channels_last_inputs(ep):
     """Mutates and returns `ep` (a fresh ExportedProgram from a decomposition)."""
     import torch
     from torch.export.graph_signature import InputKind
-    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    from tpuedge.shared_ir.torch_compat import tensor_metadata
 
     user_inputs = {s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT}
     graph = ep.graph_module.graph
@@ -39,7 +40,7 @@ def channels_last_inputs(ep):
         node.meta["val"] = nhwc
         if "tensor_meta" in node.meta:  # litert-torch types the lowered function's inputs by it
             to_nchw.meta["tensor_meta"] = node.meta["tensor_meta"]
-            node.meta["tensor_meta"] = _extract_tensor_metadata(nhwc)
+            node.meta["tensor_meta"] = tensor_metadata(nhwc)
     ep.graph_module.recompile()
     if ep.example_inputs is not None:  # litert-torch reads them to resolve per-channel q/dq args
         args, kwargs = ep.example_inputs

@@ -36,7 +36,9 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuedge.edge.shared_patch import SharedPatch
+from tpuedge.shared_ir.torch_compat import (is_higher_order_op, is_op_overload, is_op_packet, retrace_internals,
+                                            tensor_metadata, tree_leaves, tree_map)
+from tpuedge.shared_ir.upstream_gate import Unavailable, fell_back
 
 __all__ = ["decompose_in_place", "decompositions_in_place", "run_decompositions"]
 
@@ -105,12 +107,12 @@ def _target_key(target):
     it closes over, so two nodes the pass rewrote alike share one trace."""
     import torch
 
-    plain = (int, float, bool, str, type(None), torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch.dtype)
+    plain = (int, float, bool, str, type(None), torch.dtype)
     code = getattr(target, "__code__", None)
     if code is None or getattr(target, "__defaults__", None) or getattr(target, "__kwdefaults__", None):
         return target
     contents = tuple(cell.cell_contents for cell in getattr(target, "__closure__", None) or ())
-    return (code, contents) if all(isinstance(c, plain) for c in contents) else target
+    return (code, contents) if all(isinstance(c, plain) or is_op_overload(c) or is_op_packet(c) for c in contents) else target
 
 
 def _value_key(value):
@@ -129,39 +131,36 @@ def _trace_key(target, node, inputs, values):
     return (_target_key(target), repr(arguments), tuple(_value_key(v) for v in values))
 
 
-def _traced(target, node, inputs, values, table):
+def _traced(target, node, inputs, values, table, rt):
     """The decomposition of `target` applied to `node`'s arguments, as a graph over its inputs,
     traced as torch.export's re-trace traces (functionalization and the Python dispatcher on, the
-    table in make_fx)."""
+    table in make_fx; `rt`: torch_compat.retrace_internals())."""
     import torch
-    from torch._dispatch.python import enable_python_dispatcher
-    from torch._functorch._aot_autograd.functional_utils import from_fun, has_data_mutation, to_fun
-    from torch._subclasses.functional_tensor import FunctionalTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
     args, kwargs = node.args, node.kwargs
 
     def call(*tensors):
-        functional = [to_fun(t) for t in tensors]
+        functional = [rt.to_fun(t) for t in tensors]
         by_node = dict(zip(inputs, functional))
         a, k = torch.fx.node.map_arg((args, kwargs), lambda n: by_node[n])
         out = target(*a, **k)
         for t in functional:
-            torch._sync(t)
-            if has_data_mutation(t):
+            rt.sync(t)
+            if rt.has_data_mutation(t):
                 raise _Unsupported(f"its decomposition of {node.target} writes to its input")
-        return torch.utils._pytree.tree_map(from_fun, out)
+        return tree_map(rt.from_fun, out)
 
-    with enable_python_dispatcher(), FunctionalTensorMode(pre_dispatch=False, export=True, _allow_token_discovery=True):
+    with rt.enable_python_dispatcher(), rt.functional_mode():
         module = make_fx(call, decomposition_table=table, record_module_stack=True, pre_dispatch=False)(*values)
     for sub in module.graph.nodes:
         if sub.op not in ("placeholder", "call_function", "output"):
             raise _Unsupported(f"its decomposition of {node.target} makes a {sub.op}")
         if sub.op == "call_function":
             op = sub.target
-            if isinstance(op, torch._ops.OpOverload) and op._schema.is_mutable:
+            if is_op_overload(op) and op._schema.is_mutable:
                 raise _Unsupported(f"its decomposition of {node.target} mutates ({op})")
-            if not isinstance(op, torch._ops.OpOverload) and op is not operator.getitem:
+            if not is_op_overload(op) and op is not operator.getitem:
                 raise _Unsupported(f"its decomposition of {node.target} calls {op}")
     return module.graph
 
@@ -169,29 +168,29 @@ def _traced(target, node, inputs, values, table):
 def _plan(exported_program, table) -> list[_Plan]:
     """Phase one: every node's fate and new fake value, tracing what changes. Changes nothing."""
     import torch
-    from torch._export.utils import _is_cia_op, _special_op_to_preserve_cia
-    from torch._guards import detect_fake_mode
-    from torch.export._trace import _ignore_backend_decomps
-    from torch.export.exported_program import _override_composite_implicit_decomp, _split_decomp_table_to_cia_and_python_decomp
     from torch.fx import traceback as fx_traceback
 
+    try:
+        rt = retrace_internals()
+    except Unavailable as exc:
+        raise _Unsupported(str(exc)) from exc
     graph = exported_program.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    fake_mode = detect_fake_mode([n.meta.get("val") for n in placeholders])
+    fake_mode = rt.detect_fake_mode([n.meta.get("val") for n in placeholders])
     if fake_mode is None:
         raise _Unsupported("its inputs carry no fake values")
     if any(isinstance(d, torch.SymInt) for n in placeholders for d in getattr(n.meta.get("val"), "shape", ())):
         raise _Unsupported("it has symbolic shapes")
-    composite, python_table = _split_decomp_table_to_cia_and_python_decomp(dict(table))
-    preserved = {op for op, decomposition in composite.items() if decomposition is _special_op_to_preserve_cia}
+    composite, python_table = rt.split_decomp_table(dict(table))
+    preserved = {op for op, decomposition in composite.items() if decomposition is rt.preserve_cia}
 
     def changes(node) -> bool:
         op = node.target
-        if isinstance(op, torch._ops.HigherOrderOperator):
+        if is_higher_order_op(op):
             raise _Unsupported(f"it has a higher-order op ({op})")
-        if not isinstance(op, torch._ops.OpOverload):
+        if not is_op_overload(op):
             return op not in _BUILTIN_OPERATORS
-        return op in python_table or (op in composite and op not in preserved) or (_is_cia_op(op) and op not in composite)
+        return op in python_table or (op in composite and op not in preserved) or (rt.is_cia_op(op) and op not in composite)
 
     if torch.ops.aten.view.default in python_table:
         raise _Unsupported("its table decomposes views")
@@ -205,7 +204,8 @@ def _plan(exported_program, table) -> list[_Plan]:
             n = latest[n]
         return n
 
-    with fake_mode, _ignore_backend_decomps(), _override_composite_implicit_decomp(composite), fx_traceback.preserve_node_meta():
+    with fake_mode, rt.ignore_backend_decomps(), rt.override_composite_implicit_decomp(composite), \
+            fx_traceback.preserve_node_meta():
         for node in graph.nodes:
             if node.op in ("placeholder", "output"):
                 continue
@@ -213,7 +213,7 @@ def _plan(exported_program, table) -> list[_Plan]:
                 raise _Unsupported(f"it has a {node.op} node")
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: values[current(n)])
             op = node.target
-            if isinstance(op, torch._ops.OpOverload) and op._schema.is_mutable:
+            if is_op_overload(op) and op._schema.is_mutable:
                 plans.append(_functional_plan(node, op, args, kwargs, current))
                 values[node] = plans[-1].value
                 latest[current(node.args[0])] = node
@@ -239,7 +239,7 @@ def _plan(exported_program, table) -> list[_Plan]:
             trace = traces.get(key)
             if trace is None:
                 with fx_traceback.set_current_meta(node):
-                    trace = traces[key] = _traced(target, node, node.all_input_nodes, input_values, python_table)
+                    trace = traces[key] = _traced(target, node, node.all_input_nodes, input_values, python_table, rt)
                 sub_values = _replay(trace, input_values, recorded=True)
             else:
                 sub_values = _replay(trace, input_values)
@@ -253,21 +253,19 @@ def _plan(exported_program, table) -> list[_Plan]:
 
 def _functional_plan(node, op, args, kwargs, current) -> _Plan:
     """An in-place op on an intermediate tensor nothing aliases, as its functional variant."""
-    import torch
-
     functional = _functional_variant(op)
     if functional is None:
         raise _Unsupported(f"it has an in-place op with no functional variant to take ({op})")
     written = [node.args[0]]
-    while isinstance(written[0].target, torch._ops.OpOverload) and written[0].target._schema.is_mutable:
+    while is_op_overload(written[0].target) and written[0].target._schema.is_mutable:
         written.insert(0, written[0].args[0])  # relu_(add_(x)): back to x, the tensor first written
     base = written[0]
-    if base.op != "call_function" or not isinstance(base.target, torch._ops.OpOverload) or _returns_alias(base.target):
+    if base.op != "call_function" or not is_op_overload(base.target) or _returns_alias(base.target):
         raise _Unsupported(f"{op} writes to an input, a view or a tensor it cannot follow ({base.name})")
     if current(base) is not current(node.args[0]):
         raise _Unsupported(f"{op} writes to {base.name} through an older version of it")
     for version in written:  # a view of the tensor would see the write (in-place ops return an alias too)
-        if any(isinstance(u.target, torch._ops.OpOverload) and _returns_alias(u.target) and not u.target._schema.is_mutable
+        if any(is_op_overload(u.target) and _returns_alias(u.target) and not u.target._schema.is_mutable
                for u in version.users):
             raise _Unsupported(f"{op} writes to {base.name}, which a view reads")
     return _Plan(node, "functional", value=functional(*args, **kwargs), functional_op=functional, written=written)
@@ -295,11 +293,10 @@ def _replay(trace, input_values, *, recorded: bool = False) -> dict:
 
 def _set_value(node, value) -> None:
     import torch
-    from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
     node.meta["val"] = value
     if isinstance(value, torch.Tensor):
-        node.meta["tensor_meta"] = _extract_tensor_metadata(value)
+        node.meta["tensor_meta"] = tensor_metadata(value)
 
 
 def _apply(exported_program, plans: list[_Plan]) -> None:
@@ -342,7 +339,7 @@ def _rename_outputs(exported_program) -> None:
     from torch.export.graph_signature import TensorArgument
 
     output = exported_program.graph.output_node()
-    flat = torch.utils._pytree.tree_leaves(output.args[0])
+    flat = tree_leaves(output.args[0])
     specs = exported_program.graph_signature.output_specs
     if len(flat) != len(specs):
         raise RuntimeError(f"{len(flat)} outputs in the graph, {len(specs)} in its signature")  # a bug of ours
@@ -389,10 +386,14 @@ def _splice(graph, plan: _Plan, replaced: dict) -> None:
 
 def decompose_in_place(exported_program, table):
     """`exported_program` with `table`'s decompositions applied (changed in place), or None, unchanged,
-    where only a whole re-trace can apply them."""
+    where only a whole re-trace can apply them. Planning changes nothing, so a private torch call
+    that raises there (another torch) costs the re-trace, not the build."""
     try:
         plans = _plan(exported_program, table)
     except _Unsupported:
+        return None
+    except Exception as exc:  # noqa: BLE001 - torch internals: any of their errors means "re-trace"
+        fell_back("in-place decomposition", repr(exc))
         return None
     _apply(exported_program, plans)
     return exported_program
@@ -401,48 +402,34 @@ def decompose_in_place(exported_program, table):
 def run_decompositions(exported_program, table=None, can_skip=True, *, whole_retrace):
     """litert-torch's `safe_run_decompositions`, decomposing in place where it can and by
     `whole_retrace` (litert-torch's own) where it cannot."""
-    from litert_torch.fx_infra import _safe_run_decompositions as safe
+    from tpuedge.edge.litert_torch_compat import decomposition_helpers
 
     if table is None or not table:
         return whole_retrace(exported_program, table, can_skip)
-    if can_skip and not safe._require_decomp(exported_program, table):
+    try:
+        require_decomp, erase_asserts = decomposition_helpers()
+    except Unavailable:
+        return whole_retrace(exported_program, table, can_skip)
+    if can_skip and not require_decomp(exported_program, table):
         return exported_program
-    safe._erase_assert_tensor_metadata_nodes(exported_program)
+    erase_asserts(exported_program)
     done = decompose_in_place(exported_program, table)
     if done is None:
         return whole_retrace(exported_program, table, can_skip)
     nodes = len(done.graph.nodes)
-    safe._erase_assert_tensor_metadata_nodes(done)
+    erase_asserts(done)
     if len(done.graph.nodes) != nodes:  # decompose_in_place recompiled it already
         done.graph_module.recompile()
     return done
 
 
-_PATCH = SharedPatch()
-
-
-def _install():
-    """Our `run_decompositions` as litert-torch's; gives back what puts litert-torch's own back."""
-    from litert_torch import fx_infra  # imported already, in a session (decompositions_in_place)
-
-    whole = fx_infra.safe_run_decompositions
-
-    def ours(exported_program, table=None, can_skip=True):
-        return run_decompositions(exported_program, table, can_skip, whole_retrace=whole)
-
-    fx_infra.safe_run_decompositions = ours
-
-    def undo() -> None:
-        fx_infra.safe_run_decompositions = whole
-
-    return undo
-
-
 def decompositions_in_place() -> contextlib.AbstractContextManager[None]:
-    """litert-torch's decompositions go through `run_decompositions` while the block runs (shared
-    by concurrent builds; a user's own litert-torch call after it is left as it was)."""
+    """litert-torch's decompositions go through `run_decompositions` while the block runs, in its
+    threads (shared by concurrent builds; edge/litert_torch_compat.py installs and undoes it; a
+    user's own litert-torch call, after it or in another thread, is left as it was)."""
     from tpuedge.edge.litert_session import litert_session
+    from tpuedge.edge.litert_torch_compat import decompositions_replaced
 
     with litert_session():  # it imports litert-torch: before the patch's lock is taken, not under it
         pass
-    return _PATCH.held(_install)
+    return decompositions_replaced(run_decompositions)

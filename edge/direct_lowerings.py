@@ -14,9 +14,10 @@ never starts jax's lowering machinery: its first use in a process cost ~15 MB an
 Only the plain case is taken here: operands of the result's element type (and, for float32
 arithmetic, integer ones converted as jax converts them), no extra arguments (alpha, rounding
 modes, memory formats other than the default). Anything else goes to the lowering litert-torch
-registered, unchanged. `direct_lowerings()` installs them for the length
-of one lowering (counted, under a lock, so concurrent builds share one installation) and then puts
-litert-torch's own back: a user's `litert_torch.convert` in this process is left as it was.
+registered, unchanged. `direct_lowerings()` installs them for the length of one lowering, for
+the threads inside it (edge/litert_torch_compat.py: counted, under a lock, so concurrent builds
+share one installation), then puts litert-torch's own back: a user's `litert_torch.convert`, in
+this process or in another thread meanwhile, lowers with litert-torch's own.
 """
 
 from __future__ import annotations
@@ -24,11 +25,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from tpuedge.edge.shared_patch import SharedPatch
-
 __all__ = ["direct_lowerings"]
 
-_PATCH = SharedPatch()
 _ID_LOCK = threading.Lock()
 _plugin_class = None  # the context plugin class, made once litert-torch is imported
 _next_id = 0  # private function names, unique in a process (inlined away: never in a file)
@@ -450,9 +448,13 @@ def _max_pool2d(original, lctx, x, kernel_size, *args, **kwargs):
     import numpy as np
     from litert_converter.mlir.dialects import stablehlo
     from litert_torch.backend.lowerings import utils
-    from litert_torch.backend.lowerings._jax_lowerings.lowerings import _ceil_mode_padding
 
-    pairs = [(0, 0), (0, 0), *_ceil_mode_padding(padding, list(x.type.shape), kernel, stride, dilation, ceil_mode)]
+    from tpuedge.edge.litert_torch_compat import ceil_mode_padding
+
+    spatial = ceil_mode_padding(padding, list(x.type.shape), kernel, stride, dilation, ceil_mode)
+    if spatial is None:
+        return original(lctx, x, kernel_size, *args, **kwargs)
+    pairs = [(0, 0), (0, 0), *spatial]
 
     def body(a):
         op = stablehlo.ReduceWindowOp(
@@ -615,27 +617,9 @@ def _ours() -> dict:
     }
 
 
-def _bound(ours, original):
-    def lower(lctx, *args, **kwargs):
-        return ours(original, lctx, *args, **kwargs)
-
-    return lower
-
-
-def _install():
-    """Our lowerings in litert-torch's registry; gives back what puts litert-torch's own back."""
-    from litert_torch.backend.lowerings import registry
-
-    ops = registry.global_registry.registered_ops
-    saved = {}  # op -> litert-torch's own lowering
-    for op, ours in _ours().items():
-        original = ops.get(op)
-        if original is not None:  # an op this litert-torch doesn't lower stays without one
-            saved[op] = original
-            ops[op] = _bound(ours, original)
-    return lambda: ops.update(saved)
-
-
 def direct_lowerings() -> contextlib.AbstractContextManager[None]:
-    """Our lowerings in litert-torch's registry while the block runs (litert_session() held)."""
-    return _PATCH.held(_install)
+    """Our lowerings in litert-torch's registry while the block runs, for its threads
+    (litert_session() held; edge/litert_torch_compat.py installs and undoes them)."""
+    from tpuedge.edge.litert_torch_compat import lowerings_replaced
+
+    return lowerings_replaced(_ours())

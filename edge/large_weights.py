@@ -6,37 +6,25 @@ the last, (O, 1, 1, 1) for a convolution's weight, do not broadcast, and the who
 stops with numpy's "input operand has more dimensions than allowed by the axis remapping" (a 2-D
 Linear weight's (O, 1) does broadcast). Every int8 and dynamic-int8 android build of a model
 with such a weight failed: FCN-ResNet50's 3x3x2048x512 head convolution, any convolution or
-stacked table over 32 MiB. `install` wraps its `uniform_quantize` so
-that such a tensor is quantized in slices along its quantized axis, each under the chunking
-size (or one channel, whose single scale broadcasts), by ai-edge-quantizer's own function: the
-values are its, bit for bit, as if the chunked path broadcast right. Other tensors go straight
-through. Harmless once the library quantizes these itself.
+stacked table over 32 MiB. `sliced` wraps its `uniform_quantize` so that such a tensor is
+quantized in slices along its quantized axis, each under the chunking size (or one channel, whose
+single scale broadcasts), by ai-edge-quantizer's own function: the values are its, bit for bit,
+as if the chunked path broadcast right. Other tensors go straight through. Installed only while a
+build quantizes (edge/quantizer_compat.py).
 """
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
-__all__ = ["install", "CHUNKED_BYTES"]
+__all__ = ["sliced", "CHUNKED_BYTES"]
 
 CHUNKED_BYTES = 32 * 1024 * 1024  # the size above which ai-edge-quantizer takes its chunked path
-_LOCK = threading.Lock()
 
 
-def install() -> None:
-    """Wrap ai-edge-quantizer's `uniform_quantize` once per process (its own callers look it up
-    on the module, so they all get the wrapper)."""
-    from ai_edge_quantizer.algorithms.uniform_quantize import uniform_quantize_tensor as module
+def sliced(original):
+    """`original` (ai-edge-quantizer's `uniform_quantize`), slicing the tensors it cannot take whole."""
 
-    with _LOCK:
-        if getattr(module.uniform_quantize, "_tpuedge_sliced", False):
-            return
-        module.uniform_quantize = _sliced(module.uniform_quantize)
-
-
-def _sliced(original):
     def uniform_quantize(tensor_data, quantization_params, is_blockwise_quant: bool = False):
         axis = _broken_axis(tensor_data, quantization_params, is_blockwise_quant)
         if axis is None:
@@ -53,7 +41,6 @@ def _sliced(original):
             parts.append(original(np.take(tensor_data, rows, axis=axis), params, is_blockwise_quant))
         return np.concatenate(parts, axis=axis)
 
-    uniform_quantize._tpuedge_sliced = True
     return uniform_quantize
 
 

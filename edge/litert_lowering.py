@@ -31,17 +31,15 @@ MLIR), the jax-bridge lowering to StableHLO and the flatbuffer export. What we s
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import threading
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tpuedge.edge.decompose_in_place import decompositions_in_place
 from tpuedge.edge.litert_session import litert_session
-from tpuedge.edge.shared_patch import SharedPatch
+from tpuedge.shared_ir.torch_compat import cia_ops_walked_once
 
 __all__ = ["convert_passes", "decompose_for_litert", "litert_ir_passes", "lower_to_float_flatbuffer",
            "lower_signatures_to_float_flatbuffer", "lowered_fingerprint", "SIGNATURE_KEY"]
@@ -56,53 +54,25 @@ _PASSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _PASSED_LOCK = threading.Lock()
 _UNCHANGED = object()
 
-_CIA_PATCH = SharedPatch()
-
 
 def _quiet() -> None:
     # litert-torch prints a progress line per stage unless told otherwise; our CLI reports itself.
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
 
 
-def _no_materialize() -> None:
-    return None
-
-
-def _walk_cia_ops_once():
-    """Walks torch's CIA op registrations now and makes its re-walks no-ops; gives back the undo."""
-    from torch._export import utils as export_utils
-
-    materialize = export_utils._materialize_cpp_cia_ops
-    materialize()
-    export_utils._materialize_cpp_cia_ops = _no_materialize
-
-    def undo() -> None:
-        export_utils._materialize_cpp_cia_ops = materialize
-
-    return undo
-
-
-@contextlib.contextmanager
-def _cia_ops_materialized_once() -> Iterator[None]:
-    """One walk of torch's CIA op registrations on entry; torch's re-walks inside are no-ops."""
-    try:
-        from torch._export import utils as export_utils
-
-        export_utils._materialize_cpp_cia_ops  # noqa: B018 - present in torch 2.6 ... 2.13
-    except (ImportError, AttributeError):  # another torch: keep its behaviour
-        yield
-        return
-    with _CIA_PATCH.held(_walk_cia_ops_once):
-        yield
-
-
 def _private_copy(exported_program):
     """Same weights (shared, not copied), own graph: litert-torch may rewrite this one."""
     from tpuedge.shared_ir.passes import keep_node_names
 
+    from torch.export import ExportedProgram
+
     graph_module = copy.deepcopy(exported_program.graph_module)
     keep_node_names(exported_program.graph, graph_module.graph)
-    return exported_program._update(graph_module, copy.deepcopy(exported_program.graph_signature))
+    ep = exported_program
+    return ExportedProgram(root=graph_module, graph=graph_module.graph, graph_signature=copy.deepcopy(ep.graph_signature),
+                           state_dict=ep.state_dict, range_constraints=copy.deepcopy(ep.range_constraints),
+                           module_call_graph=copy.deepcopy(ep.module_call_graph), example_inputs=ep.example_inputs,
+                           constants=ep.constants, verifiers=ep.verifiers)
 
 
 def litert_ir_passes(exported_program):
@@ -216,7 +186,7 @@ def _decompose(exported_program):
     with timed("LiteRT IR passes"):
         exported_program = litert_ir_passes(exported_program)
     with_fake_values(exported_program)  # a program read from its cached snapshot: litert-torch re-traces it
-    with litert_session(), _cia_ops_materialized_once(), decompositions_in_place(), \
+    with litert_session(), cia_ops_walked_once(), decompositions_in_place(), \
             timed("litert-torch decomposition (pre-convert table)"):
         from litert_torch import fx_infra
 
@@ -289,8 +259,11 @@ def convert_passes(exported_program):
     patterns compared identical with and without (tests/test_litert_lowering_passes.py compares
     the kinds of graph)."""
     from litert_torch import fx_infra
-    from litert_torch._convert import fx_passes
     from litert_torch.generative import fx_passes as generative_fx_passes
+
+    from tpuedge.edge.litert_torch_compat import fx_passes as litert_fx_passes
+
+    fx_passes = litert_fx_passes()
 
     ep = generative_fx_passes.run_generative_passes(exported_program)
     ep = fx_infra.run_passes(ep, [fx_passes.LowerTorchAOPass(), fx_passes.EliminateDeadCodePass(),
@@ -301,7 +274,6 @@ def convert_passes(exported_program):
                                     fx_passes.RemoveNonUserOutputsPass(), fx_passes.CastInputsBf16ToF32Pass()])
 
 
-_LAYOUT_PASS = "litert_torch._convert.fx_passes.optimize_layout_transposes_pass."
 # The layout pass's functions that hide no op the composite pass wraps: its transposes and its
 # NHWC convolution ...
 _PLAIN_LAYOUT_FUNCTIONS = ("tensor_to_nhwc", "tensor_to_nchw", "_aten_convolution_rewriter.<locals>.conv_nhwc")
@@ -317,14 +289,14 @@ def canonical_retrace_needed(exported_program) -> bool:
     a Python function other than the layout pass's transposes, NHWC convolution and NHWC max pool."""
     import operator
 
-    import torch
+    from tpuedge.shared_ir.torch_compat import has_composite_implicit_kernel, is_op_overload
 
     for node in exported_program.graph.nodes:
         if node.op != "call_function":
             continue
         target = node.target
-        if isinstance(target, torch._ops.OpOverload):
-            if torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):
+        if is_op_overload(target):
+            if has_composite_implicit_kernel(target):
                 return True
         elif target is not operator.getitem and not _plain_layout_function(target):
             return True
@@ -334,7 +306,9 @@ def canonical_retrace_needed(exported_program) -> bool:
 def _plain_layout_function(target) -> bool:
     import inspect
 
-    if not getattr(target, "__module__", "").startswith(_LAYOUT_PASS):
+    from tpuedge.edge.litert_torch_compat import from_layout_pass
+
+    if not from_layout_pass(target):
         return False
     name = getattr(target, "__qualname__", "")
     if name == _NHWC_WRAPPER:  # the op it wraps is its closure's `op`
@@ -360,21 +334,20 @@ def lower_signatures_to_float_flatbuffer(signatures, *, channels_last: bool = Fa
     from tpuedge.edge.generative.cache_write_lowering import register_cache_write_lowering
     from tpuedge.shared_ir.stage_times import timed
 
-    with _cia_ops_materialized_once(), decompositions_in_place():
+    with cia_ops_walked_once(), decompositions_in_place():
         programs = []
         for _, program in signatures:
             ep = _take_decomposed(program.exported_program)
             programs.append(channels_last_inputs(ep) if channels_last else ep)
         with litert_session():
-            from litert_torch._convert import litert_converter
-
             from tpuedge.edge.direct_lowerings import direct_lowerings
+            from tpuedge.edge.litert_torch_compat import converter
 
             register_cache_write_lowering()
             with timed("litert-torch FX passes"):
                 programs = [convert_passes(ep) for ep in programs]
             with timed("litert-torch MLIR lowering + flatbuffer"), direct_lowerings():
-                exporter = litert_converter.exported_programs_to_flatbuffer(
+                exporter = converter().exported_programs_to_flatbuffer(
                     programs, [_Signature(name, list(program.input_names)) for name, program in signatures],
                     lightweight_conversion=weights_in_place,
                 )

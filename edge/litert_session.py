@@ -7,9 +7,8 @@ same process would see int64 where it had int32 (jax canonicalizes every call's 
 that flag), retrace, and produce different artifacts. So `litert_session()`:
   - gives litert-torch x64 with `jax.enable_x64(True)`, JAX's thread-local override: only the
     thread running the edge build sees it;
-  - imports litert-torch once, under a lock, with its import-time `config.update` of x64 made
-    a no-op for the importing thread only (every other update, and every other thread's, goes
-    through), and checks afterwards that the process-wide value is what it was.
+  - imports litert-torch once, under a lock, with its import-time switch of the process-wide
+    flag kept from taking effect (shared_ir/jax_compat.py's `x64_switch_kept`).
 Every litert-torch import and call in tpuedge goes through `litert_session()`.
 
 The jax bridge's `jax.jit(...).lower()` asks JAX for its default device, and the first such call
@@ -29,12 +28,10 @@ import threading
 from collections.abc import Iterator
 
 from tpuedge.edge.tool_output import held_tool_output
-from tpuedge.shared_ir.errors import InternalError
 
 __all__ = ["litert_session"]
 
 _IMPORT_LOCK = threading.Lock()
-_X64 = "jax_enable_x64"
 _DEVICE_LOCK = threading.Lock()
 _lowering_cpu = []  # [device] once made; [None] where this jax cannot make a client of its own
 
@@ -50,31 +47,11 @@ def _import_litert_torch() -> None:
 
 
 def _import_once() -> None:
-    import jax
+    from tpuedge.edge.litert_torch_compat import import_litert_torch
 
     with _IMPORT_LOCK:
-        if "litert_torch" in sys.modules:
-            return
-        importer = threading.get_ident()
-        before = bool(jax.enable_x64.get_global())
-        process_update = jax.config.update
-
-        def update(name, value):
-            if name == _X64 and threading.get_ident() == importer:
-                return None  # litert-torch's import-time switch; its calls run under the thread-local one
-            return process_update(name, value)
-
-        jax.config.update = update  # an instance attribute: shadows the method while importing
-        try:
-            import litert_torch  # noqa: F401
-            import litert_torch._convert.core  # noqa: F401  (the jax bridge, imported by the converter)
-        finally:
-            del jax.config.update
-        if bool(jax.enable_x64.get_global()) != before:
-            raise InternalError(
-                f"importing litert-torch changed JAX's process-wide {_X64} from {before}; this tpuedge "
-                "does not know how this litert-torch version switches it"
-            )
+        if "litert_torch" not in sys.modules:
+            import_litert_torch()
 
 
 def _lowering_device():

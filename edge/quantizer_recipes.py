@@ -336,8 +336,11 @@ def _quantizer_step(log: list[str], step: str, fn, *args, **kwargs):
     """Run one ai-edge-quantizer call with its stderr held (progress bars, the interpreter's
     native log lines): shown with TPUEDGE_VERBOSE=1, appended to `log`, and carried by the
     error, with what the earlier steps printed, if it fails."""
+    from tpuedge.edge.quantizer_compat import large_weights_sliced
+
     try:
-        with held_tool_output("ai-edge-quantizer") as printed:
+        # per-channel weights over 32 MiB (edge/large_weights.py), only while the quantizer runs
+        with held_tool_output("ai-edge-quantizer") as printed, large_weights_sliced():
             result = fn(*args, **kwargs)
     except Exception as exc:
         log.append(getattr(exc, "tool_output", ""))
@@ -352,9 +355,6 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
     def __init__(self, float_tflite: bytes):
         from ai_edge_quantizer import quantizer
 
-        from tpuedge.edge.large_weights import install
-
-        install()  # per-channel weights over 32 MiB (edge/large_weights.py)
         self._float = bytes(float_tflite)
         self._quantizer = quantizer.Quantizer(bytearray(float_tflite))
         self._calibration = None

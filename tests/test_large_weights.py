@@ -14,16 +14,18 @@ def test_a_convolution_weight_over_32_mib_quantizes_per_channel_as_small_ones_do
     from ai_edge_quantizer import qtyping
     from ai_edge_quantizer.algorithms.uniform_quantize import uniform_quantize_tensor
 
-    from tpuedge.edge.large_weights import install
+    from tpuedge.edge.quantizer_compat import large_weights_sliced
 
-    install()
+    original = uniform_quantize_tensor.uniform_quantize
     rng = np.random.default_rng(0)
     weight = rng.standard_normal((512, 3, 3, 2048), dtype=np.float32)  # 37.7 MB, as FCN-ResNet50's head
     weight[7] *= 50.0
     scale = (np.abs(weight).reshape(512, -1).max(axis=1) / 127.0).astype(np.float32)
     params = qtyping.UniformQuantParams(num_bits=8, quantized_dimension=0, scale=scale,
                                         zero_point=np.zeros(512, np.int32), symmetric=True)
-    got = uniform_quantize_tensor.uniform_quantize(weight, params)
+    with large_weights_sliced():
+        got = uniform_quantize_tensor.uniform_quantize(weight, params)
+    assert uniform_quantize_tensor.uniform_quantize is original  # installed only while a block runs
     expected = np.clip(np.round(weight / scale[:, None, None, None]), -127, 127)  # per output channel
     assert got.shape == weight.shape and np.array_equal(got.astype(np.float64), expected)
 
