@@ -71,6 +71,7 @@ class CheckpointFolder:
         if keep < 1:
             raise UserError(f"keep={keep}: keep at least 1 checkpoint.")
         self.directory = Path(directory).absolute()
+        self.keep = keep
         if self.directory.exists() and not self.directory.is_dir():
             raise UserError(f"Checkpoint folder {self.directory} is a file; give a folder path.")
         self._ocp = ocp

@@ -79,7 +79,7 @@ class Checkpointing:
 
     def _checkpoint_folder(self, directory: str | Path, keep: int) -> CheckpointFolder:
         path = Path(directory).absolute()
-        if self._checkpoints is None or self._checkpoints.directory != path:
+        if self._checkpoints is None or (self._checkpoints.directory, self._checkpoints.keep) != (path, keep):
             if self._checkpoints is not None:
                 self._checkpoints.close()
             self._checkpoints = CheckpointFolder(path, keep)
@@ -90,6 +90,7 @@ class Checkpointing:
         if jax.process_count() > 1:
             return  # JAX's preemption service already takes SIGTERM in every process of the job
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            _sigterm.clear()
             signal.signal(signal.SIGTERM, _on_sigterm)
 
     def _stop_if_preempted(self) -> None:
@@ -102,6 +103,7 @@ class Checkpointing:
             hit = _sigterm.is_set()
         if not hit:
             return
+        _sigterm.clear()  # this notice is handled here
         if self._checkpoints is not None:
             self.save(self._checkpoints.directory, wait=True)
             if jax.process_index() == 0:
