@@ -98,21 +98,15 @@ def _identifier(name: str) -> str:
 @contextlib.contextmanager
 def relocatable_locations() -> Iterator[None]:
     """Within the block, MLIR locations name source files without their directories."""
-    import jax
+    from tpuedge.shared_ir.jax_compat import process_config
 
     settings = {
         "jax_hlo_source_file_canonicalization_regex": _STRIP_DIRECTORIES,
         # only the innermost user frame (the lowering's line), not the caller's whole stack
         "jax_include_full_tracebacks_in_locations": False,
     }
-    previous = {key: getattr(jax.config, key) for key in settings}
-    for key, value in settings.items():
-        jax.config.update(key, value)
-    try:
+    with process_config(settings):  # no thread-local form: serialized (shared_ir/jax_compat.py)
         yield
-    finally:
-        for key, value in previous.items():
-            jax.config.update(key, value)
 
 
 def argument_names(export: ForwardExport, input_names: list[str]) -> list[str]:

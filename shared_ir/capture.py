@@ -83,10 +83,11 @@ def export(
             "wrap plain functions in a Module whose forward calls them."
         )
     from tpuedge.shared_ir.stage_times import timed
+    from tpuedge.shared_ir.torch_compat import preload_export
 
     args = _as_tuple(example_inputs)
     with timed("import torch.export (dynamo, functorch)"):
-        import torch.export._trace  # noqa: F401 - torch.export.export imports it on first use
+        preload_export()  # what torch.export.export imports on first use
     with _mode(model, training), timed("capture (torch.export)"):
         try:
             ep = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=strict)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from tpuedge.shared_ir.errors import Problem
 from tpuedge.shared_ir.op_registry import STRUCTURAL_OPS, op_key, packet_key
 from tpuedge.shared_ir.sources import node_source
+from tpuedge.shared_ir.torch_compat import is_op_overload
 from tpuedge.shared_ir.targets import get_target
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,15 +22,13 @@ _MAX_SOURCES = 3
 def is_core_aten(target) -> bool:
     import torch
 
-    return isinstance(target, torch._ops.OpOverload) and target.namespace == "aten" and (
+    return is_op_overload(target) and target.namespace == "aten" and (
         torch.Tag.core in target.tags or torch.Tag.view_copy in target.tags
     )
 
 
 def _is_custom(target) -> bool:
-    import torch
-
-    return isinstance(target, torch._ops.OpOverload) and target.namespace not in ("aten", "prims")
+    return is_op_overload(target) and target.namespace not in ("aten", "prims")
 
 
 def check_program(program: "Program", target_name: str) -> list[Problem]:
@@ -106,7 +105,7 @@ def _draws_random_numbers(node) -> bool:
     from tpuedge.shared_ir.passes.graph_edit import call_arguments
 
     target = node.target
-    if not (isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags):
+    if not (is_op_overload(target) and torch.Tag.nondeterministic_seeded in target.tags):
         return False
     given = call_arguments(node)
     if given.get("train", True) is False or given.get("training", True) is False:

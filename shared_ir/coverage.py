@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpuedge.shared_ir.targets import get_target
+from tpuedge.shared_ir.torch_compat import is_op_packet
 
 __all__ = ["CoverageRow", "coverage", "core_aten_ops"]
 
@@ -30,7 +31,7 @@ def core_aten_ops() -> list[str]:
             packet = getattr(torch.ops.aten, name)
         except (AttributeError, RuntimeError):
             continue
-        if not isinstance(packet, torch._ops.OpOverloadPacket):
+        if not is_op_packet(packet):
             continue
         for overload in packet.overloads():
             op = getattr(packet, overload)

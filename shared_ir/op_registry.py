@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpuedge.shared_ir.errors import InternalError
+from tpuedge.shared_ir.torch_compat import is_higher_order_op, is_op_overload, is_op_packet
 
 __all__ = ["OpRegistry", "op_key", "packet_key", "STRUCTURAL_OPS"]
 
@@ -26,17 +27,12 @@ def op_key(target: Any) -> str:
     """Canonical name of a graph node's target: "aten.conv2d.default", "_operator.getitem"."""
     if isinstance(target, str):
         return target
-    try:
-        import torch
-
-        if isinstance(target, torch._ops.OpOverload):
-            return f"{target.namespace}.{target._opname}.{target._overloadname}"
-        if isinstance(target, torch._ops.OpOverloadPacket):
-            return f"{target._qualified_op_name.replace('::', '.')}"
-        if isinstance(target, torch._ops.HigherOrderOperator):
-            return f"higher_order.{target.name()}"
-    except ImportError:  # pragma: no cover - torch is a hard dependency
-        pass
+    if is_op_overload(target):
+        return f"{target.namespace}.{target._opname}.{target._overloadname}"
+    if is_op_packet(target):
+        return f"{target._qualified_op_name.replace('::', '.')}"
+    if is_higher_order_op(target):
+        return f"higher_order.{target.name()}"
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__name__", None) or str(target)
     return f"{module}.{name}" if module else name

@@ -13,6 +13,7 @@ import numpy as np
 
 from tpuedge.shared_ir.errors import Problem, UserError
 from tpuedge.shared_ir.tensors import TensorSpec, to_numpy, validate_inputs
+from tpuedge.shared_ir.torch_compat import tree_leaves
 
 __all__ = ["Program"]
 
@@ -142,7 +143,7 @@ class Program:
                 out = self._runnable_module()(*tensors)
             except (IndexError, RuntimeError, ValueError) as exc:
                 raise _refused_inputs(self, arrays, exc) from exc
-        leaves = torch.utils._pytree.tree_leaves(out)
+        leaves = tree_leaves(out)
         result = [to_numpy(t) for t in leaves]
         if memo is not None and sum(a.nbytes for v in memo.values() for a in v) < _RUN_MEMO_BYTES:
             memo[key] = [a.copy() for a in result]
@@ -167,7 +168,7 @@ class Program:
                 saved.append((holder, attr, _swap_attribute(holder, attr, value)))
             with torch.no_grad():
                 out = module(*[torch.from_numpy(np.ascontiguousarray(a)) for a in arrays])
-            return [to_numpy(t) for t in torch.utils._pytree.tree_leaves(out)]
+            return [to_numpy(t) for t in tree_leaves(out)]
         finally:
             for holder, attr, original in reversed(saved):
                 _swap_attribute(holder, attr, original)
@@ -239,7 +240,7 @@ class Program:
 
         default = [(0, 7)] * len(self.inputs)
         example = getattr(self.exported_program, "example_inputs", None)
-        leaves = [t for t in torch.utils._pytree.tree_leaves(example) if isinstance(t, torch.Tensor)] if example else []
+        leaves = [t for t in tree_leaves(example) if isinstance(t, torch.Tensor)] if example else []
         if len(leaves) != len(self.inputs):
             return default
         return [(int(t.min()), int(t.max())) if t.numel() and not t.is_floating_point() and t.dtype != torch.bool else d

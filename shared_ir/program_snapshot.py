@@ -15,10 +15,12 @@ them the loader's, once, where such a stage starts.
 
 from __future__ import annotations
 
-import functools
 import json
 import operator
 from typing import Any
+
+from tpuedge.shared_ir.torch_compat import is_op_overload, snapshot_internals, tree_leaves, tree_map_only
+from tpuedge.shared_ir.upstream_gate import Unavailable
 
 __all__ = ["encode", "encode_if_it_can", "decode", "with_fake_values", "Unsnapshottable"]
 
@@ -122,9 +124,7 @@ def _decode_val(val: Any) -> Any:
 
 
 def _target_name(target) -> str:
-    import torch
-
-    if isinstance(target, torch._ops.OpOverload):
+    if is_op_overload(target):
         return target.name()  # "aten::conv2d" or "aten::add.Tensor"
     if target is operator.getitem:
         return "getitem"
@@ -171,9 +171,14 @@ def _tensor(entry: dict, blob: memoryview):
 
 def encode(program) -> bytes:
     """`program` as snapshot bytes; raises Unsnapshottable where it holds what this format does
-    not write (dynamic shapes, submodules, script objects, metadata it does not keep)."""
+    not write (dynamic shapes, submodules, script objects, metadata it does not keep), or where
+    torch's pieces for it are gated off (shared_ir/torch_compat.py)."""
     import torch
-    from torch.utils import _pytree as pytree
+
+    try:
+        pytree = snapshot_internals().pytree
+    except Unavailable as exc:
+        raise Unsnapshottable(str(exc)) from exc
 
     ep = program.exported_program
     calls = ep.module_call_graph
@@ -246,14 +251,16 @@ def encode_if_it_can(program) -> bytes | None:
 
 def decode(data: bytes) -> tuple[Any, str, Any]:
     """(exported program, name, activation ranges) of the Program `encode` wrote, its nodes'
-    values meta tensors (`with_fake_values` gives fake ones)."""
+    values meta tensors (`with_fake_values` gives fake ones). Raises Unavailable where torch's
+    pieces for it are gated off: the build cache then drops the entry and loads the .pt2."""
     import torch
     import torch.fx
-    from torch._export.verifier import load_verifier
     from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
     from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                                               TensorArgument)
-    from torch.utils import _pytree as pytree
+
+    internals = snapshot_internals()
+    pytree = internals.pytree
 
     if not data.startswith(_MAGIC):
         raise ValueError("not a program snapshot")
@@ -293,10 +300,10 @@ def decode(data: bytes) -> tuple[Any, str, Any]:
     if header["example_spec"] is not None:
         leaves = [stores["example"][str(i)] for i in range(len(stores["example"]))]
         example = pytree.tree_unflatten(leaves, pytree.treespec_loads(header["example_spec"]))
-    ep = _snapshot_program_class()(
+    ep = internals.program_class(
         root=torch.fx.GraphModule(torch.nn.Module(), graph), graph=graph, graph_signature=signature, state_dict=stores["state"],
         range_constraints={}, module_call_graph=calls, example_inputs=example, constants=stores["constant"],
-        verifiers=[load_verifier(header["dialect"])],
+        verifiers=[internals.load_verifier(header["dialect"])],
     )
     meta = header["program"]
     ranges = None
@@ -307,45 +314,18 @@ def decode(data: bytes) -> tuple[Any, str, Any]:
     return ep, meta["name"], ranges
 
 
-@functools.cache
-def _snapshot_program_class():
-    """ExportedProgram, not verified again when it is made from a snapshot: the verifier imports
-    sympy (0.3-0.4 s of an mcu build after android, which nothing else in it imports), and the
-    program was verified when its .pt2 was loaded; the entry's sha256 vouches for its bytes since.
-    `validate()` called later verifies as usual."""
-    from torch.export.exported_program import ExportedProgram
-
-    class SnapshotExportedProgram(ExportedProgram):
-        _made = False
-
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)  # its last step is validate()
-            self._made = True
-
-        def validate(self):
-            if self._made:
-                super().validate()
-
-    return SnapshotExportedProgram
-
-
 def with_fake_values(exported_program) -> None:
     """Give a snapshot's nodes fake tensors where they hold meta ones, as torch.export's loader
     makes them (one static FakeTensorMode for the program); a loaded program is left as it is."""
     import torch
-    from torch.utils import _pytree as pytree
 
     def is_meta(t) -> bool:
         return isinstance(t, torch.Tensor) and t.device.type == "meta"
 
     vals = [node.meta.get("val") for node in exported_program.graph.nodes]
-    if not any(is_meta(t) for t in pytree.tree_leaves(vals)):
+    if not any(is_meta(t) for t in tree_leaves(vals)):
         return
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    mode = FakeTensorMode(allow_fallback_kernels=False, allow_non_fake_inputs=True,
-                          shape_env=ShapeEnv(assume_static_by_default=True))
+    mode = snapshot_internals(gated=False).fake_tensor_mode()  # a snapshot made these: its torch had them
 
     def fake(t):
         if not is_meta(t):
@@ -355,4 +335,4 @@ def with_fake_values(exported_program) -> None:
 
     for node in exported_program.graph.nodes:
         if "val" in node.meta:
-            node.meta["val"] = pytree.tree_map_only(torch.Tensor, fake, node.meta["val"])
+            node.meta["val"] = tree_map_only(torch.Tensor, fake, node.meta["val"])

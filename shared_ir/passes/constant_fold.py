@@ -19,6 +19,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.graph_edit import finish, is_mutating, is_view, replace_node, written_operands
+from tpuedge.shared_ir.torch_compat import is_op_overload
 
 __all__ = ["FoldConstants", "MAX_FOLDED_ELEMENTS", "lift_constant", "constant_values"]
 
@@ -47,7 +48,7 @@ def _foldable_op(node) -> bool:
 
     target = node.target
     return (
-        isinstance(target, torch._ops.OpOverload)
+        is_op_overload(target)
         and target.namespace == "aten"
         and torch.Tag.nondeterministic_seeded not in target.tags
         and (not target._schema.is_mutable or target._schema.name.endswith("_"))

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
+from tpuedge.shared_ir.torch_compat import is_op_overload
 
 __all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "rewritten_calls", "static_shapes", "per_dim", "call_arguments",
            "is_view", "is_mutating", "written_argument_indices", "written_operands", "drop_unused_inputs", "SOURCE_META"]
@@ -110,10 +111,8 @@ def rename_output_specs(ep: Any, old: str, new: str) -> None:
 
 def is_view(node: Any) -> bool:
     """The op returns a view of its first operand (slice, select, permute, ...), by its schema."""
-    import torch
-
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload) or not target._schema.returns:
+    if not is_op_overload(target) or not target._schema.returns:
         return False
     alias = target._schema.returns[0].alias_info
     return alias is not None and not alias.is_write
@@ -121,9 +120,7 @@ def is_view(node: Any) -> bool:
 
 def is_mutating(node: Any) -> bool:
     """The op writes one of its operands (an in-place op, copy_, fill_), by its schema."""
-    import torch
-
-    return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+    return is_op_overload(node.target) and node.target._schema.is_mutable
 
 
 def written_argument_indices(target: Any) -> list[int]:

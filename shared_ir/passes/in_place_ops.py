@@ -21,6 +21,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.graph_edit import finish, is_view, rename_output_specs, replace_node, written_argument_indices
+from tpuedge.shared_ir.torch_compat import is_op_overload
 
 __all__ = ["InPlaceAsOutOfPlace"]
 
@@ -63,7 +64,7 @@ def _rewritable(node) -> Any:
     import torch
 
     target = node.target
-    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
+    if node.op != "call_function" or not is_op_overload(target) or not target._schema.is_mutable:
         return None
     functional = _out_of_place(target)
     written = written_argument_indices(target)
