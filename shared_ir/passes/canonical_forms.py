@@ -4,7 +4,8 @@ One op can reach the IR in several spellings: ops inside a `torch.autocast` or `
 region (kept as one call over a submodule), a no-op cast, an in-place op on a private value,
 an ATen alias (torch.multiply), `F.pad` whatever its mode, SiLU as its own op, a write into a
 slice of a computed value (`out[:, t] = v`: HF RWKV's recurrence, whose writes litert-torch's
-own lowering failed to convert). Both edge targets rewrite them to one form first, in this one
+own lowering failed to convert), a repeat (litert-torch's layout pass moves it to NHWC with its
+counts in NCHW order; the view and expand it is stay NCHW). Both edge targets rewrite them to one form first, in this one
 list, so that where mcu's own passes find nothing to do, android and mcu hand litert-torch the
 same program and share one cached float model
 (edge/litert_lowering.lowered_fingerprint). A pass added here reaches both targets; a pass
@@ -27,8 +28,9 @@ def canonical_forms(*, keep_detach: bool = False) -> list:
     from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
     from tpuedge.shared_ir.passes.identity_ops import RemoveIdentityOps
     from tpuedge.shared_ir.passes.in_place_ops import InPlaceAsOutOfPlace
+    from tpuedge.shared_ir.passes.repeat_expand import RepeatAsExpand
     from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
     from tpuedge.shared_ir.passes.slice_assign import SliceAssignmentAsConcat
 
     return [InlineAutocastRegions(), InlineGradModeRegions(), CanonicalCasts(), RemoveIdentityOps(keep_detach=keep_detach), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(),
-            ExplicitPad(), SiluAsSigmoidMul(), SliceAssignmentAsConcat()]
+            ExplicitPad(), SiluAsSigmoidMul(), SliceAssignmentAsConcat(), RepeatAsExpand()]
