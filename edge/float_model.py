@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpuedge.shared_ir.errors import InternalError, UserError
+from tpuedge.shared_ir.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.shared_ir.program import Program
@@ -69,7 +69,9 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
                 f"line (fewer dimensions, broadcasting instead of a materialized expand), or run with "
                 f"TPUEDGE_VERBOSE=1 for the converter's log and report it, so the check learns this case."
             ) from exc
-        raise InternalError(f"litert-torch failed to lower {program.name}: {type(exc).__name__}: {exc}") from exc
+        from tpuedge.edge.converter_failure import converter_failure
+
+        raise converter_failure(program, exc, target) from exc
     with _LOCK:
         _FLOAT_CACHE[key] = data
         while len(_FLOAT_CACHE) > _FLOAT_CACHE_SIZE:
