@@ -28,6 +28,7 @@ _LOG = logging.getLogger("tpuedge.upstream")
 _STATE_LOCK = threading.Lock()
 _forced = 0  # blocks of public_api_only() open, in any thread
 _taken: dict[str, str] = {}  # fast path -> why its fallback ran (first time)
+_watching: list[set[str]] = []  # one per open public_api_only() block: the fast paths that fell back in it
 
 
 class Unavailable(Exception):
@@ -35,17 +36,21 @@ class Unavailable(Exception):
 
 
 @contextlib.contextmanager
-def public_api_only() -> Iterator[None]:
+def public_api_only() -> Iterator[set[str]]:
     """Every gate fails while the block runs, in every thread (a process-wide switch: it exists
-    for tests and for ruling a fast path out when a build looks wrong)."""
+    for tests and for ruling a fast path out when a build looks wrong). Gives the set of the fast
+    paths that took their public route meanwhile, filled as they do."""
     global _forced
+    taken: set[str] = set()
     with _STATE_LOCK:
         _forced += 1
+        _watching.append(taken)
     try:
-        yield
+        yield taken
     finally:
         with _STATE_LOCK:
             _forced -= 1
+            _watching.remove(taken)
 
 
 @functools.cache
@@ -76,6 +81,8 @@ def fell_back(fast_path: str, reason: str) -> None:
         first = fast_path not in _taken
         if first:
             _taken[fast_path] = reason
+        for taken in _watching:
+            taken.add(fast_path)
     if first:
         _LOG.info("%s: the public-API route (%s)", fast_path, reason)
 
