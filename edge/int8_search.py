@@ -241,7 +241,7 @@ def static_int8(
     def evaluate(assignment: dict[str, str], ranges: str | None = None, samples: int | None = None) -> float:
         # the budget reads every output's mean per-sample cosine: the search aims at it too, so it
         # never stops on a score the budget does not read
-        return search_score(measure(assignment, ranges, samples))
+        return search_score(measure(assignment, ranges, samples), config.target_top1)
 
     screening_samples = max(MIN_SCREENING_SAMPLES, len(eval_inputs) // SCREENING_SHARE)
 
@@ -283,9 +283,10 @@ def static_int8(
     # the groups searched: each op group, or one per kind (config.group_by_kind)
     search_groups, expand = merge_by_kind(groups) if config.group_by_kind else (groups, dict)
 
-    def budget_score(assignment: dict[str, str]) -> float:  # the budget's own metric
+    def budget_score(assignment: dict[str, str]) -> float:  # the budget's own metrics
         summary = measure(assignment)
-        return summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
+        cosine = summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
+        return _top1_scaled(cosine, summary.top1_agreement, config.target_top1)
 
     # the last resorts aim this far above the budget on the search's own samples, or at the target
     if budget_cosine is None:
@@ -368,7 +369,9 @@ def static_int8(
             "quantizer_recipe": quantizer_recipe(config, {**fixed, **assignment}, scopes),
             "calibration_samples": len(calibration),
             "search": {
-                "metric": "the lower of the centered cosine and the worst output's mean per-sample cosine, vs the float IR on calibration samples",
+                "metric": "the lower of the centered cosine and the worst output's mean per-sample cosine, vs the float IR on calibration samples"
+                          + ("" if config.target_top1 is None else
+                             f", times the share of top-1 agreement {config.target_top1} reached where the classifier outputs' falls short"),
                 "samples": len(eval_samples),
                 "screening_samples": screening_samples if any(_SCREENED in key for key in measured) else None,
                 "target_cosine": config.target_cosine,
@@ -457,7 +460,7 @@ def _equalized_candidate(program, config, calibration, eval_inputs, reference, b
     quantize = run_quantizer(base)
     entries = quantizer_recipe(config)
     quantize.calibrate(entries, _quantizer_samples(calibration, LiteRTRunner(base).inputs, config.channels_last))
-    score = search_score(_score_candidate(quantize(entries), eval_inputs, reference, outputs_of))
+    score = search_score(_score_candidate(quantize(entries), eval_inputs, reference, outputs_of), config.target_top1)
     return {"program": equalized, "report": {"pairs": result.changed, "all_int8_cosine_before": _round(best),
                                               "all_int8_cosine_equalized": _round(score),
                                               "kept": score >= best + _MIN_EQUALIZED_GAIN}}
@@ -654,10 +657,12 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
             def build_and_score() -> tuple[bytes, dict]:
                 data = quantize(entries) if assignment else quantized
                 summary = _score_candidate(data, eval_inputs, reference)
-                return data, {"score": summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine}
+                cosine = summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
+                return data, {"score": _top1_scaled(cosine, summary.top1_agreement, config.target_top1)}
 
             parts = {"ir": program.fingerprint, "float": hashlib.sha256(base).hexdigest(),
-                     "calibration": data_digest(eval_samples), "channels_last": config.channels_last, "recipe": entries}
+                     "calibration": data_digest(eval_samples), "channels_last": config.channels_last, "recipe": entries,
+                     **({"target_top1": config.target_top1} if config.target_top1 is not None else {})}
             with timed("dynamic-int8: float32-weights candidates"):
                 data, meta = cached_stage("dynamic_candidate", parts, build_and_score,
                                           encode=encode_blob_and_json, decode=decode_blob_and_json)
@@ -751,11 +756,21 @@ def _strict_cost(strict, mixed, mixed_ops: list[dict], samples: int) -> dict:
     }
 
 
-def search_score(summary) -> float:
+def search_score(summary, target_top1: float | None = None) -> float:
     """What the int8 search maximizes: the lower of the centered cosine and the worst output's
-    mean per-sample cosine (the budget's metric)."""
+    mean per-sample cosine (the budget's metric), scaled by the share of `target_top1` reached
+    where the classifier outputs' top-1 agreement falls short of it (QuantConfig.target_top1)."""
     sample = summary.sample_cosine
-    return summary.centered_cosine if sample is None else min(summary.centered_cosine, sample)
+    cosine = summary.centered_cosine if sample is None else min(summary.centered_cosine, sample)
+    return _top1_scaled(cosine, summary.top1_agreement, target_top1)
+
+
+def _top1_scaled(cosine: float, top1: float | None, target_top1: float | None) -> float:
+    """`cosine`, or where the top-1 agreement misses its target, `cosine` times the share reached:
+    below any cosine aim, and higher the closer the argmax comes."""
+    if target_top1 is None or top1 is None or top1 >= target_top1 or cosine <= 0:
+        return cosine
+    return cosine * top1 / target_top1
 
 
 def _candidates(measured: dict, refused: dict[str, str]) -> list[dict]:

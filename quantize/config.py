@@ -54,6 +54,10 @@ class QuantConfig:
         auto` turns it off for its int8 candidate: on MiniLM it tripled auto's build (90 s ->
         270 s), and its int16 islands made that candidate larger and 18x slower in LiteRT than
         the dynamic-int8 one auto then picked.
+    target_top1: the top-1 agreement with the float model the int8 search also aims at, where the
+        build's budget holds class-score outputs to it (None: the cosine alone): a recipe whose
+        top-1 on the search's samples falls short scores its cosine times the share reached, so
+        a classifier's search goes on past a cosine its argmax does not follow.
     group_by_kind: the per-op search gives all groups of one kind (every LayerNorm, every
         softmax, ...) one precision together: about ten measured recipes instead of three per
         group. `--quantize auto` sets it for its int8 candidate: on a random-init DeiT-tiny (73
@@ -70,6 +74,7 @@ class QuantConfig:
     target_cosine: float = 0.995
     rank_points: bool = True
     group_by_kind: bool = False
+    target_top1: float | None = None
 
     @property
     def upgrade_precision(self) -> str:

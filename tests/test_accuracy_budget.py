@@ -220,14 +220,21 @@ def tied(tmp_path_factory):
 
 
 def test_class_scores_are_held_to_top1_agreement_by_default(tied):
-    """Old code: exit 0 with a model whose top-1 agrees with float on 75% of the held-out samples
-    (its cosine 0.999998 met the only default there was)."""
+    """All-int8 keeps the logits' cosine at 0.999998 and the argmax on 75% of the held-out
+    samples. Old code: exit 0 with that model. The budget now holds the top-1 agreement: strict
+    int8, which can't do better, exits 1 saying so; the default search aims at it too and ends
+    where the argmax holds (every op in float compute, weights int8)."""
     common = ("build", f"{tied / 'tied.py'}:build", "--target", "android", "--quantize", "int8",
               "--calibration", str(tied / "cal.npy"), "--no-cache")
-    code, stdout, err = run_cli(*common, "--out", str(tied / "out"))
+    code, stdout, err = run_cli(*common, "--strict-int8", "--out", str(tied / "out"))
     assert code == 1, (stdout, err)
     assert "top-1 agreement >= 99.0% on the class scores (output 0 (output): Linear with 32 outputs)" in err
     assert "output 0 (output): top-1 agreement 75.0% < 99.0%" in err and not (tied / "out").exists()
+    code, stdout, err = run_cli(*common, "--out", str(tied / "searched"))
+    assert code == 0, (stdout, err)
+    manifest = json.loads((tied / "searched" / "manifest.json").read_text())
+    assert manifest["accuracy_budget"]["met"] and manifest["accuracy_budget"]["measured"]["top1_agreement_per_output"] == [1.0]
+    assert [o["precision"] for o in manifest["recipe"]["non_int8_ops"]] == ["float"]
     # overridable: the same build at a lower top-1 budget is written, and the report states it
     from tpuedge.model_spec import load_program
 

@@ -208,3 +208,20 @@ def test_a_screened_score_is_never_taken_for_a_full_one():
     assert plan.assignment == {"layer_norm:a": "int8"}
     assert plan.final_cosine == pytest.approx(0.9949)
     assert plan.assignment in full
+
+
+def test_the_search_score_follows_the_top1_target_where_a_budget_sets_one():
+    """A classifier whose argmax flips under int8 scores below any cosine aim, the closer to its
+    top-1 target the higher; without a target, or at it, the cosine alone (old code: the cosine
+    0.999998 of a model that agreed on 75% of its samples ended the search at all-int8)."""
+    from tpuedge.edge.int8_search import search_score
+    from tpuedge.quantize.metrics import AccuracySummary
+
+    def summary(top1):
+        return AccuracySummary(max_abs_error=0.1, output_range=8.0, cosine=0.999998, centered_cosine=0.999998,
+                               top1_agreement=top1, samples=16, sample_cosine=0.999998)
+
+    assert search_score(summary(0.75)) == 0.999998
+    assert search_score(summary(0.75), 0.99) == pytest.approx(0.999998 * 0.75 / 0.99)
+    assert search_score(summary(0.9), 0.99) > search_score(summary(0.75), 0.99)
+    assert search_score(summary(1.0), 0.99) == search_score(summary(None), 0.99) == 0.999998
