@@ -54,16 +54,19 @@ def x64_switch_kept() -> Iterator[None]:
     with _X64_LOCK:
         before = bool(jax.enable_x64.get_global())
         stack = contextlib.ExitStack()
+        ignored = False
         if verified("jax", VERIFIED_JAX):
             try:
                 stack.enter_context(_X64_PATCH.held(_x64_ignored))
+                ignored = True
             except (AttributeError, TypeError) as exc:
                 fell_back("x64 switch ignored on import", repr(exc))
         else:
             fell_back("x64 switch ignored on import", "jax release not verified, or public API only")
         with stack:
             yield
-        if bool(jax.enable_x64.get_global()) != before:
+        # only on the public route: otherwise a change is another thread's own, and stays
+        if not ignored and bool(jax.enable_x64.get_global()) != before:
             jax.config.update(X64, before)
 
 
