@@ -6,6 +6,9 @@
     step = tpuedge.cloud.train_step(..., quantize="int8")   # quantization-aware: step.program() has trained ranges
     step = tpuedge.cloud.train_step(..., lora=tpuedge.cloud.LoraConfig(rank=8, targets=("q_proj", "v_proj")))
     step.merged_program()                        # adapters folded into the weights: build it for a phone
+    step.save("ckpt")                            # async sharded Orbax checkpoint; SIGTERM saves and exits
+    step = tpuedge.cloud.train_step(..., resume="ckpt")   # from its newest checkpoint (step.data_position)
+    python -m tpuedge.cloud.launch --processes 2 --devices-per-process 4 train.py   # a job of 2 processes
 
     jp = tpuedge.cloud.to_jax(program)          # pure (params, buffers, *inputs, rng_key) -> (new_buffers, outputs)
 

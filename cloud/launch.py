@@ -23,19 +23,32 @@ from pathlib import Path
 __all__ = ["main", "child_environment", "free_port"]
 
 # Runs in each process: join the job before the script's first line, and turn a UserError into
-# its one paragraph and exit code 2, as the CLI does.
+# its one paragraph and exit code 2, as the CLI does. A process that fails leaves at once: a
+# normal exit would wait at JAX's shutdown barrier for peers that are still training.
 _BOOTSTRAP = """
-import runpy, sys
+import os, runpy, sys, traceback
 from tpuedge.shared_ir.errors import TpuedgeError
+def leave(code):
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(code)
 try:
     from tpuedge.cloud.distributed import initialize
     initialize()
     sys.argv = sys.argv[1:]
-    sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(sys.argv[0])))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
     runpy.run_path(sys.argv[0], run_name="__main__")
 except TpuedgeError as error:
     print(f"error: {error}", file=sys.stderr)
-    sys.exit(getattr(error, "exit_code", 1))
+    leave(getattr(error, "exit_code", 1))
+except SystemExit as stop:
+    if isinstance(stop.code, str):
+        print(stop.code, file=sys.stderr)
+    if stop.code not in (None, 0):
+        leave(stop.code if isinstance(stop.code, int) else 1)
+    raise
+except BaseException:
+    traceback.print_exc()
+    leave(1)
 """
 
 STOP_GRACE_S = 10.0
@@ -77,6 +90,15 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
+def _failure(procs: list[subprocess.Popen]) -> int:
+    """The exit code of a process that failed on its own (not one its peers took down with
+    them: killed by a signal or aborted), else of any failed one, else 0."""
+    failed = [p for p in procs if p.returncode not in (None, 0)]
+    if not failed:
+        return 0
+    return min(failed, key=lambda p: (p.returncode < 0 or p.returncode >= 128, procs.index(p))).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tpuedge.cloud.launch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", type=int, required=True, help="processes in the job")
@@ -114,17 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + opts.timeout if opts.timeout else None
     code = 0
     try:
-        while any(p.poll() is None for p in procs):
-            failed = [p for p in procs if p.returncode not in (None, 0)]
-            if failed:
-                code = failed[0].returncode
+        while True:
+            running = [p for p in procs if p.poll() is None]
+            code = _failure(procs)
+            if code or not running:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 print(f"error: the job ran past --timeout {opts.timeout:g} s and was stopped.", file=sys.stderr)
                 code = 124
                 break
             time.sleep(0.05)
-        code = code or next((p.returncode for p in procs if p.returncode), 0)
     finally:
         _stop(procs)
         for s, handler in previous.items():
