@@ -26,7 +26,10 @@ def sliced(original):
     """`original` (ai-edge-quantizer's `uniform_quantize`), slicing the tensors it cannot take whole."""
 
     def uniform_quantize(tensor_data, quantization_params, is_blockwise_quant: bool = False):
-        axis = _broken_axis(tensor_data, quantization_params, is_blockwise_quant)
+        try:
+            axis = _broken_axis(tensor_data, quantization_params, is_blockwise_quant)
+        except (AttributeError, TypeError, ValueError):  # parameters of another form: its own path
+            axis = None
         if axis is None:
             return original(tensor_data, quantization_params, is_blockwise_quant)
         import dataclasses

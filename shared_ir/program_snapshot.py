@@ -20,7 +20,7 @@ import operator
 from typing import Any
 
 from tpuedge.shared_ir.torch_compat import is_op_overload, snapshot_internals, tree_leaves, tree_map_only
-from tpuedge.shared_ir.upstream_gate import Unavailable
+from tpuedge.shared_ir.upstream_gate import Unavailable, fell_back
 
 __all__ = ["encode", "encode_if_it_can", "decode", "with_fake_values", "Unsnapshottable"]
 
@@ -246,6 +246,9 @@ def encode_if_it_can(program) -> bytes | None:
     try:
         return encode(program)
     except Unsnapshottable:
+        return None
+    except Exception as exc:  # noqa: BLE001 - torch's pytree and spec internals: the .pt2 loads as usual
+        fell_back("program snapshot", repr(exc))
         return None
 
 

@@ -65,7 +65,10 @@ def is_higher_order_op(target) -> bool:
     if _fast("higher-order op class"):
         import torch
 
-        return isinstance(target, torch._ops.HigherOrderOperator)
+        try:
+            return isinstance(target, torch._ops.HigherOrderOperator)
+        except AttributeError as exc:
+            fell_back("higher-order op class", repr(exc))
     return not is_op_overload(target) and getattr(target, "namespace", None) == "higher_order"
 
 
@@ -89,11 +92,21 @@ def _children(tree):
     return None
 
 
+def _pytree():
+    if _fast("pytree"):
+        try:
+            import torch.utils._pytree as pytree
+
+            return pytree
+        except ImportError as exc:
+            fell_back("pytree", repr(exc))
+    return None
+
+
 def tree_leaves(tree) -> list:
     """The leaves of nested lists, tuples and dicts, in order."""
-    if _fast("pytree"):
-        import torch.utils._pytree as pytree
-
+    pytree = _pytree()
+    if pytree is not None:
         return pytree.tree_leaves(tree)
     children = _children(tree)
     return [tree] if children is None else [leaf for child in children for leaf in tree_leaves(child)]
@@ -101,9 +114,8 @@ def tree_leaves(tree) -> list:
 
 def tree_map(fn, tree):
     """`tree` with `fn` applied to each leaf (namedtuples stay namedtuples)."""
-    if _fast("pytree"):
-        import torch.utils._pytree as pytree
-
+    pytree = _pytree()
+    if pytree is not None:
         return pytree.tree_map(fn, tree)
     if isinstance(tree, dict):
         return type(tree)((k, tree_map(fn, v)) for k, v in tree.items())
@@ -125,9 +137,12 @@ def tensor_metadata(tensor):
     from torch.fx.passes.shape_prop import TensorMetadata
 
     if _fast("tensor metadata"):
-        from torch.fx.passes.shape_prop import _extract_tensor_metadata
+        try:
+            from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-        return _extract_tensor_metadata(tensor)
+            return _extract_tensor_metadata(tensor)
+        except (ImportError, TypeError) as exc:
+            fell_back("tensor metadata", repr(exc))
     memory_format = None
     if tensor.layout == torch.strided:
         for candidate in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
@@ -172,7 +187,7 @@ def cia_ops_walked_once() -> Iterator[None]:
     if _fast("composite-implicit op walk"):
         try:
             stack.enter_context(_CIA_PATCH.held(_walk_once))
-        except (ImportError, AttributeError) as exc:  # nothing patched: torch walks as it does
+        except (ImportError, AttributeError, RuntimeError) as exc:  # nothing patched: torch walks as it does
             fell_back("composite-implicit op walk", repr(exc))
     with stack:
         yield
