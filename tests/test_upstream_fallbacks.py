@@ -175,3 +175,15 @@ def test_litert_torch_s_import_leaves_x64_off_on_the_public_route_too():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["inside"] is True and result["after"] is False  # the session's thread-local x64 only
     assert "x64 switch ignored on import" in result["taken"]
+
+
+def test_a_gate_takes_only_the_verified_releases(monkeypatch):
+    from tpuedge.shared_ir import upstream_gate
+
+    installed = {"torch": "2.13.0+cpu", "jax": "0.10.20", "litert-torch": "0.10.1", "ai-edge-quantizer": "0.11.0"}
+    monkeypatch.setattr(upstream_gate, "_installed", installed.get)
+    assert verified("torch", ("2.13",)) and verified("litert-torch", ("0.10",))
+    assert not verified("jax", ("0.10.2",)) and not verified("ai-edge-quantizer", ("0.10",))
+    assert not verified("tflite-micro", ("0.1",))  # not installed
+    monkeypatch.setenv("TPUEDGE_PUBLIC_API_ONLY", "1")
+    assert not verified("torch", ("2.13",))
