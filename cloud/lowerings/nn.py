@@ -12,6 +12,7 @@ import numpy as np
 from jax import lax
 
 from tpuedge.cloud.lowerings.registry import lowering
+from tpuedge.cloud.lowerings.tpu_conv import folds_for_tpu, space_to_depth_conv
 
 __all__: list[str] = []
 
@@ -57,15 +58,24 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     dims = lax.conv_dimension_numbers(x.shape, weight.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
     stride, padding, dilation = (list(v) * n if len(v) == 1 else list(v) for v in (stride, padding, dilation))
     if not transposed:
-        out = lax.conv_general_dilated(
-            x,
-            weight,
-            window_strides=stride,
-            padding=[(p, p) for p in padding],
-            rhs_dilation=dilation,
-            dimension_numbers=dims,
-            feature_group_count=groups,
-        )
+        def as_written(x, weight):
+            return lax.conv_general_dilated(
+                x,
+                weight,
+                window_strides=stride,
+                padding=[(p, p) for p in padding],
+                rhs_dilation=dilation,
+                dimension_numbers=dims,
+                feature_group_count=groups,
+            )
+
+        folds = folds_for_tpu(weight.shape, stride, dilation, groups)
+        if folds is None:
+            out = as_written(x, weight)
+        else:  # libtpu compiles a long kernel over few channels slowly (tpu_conv.py); other platforms keep it
+            out = lax.platform_dependent(
+                x, weight, tpu=lambda x, w: space_to_depth_conv(x, w, stride, padding, folds), default=as_written
+            )
     else:
         # torch weight (C_in, C_out/g, k...) -> a forward conv over the stride-dilated input with
         # the kernel flipped and (C_out, C_in/g, k...) per group
