@@ -4,14 +4,15 @@ For each zoo model (bench/zoo_models.py) one cold `tpuedge build` child (CLI, --
 float by default) reports its stages through TPUEDGE_STAGE_TIMES (shared_ir/stage_times.py: each
 second counted once, a stage inside another taken out of the outer one). The peer child times
 its own phases: import torch, the model factory, import litert-torch, `litert_torch.convert`,
-writing. "process start, CLI, exit" is the child's wall time less its stages: the interpreter,
-tpuedge's and click's imports, and tearing down. The `tpuedge` command leaves by os._exit once its
+writing. tpuedge's stages include its start-up (the interpreter, tpuedge's and click's imports);
+"process start, CLI, exit" is the child's wall time less its stages: for tpuedge, starting the
+process and leaving it; for the peer, everything before its first phase and its teardown. The `tpuedge` command leaves by os._exit once its
 output is written; the peer's script ends the usual way, tearing down an interpreter that loaded
 torch, JAX and litert-torch (~1.2-2 s, measured per model: `teardown_s`). The summary gives the
 median wall ratio both as each side runs and against the peer's wall without its teardown.
 
     python bench/cold_profile.py                                  # mtcnn_onet, kws_dscnn, tv_resnet18
-    python bench/cold_profile.py --models minilm_l6 --target mcu  # mcu has no peer row
+    python bench/cold_profile.py --models minilm_l6 --target mcu  # mcu and cloud-tpu have no peer row
     python bench/cold_profile.py --models minilm_l6 --quantize int8  # the int8 search's stages; the
         # peer: ai-edge-quantizer's static int8 (bench/peer.py) on the same calibration samples
 Writes bench/results/cold_profile.json. The machine is shared and noisy: one run, ratios within it.
@@ -156,7 +157,7 @@ def format_rows(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help="zoo models, comma separated")
-    parser.add_argument("--target", choices=("android", "mcu"), default="android")
+    parser.add_argument("--target", choices=("android", "mcu", "cloud-tpu"), default="android")
     parser.add_argument("--quantize", choices=("none", "int8"), default="none", help="android's scheme (default: none)")
     parser.add_argument("--peer-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
