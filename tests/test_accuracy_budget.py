@@ -235,15 +235,16 @@ def test_class_scores_are_held_to_top1_agreement_by_default(tied):
     manifest = json.loads((tied / "searched" / "manifest.json").read_text())
     assert manifest["accuracy_budget"]["met"] and manifest["accuracy_budget"]["measured"]["top1_agreement_per_output"] == [1.0]
     assert [o["precision"] for o in manifest["recipe"]["non_int8_ops"]] == ["float"]
-    # overridable: the same build at a lower top-1 budget is written, and the report states it
+    # overridable: at a top-1 budget all-int8 meets (58% on the search's samples, 75% held out) it is written as is,
+    # and the report states it
     from tpuedge.model_spec import load_program
 
     art = tpuedge.build(load_program(f"{tied / 'tied.py'}:build"), "android", tied / "ok", quantize="int8",
-                        calibration=np.load(tied / "cal.npy"), min_top1=0.7)
+                        calibration=np.load(tied / "cal.npy"), min_top1=0.5)
     entry = art.manifest["accuracy_budget"]
-    assert entry["met"] and entry["min_top1"] == 0.7 and entry["measured"]["top1_agreement_per_output"] == [0.75]
+    assert entry["met"] and entry["min_top1"] == 0.5 and entry["measured"]["top1_agreement_per_output"] == [0.75]
     assert entry["top1_outputs"] == [{"output": "output 0 (output)", "why": "Linear with 32 outputs"}]
-    assert "top-1 agreement 75.0% (min 70.0% on the class scores)" in art.report()
+    assert "top-1 agreement 75.0% (min 50.0% on the class scores)" in art.report()
 
 
 def test_top1_default_follows_what_an_output_means():
