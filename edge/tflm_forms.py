@@ -7,6 +7,9 @@
   recipe for them and computes them in float after a DEQUANTIZE; dequantizing (scale > 0) keeps
   the order of the values and their ties, so the indices are the same, and TFLM's int8 kernels
   compute them (a greedy decoder's argmax over its logits; TFLM's take no int16 input).
+- LESS, LESS_EQUAL, GREATER and GREATER_EQUAL likewise (a mask `x > t`): their int8 inputs, each
+  on its own scale (TFLM's kernel rescales them), a constant of one value stored in int8 on a
+  scale that holds it exactly.
 
 litert-torch lowers `nn.Embedding` to EMBEDDING_LOOKUP, and ai-edge-quantizer's static int8
 recipe leaves that op in float: the strict int8 model then holds a float32 table, an op that
@@ -46,7 +49,8 @@ def tflm_forms(tflite: bytes) -> tuple[bytes, dict[str, int]]:
 def tflm_forms_in_place(model) -> dict[str, int]:
     """`tflm_forms` on a parsed model (changed in place): {what changed: how many}, non-zero only."""
     changes = {"select_as_select_v2": _select_as_select_v2(model), "int8_lookup_tables": _fold_lookup_quantize(model),
-               "integer_arg_extremes": _integer_arg_extremes(model)}
+               "integer_arg_extremes": _integer_operands(model, ("ARG_MAX", "ARG_MIN")),
+               "integer_comparisons": _integer_operands(model, ("LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"))}
     return {k: v for k, v in changes.items() if v}
 
 
@@ -130,29 +134,99 @@ def _int8_table(model, graph, table_tensor, pairs) -> set[int]:
     return drop
 
 
-def _integer_arg_extremes(model) -> int:
-    """Each ARG_MAX / ARG_MIN over a DEQUANTIZE of a per-tensor int8 tensor (scale > 0)
-    reads that tensor instead, in place; a DEQUANTIZE left unread goes. How many ops changed."""
+# ops whose result depends only on the order of the inputs they name: they read int8 as they read
+# its dequantized values (a comparison's two int8 inputs may differ in scale: TFLM rescales them)
+_ORDER_ONLY = {"ARG_MAX": (0,), "ARG_MIN": (0,), "LESS": (0, 1), "LESS_EQUAL": (0, 1), "GREATER": (0, 1),
+               "GREATER_EQUAL": (0, 1)}
+
+
+def _integer_operands(model, kinds) -> int:
+    """Each op of `kinds` (of _ORDER_ONLY) whose float inputs are all DEQUANTIZEs of per-tensor int8
+    tensors (scale > 0; below 1 for a comparison), or for a comparison a constant of one value,
+    reads int8 instead, in place:
+    the tensor dequantized, or the constant in int8 on a scale that holds it (value = 127 steps).
+    A DEQUANTIZE left unread goes. How many ops changed."""
     names = tflite_file.operator_names(model)
     changed = 0
     for graph in model.subgraphs:
         producer = {int(t): i for i, op in enumerate(graph.operators) for t in op.outputs}
         bypassed = set()
         for op in graph.operators:
-            if names[op.opcodeIndex] not in ("ARG_MAX", "ARG_MIN") or int(op.inputs[0]) not in producer:
+            name = names[op.opcodeIndex]
+            if name not in kinds:
                 continue
-            dequantize = graph.operators[producer[int(op.inputs[0])]]
-            if names[dequantize.opcodeIndex] != "DEQUANTIZE":
+            inputs = [int(t) for t in op.inputs]
+            found = {i: _int8_source(model, graph, names, producer, inputs[i], constant_ok=name not in ("ARG_MAX", "ARG_MIN"))
+                     for i in _ORDER_ONLY[name]}
+            if any(v is None for v in found.values()):
                 continue
-            source = graph.tensors[int(dequantize.inputs[0])]
-            scale, _, _ = tflite_file.tensor_quantization(source)
-            if source.type == tflite_file.schema.TensorType.INT8 and scale.size == 1 and float(scale[0]) > 0:
-                op.inputs = np.array([int(dequantize.inputs[0]), *[int(t) for t in op.inputs[1:]]], np.int32)
-                bypassed.add(producer[int(dequantize.outputs[0])])
-                changed += 1
+            for i, source in found.items():
+                if inputs[i] in producer:
+                    bypassed.add(producer[inputs[i]])
+                inputs[i] = source if source is not _CONSTANT else _int8_constant(model, graph, inputs[i])
+            op.inputs = np.array(inputs, np.int32)
+            changed += 1
+        _int8_outputs(model, graph, [graph.operators[i] for i in bypassed])
         read = {int(t) for op in graph.operators for t in op.inputs} | {int(t) for t in graph.outputs}
         graph.operators = [op for i, op in enumerate(graph.operators) if i not in bypassed or int(op.outputs[0]) in read]
     return changed
+
+
+def _int8_outputs(model, graph, dequantizes) -> None:
+    """A model output that one of `dequantizes` wrote becomes the int8 tensor it read: the quantizer
+    returned the dequantized values there only because the float op read them too (`return
+    logits, logits.argmax(-1)`), where every other output of an integer model is integer."""
+    moved = {int(op.outputs[0]): int(op.inputs[0]) for op in dequantizes}
+    index = model.subgraphs.index(graph)
+    graph.outputs = np.array([moved.get(int(t), int(t)) for t in graph.outputs], np.int32)
+    for signature in model.signatureDefs or []:
+        if int(signature.subgraphIndex) == index:
+            for output in signature.outputs:
+                output.tensorIndex = moved.get(int(output.tensorIndex), int(output.tensorIndex))
+
+
+_CONSTANT = object()
+
+
+def _int8_source(model, graph, names, producer, tensor: int, *, constant_ok: bool):
+    """The per-tensor int8 tensor `tensor` is a DEQUANTIZE of; _CONSTANT for a float32 constant
+    of one value (where `constant_ok`); None otherwise."""
+    schema = tflite_file.schema
+    t = graph.tensors[tensor]
+    if tensor not in producer:
+        if not (constant_ok and t.type == schema.TensorType.FLOAT32 and tflite_file.is_constant(model, t)):
+            return None
+        values = np.frombuffer(bytes(bytearray(model.buffers[t.buffer].data)), np.float32)
+        one_value = values.size and np.all(values == values[0]) and abs(float(values[0])) < 127.0
+        return _CONSTANT if one_value else None
+    op = graph.operators[producer[tensor]]
+    if names[op.opcodeIndex] != "DEQUANTIZE":
+        return None
+    source = graph.tensors[int(op.inputs[0])]
+    scale, _, _ = tflite_file.tensor_quantization(source)
+    # TFLM's comparisons rescale each input by a multiplier below 1 (they abort on a scale of 1 or more)
+    ok = source.type == schema.TensorType.INT8 and scale.size == 1 and 0 < float(scale[0]) < (1 if constant_ok else np.inf)
+    return int(op.inputs[0]) if ok else None
+
+
+def _int8_constant(model, graph, tensor: int) -> int:
+    """A new int8 tensor holding float constant `tensor`'s one value (|value| < 127) exactly: 127
+    steps of |value| / 127, zero on a step of 1/128 (every scale below 1, as TFLM's comparisons
+    need); its index."""
+    import copy
+
+    schema = tflite_file.schema
+    old = graph.tensors[tensor]
+    values = np.frombuffer(bytes(bytearray(model.buffers[old.buffer].data)), np.float32)
+    value = float(values[0])
+    scale = abs(value) / 127.0 if value else 1.0 / 128
+    buffer = schema.BufferT()
+    buffer.data = np.full(values.shape, 0 if not value else (127 if value > 0 else -127), np.int8).view(np.uint8)
+    model.buffers.append(buffer)
+    new = copy.copy(old)
+    new.type, new.buffer, new.quantization = schema.TensorType.INT8, len(model.buffers) - 1, _per_tensor(schema, scale, 0)
+    graph.tensors.append(new)
+    return len(graph.tensors) - 1
 
 
 def _int8_range(values: np.ndarray) -> tuple[float, int]:

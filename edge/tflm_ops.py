@@ -29,10 +29,10 @@ DATA_PATH = Path(__file__).with_name("data") / "tflm_ops.json"
 # Inserted by the quantizer itself to re-scale int8 tensors, never lowered from an ATen op.
 _QUANTIZER_OWN = frozenset({"QUANTIZE"})
 # What the mcu build's edge/tflm_forms.py does to the converted model before TFLM sees it:
-# EMBEDDING_LOOKUP, left in float by the quantizer, gets an int8 table; ARG_MAX and ARG_MIN,
-# left in float too, read the integer tensor their DEQUANTIZE reads; SELECT becomes SELECT_V2,
-# whose rule it then follows.
-_FOLDED_TO_INT8 = frozenset({"EMBEDDING_LOOKUP", "ARG_MAX", "ARG_MIN"})
+# EMBEDDING_LOOKUP, left in float by the quantizer, gets an int8 table; ARG_MAX, ARG_MIN and
+# the order comparisons, left in float too, read the int8 tensors their DEQUANTIZEs read (a
+# constant in int8); SELECT becomes SELECT_V2, whose rule it then follows.
+_FOLDED_TO_INT8 = frozenset({"EMBEDDING_LOOKUP", "ARG_MAX", "ARG_MIN", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"})
 _REPLACED = {"SELECT": "SELECT_V2"}
 
 

@@ -1,7 +1,7 @@
-"""argmax / argmin on mcu: TFLite-Micro's int8 ARG_MAX and ARG_MIN read the integer tensor the
-quantizer dequantized for them (edge/tflm_forms.py), so a graph that picks a token and feeds it
-back (a greedy decode inside `forward`) builds; where such a model misses its accuracy budget,
-the refusal says why (edge/fed_back_choices.py)."""
+"""argmax / argmin and order comparisons on mcu: TFLite-Micro's int8 ARG_MAX, ARG_MIN, LESS, ...
+read the integer tensors the quantizer dequantized for them (edge/tflm_forms.py), so a graph that
+picks a token and feeds it back (a greedy decode inside `forward`) or masks by a threshold builds;
+where a greedy decoder misses its accuracy budget, the refusal says why (edge/fed_back_choices.py)."""
 
 from __future__ import annotations
 
@@ -87,3 +87,38 @@ def test_a_greedy_decoder_below_its_budget_is_told_why(tmp_path):
     with pytest.raises(BudgetError, match=r"(?s)misses its accuracy budget.*2 argmax/argmin choice\(s\) back"):
         tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=_samples(), strict_int8=True, min_cosine=0.99999)
     assert not (tmp_path / "mcu").exists()
+
+
+class _Masks(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return (y > 0.3).float(), (x <= y).float(), y  # y compared and returned: its output stays int8
+
+
+def test_mcu_builds_comparisons_in_int8_with_the_int8_values_own_answers(tmp_path):
+    from tpuedge.quantize import affine
+
+    torch.manual_seed(0)
+    program = tpuedge.export(_Masks().eval(), (torch.zeros(1, 8),), name="masks")
+    assert program.check("mcu") == []  # was: "aten.gt.Scalar: mcu has no lowering for this op"
+    cal = _samples()
+    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=cal, strict_int8=True, allow_below_budget=True)
+    assert {"GREATER", "LESS_EQUAL"} <= {o["op"] for o in art.manifest["tflm_ops"]}
+    assert art.manifest["quantization"]["recipe"]["tflm_forms"]["integer_comparisons"] == 2
+    io = art.manifest["quantization"]["io"]
+    assert [o["dtype"] for o in io["outputs"]] == ["int8"] * 3
+    x_in = io["inputs"][0]
+    decided = 0
+    for (x,) in cal:
+        over, below, y = art.run(x)
+        xq = affine.dequantize(affine.quantize(x, x_in["scale"], x_in["zero_point"], "int8", ties="away"),
+                               x_in["scale"], x_in["zero_point"])
+        # each mask is the comparison of the int8 values TFLite-Micro holds, the constant exact
+        np.testing.assert_array_equal(over > 0.5, y > 0.3)
+        np.testing.assert_array_equal(below > 0.5, xq <= y)
+        decided += int((over > 0.5).sum() + (below > 0.5).sum())
+    assert 0 < decided < 2 * 8 * len(cal)  # both answers occur
