@@ -86,6 +86,16 @@ def test_android_converts_a_unet_whose_repeated_gate_feeds_a_residual_add(tmp_pa
         np.testing.assert_allclose(art.run(x)[0], program.run(x)[0], atol=1e-5)
 
 
+@pytest.mark.slow  # two quantized builds: about 50 s on 2 busy cores
+@pytest.mark.parametrize("scheme", ["dynamic-int8", "int8"])
+def test_android_int8_schemes_convert_the_unet_within_budget(tmp_path, scheme):
+    """The issue's case failed at every --quantize; each scheme now builds, its budget measured."""
+    program = _unet(f"gated_unet_{scheme}")
+    art = tpuedge.build(program, "android", tmp_path / "android", quantize=scheme, calibration=_samples(32))
+    budget = art.manifest["accuracy_budget"]
+    assert budget["met"] and min(budget["measured"]["sample_cosine_per_output"]) >= 0.99
+
+
 class _NoOp:
     name = "repeat-as-expand"
 
