@@ -72,12 +72,13 @@ class CheckpointFolder:
             raise UserError(f"keep={keep}: keep at least 1 checkpoint.")
         self.directory = Path(directory).absolute()
         self.keep = keep
+        self._closed = False
         if self.directory.exists() and not self.directory.is_dir():
             raise UserError(f"Checkpoint folder {self.directory} is a file; give a folder path.")
         self._ocp = ocp
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
-        atexit.register(self.close)  # a save still writing finishes before the process exits
+        _finish_at_exit(self)
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
@@ -96,8 +97,10 @@ class CheckpointFolder:
         self._manager.wait_until_finished()
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        if not self._closed:
+            self._closed = True
+            self._manager.wait_until_finished()
+            self._manager.close()
 
     def restore(self, like: dict[str, Any], step: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """(state, record) of `step` (default: the newest), read onto `like`'s shapes, dtypes and
@@ -122,6 +125,16 @@ class CheckpointFolder:
         except Exception as error:  # noqa: BLE001
             raise _damaged(where, error) from None
         return state, record
+
+
+def _finish_at_exit(folder: CheckpointFolder) -> None:
+    """Let a save still writing when the script ends finish. The writes run on Python thread
+    pools, which refuse work once interpreter shutdown starts, before plain `atexit` callbacks
+    run; `threading._register_atexit` (CPython 3.9+) runs ahead of that, `atexit` is the fallback."""
+    import threading
+
+    register = getattr(threading, "_register_atexit", None) or atexit.register
+    register(folder.close)
 
 
 def _damaged(where: str, error: Exception) -> UserError:
