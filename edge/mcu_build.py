@@ -217,7 +217,7 @@ class McuLowered:
     # ---- the build ----------------------------------------------------------------------
     def compile(self, out_dir: Any = None) -> "McuArtifact":
         from tpuedge.edge.boards import budget_check, fits
-        from tpuedge.edge.c_array import model_data_cc, model_data_h
+        from tpuedge.edge.c_array import io_comments, model_data_cc, model_data_h
         from tpuedge.edge.child_process import spare_children
         from tpuedge.edge.mcu_artifact import McuArtifact
         from tpuedge.edge.mcu_runtimes import McuRuntimes
@@ -279,7 +279,8 @@ class McuLowered:
         with timed("writing"), atomic_output_dir(out_dir) as staging:
             (staging / "model.tflite").write_bytes(tflite)
             (staging / "model_data.cc").write_text(model_data_cc(tflite, self.symbols, name))
-            (staging / "model_data.h").write_text(model_data_h(self.symbols, name))
+            io_lines = io_comments(sections["quantization"]["io"], self.program.inputs, self.config.channels_last)
+            (staging / "model_data.h").write_text(model_data_h(self.symbols, name, io_lines))
             (staging / "op_resolver.h").write_text(op_resolver_h([o.name for o in ops], name))
             files = [f for f in FILES if f != "manifest.json"]
             manifest = build_manifest("mcu", self.program, staging, files=files, tools=_TOOLS, **sections)
