@@ -105,8 +105,21 @@ def global_example(flat: Sequence[Any]) -> list[Any]:
     count = jax.process_count()
     if count == 1:
         return list(flat)
-    import torch
+    import zlib
 
+    import torch
+    from jax.experimental import multihost_utils
+
+    shapes = [list(getattr(t, "shape", ())) for t in flat]
+    digest = np.array([zlib.crc32(repr(shapes).encode()) & 0x7FFFFFFF], np.int32)
+    try:
+        multihost_utils.assert_equal(digest, "example shares differ")
+    except AssertionError:
+        raise UserError(
+            f"The processes of this job were given example batches of different shapes (process "
+            f"{jax.process_index()}: {shapes}); every process passes its share of the global batch, the same "
+            "shape in each (the global batch split evenly by the process count)."
+        ) from None
     return [torch.cat([t] * count) if isinstance(t, torch.Tensor) and t.dim() else t for t in flat]
 
 

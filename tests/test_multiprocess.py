@@ -126,3 +126,24 @@ def test_a_wrong_share_is_one_paragraph_and_exit_2(tmp_path):
     assert code == 2, err[-4000:]
     line = next(line for line in err.splitlines() if line.startswith("error: Process 1 fed"))
     assert "shape [7, 32]" in line and "shape [8, 32]" in line
+
+
+UNEVEN = """
+import jax, torch, torch.nn.functional as F, tpuedge.cloud
+rows = 8 if jax.process_index() == 0 else 7
+model = torch.nn.Linear(4, 3)
+tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
+                         (torch.randn(rows, 4), torch.randint(0, 3, (rows,))), mesh="data:4")
+print("built")
+"""
+
+
+def test_uneven_example_shares_are_refused_in_every_process(tmp_path):
+    script = tmp_path / "uneven.py"
+    script.write_text(UNEVEN)
+    proc = subprocess.Popen([sys.executable, "-m", "tpuedge.cloud.launch", "--processes", "2", "--devices-per-process",
+                             "2", "--timeout", "300", str(script)], env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    code, err = _finish(proc)
+    assert code == 2, err[-4000:]
+    assert "different shapes (process 0: [[8, 4], [8]])" in err and "different shapes (process 1: [[7, 4], [7]])" in err
