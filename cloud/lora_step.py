@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tpuedge.cloud import distributed
 from tpuedge.cloud.interpreter import JaxProgram, to_jax
 from tpuedge.cloud.lora import LoraConfig, LoraHook, adapter_names, by_weight, init_adapters, merge, target_weights
 from tpuedge.cloud.mesh import param_sharding, parse_mesh, replicated, tree_shardings
@@ -88,7 +89,7 @@ class LoraTrainStep(TrainStep):
         self._model = model
         self._example_inputs = tuple(example_inputs)
         base = dict(lora.program.params)
-        self.base = jax.device_put(base, tree_shardings(self.mesh, base)) if self.mesh else base
+        self.base = distributed.put_state(base, tree_shardings(self.mesh, base) if self.mesh else None)
         self._fn = lora_step_fn(lora, tx)
         self._jitted = jax.jit(
             self._fn,
@@ -99,6 +100,7 @@ class LoraTrainStep(TrainStep):
     def __call__(self, *batch: Any) -> jax.Array:
         if self._max_steps is not None and self._host_steps >= self._max_steps:
             return super().__call__(*batch)  # its UserError about the finished schedule
+        self._stop_if_preempted()
         arrays = self._device_batch(batch)
         self.state, loss = self._jitted(self.state, self.base, *arrays)
         self._host_steps += 1
