@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".cfg", ".json", ".cc", ".h", ""}
-SKIP_DIRS = {".git", ".venv", "build", "dist", "__pycache__", "results"}
+SKIP_DIRS = {".git", ".venv", "build", "dist", "__pycache__", "results", ".ruff_cache", ".pytest_cache"}
 # Notes kept outside the repo (the maintainers' stack and design notes) and machine paths.
 OUTSIDE = re.compile("|".join([r"\bSTACK" + r"\.md\b", r"\bARCHITECTURE" + r"\.md\b", r"/wor" + r"k/", r"notes/" + r"PREAMBLE"]))
 
