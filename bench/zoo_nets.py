@@ -32,6 +32,8 @@ __all__ = [
     "SentenceEmbedding",
     "HiddenStates",
     "Logits",
+    "GatedAttentionUNet",
+    "GreedyGruSeq2Seq",
 ]
 
 CACHE_ENV = "TPUEDGE_ZOO_CACHE"
@@ -335,3 +337,46 @@ def load_speaker_encoder(weights: Path) -> nn.Module:
     net = SpeakerEncoder()
     net.load_state_dict({k: v for k, v in state.items() if k.startswith(("lstm.", "linear."))})  # not the GE2E loss's scale
     return net.eval()
+
+
+class GatedAttentionUNet(nn.Module):
+    """A U-Net-like audio detector over a (1, 1, F, T) spectrogram: down two convolutions,
+    self-attention at the bottom, up a transposed convolution with a skip, then a channel gate
+    pooled from the map, repeated over it and added (`x + x3`, the form litert-torch's layout
+    pass once failed on at every --quantize)."""
+
+    def __init__(self, c: int = 16):
+        super().__init__()
+        self.down1, self.down2 = nn.Conv2d(1, c, 3, padding=1), nn.Conv2d(c, 2 * c, 3, stride=2, padding=1)
+        self.q, self.k, self.v = nn.Conv2d(2 * c, c // 2, 1), nn.Conv2d(2 * c, c // 2, 1), nn.Conv2d(2 * c, 2 * c, 1)
+        self.up, self.gate, self.head = nn.ConvTranspose2d(2 * c, c, 2, stride=2), nn.Linear(c, c), nn.Conv2d(c, 1, 1)
+
+    def forward(self, x):
+        x1 = F.relu(self.down1(x))
+        x2 = F.relu(self.down2(x1))
+        b, c, h, w = x2.shape
+        attn = F.softmax(torch.bmm(self.q(x2).view(b, -1, h * w).permute(0, 2, 1), self.k(x2).view(b, -1, h * w)), -1)
+        x2 = torch.bmm(self.v(x2).view(b, c, h * w), attn.permute(0, 2, 1)).view(b, c, h, w) * 0.5 + x2
+        x = F.relu(self.up(x2)) + x1
+        x3 = torch.sigmoid(self.gate(x.mean((2, 3))))[:, :, None, None].repeat(1, 1, x.shape[2], x.shape[3])
+        return torch.sigmoid(self.head(x + x3))
+
+
+class GreedyGruSeq2Seq(nn.Module):
+    """A GRU encoder and a GRU-cell decoder that decodes greedily inside forward: each step's
+    argmax is the next step's token (`steps` steps, so steps - 1 argmax fed back); returns every
+    step's logits."""
+
+    def __init__(self, features: int = 8, hidden: int = 32, vocab: int = 12, steps: int = 20):
+        super().__init__()
+        self.encoder, self.embedding = nn.GRU(features, hidden, batch_first=True), nn.Embedding(vocab, hidden)
+        self.cell, self.out, self.steps = nn.GRUCell(hidden, hidden), nn.Linear(hidden, vocab), steps
+
+    def forward(self, x):
+        h = self.encoder(x)[1][0]
+        token, logits = torch.zeros(x.shape[0], dtype=torch.long), []
+        for _ in range(self.steps):
+            h = self.cell(self.embedding(token), h)
+            logits.append(self.out(h))
+            token = logits[-1].argmax(-1)
+        return torch.stack(logits, 1)
