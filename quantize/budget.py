@@ -46,7 +46,8 @@ def budget_build_options() -> list:
                     f"class scores (a softmax, or a Linear head of 16+ classes; default {DEFAULT_MIN_TOP1})", float, None),
         BuildOption("max_drop", "accuracy budget: task-accuracy drop in points vs the float IR (needs --eval with labels)", float, None),
         BuildOption("budget_outputs", "the outputs the accuracy budget holds, NAME[,NAME] (others are reported, not held); "
-                    "NAME:top1 holds only its argmax (class scores, token ids: every position), NAME:cosine only its cosine", str, None),
+                    "NAME:top1 holds only its argmax (class scores, token ids: every position), NAME:decision only a probability's "
+                    "side of 0.5 (agreement >= --min-top1), NAME:cosine only its cosine", str, None),
         BuildOption("rollout", "judge a stateful model as it runs: STATE_OUT=STATE_IN[,...]:STEPS feeds each state output "
                     "back to its input for STEPS steps over the --eval samples (read in order, STEPS to a sequence) "
                     "and measures the budget's outputs at every step", str, None),
@@ -67,6 +68,7 @@ class AccuracyBudget:
     top1_why: tuple[str, ...] = ()  # per top1_outputs entry: why it counts as class scores
     cosine_outputs: tuple[int, ...] | None = None  # held to min_cosine: None = every output
     rollout: Rollout | None = None  # state fed back: every step of each sequence is measured
+    decision_outputs: tuple[int, ...] = ()  # of top1_outputs: probabilities, agreement = same side of 0.5
 
     @classmethod
     def from_options(
@@ -92,9 +94,9 @@ class AccuracyBudget:
                     "given: pass --eval file.py:function returning (inputs, labels) or an .npz with a `labels` array, or drop "
                     "--max-drop."
                 )
-        top1_outputs, names, why, cosine_outputs, rolled = None, (), (), None, None
+        top1_outputs, names, why, cosine_outputs, rolled, decisions = None, (), (), None, None, ()
         if program is not None:
-            names, top1_outputs, why, cosine_outputs = _held_outputs(program, min_top1, budget_outputs)
+            names, top1_outputs, why, cosine_outputs, decisions = _held_outputs(program, min_top1, budget_outputs)
             min_top1 = DEFAULT_MIN_TOP1 if min_top1 is None else min_top1
             if rollout is not None:
                 from tpuedge.quantize.rollout import parse_rollout
@@ -108,7 +110,7 @@ class AccuracyBudget:
         elif budget_outputs is not None or rollout is not None:
             raise UserError("--budget-outputs and --rollout name a single-entry model's outputs; this build has none to name.")
         return cls(min_cosine, None if min_top1 is None else float(min_top1), None if max_drop is None else float(max_drop),
-                   bool(allow_below_budget), top1_outputs, names, why, cosine_outputs, rolled)
+                   bool(allow_below_budget), top1_outputs, names, why, cosine_outputs, rolled, decisions)
 
     def output_label(self, j: int) -> str:
         return f"output {j} ({self.output_names[j]})" if j < len(self.output_names) else f"output {j}"
@@ -141,7 +143,7 @@ def _classifier_spec(shape) -> bool:
 
 
 def _held_outputs(program, min_top1, budget_outputs):
-    """(output names, top-1 outputs, why each, cosine outputs or None for all) of `program`."""
+    """(output names, top-1 outputs, why each, cosine outputs or None for all, decision outputs) of `program`."""
     from tpuedge.quantize.output_meaning import output_meanings
 
     meanings = output_meanings(program)
@@ -150,23 +152,26 @@ def _held_outputs(program, min_top1, budget_outputs):
     top1 = {j: m.why if m.class_scores else "classifier-shaped, --min-top1 given" for j, m in enumerate(meanings)
             if m.class_scores or (explicit and _classifier_spec(program.outputs[j].shape))}
     if budget_outputs is None:
-        return names, tuple(top1), tuple(top1.values()), None
-    named_top1, cosine = {}, []
+        return names, tuple(top1), tuple(top1.values()), None, ()
+    named_top1, cosine, decisions = {}, [], []
     entries = budget_outputs.split(",") if isinstance(budget_outputs, str) else list(budget_outputs)
     for entry in (e.strip() for e in entries):
         name, _, metric = entry.partition(":")
-        if name not in names or metric not in ("", "top1", "cosine"):
+        if name not in names or metric not in ("", "top1", "cosine", "decision"):
             raise UserError(
                 f"--budget-outputs {entry!r}: " + (f"{program.name} has no output {name!r}" if name not in names else
-                f"{metric!r} is no metric (top1 or cosine)") + f". Its outputs: {', '.join(names)}; give NAME, NAME:top1 "
-                "(its argmax) or NAME:cosine, separated by commas."
+                f"{metric!r} is no metric (top1, decision or cosine)") + f". Its outputs: {', '.join(names)}; give NAME, "
+                "NAME:top1 (its argmax), NAME:decision (a probability's side of 0.5) or NAME:cosine, separated by commas."
             )
         j = names.index(name)
         if metric in ("", "cosine") and j not in cosine:
             cosine.append(j)
         if metric == "top1" or (metric == "" and j in top1):
             named_top1[j] = top1.get(j, "named with :top1")
-    return names, tuple(named_top1), tuple(named_top1.values()), tuple(cosine)
+        if metric == "decision":
+            named_top1[j] = "a probability: the side of 0.5, named with :decision"
+            decisions.append(j)
+    return names, tuple(named_top1), tuple(named_top1.values()), tuple(cosine), tuple(decisions)
 
 
 @dataclass(frozen=True)
@@ -219,7 +224,7 @@ def check_budget(
 ) -> BudgetResult:
     """reference[i][j] / candidate[i][j]: output j of sample i (float IR / converted model)."""
     from tpuedge.quantize.metrics import (
-        argmax_agreement, is_classifier_shaped, mean_sample_cosine, stack_samples, task_accuracy, top1_agreement,
+        argmax_agreement, decision_agreement, is_classifier_shaped, mean_sample_cosine, stack_samples, task_accuracy, top1_agreement,
     )
 
     refs = [stack_samples([s[j] for s in reference]) for j in range(len(reference[0]))]
@@ -232,6 +237,8 @@ def check_budget(
     held_top1 = [j for j, t in enumerate(top1) if t is not None] if budget.top1_outputs is None else list(budget.top1_outputs)
     for j in held_top1:  # a class-score output with leading axes past the samples: every row's argmax
         top1[j] = argmax_agreement(refs[j], gots[j]) if top1[j] is None else top1[j]
+        if j in budget.decision_outputs:  # a probability: the decision taken from it
+            top1[j] = decision_agreement(refs[j], gots[j])
     float_acc = acc = None
     head = None  # the output the labels score: with --max-drop, the task metric alone decides it
     if labels is not None:
@@ -246,7 +253,8 @@ def check_budget(
     ]
     if budget.min_top1 is not None:
         failures += [
-            f"{budget.output_label(j)}: top-1 agreement {100 * top1[j]:.1f}% < {100 * budget.min_top1:.1f}%"
+            f"{budget.output_label(j)}: {'decision (> 0.5)' if j in budget.decision_outputs else 'top-1'} agreement "
+            f"{100 * top1[j]:.1f}% < {100 * budget.min_top1:.1f}%"
             for j in held_top1
             if top1[j] is not None and top1[j] < budget.min_top1 and j != decided_by_task
         ]

@@ -26,6 +26,8 @@ Definitions:
 - argmax_agreement: for an output known to hold class scores on its last axis (the budget's
   class-score outputs), the share of rows over every other axis whose argmax agrees: per
   sample for (samples, classes), per position for a sequence of token scores.
+- decision_agreement: for a probability (a sigmoid's speech or face score), the share of elements
+  on the same side of 0.5 as the float's: the decision a user takes from it.
 - task_accuracy: share of samples whose argmax over a classifier-shaped output is the label.
 
 Outputs collected one call at a time (`compare_outputs`) are joined by `stack_samples`, with the
@@ -56,6 +58,7 @@ __all__ = [
     "snr_db",
     "top1_agreement",
     "argmax_agreement",
+    "decision_agreement",
     "task_accuracy",
     "is_classifier_shaped",
     "channel_axis",
@@ -149,6 +152,15 @@ def argmax_agreement(reference: np.ndarray, candidate: np.ndarray) -> float | No
     if reference.ndim < 1 or reference.shape[-1] < 2 or reference.size == 0:
         return None
     return float(np.mean(np.argmax(reference, axis=-1) == np.argmax(candidate, axis=-1)))
+
+
+def decision_agreement(reference: np.ndarray, candidate: np.ndarray, threshold: float = 0.5) -> float | None:
+    """Share of elements on the same side of `threshold` in both; None for an empty array."""
+    reference = np.asarray(reference)
+    if reference.size == 0:
+        return None
+    candidate = np.asarray(candidate).reshape(reference.shape)
+    return float(np.mean((reference > threshold) == (candidate > threshold)))
 
 
 def task_accuracy(scores: np.ndarray, labels: np.ndarray) -> float | None:

@@ -63,6 +63,14 @@ def test_budget_outputs_hold_only_the_named_outputs(leaky):
     argmax_only = AccuracyBudget.from_options(program=program, budget_outputs="scores:top1, h_out:top1")
     assert argmax_only.cosine_outputs == () and argmax_only.top1_outputs == (0, 1)
     assert check_budget(argmax_only, reference, candidate, inputs="x").failures[0].startswith("output 1 (h_out): top-1")
+    # a probability judged by the decision taken from it: the side of 0.5
+    decision = AccuracyBudget.from_options(program=program, budget_outputs="h_out:decision", min_top1=0.8)
+    probs = [[s, np.full((1, 16), 0.6)] for s, _ in reference]
+    near = [[s, np.where(np.arange(16) < 2, 0.4, 0.55)[None]] for s, _ in reference]  # 2 of 16 cross 0.5
+    result = check_budget(decision, probs, near, inputs="x")
+    assert result.top1[1] == 0.875 and result.passed and decision.cosine_outputs == ()
+    assert not check_budget(AccuracyBudget.from_options(program=program, budget_outputs="h_out:decision"), probs, near,
+                            inputs="x").passed  # 87.5% < the default 99%
     with pytest.raises(UserError, match="has no output 'logits'.*Its outputs: scores, h_out"):
         AccuracyBudget.from_options(program=program, budget_outputs="logits")
     with pytest.raises(UserError, match="'mse' is no metric"):
