@@ -352,6 +352,10 @@ def print_tables(result: dict) -> None:
                   f"{c['temp_bytes'] / mib:.1f} | {c['generated_code_bytes'] / mib:.1f} | {h['activation_bytes'] / mib:.1f} | "
                   f"{h['total_bytes'] / mib:.1f} | "
                   f"{p['ratio_compiled_to_hand']:.3f} | {p['largest_batch']} |")
+    if result.get("serve"):
+        from llm_serve import print_serve_table
+
+        print_serve_table(result["serve"])
 
 
 def main() -> int:
@@ -373,6 +377,8 @@ def main() -> int:
     parser.add_argument("--skip-plan", action="store_true")
     parser.add_argument("--topologies", default="v5e:2x2,v6e:2x2")
     parser.add_argument("--plan-batch", type=int, default=8)
+    parser.add_argument("--skip-serve", action="store_true")
+    parser.add_argument("--serve-clients", default="1,8")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "llm_cloud.json")
     args = parser.parse_args()
     if args.prefill + 1 + args.tokens > args.cache or args.greedy_tokens + 16 > args.cache:
@@ -436,6 +442,11 @@ def main() -> int:
     if not args.decode_only and not args.skip_plan:
         config = AutoConfig.from_pretrained(folder)
         result["plan"] = plan_rows(dec, config, [t.strip() for t in args.topologies.split(",") if t.strip()], args.plan_batch)
+    if not args.decode_only and not args.skip_serve:
+        from llm_serve import serve_rows  # bench/ is this script's folder
+
+        clients = [int(c) for c in args.serve_clients.split(",") if c.strip()]
+        result["serve"] = serve_rows(folder, args.prefill, args.cache, clients, args.tokens)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     print_tables(result)
