@@ -202,8 +202,8 @@ class AndroidLowered:
             has_labels=evaluation is not None and evaluation.labels is not None, program=program,
             budget_outputs=budget_outputs, rollout=rollout, eval_samples=None if evaluation is None else len(evaluation.samples),
         )
-        if budget.top1_outputs:  # the int8 search aims at the budget's top-1 agreement too
-            config = config.replace(target_top1=budget.min_top1)
+        # the int8 search aims at the budget's top-1 agreement too, where it can read it
+        config = config.replace(target_top1=budget.search_top1(program))
         if rollout is not None and config.io_dtype != "float32":
             raise UserError(f"--rollout feeds float states back; --io-dtype {config.io_dtype} gives integer ones: drop one of them.")
         held_out = []

@@ -193,8 +193,8 @@ class McuLowered:
             budget_outputs=budget_outputs, rollout=rollout,
             eval_samples=None if self.evaluation is None else len(self.evaluation.samples),
         )
-        if self.budget.top1_outputs:  # the int8 search aims at the budget's top-1 agreement too
-            self.config = self.config.replace(target_top1=self.budget.min_top1)
+        # the int8 search aims at the budget's top-1 agreement too, where it can read it
+        self.config = self.config.replace(target_top1=self.budget.search_top1(program))
         self.held_out: list = []
         if self.evaluation is None:  # accuracy on samples the ranges were not set on
             from tpuedge.edge.accuracy_samples import split_calibration

@@ -112,6 +112,14 @@ class AccuracyBudget:
         return cls(min_cosine, None if min_top1 is None else float(min_top1), None if max_drop is None else float(max_drop),
                    bool(allow_below_budget), top1_outputs, names, why, cosine_outputs, rolled, decisions)
 
+    def search_top1(self, program) -> float | None:
+        """The top-1 agreement the int8 search may aim at (QuantConfig.target_top1): the search reads
+        the lowest top-1 over every (samples, classes) output, so only where those are exactly the
+        class scores this budget holds (MTCNN's box offsets are 2-D too, and their argmax is no answer)."""
+        shaped = {j for j, spec in enumerate(program.outputs) if _classifier_spec(spec.shape)}
+        held = set(self.top1_outputs or ())
+        return self.min_top1 if held and held == shaped else None
+
     def output_label(self, j: int) -> str:
         return f"output {j} ({self.output_names[j]})" if j < len(self.output_names) else f"output {j}"
 

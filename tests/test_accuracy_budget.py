@@ -272,6 +272,9 @@ def test_top1_default_follows_what_an_output_means():
     assert budget.top1_why == ("Linear with 100 outputs", "softmax over 3 classes")
     assert AccuracyBudget.from_options(program=program, min_top1=0.5).top1_outputs == (0, 1, 2, 3)  # asked: every 2-D one
     assert AccuracyBudget.from_options().top1_outputs is None and AccuracyBudget.from_options().min_top1 is None
+    # the search reads the lowest top-1 of every 2-D output: it aims at it only where those are the class scores
+    assert budget.search_top1(program) is None
+    assert AccuracyBudget.from_options(program=one_program()).search_top1(one_program()) == 0.99
 
     rng = np.random.default_rng(0)
     ref = rng.standard_normal((20, 1, 100)) + 50.0 * (np.arange(100) < 2)  # two classes far ahead, nearly tied
