@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpuedge.edge import tflite_file
+from tpuedge.quantize.activation_ranges import int8_affine
 
 __all__ = ["tflm_forms", "tflm_forms_in_place"]
 
@@ -122,7 +123,7 @@ def _int8_table(model, graph, table_tensor, pairs) -> set[int]:
         drop = {quantize}
     else:  # int16 rows (no int16 lookup in TFLM), or several lookups each with its own QUANTIZE:
         # int8 rows on the table's own range, each re-quantized by its QUANTIZE
-        scale, zero = _int8_range(table_values)
+        scale, zero = _table_grid(table_values)
         for lookup, _ in pairs:
             rows_tensor = graph.tensors[int(graph.operators[lookup].outputs[0])]
             rows_tensor.type = schema.TensorType.INT8
@@ -229,11 +230,11 @@ def _int8_constant(model, graph, tensor: int) -> int:
     return len(graph.tensors) - 1
 
 
-def _int8_range(values: np.ndarray) -> tuple[float, int]:
-    """(scale, zero point) of per-tensor int8 over `values`' min/max, zero included (it must be exact)."""
-    low, high = min(float(values.min(initial=0.0)), 0.0), max(float(values.max(initial=0.0)), 0.0)
-    scale = (high - low) / 255.0 or 1.0
-    return scale, int(np.clip(np.round(-128.0 - low / scale), -128, 127))
+def _table_grid(values: np.ndarray) -> tuple[float, int]:
+    """(scale, zero point) of per-tensor int8 over the table's min/max, by the one int8 range rule
+    (zero included, so a zero entry stays exact)."""
+    scale, zero = int8_affine(float(values.min(initial=0.0)), float(values.max(initial=0.0)))
+    return float(scale), int(zero)
 
 
 def _sole_quantize(graph, names: list[str], reader_ops: list[int], is_output: bool):
