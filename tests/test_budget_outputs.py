@@ -120,6 +120,13 @@ def test_rollout_build_measures_every_step_and_says_so(leaky, tmp_path):
     assert entry["inputs"] == "eval data: 3 sequence(s) of 8 steps, state fed back (h_out=h:8)"
     assert entry["cosine_outputs"] == ["output 0 (scores)"] and entry["measured"]["sample_cosine_per_output"][0] > 0.9999
 
+    # --quantize auto measures every candidate the same way
+    code, stdout, err = run_cli(*common, "--target", "android", "--quantize", "auto", "--budget-outputs", "scores",
+                                "--rollout", "h_out=h:8", "--out", str(tmp_path / "auto"))
+    assert code == 0, (stdout, err)
+    manifest = json.loads((tmp_path / "auto" / "manifest.json").read_text())
+    assert manifest["recipe"]["auto"]["samples"] == steps * sequences and "3 sequence(s) of 8 steps" in manifest["accuracy_budget"]["inputs"]
+
     code, stdout, err = run_cli(*common, "--target", "mcu", "--calibration", str(tmp_path / "cal.npz"),
                                 "--rollout", "h_out=h:8", "--budget-outputs", "scores", "--allow-below-budget",
                                 "--out", str(tmp_path / "m"))
