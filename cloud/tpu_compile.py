@@ -26,7 +26,6 @@ import contextlib
 import importlib.util
 import os
 import re
-import time
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
@@ -175,20 +174,18 @@ def compile_on_topology(target: "CompileTarget", lower: Callable[[], Any], jax_p
     """Run `lower()` (-> a jax.stages.Lowered over arguments sharded on a mesh of `target`'s
     devices), compile it with the TPU compiler and return the analysis (per device).
     `jax_program`: the interpreter's JaxProgram being compiled, so a compiler error can name the
-    IR node (and the user's line) of the op it stopped at."""
-    started = time.perf_counter()
+    IR node (and the user's line) of the op it stopped at. The analysis holds no wall times (the
+    build's stage times do), so the same program gives the same report."""
     try:
         with timed("TPU: trace and lower over the slice's mesh"):
             lowered = lower()
-        lowered_at = time.perf_counter()
         with timed("TPU: XLA:TPU compile (libtpu, deviceless)"):
             compiled = lowered.compile()
     except TpuedgeError:  # the interpreter's own errors (unsupported op, our bug) pass as they are
         raise
     except Exception as exc:  # XLA reports TPU-unsupported programs as runtime errors
         raise compiler_error(target.choice.name, str(exc) or type(exc).__name__, jax_program) from exc
-    finished = time.perf_counter()
-    return _analysis(target, compiled, lower_s=lowered_at - started, compile_s=finished - lowered_at)
+    return _analysis(target, compiled)
 
 
 # XLA's op metadata: op_name="jit(net_forward)/softmax_3/reduce_max" (the interpreter's named scopes)
@@ -215,7 +212,7 @@ def compiler_error(topology: str, text: str, jax_program: Any = None) -> UserErr
     )
 
 
-def _analysis(target: CompileTarget, compiled, *, lower_s: float, compile_s: float) -> dict[str, Any]:
+def _analysis(target: CompileTarget, compiled) -> dict[str, Any]:
     chip = target.choice.chip
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()
@@ -242,8 +239,6 @@ def _analysis(target: CompileTarget, compiled, *, lower_s: float, compile_s: flo
     memory_s = bytes_accessed / device_bandwidth
     collectives = count_collectives(compiled.as_text())
     report = {
-        "lower_seconds": round(lower_s, 3),
-        "compile_seconds": round(compile_s, 3),
         "hbm_per_device": hbm,
         "flops_per_device": flops,
         "flops_all_devices": flops * target.device_count,

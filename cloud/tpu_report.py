@@ -40,9 +40,9 @@ def tpu_report(lowered, export) -> tuple[dict | None, dict]:
             "Per-device figures of the SPMD-partitioned executables, from the real XLA:TPU compiler run "
             "without a TPU. estimated_step_seconds = max(FLOPs / per-device share of the chip's published "
             "bf16 peak, bytes accessed / its HBM bandwidth): a lower bound that assumes peak utilisation "
-            "(float32 matmuls run on the MXU in bf16 passes at default precision). lower_seconds and "
-            "compile_seconds are wall times of this build: this file is the one in the folder that "
-            "changes between rebuilds."
+            "(float32 matmuls run on the MXU in bf16 passes at default precision). The compile's seconds "
+            "are in the build's stage times (TPUEDGE_STAGE_TIMES), not here: the same program gives this "
+            "file byte for byte."
         ),
     }
     return report, {**status, "status": "compiled", "report": TPU_REPORT_FILE}
@@ -57,7 +57,7 @@ def describe_tpu_report(tpu: dict | None, status: dict) -> list[str]:
         hbm = r["hbm_per_device"]
         ways = next(iter(r["mesh"].values()))
         lines.append(
-            f"    {name:<10} on {ways} device(s): compile {r['compile_seconds']:.2f} s, HBM {hbm['total_bytes'] / 2**20:.2f} MiB/device "
+            f"    {name:<10} on {ways} device(s): HBM {hbm['total_bytes'] / 2**20:.2f} MiB/device "
             f"({100 * hbm['fraction_of_device_hbm']:.3f}%), {r['flops_per_device']:.3g} FLOP/device, "
             f"{r['collectives']['total']} collective(s), est. step {r['estimated_step_seconds'] * 1e6:.2f} us "
             f"({r['estimate_bound']}-bound at published peak)"

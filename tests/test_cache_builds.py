@@ -218,7 +218,7 @@ def test_cloud_rebuild_reuses_the_export_blob_and_the_tpu_compile(tmp_path, cach
     warm = _outcomes(_build(tmp_path / "warm", *args))
     stages = {"jax_export"} if libtpu_unavailable_reason() else {"jax_export", "tpu_compile"}
     assert list(cold) == ["miss"] and stages <= set(cold["miss"]) and warm == {"hit": cold["miss"]}, (cold, warm)
-    # tpu_compile.json records the compile's wall time: a hit gives the bytes of the build that made it
+    # a hit gives the bytes of the build that made it
     assert _folder(tmp_path / "cold") == _folder(tmp_path / "warm")
     other = _outcomes(_build(tmp_path / "v6e", "--target", "cloud-tpu", "--topology", "v6e:2x2"))
     assert "jax_export" in other["hit"] and (other.get("miss") == ["tpu_compile"] or libtpu_unavailable_reason())

@@ -71,17 +71,9 @@ def test_rebuild_is_byte_identical_and_holds_no_machine_paths(mlp_program, mlp_b
     tpuedge.build(mlp_program, "cloud-tpu", second)
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir())
+    assert "tpu_compile.json" in names  # its seconds are the stage times', so it is compared too
     for name in names:
-        if name == "tpu_compile.json":  # holds compile wall times, by design the one varying file
-            continue
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
-
-    def without_timings(report):
-        timings = {"lower_seconds", "compile_seconds"}
-        return {k: without_timings(v) if isinstance(v, dict) else v for k, v in report.items() if k not in timings}
-
-    a, b = (json.loads((d / "tpu_compile.json").read_text()) for d in (first, second))
-    assert without_timings(a) == without_timings(b)
     blob = (first / "model.jaxexport").read_bytes()
     assert str(repo_root).encode() not in blob and b"site-packages" not in blob
 

@@ -89,7 +89,6 @@ def test_forward_compile_report_has_the_real_compilers_numbers(mlp8_report):
     assert fwd["estimate_bound"] == "memory"
     assert weight_seconds <= fwd["estimated_step_seconds"] <= 16 * weight_seconds
     assert fwd["estimated_step_seconds"] > 100 * matmul_seconds
-    assert 0 < fwd["compile_seconds"] < 120
 
 
 @needs_libtpu
