@@ -352,7 +352,9 @@ def describe_budget(entry: dict | None) -> str | None:
         top1 = ", ".join("n/a" if t is None else f"{100 * t:.1f}%" for t in measured["top1_agreement_per_output"])
         text += f", top-1 agreement {top1} (min {100 * entry['min_top1']:.1f}% on the class scores)"
     if measured.get("drop_points") is not None:
-        text += f", accuracy drop {measured['drop_points']:.2f} points (max {entry.get('max_drop_points')})"
+        bound = entry.get("max_drop_points")
+        text += f", accuracy drop {measured['drop_points']:.2f} points " + (
+            f"(max {bound})" if bound is not None else "(not bounded: --max-drop POINTS sets it)")
     where = f"on {entry['samples']} {entry['inputs']}"
     if entry["met"]:
         return f"  accuracy budget met: {text} {where}"

@@ -296,3 +296,12 @@ def one_program():
     from torch import nn
 
     return tpuedge.export(nn.Linear(8, 100).eval(), (torch.zeros(1, 8),))
+
+
+@pytest.mark.parametrize("bound, shown", [(1.5, "(max 1.5)"), (None, "(not bounded: --max-drop POINTS sets it)")])
+def test_the_report_line_states_the_accuracy_drop_bound_or_that_there_is_none(bound, shown):
+    from tpuedge.quantize.budget import describe_budget
+
+    entry = {"measured": {"sample_cosine_per_output": [0.9999], "drop_points": 0.0}, "min_cosine": 0.99,
+             "max_drop_points": bound, "samples": 360, "inputs": "eval data", "met": True}
+    assert f"accuracy drop 0.00 points {shown} on 360 eval data" in describe_budget(entry)
