@@ -213,7 +213,7 @@ def lora_rows(folder: Path, batch: int, sequence: int, steps: int) -> dict:
     rate = _median_rate(lambda: [jax.block_until_ready(step(*arrays)) for _ in range(steps)], steps)
     rows["tpuedge"] = {"steps_per_s": rate, "capture_and_lower_s": build_s, "first_step_s": first_s, "first_loss": first_loss,
                        "trained_values": int(sum(v.size for v in step.state["params"].values()))}
-    del step, model
+    step = model = None  # freed before the peer's model is built
     gc.collect()
 
     from peft import LoraConfig, get_peft_model

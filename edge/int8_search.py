@@ -247,7 +247,7 @@ def static_int8(
 
     # where all-int8 with min/max ranges misses the target, the ranges estimated from histograms
     # are measured too (quantize/range_estimation.py), and the best all-int8 sets the search's ranges
-    with stage_progress(f"{program.name}: all-int8 candidate", total=1) as step:
+    with stage_progress(f"{program.name}: all-int8 candidate", total=1) as step:  # noqa: F811 - evaluate() reads the row it is given
         range_scores = {"min-max": evaluate({})}
     if range_scores["min-max"] < config.target_cosine:
         with stage_progress(f"{program.name}: activation ranges from histograms", total=1 + len(ESTIMATED_RANGES)) as step:

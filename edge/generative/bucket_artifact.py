@@ -7,7 +7,6 @@ means something different in every model, so it is the caller's to do)."""
 from __future__ import annotations
 
 from functools import cached_property
-from pathlib import Path
 
 import numpy as np
 

@@ -13,7 +13,6 @@ from functools import cached_property
 import resource
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.generative.decoder import DecoderSpec
