@@ -112,10 +112,7 @@ def decompositions_replaced(ours: Callable) -> Iterator[None]:
 
             return undo
 
-        try:
-            stack.enter_context(_DECOMPOSITION_PATCH.held(install))
-        except (ImportError, AttributeError) as exc:
-            fell_back("in-place decomposition", repr(exc))
+        _DECOMPOSITION_PATCH.enter_or_fall_back(stack, "in-place decomposition", install)
     with stack:
         yield
 
@@ -135,10 +132,7 @@ def lowerings_replaced(ours: dict) -> Iterator[None]:
                 ops[op] = patch.route(_bound(ours[op], original), original)
             return lambda: ops.update(saved)
 
-        try:
-            stack.enter_context(_LOWERING_PATCH.held(install))
-        except (ImportError, AttributeError) as exc:
-            fell_back("direct lowerings", repr(exc))
+        _LOWERING_PATCH.enter_or_fall_back(stack, "direct lowerings", install)
     with stack:
         yield
 

@@ -39,10 +39,7 @@ def _install(patch: ScopedPatch):
 def large_weights_sliced() -> Iterator[None]:
     stack = contextlib.ExitStack()
     if verified("ai-edge-quantizer", VERIFIED_QUANTIZER):
-        try:
-            stack.enter_context(_PATCH.held(_install))
-        except (ImportError, AttributeError) as exc:
-            fell_back("large weights sliced", repr(exc))
+        _PATCH.enter_or_fall_back(stack, "large weights sliced", _install)
     else:
         fell_back("large weights sliced", "ai-edge-quantizer release not verified, or public API only")
     with stack:

@@ -56,11 +56,8 @@ def x64_switch_kept() -> Iterator[None]:
         stack = contextlib.ExitStack()
         ignored = False
         if verified("jax", VERIFIED_JAX):
-            try:
-                stack.enter_context(_X64_PATCH.held(_x64_ignored))
-                ignored = True
-            except (AttributeError, TypeError) as exc:
-                fell_back("x64 switch ignored on import", repr(exc))
+            ignored = _X64_PATCH.enter_or_fall_back(stack, "x64 switch ignored on import", _x64_ignored,
+                                                    (AttributeError, TypeError))
         else:
             fell_back("x64 switch ignored on import", "jax release not verified, or public API only")
         with stack:

@@ -185,10 +185,8 @@ def cia_ops_walked_once() -> Iterator[None]:
     graph's ops all existed at export), so one walk per block does."""
     stack = contextlib.ExitStack()
     if _fast("composite-implicit op walk"):
-        try:
-            stack.enter_context(_CIA_PATCH.held(_walk_once))
-        except (ImportError, AttributeError, RuntimeError) as exc:  # nothing patched: torch walks as it does
-            fell_back("composite-implicit op walk", repr(exc))
+        # nothing patched on failure: torch walks as it does
+        _CIA_PATCH.enter_or_fall_back(stack, "composite-implicit op walk", _walk_once, (ImportError, AttributeError, RuntimeError))
     with stack:
         yield
 

@@ -118,6 +118,18 @@ class ScopedPatch:
         routed.__wrapped__ = original
         return routed
 
+    def enter_or_fall_back(self, stack: contextlib.ExitStack, fast_path: str,
+                           install: Callable[["ScopedPatch"], Callable[[], None]],
+                           errors: tuple[type[BaseException], ...] = (ImportError, AttributeError)) -> bool:
+        """`held(install)` entered into `stack`; when `install` raises one of `errors`, nothing
+        changed and the fast path's public route is taken (recorded by `fell_back`). True: held."""
+        try:
+            stack.enter_context(self.held(install))
+        except errors as exc:
+            fell_back(fast_path, repr(exc))
+            return False
+        return True
+
     @contextlib.contextmanager
     def held(self, install: Callable[["ScopedPatch"], Callable[[], None]]) -> Iterator[None]:
         """Raises what `install` raises, before anything changed (the caller's public route)."""
