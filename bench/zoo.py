@@ -23,6 +23,7 @@ Writes bench/results/zoo.json, zoo.md and zoo.png (git ignores bench/results/).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -109,6 +110,7 @@ def run_child(spec: dict) -> None:
                 options = {"calibration": calibration, "board": MCU_BOARD, "eval": "none"}
             tpuedge.build(program, target, out, **options)
             result["bytes"] = artifact_bytes(out, target)
+            result["sha256"] = artifact_digests(out)
         result["seconds"] = time.perf_counter() - start
     except Exception as exc:  # noqa: BLE001 - every failure is a row of the table
         result.update(error=_first_line(exc), kind=type(exc).__name__, seconds=time.perf_counter() - start)
@@ -122,6 +124,11 @@ def artifact_bytes(out: Path, target: str) -> int:
     return (out / "model.tflite").stat().st_size
 
 
+
+
+def artifact_digests(out: Path) -> dict[str, str]:
+    """sha256 of every file the build wrote: two runs compare artifact bytes (`--compare`)."""
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
 def spawn(spec: dict, timeout: float) -> dict:
@@ -225,7 +232,7 @@ def bench_model(entry, targets, opts, work: Path) -> list[dict]:
             peer = spawn({**base, "side": "peer", "out": str(peer_out)}, opts.timeout)
             row.update(_side("peer_", peer))
         try:
-            if "error" not in built:
+            if "error" not in built and not opts.builds_only:
                 _evaluate(entry, target, ref, out, row)
             if peer is not None and "error" not in peer:
                 data = peer_out.read_bytes()
@@ -233,7 +240,7 @@ def bench_model(entry, targets, opts, work: Path) -> list[dict]:
                 if "error" not in built:
                     lat = median_latency_ms({"tpuedge": (out / "model.tflite").read_bytes(), "peer": data}, ref["samples"][0])
                     row["latency_ms"], row["peer_latency_ms"] = lat["tpuedge"], lat["peer"]
-            elif "error" not in built and target.startswith("android:"):
+            elif "error" not in built and target.startswith("android:") and not opts.builds_only:
                 row["latency_ms"] = median_latency_ms({"tpuedge": (out / "model.tflite").read_bytes()}, ref["samples"][0])["tpuedge"]
         except Exception as exc:  # noqa: BLE001 - an evaluation failure is a result too
             row["eval_error"] = _first_line(exc)
@@ -270,7 +277,7 @@ def _evaluate(entry, target: str, ref: dict, out: Path, row: dict) -> None:
 
 
 def _side(prefix: str, result: dict) -> dict:
-    keep = ("bytes", "seconds", "wall_s", "rss_mb", "error", "kind", "stderr_tail")
+    keep = ("bytes", "sha256", "seconds", "wall_s", "rss_mb", "error", "kind", "stderr_tail")
     return {f"{prefix}{k}": (round(v, 2) if isinstance(v, float) else v) for k, v in result.items() if k in keep}
 
 
@@ -298,6 +305,9 @@ def main() -> None:
     parser.add_argument("--targets", nargs="*", help=f"default: {','.join(TARGETS)}")
     parser.add_argument("--peers", choices=("small", "all", "none"), default="small",
                         help=f"peer builds: for models up to {PEER_MAX_PARAMS:,} parameters (default), all, none")
+    parser.add_argument("--builds-only", action="store_true",
+                        help="no evaluation or latency: each build's size, time and file digests (with --peers none, "
+                             "the quickest way to compare two checkouts' artifact bytes)")
     parser.add_argument("--calibration", type=int, default=CALIBRATION, help="calibration samples (seed 1)")
     parser.add_argument("--eval", type=int, default=EVALUATION, help="evaluation samples (seed 2)")
     parser.add_argument("--timeout", type=float, default=420, help="seconds per build child")
