@@ -55,7 +55,12 @@ ARCHITECTURES = {
     "tv_alexnet": ("tv", "alexnet", 96, {}),
     "tv_vgg11": ("tv", "vgg11", 64, {}),
     "tv_lraspp_mobilenet_v3_large": ("tv.segmentation", "lraspp_mobilenet_v3_large", 96, {"weights_backbone": None}),
-    "tv_deeplabv3_mobilenet_v3_large": ("tv.segmentation", "deeplabv3_mobilenet_v3_large", 96, {"weights_backbone": None}),
+    "tv_deeplabv3_mobilenet_v3_large": (
+        "tv.segmentation",
+        "deeplabv3_mobilenet_v3_large",
+        96,
+        {"weights_backbone": None},
+    ),
     "timm_ghostnet_100": ("timm", "ghostnet_100", 96, {}),
     "timm_mobileone_s0": ("timm", "mobileone_s0", 96, {}),
     "timm_levit_128s": ("timm", "levit_128s", 224, {}),
@@ -180,7 +185,9 @@ def _built(program, target: str, side: int) -> str:
     }[target]
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            artifact = tpuedge.build(program, target.split("-")[0] if target != "cloud-tpu" else target, f"{tmp}/out", **options)
+            artifact = tpuedge.build(
+                program, target.split("-")[0] if target != "cloud-tpu" else target, f"{tmp}/out", **options
+            )
         except UserError as exc:
             if "does not fit" in str(exc):
                 return f"does not fit: {' '.join(str(exc).split())[:160]}"
@@ -226,8 +233,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", help=f"default: all {len(ARCHITECTURES)}")
     parser.add_argument("--build", action="store_true", help="also build each for android (strict int8) and mcu")
-    parser.add_argument("--build-targets", default="android,mcu",
-                        help="with --build: which of android (strict int8), android-search (the default int8 search), mcu, cloud-tpu (default: android,mcu)")
+    parser.add_argument(
+        "--build-targets",
+        default="android,mcu",
+        help="with --build: which of android (strict int8), android-search (the default int8 search), mcu, cloud-tpu (default: android,mcu)",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "arch_survey.json")
     opts = parser.parse_args()
     unknown = sorted(set(opts.models) - set(ARCHITECTURES))
@@ -239,8 +249,11 @@ def main() -> None:
     for name in opts.models or list(ARCHITECTURES):
         row = survey(name, tuple(t for t in opts.build_targets.split(",") if t) if opts.build else ())
         rows.append(row)
-        verdicts = [row["error"]] if "error" in row else [
-            f"{t}: {'ok' if not row[t] else '; '.join(p.split(':')[0] for p in row[t])}" for t in TARGETS]
+        verdicts = (
+            [row["error"]]
+            if "error" in row
+            else [f"{t}: {'ok' if not row[t] else '; '.join(p.split(':')[0] for p in row[t])}" for t in TARGETS]
+        )
         verdicts += [f"{key}: {value[:120]}" for key, value in row.items() if key.startswith("build ")]
         print(f"{name:<34} {' | '.join(verdicts)}", flush=True)
     clean = {t: sum(1 for r in rows if "error" not in r and not r[t]) for t in TARGETS}

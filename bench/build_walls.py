@@ -34,7 +34,11 @@ def run_build(checkout: Path, spec: str, out: Path, cache: Path | None, args: li
     """One build in a child process (cache folder `cache`, or off): wall seconds and its stages."""
     with tempfile.TemporaryDirectory() as tmp:
         stages_file = Path(tmp) / "stages.json"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(HERE)]), "TPUEDGE_STAGE_TIMES": str(stages_file)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(checkout), str(HERE)]),
+            "TPUEDGE_STAGE_TIMES": str(stages_file),
+        }
         env.setdefault("JAX_PLATFORMS", "cpu")
         env.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
         if cache is None:
@@ -50,8 +54,11 @@ def run_build(checkout: Path, spec: str, out: Path, cache: Path | None, args: li
             raise SystemExit(f"build failed ({' '.join(command)}):\n{proc.stderr[-3000:]}")
         written = json.loads(stages_file.read_text()) if stages_file.exists() else {}
     stages = dict(sorted(written.get("stages", {}).items(), key=lambda kv: -kv[1]))
-    return {"wall_s": round(wall, 2), "stages": {k: round(v, 2) for k, v in stages.items()},
-            "cpu_s": written.get("process_cpu_s")}
+    return {
+        "wall_s": round(wall, 2),
+        "stages": {k: round(v, 2) for k, v in stages.items()},
+        "cpu_s": written.get("process_cpu_s"),
+    }
 
 
 def _top(row: dict, count: int = 4) -> str:
@@ -62,7 +69,12 @@ def compare_cloud(checkout: Path, name: str, work: Path) -> dict:
     spec = f"{HERE}/zoo_specs.py:{name}"
     android = run_build(checkout, spec, work / f"{name}-android", None, ["--target", "android", "--quantize", "none"])
     cloud = run_build(checkout, spec, work / f"{name}-cloud", None, ["--target", "cloud-tpu"])
-    return {"model": name, "android_float": android, "cloud_tpu": cloud, "ratio": round(cloud["wall_s"] / android["wall_s"], 3)}
+    return {
+        "model": name,
+        "android_float": android,
+        "cloud_tpu": cloud,
+        "ratio": round(cloud["wall_s"] / android["wall_s"], 3),
+    }
 
 
 def compare_rebuild(checkout: Path, name: str, work: Path, quantize: str) -> dict:
@@ -95,17 +107,33 @@ def main() -> None:
         for name in filter(None, args.models.split(",")):
             work = Path(tmp) / name
             work.mkdir()
-            row = compare_cloud(checkout, name, work) if args.compare == "cloud" else compare_rebuild(checkout, name, work, args.quantize)
+            row = (
+                compare_cloud(checkout, name, work)
+                if args.compare == "cloud"
+                else compare_rebuild(checkout, name, work, args.quantize)
+            )
             rows.append(row)
             sides = ("android_float", "cloud_tpu") if args.compare == "cloud" else ("cold", "cached")
-            print(f"{name}: " + "; ".join(f"{s} {row[s]['wall_s']:.1f} s ({_top(row[s])})" for s in sides)
-                  + f"; ratio {row['ratio']:.2f}", flush=True)
+            print(
+                f"{name}: "
+                + "; ".join(f"{s} {row[s]['wall_s']:.1f} s ({_top(row[s])})" for s in sides)
+                + f"; ratio {row['ratio']:.2f}",
+                flush=True,
+            )
     median = statistics.median(r["ratio"] for r in rows)
-    print(f"\n{args.compare}: median ratio {median:.2f} over {len(rows)} model(s) (goal <= {GOALS[args.compare]}), "
-          f"checkout {checkout}")
+    print(
+        f"\n{args.compare}: median ratio {median:.2f} over {len(rows)} model(s) (goal <= {GOALS[args.compare]}), "
+        f"checkout {checkout}"
+    )
     out = ROOT / "bench" / "results" / "build_walls.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"compare": args.compare, "checkout": str(checkout), "rows": rows, "median_ratio": median, "goal": GOALS[args.compare]}
+    result = {
+        "compare": args.compare,
+        "checkout": str(checkout),
+        "rows": rows,
+        "median_ratio": median,
+        "goal": GOALS[args.compare],
+    }
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")
 

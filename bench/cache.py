@@ -49,11 +49,20 @@ MODELS = ("build_mlp", "build_cnn", "build_depthwise", "build_transformer", "dig
 CALIBRATION = 32
 GOALS = {"cached_rebuild": 0.15, "mcu_after_android": 0.6}
 # the output folders each round compares (a1/a2: android cold/cached; m0/m1/m2: mcu cold/after android/cached)
-_COMPARED = {"android_cached_vs_cold": ("a1", "a2"), "mcu_after_android_vs_cold": ("m0", "m1"), "mcu_cached_vs_cold": ("m0", "m2")}
+_COMPARED = {
+    "android_cached_vs_cold": ("a1", "a2"),
+    "mcu_after_android_vs_cold": ("m0", "m1"),
+    "mcu_cached_vs_cold": ("m0", "m2"),
+}
 # the stages that give a build its program (tpuedge/model_spec.py, shared_ir/capture.py): every
 # build that runs the IR pays them, so no cache entry can take a build below their share
-PROGRAM_STAGES = ("import torch", "model factory (user code: imports, weights)", "import torch.export (dynamo, functorch)",
-                  "capture (torch.export)", "load .pt2")
+PROGRAM_STAGES = (
+    "import torch",
+    "model factory (user code: imports, weights)",
+    "import torch.export (dynamo, functorch)",
+    "capture (torch.export)",
+    "load .pt2",
+)
 
 
 def _export_digits(folder: Path) -> tuple[str, str]:
@@ -112,13 +121,28 @@ def run_build(spec: str, target: str, out: Path, cache: Path, *extra: str) -> di
     """One `tpuedge build` in a child process: wall seconds, peak RSS, the cache line it printed."""
     env = {**os.environ, "TPUEDGE_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
     env.pop("TPUEDGE_NO_CACHE", None)
-    with tempfile.TemporaryFile("w+") as out_file, tempfile.TemporaryFile("w+") as err_file, \
-            tempfile.TemporaryDirectory() as tmp:
+    with (
+        tempfile.TemporaryFile("w+") as out_file,
+        tempfile.TemporaryFile("w+") as err_file,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         # the child's own peak RSS (bench/peak_rss.py): wait4's would be at least this process's
         report, stages = Path(tmp) / "rss.json", Path(tmp) / "stages.json"
         env[STAGE_TIMES_ENV] = str(stages)  # where the build's seconds went (shared_ir/stage_times.py)
-        command = [sys.executable, str(ROOT / "bench" / "peak_rss.py"), str(report), "-m", "tpuedge.cli", "build", spec,
-                   "--target", target, "--out", str(out), *extra]
+        command = [
+            sys.executable,
+            str(ROOT / "bench" / "peak_rss.py"),
+            str(report),
+            "-m",
+            "tpuedge.cli",
+            "build",
+            spec,
+            "--target",
+            target,
+            "--out",
+            str(out),
+            *extra,
+        ]
         started = time.perf_counter()
         proc = subprocess.run(command, env=env, stdout=out_file, stderr=err_file, text=True)
         wall = time.perf_counter() - started
@@ -173,7 +197,9 @@ def bench_model(name: str, spec: str, calibration: str, work: Path, repeat: int 
         "mcu_cached_rebuild": round(row["mcu_cached"]["wall_s"] / row["mcu_cold"]["wall_s"], 3),
         "mcu_after_android": round(row["mcu_after_android"]["wall_s"] / row["mcu_cold"]["wall_s"], 3),
         # of that ratio, the share the program's arrival takes: its floor while the build loads the IR
-        "mcu_after_android_program_floor": round(program_seconds(row["mcu_after_android"]) / row["mcu_cold"]["wall_s"], 3),
+        "mcu_after_android_program_floor": round(
+            program_seconds(row["mcu_after_android"]) / row["mcu_cold"]["wall_s"], 3
+        ),
     }
     return row
 
@@ -249,11 +275,18 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=None, help=f"subset of {', '.join(MODELS)}")
     parser.add_argument("--spec", action="append", default=[], metavar="NAME=MODEL", help="also bench this MODEL spec")
     parser.add_argument("--zoo", default="", help="also bench these zoo models (comma separated names)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="rounds of the five builds per model; each wall time is the median over them (noisy machines)")
-    parser.add_argument("--pt2", action="store_true",
-                        help="build the zoo models from a .pt2 each (captured once, as `tpuedge export` saves it): "
-                             "the workflow whose rebuilds the cache replays whole")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of the five builds per model; each wall time is the median over them (noisy machines)",
+    )
+    parser.add_argument(
+        "--pt2",
+        action="store_true",
+        help="build the zoo models from a .pt2 each (captured once, as `tpuedge export` saves it): "
+        "the workflow whose rebuilds the cache replays whole",
+    )
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     compile_checkout(ROOT)  # tpuedge timed with its bytecode, as installed (bench/checkout_bytecode.py)

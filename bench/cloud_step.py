@@ -50,7 +50,12 @@ def _models(batch_scale: int = 1):
     return {
         "mlp": (MLP(), ce, torch.randn(64, 32, generator=g), torch.randint(0, 10, (64,), generator=g)),
         "cnn": (SmallCNN(), ce, torch.randn(16, 3, 32, 32, generator=g), torch.randint(0, 10, (16,), generator=g)),
-        "transformer": (TransformerBlock(), mse, torch.randn(8, 16, 64, generator=g), torch.randn(8, 16, 64, generator=g)),
+        "transformer": (
+            TransformerBlock(),
+            mse,
+            torch.randn(8, 16, 64, generator=g),
+            torch.randn(8, 16, 64, generator=g),
+        ),
     }
 
 
@@ -81,10 +86,15 @@ def bench_tpuedge(model, loss_fn, x, y, seconds, device="cpu"):
     started = time.perf_counter()
     step = tpuedge.cloud.train_step(model, loss_fn, opt, (x, y))
     build_s = time.perf_counter() - started
-    xs, ys = jax.device_put(x.numpy()), jax.device_put(y.numpy().astype("int32") if y.dtype == torch.int64 else y.numpy())
+    xs, ys = (
+        jax.device_put(x.numpy()),
+        jax.device_put(y.numpy().astype("int32") if y.dtype == torch.int64 else y.numpy()),
+    )
     platform = next(iter(step.state["params"].values())).devices().pop().platform
     if (platform == "gpu") != (device == "cuda"):
-        raise SystemExit(f"--device {device} but the JAX train step runs on {platform}; check JAX_PLATFORMS and jax[cuda]")
+        raise SystemExit(
+            f"--device {device} but the JAX train step runs on {platform}; check JAX_PLATFORMS and jax[cuda]"
+        )
     started = time.perf_counter()
     first_loss = float(step(xs, ys))  # float() waits for the result
     first_s = time.perf_counter() - started
@@ -93,7 +103,14 @@ def bench_tpuedge(model, loss_fn, x, y, seconds, device="cpu"):
         jax.block_until_ready(step(xs, ys))
 
     rate, n = _timed(one, seconds)
-    return {"steps_per_s": rate, "first_step_s": first_s, "capture_and_lower_s": build_s, "first_loss": first_loss, "steps": n, "platform": platform}
+    return {
+        "steps_per_s": rate,
+        "first_step_s": first_s,
+        "capture_and_lower_s": build_s,
+        "first_loss": first_loss,
+        "steps": n,
+        "platform": platform,
+    }
 
 
 def bench_torch(model, loss_fn, x, y, seconds, compiled: bool, device: str = "cpu"):
@@ -130,7 +147,9 @@ def main(argv=None) -> int:
     parser.add_argument("--xla-threads", choices=("1", "all"), default="1")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both sides train")
-    parser.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/cloud_step[_cuda].json)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON path (default bench/results/cloud_step[_cuda].json)"
+    )
     args = parser.parse_args(argv)
 
     cpu = args.device == "cpu"
@@ -160,7 +179,9 @@ def main(argv=None) -> int:
         row["speedup_vs_eager"] = ours["steps_per_s"] / eager["steps_per_s"]
         if "steps_per_s" in row.get("torch_compile", {}):
             row["speedup_vs_compile"] = ours["steps_per_s"] / row["torch_compile"]["steps_per_s"]
-        row["first_loss_rel_diff"] = abs(ours["first_loss"] - eager["first_loss"]) / max(abs(eager["first_loss"]), 1e-12)
+        row["first_loss_rel_diff"] = abs(ours["first_loss"] - eager["first_loss"]) / max(
+            abs(eager["first_loss"]), 1e-12
+        )
         rows.append(row)
         print(f"  {name}: done", file=sys.stderr)
 

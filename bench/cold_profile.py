@@ -65,8 +65,16 @@ def _run(module_args: list[str], env: dict) -> tuple[float, float, str]:
 
 def tpuedge_side(name: str, target: str, quantize: str, folder: Path) -> dict:
     times = folder / f"{name}-{target}-stages.json"
-    command = ["tpuedge.cli", "build", f"{HERE}/zoo_specs.py:{name}", "--target", target,
-               "--no-cache", "--out", str(folder / f"{name}-{target}")]
+    command = [
+        "tpuedge.cli",
+        "build",
+        f"{HERE}/zoo_specs.py:{name}",
+        "--target",
+        target,
+        "--no-cache",
+        "--out",
+        str(folder / f"{name}-{target}"),
+    ]
     if target == "android":
         command += ["--quantize", quantize]
     if target == "mcu" or quantize == "int8":  # the bench times the build: a model below the budget is still written
@@ -75,7 +83,11 @@ def tpuedge_side(name: str, target: str, quantize: str, folder: Path) -> dict:
     wall, rss, _ = _run(command, _child_env(TPUEDGE_STAGE_TIMES=str(times)))
     stages = json.loads(times.read_text())["stages"]
     stages[OTHER] = max(0.0, wall - sum(stages.values()))
-    return {"wall_s": round(wall, 3), "peak_rss_mb": round(rss, 1), "stages": {k: round(v, 3) for k, v in stages.items()}}
+    return {
+        "wall_s": round(wall, 3),
+        "peak_rss_mb": round(rss, 1),
+        "stages": {k: round(v, 3) for k, v in stages.items()},
+    }
 
 
 def peer_side(name: str, quantize: str, folder: Path) -> dict:
@@ -89,8 +101,12 @@ def peer_side(name: str, quantize: str, folder: Path) -> dict:
     # the script ends the usual way: the interpreter's teardown (torch, JAX, litert-torch loaded)
     # is in its wall time; the `tpuedge` command skips it (os._exit once its output is written)
     teardown = max(0.0, ended_at - written["done_at"])
-    return {"wall_s": round(wall, 3), "peak_rss_mb": round(rss, 1), "teardown_s": round(teardown, 3),
-            "stages": {k: round(v, 3) for k, v in stages.items()}}
+    return {
+        "wall_s": round(wall, 3),
+        "peak_rss_mb": round(rss, 1),
+        "teardown_s": round(teardown, 3),
+        "stages": {k: round(v, 3) for k, v in stages.items()},
+    }
 
 
 def peer_child(name: str, quantize: str, times_path: str, out: str) -> None:
@@ -171,7 +187,11 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="tpuedge-cold-profile-") as tmp:
         for name in filter(None, args.models.split(",")):
-            row = {"model": name, "target": args.target, "tpuedge": tpuedge_side(name, args.target, args.quantize, Path(tmp))}
+            row = {
+                "model": name,
+                "target": args.target,
+                "tpuedge": tpuedge_side(name, args.target, args.quantize, Path(tmp)),
+            }
             if args.target == "android":
                 row["quantize"] = args.quantize
                 row["peer"] = peer_side(name, args.quantize, Path(tmp))
@@ -180,25 +200,36 @@ def main() -> None:
                 row["wall_ratio_peer_without_teardown"] = round(row["tpuedge"]["wall_s"] / peer_working, 3)
                 row["rss_ratio"] = round(row["tpuedge"]["peak_rss_mb"] / row["peer"]["peak_rss_mb"], 3)
             rows.append(row)
-            print(f"{name}: ours {row['tpuedge']['wall_s']:.1f} s" + (f", peer {row['peer']['wall_s']:.1f} s" if "peer" in row else ""),
-                  flush=True)
+            print(
+                f"{name}: ours {row['tpuedge']['wall_s']:.1f} s"
+                + (f", peer {row['peer']['wall_s']:.1f} s" if "peer" in row else ""),
+                flush=True,
+            )
     print()
     print(format_rows(rows))
     summary = {}
     if args.target == "android" and rows:
         # the project's goals against the peer: a float build, an int8 build
         goal_wall, goal_rss = (0.8, 1.0) if args.quantize == "none" else (2.0, 1.3)
-        summary = {"median_wall_ratio": round(statistics.median(r["wall_ratio"] for r in rows), 3),
-                   "median_rss_ratio": round(statistics.median(r["rss_ratio"] for r in rows), 3), "goal_wall_ratio": goal_wall,
-                   "goal_rss_ratio": goal_rss,
-                   "median_wall_ratio_peer_without_teardown": round(
-                       statistics.median(r["wall_ratio_peer_without_teardown"] for r in rows), 3),
-                   "median_peer_teardown_s": round(statistics.median(r["peer"]["teardown_s"] for r in rows), 3)}
-        print(f"\nmedian wall ours/peer {summary['median_wall_ratio']:.2f} (goal <= {goal_wall}), "
-              f"median peak RSS ours/peer {summary['median_rss_ratio']:.2f} (goal <= {goal_rss})")
-        print(f"the peer's script spent a median {summary['median_peer_teardown_s']:.2f} s tearing its interpreter down "
-              f"after writing its file (ours leaves by os._exit); against its wall without that: "
-              f"{summary['median_wall_ratio_peer_without_teardown']:.2f}")
+        summary = {
+            "median_wall_ratio": round(statistics.median(r["wall_ratio"] for r in rows), 3),
+            "median_rss_ratio": round(statistics.median(r["rss_ratio"] for r in rows), 3),
+            "goal_wall_ratio": goal_wall,
+            "goal_rss_ratio": goal_rss,
+            "median_wall_ratio_peer_without_teardown": round(
+                statistics.median(r["wall_ratio_peer_without_teardown"] for r in rows), 3
+            ),
+            "median_peer_teardown_s": round(statistics.median(r["peer"]["teardown_s"] for r in rows), 3),
+        }
+        print(
+            f"\nmedian wall ours/peer {summary['median_wall_ratio']:.2f} (goal <= {goal_wall}), "
+            f"median peak RSS ours/peer {summary['median_rss_ratio']:.2f} (goal <= {goal_rss})"
+        )
+        print(
+            f"the peer's script spent a median {summary['median_peer_teardown_s']:.2f} s tearing its interpreter down "
+            f"after writing its file (ours leaves by os._exit); against its wall without that: "
+            f"{summary['median_wall_ratio_peer_without_teardown']:.2f}"
+        )
     out = ROOT / "bench" / "results" / "cold_profile.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))

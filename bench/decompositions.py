@@ -35,8 +35,9 @@ def _inputs(entry, channels_last: bool) -> list[np.ndarray]:
     sample = entry.samples(1, 2)[0][0]
     arrays = [np.asarray(a, np.int32) if np.asarray(a).dtype == np.int64 else np.asarray(a) for a in sample]
     if channels_last:
-        arrays = [np.ascontiguousarray(a.transpose(0, 2, 3, 1)) if a.ndim == 4 and a.dtype.kind == "f" else a
-                  for a in arrays]
+        arrays = [
+            np.ascontiguousarray(a.transpose(0, 2, 3, 1)) if a.ndim == 4 and a.dtype.kind == "f" else a for a in arrays
+        ]
     return arrays
 
 
@@ -66,11 +67,17 @@ def compare(name: str, channels_last: bool) -> dict:
     inputs = _inputs(entry, channels_last)
     got = [LiteRTRunner(files[w]).run(inputs) for w in ("whole", "in place")]
     largest = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(*got))
-    return {"model": name, "channels_last": channels_last, "whole_s": round(seconds["whole"], 3),
-            "in_place_s": round(seconds["in place"], 3), "bytes_identical": files["whole"] == files["in place"],
-            "operators_identical": tflite_file.operator_wiring(whole) == tflite_file.operator_wiring(ours),
-            "tensors": len(names[0][0]),
-            "renamed_tensors": renamed, "outputs_max_difference": largest}
+    return {
+        "model": name,
+        "channels_last": channels_last,
+        "whole_s": round(seconds["whole"], 3),
+        "in_place_s": round(seconds["in place"], 3),
+        "bytes_identical": files["whole"] == files["in place"],
+        "operators_identical": tflite_file.operator_wiring(whole) == tflite_file.operator_wiring(ours),
+        "tensors": len(names[0][0]),
+        "renamed_tensors": renamed,
+        "outputs_max_difference": largest,
+    }
 
 
 def main() -> None:
@@ -91,13 +98,18 @@ def main() -> None:
     for name in names:
         row = compare(name, args.channels_last)
         rows.append(row)
-        print(f"{name:28s} {row['whole_s']:8.2f} {row['in_place_s']:10.2f} {row['in_place_s'] / row['whole_s']:6.2f}  "
-              f"{'same' if row['bytes_identical'] else 'diff':5s}  {'same' if row['operators_identical'] else 'DIFF':9s}  "
-              f"{row['renamed_tensors']:3d}/{row['tensors']:<4d} {row['outputs_max_difference']:.3g}", flush=True)
+        print(
+            f"{name:28s} {row['whole_s']:8.2f} {row['in_place_s']:10.2f} {row['in_place_s'] / row['whole_s']:6.2f}  "
+            f"{'same' if row['bytes_identical'] else 'diff':5s}  {'same' if row['operators_identical'] else 'DIFF':9s}  "
+            f"{row['renamed_tensors']:3d}/{row['tensors']:<4d} {row['outputs_max_difference']:.3g}",
+            flush=True,
+        )
     ratio = statistics.median(r["in_place_s"] / r["whole_s"] for r in rows)
-    print(f"median lowering in place / whole: {ratio:.2f}; byte-identical {sum(r['bytes_identical'] for r in rows)}"
-          f"/{len(rows)}; same operators {sum(r['operators_identical'] for r in rows)}/{len(rows)}; "
-          f"outputs identical {sum(r['outputs_max_difference'] == 0 for r in rows)}/{len(rows)}")
+    print(
+        f"median lowering in place / whole: {ratio:.2f}; byte-identical {sum(r['bytes_identical'] for r in rows)}"
+        f"/{len(rows)}; same operators {sum(r['operators_identical'] for r in rows)}/{len(rows)}; "
+        f"outputs identical {sum(r['outputs_max_difference'] == 0 for r in rows)}/{len(rows)}"
+    )
     out = HERE / "results" / "decompositions.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"median_ratio": ratio, "rows": rows}, indent=1))

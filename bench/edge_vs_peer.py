@@ -123,8 +123,6 @@ def child(name: str, scheme: str, side: str, out_path: str, digits_weights: str 
     print(json.dumps({"seconds": seconds, "rss_mb": rss_mb}))
 
 
-
-
 def accuracy(name: str, data: bytes, module, args) -> dict:
     import torch
 
@@ -137,7 +135,10 @@ def accuracy(name: str, data: bytes, module, args) -> dict:
         ref = [[module(*[torch.from_numpy(x) for x in s]).numpy()] for s in test]
     got = [runner.run(s) for s in test]
     summary = compare_outputs(ref, got)
-    result = {"centered_cosine": round(summary.centered_cosine, 5), "max_abs_error": float(f"{summary.max_abs_error:.3g}")}
+    result = {
+        "centered_cosine": round(summary.centered_cosine, 5),
+        "max_abs_error": float(f"{summary.max_abs_error:.3g}"),
+    }
     if name == "digits":
         _setup_paths()
         import model as digits
@@ -154,7 +155,9 @@ def main() -> None:
     parser.add_argument("--digits-weights")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--schemes", default=",".join(SCHEMES))
-    parser.add_argument("--latency-seconds", type=float, default=6.0, help="time spent measuring latency per model pair")
+    parser.add_argument(
+        "--latency-seconds", type=float, default=6.0, help="time spent measuring latency per model pair"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="conversions per side (median; alternating sides)")
     opts = parser.parse_args()
     if opts.child:
@@ -184,14 +187,26 @@ def main() -> None:
                     if side in errors:
                         continue
                     out = tmp / f"{name}.{scheme}.{side}.tflite"
-                    cmd = [sys.executable, __file__, "--child", name, scheme, side, str(out), "--digits-weights", str(weights)]
+                    cmd = [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        name,
+                        scheme,
+                        side,
+                        str(out),
+                        "--digits-weights",
+                        str(weights),
+                    ]
                     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
                     if proc.returncode != 0:
                         errors[side] = proc.stderr.strip().splitlines()[-1]
                         print(f"{name} {scheme} {side}: FAILED {errors[side]}", flush=True)
                         continue
                     runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            files = {side: (tmp / f"{name}.{scheme}.{side}.tflite").read_bytes() for side in sides if side not in errors}
+            files = {
+                side: (tmp / f"{name}.{scheme}.{side}.tflite").read_bytes() for side in sides if side not in errors
+            }
             latency = median_latency_ms(files, first, opts.latency_seconds)
             for side in sides:
                 if side in errors:
@@ -221,10 +236,23 @@ def main() -> None:
 
 
 def format_table(rows: list[dict]) -> str:
-    cols = ["model", "scheme", "side", "convert_s", "peak_rss_mb", "bytes", "latency_ms", "centered_cosine", "max_abs_error", "test_accuracy"]
+    cols = [
+        "model",
+        "scheme",
+        "side",
+        "convert_s",
+        "peak_rss_mb",
+        "bytes",
+        "latency_ms",
+        "centered_cosine",
+        "max_abs_error",
+        "test_accuracy",
+    ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        lines.append("| " + " | ".join(str(r.get(c, r.get("error", "") if c == "convert_s" else "")) for c in cols) + " |")
+        lines.append(
+            "| " + " | ".join(str(r.get(c, r.get("error", "") if c == "convert_s" else "")) for c in cols) + " |"
+        )
     return "\n".join(lines)
 
 

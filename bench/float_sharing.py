@@ -42,8 +42,12 @@ def sharing(name: str) -> dict:
     mcu_program = Program(rewritten, name=name)
     android, mcu = lowered_fingerprint(program), lowered_fingerprint(mcu_program)
     # the fingerprints too, so that a change to either target's passes shows which programs moved
-    return {"model": name, "shared": android == mcu, "mcu_passes_that_changed_it": [r.name for r in results if r.changed],
-            "fingerprints": {"android_lowered": android, "mcu_rewritten": mcu_program.fingerprint, "mcu_lowered": mcu}}
+    return {
+        "model": name,
+        "shared": android == mcu,
+        "mcu_passes_that_changed_it": [r.name for r in results if r.changed],
+        "fingerprints": {"android_lowered": android, "mcu_rewritten": mcu_program.fingerprint, "mcu_lowered": mcu},
+    }
 
 
 def main() -> None:
@@ -57,7 +61,10 @@ def main() -> None:
     for name in names:
         row = sharing(name)
         rows.append(row)
-        print(f"{name:<28}{'yes' if row['shared'] else 'no':>7}  {', '.join(row['mcu_passes_that_changed_it']) or '-'}", flush=True)
+        print(
+            f"{name:<28}{'yes' if row['shared'] else 'no':>7}  {', '.join(row['mcu_passes_that_changed_it']) or '-'}",
+            flush=True,
+        )
     print(f"float model shared by android and mcu: {sum(r['shared'] for r in rows)}/{len(rows)}")
     results = HERE / "results"
     results.mkdir(parents=True, exist_ok=True)

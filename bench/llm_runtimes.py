@@ -26,8 +26,9 @@ class PeerStepRunner:
         names = list(self.interpreter.get_signature_list())
         self.signatures = {name: self.interpreter.get_signature_runner(name) for name in names}
         details = self.signatures["decode"].get_input_details()
-        self.cache_names = sorted((k for k in details if k.startswith("kv_cache_")),
-                                  key=lambda k: (int(k.rsplit("_", 1)[1]), k))
+        self.cache_names = sorted(
+            (k for k in details if k.startswith("kv_cache_")), key=lambda k: (int(k.rsplit("_", 1)[1]), k)
+        )
         self.shapes = {k: (tuple(details[k]["shape"]), details[k]["dtype"]) for k in self.cache_names}
         self.cache_length = int(details["mask"]["shape"][-1])
         self.prefill_lengths = tuple(sorted(int(n.split("_")[1]) for n in names if n.startswith("prefill_")))
@@ -38,7 +39,9 @@ class PeerStepRunner:
     def run(self, entry: str, tokens, input_pos, cache):
         allowed = np.arange(self.cache_length)[None, :] <= np.asarray(input_pos)[:, None]
         mask = np.where(allowed, 0.0, -np.inf).astype(np.float32)[None, None]
-        out = self.signatures[entry](tokens=tokens, input_pos=input_pos, mask=mask, **dict(zip(self.cache_names, cache)))
+        out = self.signatures[entry](
+            tokens=tokens, input_pos=input_pos, mask=mask, **dict(zip(self.cache_names, cache))
+        )
         return out.get("logits"), [out[k] for k in self.cache_names]
 
 
@@ -56,11 +59,15 @@ def speed(runner, prompt_length: int, decode_steps: int, repeats: int = 3) -> di
         prefilled = time.perf_counter()
         token = 5
         for step in range(decode_steps):
-            logits, cache = runner.run("decode", np.array([[token]], np.int32), np.array([prompt_length + step], np.int32), cache)
+            logits, cache = runner.run(
+                "decode", np.array([[token]], np.int32), np.array([prompt_length + step], np.int32), cache
+            )
             token = int(np.argmax(logits.reshape(-1)))
         done = time.perf_counter()
         if repeat:  # the first round is the warm-up
             prefill_times.append(prefilled - start)
             decode_times.append(done - prefilled)
-    return {"prefill_tokens_per_s": round(prompt_length / statistics.median(prefill_times), 2),
-            "decode_tokens_per_s": round(decode_steps / statistics.median(decode_times), 2)}
+    return {
+        "prefill_tokens_per_s": round(prompt_length / statistics.median(prefill_times), 2),
+        "decode_tokens_per_s": round(decode_steps / statistics.median(decode_times), 2),
+    }

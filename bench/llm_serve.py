@@ -37,8 +37,10 @@ def _complete(host: str, port: int, prompt: str, tokens: int, counts: list[int])
 
 def _round(host: str, port: int, clients: int, tokens: int) -> dict:
     counts: list[int] = []
-    threads = [threading.Thread(target=_complete, args=(host, port, f"Story number {i}: once upon a time", tokens, counts))
-               for i in range(clients)]
+    threads = [
+        threading.Thread(target=_complete, args=(host, port, f"Story number {i}: once upon a time", tokens, counts))
+        for i in range(clients)
+    ]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -82,18 +84,24 @@ def serve_rows(folder: Path, prefill: int, cache: int, clients: list[int], token
 
 
 def print_serve_table(serve: dict) -> None:
-    print(f"\n`tpuedge serve` on XLA:CPU, {serve['slots']} batch slots, {serve['tokens_per_request']} greedy tokens per "
-          f"request, best of {serve['rounds']} rounds:\n")
+    print(
+        f"\n`tpuedge serve` on XLA:CPU, {serve['slots']} batch slots, {serve['tokens_per_request']} greedy tokens per "
+        f"request, best of {serve['rounds']} rounds:\n"
+    )
     print("| clients | tokens | wall s | tokens/s | vs one client |")
     print("|---:|---:|---:|---:|---:|")
     for row in serve["rows"]:
-        print(f"| {row['clients']} | {row['tokens']} | {row['wall_s']:.1f} | {row['tokens_per_s']:.1f} | "
-              f"{row['vs_one_client']:.2f}x |")
+        print(
+            f"| {row['clients']} | {row['tokens']} | {row['wall_s']:.1f} | {row['tokens_per_s']:.1f} | "
+            f"{row['vs_one_client']:.2f}x |"
+        )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model-dir", type=Path, help="a transformers causal-LM folder (default: SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--model-dir", type=Path, help="a transformers causal-LM folder (default: SmolLM2-135M-Instruct)"
+    )
     parser.add_argument("--clients", default="1,8")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--prefill", type=int, default=32)
@@ -108,7 +116,9 @@ def main() -> int:
     clients = [int(c) for c in args.clients.split(",") if c.strip()]
     serve = serve_rows(args.model_dir, args.prefill, args.cache, clients, args.tokens)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "llm_serve", "model": args.model_dir.name, **serve}, indent=2, sort_keys=True) + "\n")
+    args.out.write_text(
+        json.dumps({"benchmark": "llm_serve", "model": args.model_dir.name, **serve}, indent=2, sort_keys=True) + "\n"
+    )
     print_serve_table(serve)
     print(f"\nwrote {args.out}")
     return 0

@@ -60,10 +60,18 @@ def worker(opts) -> None:
     y = torch.from_numpy(rng.integers(0, 10, rows))
     results = []
     for width in opts.widths:
-        model = nn.Sequential(nn.Linear(256, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-                              nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
-        step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.AdamW(model.parameters(), lr=1e-3),
-                                        (x, y), mesh=mesh)
+        model = nn.Sequential(
+            nn.Linear(256, width),
+            nn.ReLU(),
+            nn.Linear(width, width),
+            nn.ReLU(),
+            nn.Linear(width, width),
+            nn.ReLU(),
+            nn.Linear(width, 10),
+        )
+        step = tpuedge.cloud.train_step(
+            model, F.cross_entropy, torch.optim.AdamW(model.parameters(), lr=1e-3), (x, y), mesh=mesh
+        )
         for _ in range(3):
             float(step(x, y))
         times = []
@@ -90,22 +98,51 @@ def worker(opts) -> None:
         float(step.state["step"])
         restore_s = time.perf_counter() - start
         param_bytes = sum(v.size * v.dtype.itemsize for v in step.state["params"].values())
-        results.append({
-            "width": width, "param_bytes": int(param_bytes), "step_s": step_s, "save_blocks_s": blocked_s,
-            "save_blocks_share_of_step": blocked_s / step_s, "first_save_blocks_s": first_s,
-            "step_while_writing_s": during_s, "save_written_s": written_s, "restore_s": restore_s,
-            "checkpoint_bytes": _folder_bytes(folder / str(step.step_count)) if index == 0 else None,
-        })
+        results.append(
+            {
+                "width": width,
+                "param_bytes": int(param_bytes),
+                "step_s": step_s,
+                "save_blocks_s": blocked_s,
+                "save_blocks_share_of_step": blocked_s / step_s,
+                "first_save_blocks_s": first_s,
+                "step_while_writing_s": during_s,
+                "save_written_s": written_s,
+                "restore_s": restore_s,
+                "checkpoint_bytes": _folder_bytes(folder / str(step.step_count)) if index == 0 else None,
+            }
+        )
     if index == 0:
         Path(opts.out).write_text(json.dumps(results))
 
 
 def _run_layout(processes: int, devices: int, opts, work: Path) -> list[dict]:
     out = work / f"{processes}x{devices}.json"
-    command = [sys.executable, "-m", "tpuedge.cloud.launch", "--processes", str(processes), "--devices-per-process",
-               str(devices), "--timeout", str(opts.timeout), __file__, "--worker", "--out", str(out),
-               "--work", str(work / f"{processes}x{devices}"), "--widths", ",".join(map(str, opts.widths)),
-               "--mesh", opts.mesh, "--steps", str(opts.steps), "--batch", str(opts.batch)]
+    command = [
+        sys.executable,
+        "-m",
+        "tpuedge.cloud.launch",
+        "--processes",
+        str(processes),
+        "--devices-per-process",
+        str(devices),
+        "--timeout",
+        str(opts.timeout),
+        __file__,
+        "--worker",
+        "--out",
+        str(out),
+        "--work",
+        str(work / f"{processes}x{devices}"),
+        "--widths",
+        ",".join(map(str, opts.widths)),
+        "--mesh",
+        opts.mesh,
+        "--steps",
+        str(opts.steps),
+        "--batch",
+        str(opts.batch),
+    ]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=opts.timeout + 60)
     if done.returncode:
@@ -135,8 +172,11 @@ def markdown_table(result: dict) -> str:
         )
     widest = max(base)
     worst = result["largest_save_blocks_worst_share"]
-    lines += ["", f"Goal, an async save blocks at most 10% of a step on the largest model (width {widest}): "
-              f"worst {100 * worst:.1f}%, {'met' if worst <= 0.10 else 'not met'}."]
+    lines += [
+        "",
+        f"Goal, an async save blocks at most 10% of a step on the largest model (width {widest}): "
+        f"worst {100 * worst:.1f}%, {'met' if worst <= 0.10 else 'not met'}.",
+    ]
     return "\n".join(lines)
 
 
@@ -164,8 +204,13 @@ def main() -> None:
                 print(f"{processes}x{devices} width {r['width']}: done", file=sys.stderr, flush=True)
     largest = max(opts.widths)
     worst = max(r["save_blocks_share_of_step"] for r in rows if r["width"] == largest)
-    result = {"mesh": opts.mesh, "batch": opts.batch, "steps": opts.steps, "rows": rows,
-              "largest_save_blocks_worst_share": worst}
+    result = {
+        "mesh": opts.mesh,
+        "batch": opts.batch,
+        "steps": opts.steps,
+        "rows": rows,
+        "largest_save_blocks_worst_share": worst,
+    }
     print(markdown_table(result))
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps(result, indent=1))

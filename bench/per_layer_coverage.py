@@ -36,8 +36,14 @@ def measure(name: str, scheme: str, work: Path) -> dict:
     program = tpuedge.export(module, example, name=entry.name)
     calibration = entry.samples(CALIBRATION, 1)[0] if scheme == "int8" else None
     start = time.perf_counter()
-    artifact = tpuedge.build(program, "android", work / f"{entry.name}-{scheme}", quantize=scheme,
-                             calibration=calibration, allow_below_budget=True)
+    artifact = tpuedge.build(
+        program,
+        "android",
+        work / f"{entry.name}-{scheme}",
+        quantize=scheme,
+        calibration=calibration,
+        allow_below_budget=True,
+    )
     build_s = time.perf_counter() - start
     samples = entry.samples(EVALUATION, 2)[0]
     result = tpuedge.verify(artifact, program, samples, per_layer=True, layer_samples=EVALUATION, min_cosine=0.0)
@@ -46,8 +52,13 @@ def measure(name: str, scheme: str, work: Path) -> dict:
     layers = ir_layers(program)
     worst = report.ranked()[:3]
     return {
-        "model": entry.name, "weights": entry.weights, "scheme": scheme, "build_s": round(build_s, 1),
-        "ir_layers": report.ir_layers, "counterparts": report.counterparts, "compared": len(compared),
+        "model": entry.name,
+        "weights": entry.weights,
+        "scheme": scheme,
+        "build_s": round(build_s, 1),
+        "ir_layers": report.ir_layers,
+        "counterparts": report.counterparts,
+        "compared": len(compared),
         "coverage": round(len(compared) / max(report.counterparts, 1), 3),
         "min_snr_db": round(min(l.snr_db for l in compared), 1) if compared else None,
         "first_ranked": [f"{l.node} ({layers[l.node].op.split('.')[1]}, -{l.drop_db:.1f} dB)" for l in worst],
@@ -77,8 +88,10 @@ def main(argv=None) -> None:
         if "error" in r:
             print(f"| {r['model']} | | {r['scheme']} | failed: {r['error']} | | | |")
         else:
-            print(f"| {r['model']} | {r['weights']} | {r['scheme']} | {r['compared']} / {r['counterparts']} | "
-                  f"{100 * r['coverage']:.0f}% | {r['min_snr_db']} | {'; '.join(r['first_ranked'])} |")
+            print(
+                f"| {r['model']} | {r['weights']} | {r['scheme']} | {r['compared']} / {r['counterparts']} | "
+                f"{100 * r['coverage']:.0f}% | {r['min_snr_db']} | {'; '.join(r['first_ranked'])} |"
+            )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rows": rows, "samples": EVALUATION, "calibration": CALIBRATION}, indent=2) + "\n")
 

@@ -74,8 +74,14 @@ def measure(name: str, folder: Path) -> dict:
     cache = folder / f"{name}-cache"
     first, second = _load_in_child(pt2, cache), _load_in_child(pt2, cache)
     same = {key: first[key] == second[key] for key in ("fingerprint", "android_lowered", "mcu_lowered", "outputs")}
-    return {"model": name, "snapshot": second["outcome"] == ["hit"], "pt2_bytes": pt2.stat().st_size,
-            "torch_export_load": first, "snapshot_load": second, "same": same}
+    return {
+        "model": name,
+        "snapshot": second["outcome"] == ["hit"],
+        "pt2_bytes": pt2.stat().st_size,
+        "torch_export_load": first,
+        "snapshot_load": second,
+        "same": same,
+    }
 
 
 def main() -> None:
@@ -86,27 +92,38 @@ def main() -> None:
     names = selected_models(parser.parse_args().models)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     rows = []
-    print(f"{'model':<24}{'snapshot':>9}{'loader s':>10}{'snapshot s':>11}{'ratio':>7}  dynamo (loader, snapshot)  all equal")
+    print(
+        f"{'model':<24}{'snapshot':>9}{'loader s':>10}{'snapshot s':>11}{'ratio':>7}  dynamo (loader, snapshot)  all equal"
+    )
     with tempfile.TemporaryDirectory(prefix="tpuedge-bench-snapshot-") as tmp:
         for name in names:
             row = measure(name, Path(tmp))
             rows.append(row)
             a, b = row["torch_export_load"], row["snapshot_load"]
-            print(f"{name:<24}{'yes' if row['snapshot'] else 'no':>9}{a['load_s']:>10.2f}{b['load_s']:>11.2f}"
-                  f"{b['load_s'] / a['load_s']:>7.2f}  {a['dynamo_at_end']!s:>6}, {b['dynamo_at_end']!s:<6}"
-                  f"{'':>13}{all(row['same'].values())}", flush=True)
+            print(
+                f"{name:<24}{'yes' if row['snapshot'] else 'no':>9}{a['load_s']:>10.2f}{b['load_s']:>11.2f}"
+                f"{b['load_s'] / a['load_s']:>7.2f}  {a['dynamo_at_end']!s:>6}, {b['dynamo_at_end']!s:<6}"
+                f"{'':>13}{all(row['same'].values())}",
+                flush=True,
+            )
     held = [r for r in rows if r["snapshot"]]
     summary = {
-        "models": len(rows), "snapshot_held": len(held),
+        "models": len(rows),
+        "snapshot_held": len(held),
         "all_equal": all(all(r["same"].values()) for r in rows),
-        "median_snapshot_over_loader": round(statistics.median(
-            r["snapshot_load"]["load_s"] / r["torch_export_load"]["load_s"] for r in held), 3) if held else None,
+        "median_snapshot_over_loader": round(
+            statistics.median(r["snapshot_load"]["load_s"] / r["torch_export_load"]["load_s"] for r in held), 3
+        )
+        if held
+        else None,
         "snapshot_loads_without_dynamo": sum(not r["snapshot_load"]["dynamo_at_end"] for r in held),
     }
-    print(f"snapshot held by {summary['snapshot_held']}/{summary['models']}; fingerprint, float model keys and outputs "
-          f"equal for all: {summary['all_equal']}; median load time snapshot / loader: "
-          f"{summary['median_snapshot_over_loader']}; snapshot loads (with the mcu passes, the float keys and two runs) "
-          f"that imported no torch._dynamo: {summary['snapshot_loads_without_dynamo']}/{len(held)}")
+    print(
+        f"snapshot held by {summary['snapshot_held']}/{summary['models']}; fingerprint, float model keys and outputs "
+        f"equal for all: {summary['all_equal']}; median load time snapshot / loader: "
+        f"{summary['median_snapshot_over_loader']}; snapshot loads (with the mcu passes, the float keys and two runs) "
+        f"that imported no torch._dynamo: {summary['snapshot_loads_without_dynamo']}/{len(held)}"
+    )
     results = HERE / "results"
     results.mkdir(parents=True, exist_ok=True)
     path = results / "program_snapshot.json"

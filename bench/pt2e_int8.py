@@ -64,10 +64,20 @@ def main() -> None:
         reference = [[module(*[torch.from_numpy(a) for a in s]).numpy()] for s in samples]
     runner = LiteRTRunner(data, num_threads=1)
     got = [runner.run(list(s)) for s in samples]
-    ref, out = stack_samples([r[0] for r in reference]), stack_samples([np.asarray(g[0]).reshape(r[0].shape) for g, r in zip(got, reference)])
-    row = {"model": args.model, "peer": "PT2E static int8 (per-channel weights, float I/O)", "bytes": len(data),
-           "seconds": round(seconds, 1), "calibration": args.calibration, "eval": args.eval,
-           "top1_agreement": round(top1_agreement(ref, out), 4), "mean_sample_cosine": round(mean_sample_cosine(ref, out), 5)}
+    ref, out = (
+        stack_samples([r[0] for r in reference]),
+        stack_samples([np.asarray(g[0]).reshape(r[0].shape) for g, r in zip(got, reference)]),
+    )
+    row = {
+        "model": args.model,
+        "peer": "PT2E static int8 (per-channel weights, float I/O)",
+        "bytes": len(data),
+        "seconds": round(seconds, 1),
+        "calibration": args.calibration,
+        "eval": args.eval,
+        "top1_agreement": round(top1_agreement(ref, out), 4),
+        "mean_sample_cosine": round(mean_sample_cosine(ref, out), 5),
+    }
     print(json.dumps(row))
     if args.out:
         args.out.write_text(json.dumps(row, indent=1) + "\n")

@@ -45,10 +45,20 @@ def measure(name: str, sample_counts: list[int]) -> list[dict]:
         seconds = time.perf_counter() - start
         nodes = [s.node for s in ranking]
         first = first or nodes
-        rows.append({"model": name, "samples": count, "points": len(ranking), "seconds": round(seconds, 1),
-                     **{f"top{k}_shared": len(set(nodes[:k]) & set(first[:k])) for k in TOP}})
-        print(f"{name:<24} {count:>3} samples  {len(ranking):>4} points  {seconds:7.1f} s  "
-              + "  ".join(f"top-{k} shared {rows[-1][f'top{k}_shared']}/{k}" for k in TOP), flush=True)
+        rows.append(
+            {
+                "model": name,
+                "samples": count,
+                "points": len(ranking),
+                "seconds": round(seconds, 1),
+                **{f"top{k}_shared": len(set(nodes[:k]) & set(first[:k])) for k in TOP},
+            }
+        )
+        print(
+            f"{name:<24} {count:>3} samples  {len(ranking):>4} points  {seconds:7.1f} s  "
+            + "  ".join(f"top-{k} shared {rows[-1][f'top{k}_shared']}/{k}" for k in TOP),
+            flush=True,
+        )
     return rows
 
 

@@ -58,7 +58,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clips", type=int, default=30, help="evaluation clips (seed 2)")
     parser.add_argument("--steps", type=int, default=16, help="32 ms steps a clip")
-    parser.add_argument("--calibration-clips", type=int, default=8, help="calibration clips (seed 1), every step a sample")
+    parser.add_argument(
+        "--calibration-clips", type=int, default=8, help="calibration clips (seed 1), every step a sample"
+    )
     parser.add_argument("--only-rollout", action="store_true", help="skip the build under the per-step budget")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -76,35 +78,69 @@ def main() -> None:
     cal = float_rollout(net, clip_steps(audio_clips(args.calibration_clips, samples, 1), args.steps), args.steps)
     calibration = [(a, h, c) for a, h, c, _ in cal]
     clips = audio_clips(args.clips, samples, 2)
-    labels = np.asarray([i % 3 == 0 for i in range(args.clips)], np.int64)  # audio_clips: voiced, noise, silence in turn
+    labels = np.asarray(
+        [i % 3 == 0 for i in range(args.clips)], np.int64
+    )  # audio_clips: voiced, noise, silence in turn
     evaluation = float_rollout(net, clip_steps(clips, args.steps), args.steps)
     float_acc = clip_accuracy([p for *_, p in evaluation], labels, args.steps)
     spec = f"output_1=h,output_2=c:{args.steps}"
-    row = {"model": "silero_vad", "target": "mcu", "clips": args.clips, "steps": args.steps,
-           "calibration_samples": len(calibration), "float_clip_accuracy": round(float_acc, 4)}
+    row = {
+        "model": "silero_vad",
+        "target": "mcu",
+        "clips": args.clips,
+        "steps": args.steps,
+        "calibration_samples": len(calibration),
+        "float_clip_accuracy": round(float_acc, 4),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         eval_file = Path(tmp) / "eval.npz"
-        np.savez(eval_file, audio=np.stack([a for a, *_ in evaluation]), h=np.stack([h for _, h, _, _ in evaluation]),
-                 c=np.stack([c for _, _, c, _ in evaluation]))
-        builds = (("per_step_every_output", {}),
-                  ("rollout_speech_decision", {"rollout": spec, "budget_outputs": "output_0:decision"}))
+        np.savez(
+            eval_file,
+            audio=np.stack([a for a, *_ in evaluation]),
+            h=np.stack([h for _, h, _, _ in evaluation]),
+            c=np.stack([c for _, _, c, _ in evaluation]),
+        )
+        builds = (
+            ("per_step_every_output", {}),
+            ("rollout_speech_decision", {"rollout": spec, "budget_outputs": "output_0:decision"}),
+        )
         for name, options in builds[1:] if args.only_rollout else builds:
             start = time.perf_counter()
             try:
-                art = tpuedge.build(program, "mcu", Path(tmp) / name, calibration=calibration, eval=str(eval_file),
-                                    allow_below_budget=True, **options)
+                art = tpuedge.build(
+                    program,
+                    "mcu",
+                    Path(tmp) / name,
+                    calibration=calibration,
+                    eval=str(eval_file),
+                    allow_below_budget=True,
+                    **options,
+                )
             except Exception as exc:  # noqa: BLE001 - a row of the table
                 row[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
                 continue
             budget = art.manifest["accuracy_budget"]
-            steps_out = rollout_runs(parse_rollout(spec, program), [tuple(s) for s in zip(
-                [a for a, *_ in evaluation], [h for _, h, _, _ in evaluation], [c for _, _, c, _ in evaluation])],
-                lambda s: art.run(*s))
+            steps_out = rollout_runs(
+                parse_rollout(spec, program),
+                [
+                    tuple(s)
+                    for s in zip(
+                        [a for a, *_ in evaluation], [h for _, h, _, _ in evaluation], [c for _, _, c, _ in evaluation]
+                    )
+                ],
+                lambda s: art.run(*s),
+            )
             acc = clip_accuracy([float(np.asarray(o[0]).reshape(-1)[0]) for o in steps_out], labels, args.steps)
-            row[name] = {"met": budget["met"], "failures": budget["failures"], "inputs": budget["inputs"],
-                         "sample_cosine_per_output": budget["measured"]["sample_cosine_per_output"],
-                         "clip_accuracy_in_rollout": round(acc, 4), "drop_points": round(100 * (float_acc - acc), 2),
-                         "seconds": round(time.perf_counter() - start, 1), "bytes": (Path(tmp) / name / "model.tflite").stat().st_size}
+            row[name] = {
+                "met": budget["met"],
+                "failures": budget["failures"],
+                "inputs": budget["inputs"],
+                "sample_cosine_per_output": budget["measured"]["sample_cosine_per_output"],
+                "clip_accuracy_in_rollout": round(acc, 4),
+                "drop_points": round(100 * (float_acc - acc), 2),
+                "seconds": round(time.perf_counter() - start, 1),
+                "bytes": (Path(tmp) / name / "model.tflite").stat().st_size,
+            }
     print(json.dumps(row, indent=1))
     if args.out:
         args.out.write_text(json.dumps(row, indent=1) + "\n")

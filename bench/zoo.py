@@ -124,11 +124,13 @@ def artifact_bytes(out: Path, target: str) -> int:
     return (out / "model.tflite").stat().st_size
 
 
-
-
 def artifact_digests(out: Path) -> dict[str, str]:
     """sha256 of every file the build wrote: two runs compare artifact bytes (`--compare`)."""
-    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(out.rglob("*"))
+        if p.is_file()
+    }
 
 
 def spawn(spec: dict, timeout: float) -> dict:
@@ -145,9 +147,15 @@ def spawn(spec: dict, timeout: float) -> dict:
     wall = time.perf_counter() - start
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZOO-RESULT ")]
     if not lines:
-        how = f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit code {proc.returncode}"
-        return {"error": f"the build process crashed ({how})", "kind": "Crash", "wall_s": wall,
-                "stderr_tail": proc.stderr[-4000:]}
+        how = (
+            f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        )
+        return {
+            "error": f"the build process crashed ({how})",
+            "kind": "Crash",
+            "wall_s": wall,
+            "stderr_tail": proc.stderr[-4000:],
+        }
     result = json.loads(lines[-1][len("ZOO-RESULT ") :])
     result["wall_s"] = wall
     if "error" in result:
@@ -172,16 +180,24 @@ def float_reference(entry, count: int) -> dict:
     samples, labels = entry.samples(count, 2)
     with torch.no_grad():
         outputs = [_as_list(module(*[torch.from_numpy(a) for a in s])) for s in samples]
-    return {"params": param_count(module), "samples": samples, "labels": labels, "outputs": outputs,
-            "accuracy": entry.eval_accuracy(outputs, labels)}
+    return {
+        "params": param_count(module),
+        "samples": samples,
+        "labels": labels,
+        "outputs": outputs,
+        "accuracy": entry.eval_accuracy(outputs, labels),
+    }
 
 
 def score(entry, ref: dict, got: list[list[np.ndarray]]) -> dict:
     from tpuedge.quantize.metrics import compare_outputs
 
     summary = compare_outputs(ref["outputs"][: len(got)], got)
-    row = {"cosine": round(summary.cosine, 5), "centered_cosine": round(summary.centered_cosine, 5),
-           "max_abs_error": float(f"{summary.max_abs_error:.3g}")}
+    row = {
+        "cosine": round(summary.cosine, 5),
+        "centered_cosine": round(summary.centered_cosine, 5),
+        "max_abs_error": float(f"{summary.max_abs_error:.3g}"),
+    }
     if summary.top1_agreement is not None:
         row["top1_agreement"] = round(summary.top1_agreement, 4)
     accuracy = entry.eval_accuracy(got, ref["labels"])
@@ -220,8 +236,15 @@ def bench_model(entry, targets, opts, work: Path) -> list[dict]:
     with_peer = opts.peers == "all" or (opts.peers == "small" and ref["params"] <= PEER_MAX_PARAMS)
     rows = []
     for target in targets:
-        row = {"model": entry.name, "target": target, "family": entry.family, "weights": entry.weights,
-               "source": entry.source, "params": ref["params"], "float_accuracy": ref["accuracy"]}
+        row = {
+            "model": entry.name,
+            "target": target,
+            "family": entry.family,
+            "weights": entry.weights,
+            "source": entry.source,
+            "params": ref["params"],
+            "float_accuracy": ref["accuracy"],
+        }
         base = {"model": entry.name, "target": target, "calibration": opts.calibration}
         out = work / f"{entry.name}.{target.replace(':', '.')}"
         built = spawn({**base, "side": "tpuedge", "out": str(out)}, opts.timeout)
@@ -238,10 +261,14 @@ def bench_model(entry, targets, opts, work: Path) -> list[dict]:
                 data = peer_out.read_bytes()
                 row.update({f"peer_{k}": v for k, v in score(entry, ref, run_tflite(data, ref["samples"])).items()})
                 if "error" not in built:
-                    lat = median_latency_ms({"tpuedge": (out / "model.tflite").read_bytes(), "peer": data}, ref["samples"][0])
+                    lat = median_latency_ms(
+                        {"tpuedge": (out / "model.tflite").read_bytes(), "peer": data}, ref["samples"][0]
+                    )
                     row["latency_ms"], row["peer_latency_ms"] = lat["tpuedge"], lat["peer"]
             elif "error" not in built and target.startswith("android:") and not opts.builds_only:
-                row["latency_ms"] = median_latency_ms({"tpuedge": (out / "model.tflite").read_bytes()}, ref["samples"][0])["tpuedge"]
+                row["latency_ms"] = median_latency_ms(
+                    {"tpuedge": (out / "model.tflite").read_bytes()}, ref["samples"][0]
+                )["tpuedge"]
         except Exception as exc:  # noqa: BLE001 - an evaluation failure is a result too
             row["eval_error"] = _first_line(exc)
         row["status"] = _status(built, target)
@@ -297,17 +324,31 @@ def _progress(row: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--setup", action="store_true", help="install torchvision and timm into the zoo's private folder")
-    parser.add_argument("--report", nargs="+", type=Path, metavar="ZOO.JSON",
-                        help="no builds: merge the rows of earlier runs' zoo.json files (the first file wins for a "
-                             "model and target it has) and write the reports to --out")
+    parser.add_argument(
+        "--setup", action="store_true", help="install torchvision and timm into the zoo's private folder"
+    )
+    parser.add_argument(
+        "--report",
+        nargs="+",
+        type=Path,
+        metavar="ZOO.JSON",
+        help="no builds: merge the rows of earlier runs' zoo.json files (the first file wins for a "
+        "model and target it has) and write the reports to --out",
+    )
     parser.add_argument("--models", nargs="*", help="model names (comma or space separated; default: all)")
     parser.add_argument("--targets", nargs="*", help=f"default: {','.join(TARGETS)}")
-    parser.add_argument("--peers", choices=("small", "all", "none"), default="small",
-                        help=f"peer builds: for models up to {PEER_MAX_PARAMS:,} parameters (default), all, none")
-    parser.add_argument("--builds-only", action="store_true",
-                        help="no evaluation or latency: each build's size, time and file digests (with --peers none, "
-                             "the quickest way to compare two checkouts' artifact bytes)")
+    parser.add_argument(
+        "--peers",
+        choices=("small", "all", "none"),
+        default="small",
+        help=f"peer builds: for models up to {PEER_MAX_PARAMS:,} parameters (default), all, none",
+    )
+    parser.add_argument(
+        "--builds-only",
+        action="store_true",
+        help="no evaluation or latency: each build's size, time and file digests (with --peers none, "
+        "the quickest way to compare two checkouts' artifact bytes)",
+    )
     parser.add_argument("--calibration", type=int, default=CALIBRATION, help="calibration samples (seed 1)")
     parser.add_argument("--eval", type=int, default=EVALUATION, help="evaluation samples (seed 2)")
     parser.add_argument("--timeout", type=float, default=420, help="seconds per build child")
@@ -331,8 +372,9 @@ def main() -> None:
     targets = _split_args(opts.targets) or list(TARGETS)
     unknown = [n for n in names if n not in ZOO] + [t for t in targets if t not in TARGETS]
     if unknown:
-        parser.error(f"unknown model(s)/target(s): {', '.join(unknown)}; models: {', '.join(ZOO)}; "
-                     f"targets: {', '.join(TARGETS)}")
+        parser.error(
+            f"unknown model(s)/target(s): {', '.join(unknown)}; models: {', '.join(ZOO)}; targets: {', '.join(TARGETS)}"
+        )
     import torch
 
     torch.set_num_threads(1)  # references only; the build children use the defaults
@@ -346,14 +388,22 @@ def main() -> None:
                 rows.append({"model": name, "target": "*", "status": "failed", "error": _first_line(exc)})
                 print(f"{name:<28} {'*':<22} failed       {rows[-1]['error']}", flush=True)
             # Reports after every model: a run stopped early still leaves its finished rows.
-            meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-                    "minutes": round((time.time() - started) / 60, 1), "load_average": os.getloadavg(),
-                    "cpus": os.cpu_count(), "calibration": opts.calibration, "eval": opts.eval, "mcu_board": MCU_BOARD,
-                    "peers": opts.peers, "models_done": done, "models_requested": len(names),
-                    # peak RSS depends on it: a peer child that starts JAX with libtpu installed
-                    # loads the TPU runtime (~110 MB); tpuedge's edge builds start no JAX backend
-                    "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
-                    "libtpu_installed": importlib.util.find_spec("libtpu") is not None}
+            meta = {
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+                "minutes": round((time.time() - started) / 60, 1),
+                "load_average": os.getloadavg(),
+                "cpus": os.cpu_count(),
+                "calibration": opts.calibration,
+                "eval": opts.eval,
+                "mcu_board": MCU_BOARD,
+                "peers": opts.peers,
+                "models_done": done,
+                "models_requested": len(names),
+                # peak RSS depends on it: a peer child that starts JAX with libtpu installed
+                # loads the TPU runtime (~110 MB); tpuedge's edge builds start no JAX backend
+                "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
+                "libtpu_installed": importlib.util.find_spec("libtpu") is not None,
+            }
             paths = write_reports(rows, meta, opts.out, quiet=done < len(names))
     for path in paths:
         print(f"wrote {path}")
@@ -372,10 +422,12 @@ def merge_reports(paths: list[Path], out: Path, write_reports) -> None:
     order = {name: i for i, name in enumerate(ZOO)}
     rows.sort(key=lambda r: order.get(r["model"], len(order)))
     meta = dict(runs[0]["meta"])
-    meta.update(models_done=sum(r["meta"]["models_done"] for r in runs),
-                models_requested=sum(r["meta"]["models_requested"] for r in runs),
-                minutes=max(r["meta"]["minutes"] for r in runs),
-                merged_from=[f"{r['meta']['date']} (peers: {r['meta']['peers']})" for r in runs])
+    meta.update(
+        models_done=sum(r["meta"]["models_done"] for r in runs),
+        models_requested=sum(r["meta"]["models_requested"] for r in runs),
+        minutes=max(r["meta"]["minutes"] for r in runs),
+        merged_from=[f"{r['meta']['date']} (peers: {r['meta']['peers']})" for r in runs],
+    )
     for path in write_reports(rows, meta, out):
         print(f"wrote {path}")
 

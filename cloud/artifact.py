@@ -117,9 +117,7 @@ class CloudArtifact(Artifact):
         params, buffers = self.weights
         with jax.default_device(self.device):
             outputs = self._call(params, buffers, *args)
-        return [
-            to_numpy(np.asarray(o)).astype(spec.dtype, copy=False) for o, spec in zip(outputs, self.outputs)
-        ]
+        return [to_numpy(np.asarray(o)).astype(spec.dtype, copy=False) for o, spec in zip(outputs, self.outputs)]
 
     @cached_property
     def _layers_call(self):

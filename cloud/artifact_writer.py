@@ -87,8 +87,8 @@ def verify_export(lowered, export, exported) -> dict:
         report["float_rounding"] = {
             "input_ulp_sensitivity": f"{sensitivity:.1e}",
             "why": f"over {VERIFY_TOLERANCE:g} of an output's scale, within {ROUNDING_MARGIN} times what a 1-ulp change "
-                   "of the inputs does to torch's own output: the model amplifies float32 rounding, which XLA and "
-                   "torch do differently at every op",
+            "of the inputs does to torch's own output: the model amplifies float32 rounding, which XLA and "
+            "torch do differently at every op",
         }
     return report
 
@@ -101,7 +101,8 @@ def _where_it_parts(source, program, export, inputs) -> str:
     if program is not source:  # a rebound batch: its nodes hold other shapes than torch's
         return suspect
     return where_it_parts(program, export.jax_program, inputs, VERIFY_TOLERANCE) or (
-        f"every op is within {VERIFY_TOLERANCE:g} of its scale, so the difference builds up at the outputs")
+        f"every op is within {VERIFY_TOLERANCE:g} of its scale, so the difference builds up at the outputs"
+    )
 
 
 def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
@@ -119,7 +120,10 @@ def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
     with timed("check on XLA:CPU against Program.run"):
         verification = verify_export(lowered, export, exported)
     report, status = cached_stages.tpu_report(lowered, lambda: tpu_report(lowered, export))
-    weights = {**{n: np.asarray(a) for n, a in export.params.items()}, **{n: np.asarray(a) for n, a in export.buffers.items()}}
+    weights = {
+        **{n: np.asarray(a) for n, a in export.params.items()},
+        **{n: np.asarray(a) for n, a in export.buffers.items()},
+    }
 
     out_dir = Path(out_dir)
     with timed("write the folder"), atomic_output_dir(out_dir) as staging:

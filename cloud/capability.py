@@ -36,8 +36,11 @@ def decompose_to_core_aten(exported_program: Any) -> Any:
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
         decomposed = exported_program.run_decompositions()
     detach, alias = torch.ops.aten.detach.default, torch.ops.aten.alias.default
-    restored = [n for n in decomposed.graph.nodes
-                if n.op == "call_function" and n.target is alias and str(n.meta.get("original_aten")) == str(detach)]
+    restored = [
+        n
+        for n in decomposed.graph.nodes
+        if n.op == "call_function" and n.target is alias and str(n.meta.get("original_aten")) == str(detach)
+    ]
     for node in restored:
         node.target = detach
     if restored:

@@ -1,6 +1,6 @@
 """A transformers causal LM as the plain forward a train step captures, and its next-token loss:
 
-    step = train_step(CausalLMLogits(lm), NextTokenLoss(), optimizer, (ids, ids), lora=LoraConfig(...))
+step = train_step(CausalLMLogits(lm), NextTokenLoss(), optimizer, (ids, ids), lora=LoraConfig(...))
 """
 
 from __future__ import annotations

@@ -90,7 +90,9 @@ class CheckpointFolder:
             return False
         args = self._ocp.args
         record = dict(record, signature=state_signature(state))
-        return self._manager.save(step, args=args.Composite(state=args.StandardSave(state), record=args.JsonSave(record)), force=True)
+        return self._manager.save(
+            step, args=args.Composite(state=args.StandardSave(state), record=args.JsonSave(record)), force=True
+        )
 
     def wait(self) -> None:
         """Block until the save in flight is written."""

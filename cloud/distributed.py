@@ -60,7 +60,9 @@ def _launched() -> tuple[str, int, int] | None:
         ) from None
 
 
-def initialize(coordinator_address: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> None:
+def initialize(
+    coordinator_address: str | None = None, num_processes: int | None = None, process_id: int | None = None
+) -> None:
     """Join the job (once; later calls do nothing). Must run before anything uses a JAX device."""
     if jax.distributed.is_initialized():
         return

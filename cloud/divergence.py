@@ -51,7 +51,9 @@ def rounding_sensitivity(program: Any, inputs: list[np.ndarray], expected: list[
             moved.append(a)
         for i, (e, g) in enumerate(zip(expected, program.run(*moved))):
             if np.issubdtype(np.asarray(e).dtype, np.floating):
-                worst[i] = max(worst[i], float(np.max(np.abs(np.asarray(g, np.float64) - e), initial=0.0)) / value_scale(e))
+                worst[i] = max(
+                    worst[i], float(np.max(np.abs(np.asarray(g, np.float64) - e), initial=0.0)) / value_scale(e)
+                )
     return worst
 
 
@@ -89,10 +91,14 @@ def describe_parting(rows: list[tuple[Any, float]], tolerance: float) -> str:
             off = f"{error:.2g}" if np.isfinite(error) else "NaN or inf where torch's value is finite"
             head = f"the first op off by more than {tolerance:g} of its scale is {where} ({off})"
             if index == 0 or before <= _JUMP_SHARE * tolerance:
-                return (f"{head}, every op before it within {before:.2g}: a jump at that op, so its ATen->JAX "
-                        "lowering is the suspect")
-            return (f"{head}, after ops already off by up to {before:.2g}: the difference grew over the ops before "
-                    "it, float rounding the model amplifies (a deep random-init net does) rather than one wrong "
-                    "lowering")
+                return (
+                    f"{head}, every op before it within {before:.2g}: a jump at that op, so its ATen->JAX "
+                    "lowering is the suspect"
+                )
+            return (
+                f"{head}, after ops already off by up to {before:.2g}: the difference grew over the ops before "
+                "it, float rounding the model amplifies (a deep random-init net does) rather than one wrong "
+                "lowering"
+            )
         before = max(before, error)
     return ""

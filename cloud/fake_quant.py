@@ -62,8 +62,14 @@ class FakeQuantHook:
     own batch range instead (the first training step, before any range is known).
     """
 
-    def __init__(self, plan: QuantPoints, ranges: dict[str, Any], use_batch: Any = False, learned: bool = False,
-                 integer: bool = False):
+    def __init__(
+        self,
+        plan: QuantPoints,
+        ranges: dict[str, Any],
+        use_batch: Any = False,
+        learned: bool = False,
+        integer: bool = False,
+    ):
         self._points = set(plan.points)
         self._kernels = plan.kernels if integer else {}
         self._params: dict[str, Any] = {}  # what the kernels read: the float parameters,

@@ -54,8 +54,13 @@ def _operands(kernel: IntegerKernel, values, grid) -> list[tuple[Any, Any]]:
     return operands
 
 
-def kernel_output(kernel: IntegerKernel, values: Mapping[str, Any], params: Mapping[str, Any],
-                  grid: Callable[[str], tuple[Any, Any]], point: str):
+def kernel_output(
+    kernel: IntegerKernel,
+    values: Mapping[str, Any],
+    params: Mapping[str, Any],
+    grid: Callable[[str], tuple[Any, Any]],
+    point: str,
+):
     """The dequantized int8 output of `point` as its TFLite kernel computes it.
 
     values: node or parameter name -> value as the hook passed it on (inputs on their int8 grids,
@@ -90,13 +95,18 @@ def kernel_output(kernel: IntegerKernel, values: Mapping[str, Any], params: Mapp
         count = 1
         for d in kernel.dims:
             count *= source.shape[d]
-        total = jnp.sum(_levels(source, input_scale), axis=kernel.dims, keepdims=values[kernel.producer].ndim == source.ndim)
+        total = jnp.sum(
+            _levels(source, input_scale), axis=kernel.dims, keepdims=values[kernel.producer].ndim == source.ndim
+        )
         levels = requantize(total, input_scale / (scale * count))
     else:
         raise ValueError(f"no int8 arithmetic for kernel kind {kernel.kind!r}")
     low, high = float(INT8_MIN), float(INT8_MAX)
     q = levels + zero
     if kernel.clamp is not None:
-        q = jnp.clip(q, jnp.maximum(low, zero + jnp.round(kernel.clamp[0] / scale)),
-                     high if kernel.clamp[1] is None else jnp.minimum(high, zero + jnp.round(kernel.clamp[1] / scale)))
+        q = jnp.clip(
+            q,
+            jnp.maximum(low, zero + jnp.round(kernel.clamp[0] / scale)),
+            high if kernel.clamp[1] is None else jnp.minimum(high, zero + jnp.round(kernel.clamp[1] / scale)),
+        )
     return ((jnp.clip(q, low, high) - zero) * scale).astype(values[kernel.producer].dtype)

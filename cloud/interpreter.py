@@ -100,7 +100,7 @@ class JaxProgram:
     _jit_cache: Any = field(default=None, repr=False)
 
     def describe_node(self, name: str) -> str | None:
-        """"softmax_3 (aten._softmax.default) at net.py:12 (...)" for an interpreted node's name
+        """ "softmax_3 (aten._softmax.default) at net.py:12 (...)" for an interpreted node's name
         (the named scope XLA's op metadata carries), or None when no node has that name."""
         node = next((n for n in self.exported_program.graph.nodes if n.name == name and n.op == "call_function"), None)
         if node is None:
@@ -366,7 +366,11 @@ def _check_lowerable(ep) -> None:
     for node in ep.graph.nodes:
         if node.op == "call_function":
             key = op_key(node.target)
-            if key not in STRUCTURAL_OPS and node.target is not operator.getitem and not LOWERINGS.supports(node.target):
+            if (
+                key not in STRUCTURAL_OPS
+                and node.target is not operator.getitem
+                and not LOWERINGS.supports(node.target)
+            ):
                 missing[key].append(node)
         elif node.op == "get_attr" or node.op == "call_module":
             missing[f"{node.op}:{node.target}"].append(node)

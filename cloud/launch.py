@@ -60,7 +60,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def child_environment(base: dict[str, str], *, port: int, processes: int, process_id: int, devices: int) -> dict[str, str]:
+def child_environment(
+    base: dict[str, str], *, port: int, processes: int, process_id: int, devices: int
+) -> dict[str, str]:
     """The environment of process `process_id`: the job's coordinator, count and id, `devices`
     host CPU devices, and gloo for CPU collectives."""
     from tpuedge.cloud.distributed import ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID
@@ -105,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices-per-process", type=int, default=1, help="host CPU devices of each process")
     parser.add_argument("--timeout", type=float, default=None, help="stop the job after this many seconds (exit 124)")
     parser.add_argument("--all-output", action="store_true", help="show every process's output, not only process 0's")
-    parser.add_argument("--log-dir", default=None, help="where the other processes' output goes (default: a temp folder)")
+    parser.add_argument(
+        "--log-dir", default=None, help="where the other processes' output goes (default: a temp folder)"
+    )
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
@@ -113,19 +117,29 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --processes and --devices-per-process must be at least 1.", file=sys.stderr)
         return 2
     if not Path(opts.script).is_file():
-        print(f"error: the script {opts.script!r} does not exist; give the path of the training script.", file=sys.stderr)
+        print(
+            f"error: the script {opts.script!r} does not exist; give the path of the training script.", file=sys.stderr
+        )
         return 2
     log_dir = Path(opts.log_dir or tempfile.mkdtemp(prefix="tpuedge-launch-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     procs, logs = [], []
     for i in range(opts.processes):
-        env = child_environment(dict(os.environ), port=port, processes=opts.processes, process_id=i,
-                                devices=opts.devices_per_process)
+        env = child_environment(
+            dict(os.environ), port=port, processes=opts.processes, process_id=i, devices=opts.devices_per_process
+        )
         log = None if i == 0 or opts.all_output else open(log_dir / f"process{i}.log", "wb")
         logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, "-c", _BOOTSTRAP, opts.script, *opts.args], env=env,
-                                      stdout=log, stderr=subprocess.STDOUT if log else None, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _BOOTSTRAP, opts.script, *opts.args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT if log else None,
+                start_new_session=True,
+            )
+        )
 
     def forward(signum, _frame):
         for p in procs:
@@ -156,7 +170,12 @@ def main(argv: list[str] | None = None) -> int:
                 if procs[i].returncode not in (0, None) and code not in (0,):
                     tail = (log_dir / f"process{i}.log").read_text(errors="replace").strip().splitlines()[-20:]
                     if tail:
-                        print(f"--- process {i} (exit {procs[i].returncode}), last lines:", *tail, sep="\n", file=sys.stderr)
+                        print(
+                            f"--- process {i} (exit {procs[i].returncode}), last lines:",
+                            *tail,
+                            sep="\n",
+                            file=sys.stderr,
+                        )
     return code if code >= 0 else 128 - code
 
 

@@ -44,7 +44,9 @@ class LoraConfig:
         if not isinstance(self.rank, int) or self.rank < 1:
             raise UserError(f"LoraConfig(rank={self.rank!r}): the rank is a positive integer, e.g. 8 or 16.")
         if self.alpha is not None and not self.alpha > 0:
-            raise UserError(f"LoraConfig(alpha={self.alpha!r}): alpha is positive (the update is scaled by alpha / rank).")
+            raise UserError(
+                f"LoraConfig(alpha={self.alpha!r}): alpha is positive (the update is scaled by alpha / rank)."
+            )
         if not self.targets or not all(isinstance(t, str) and t.strip(".") for t in self.targets):
             raise UserError(
                 f"LoraConfig(targets={self.targets!r}): give module names or their last dotted parts, "
@@ -89,7 +91,7 @@ def target_weights(model, config: LoraConfig) -> dict[str, tuple[int, int]]:
 
 
 def _suggestions(weights: Mapping[str, tuple[int, ...]]) -> str:
-    """"q_proj, k_proj, ... (e.g. model.layers.0.self_attn.q_proj)": the 2-D weights' last parts."""
+    """ "q_proj, k_proj, ... (e.g. model.layers.0.self_attn.q_proj)": the 2-D weights' last parts."""
     matrices = [name[: -len(_WEIGHT)] for name, shape in weights.items() if len(shape) == 2]
     if not matrices:
         return "no module (the model has no 2-D weight)"

@@ -70,8 +70,13 @@ def lora_step_fn(lora: LoraProgram, tx) -> Callable:
 
         (loss, new_buffers), grads = jax.value_and_grad(loss_of, has_aux=True)(state["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-        new_state = dict(state, params=optax.apply_updates(state["params"], updates), buffers=new_buffers,
-                         opt_state=opt_state, step=state["step"] + 1)
+        new_state = dict(
+            state,
+            params=optax.apply_updates(state["params"], updates),
+            buffers=new_buffers,
+            opt_state=opt_state,
+            step=state["step"] + 1,
+        )
         return new_state, loss
 
     return step
@@ -151,7 +156,9 @@ class LoraTrainStep(TrainStep):
 
         loaded = read_safetensors(Path(path))
         current = self.state["params"]
-        wrong = sorted(set(loaded) ^ set(current)) + [n for n in current if n in loaded and loaded[n].shape != current[n].shape]
+        wrong = sorted(set(loaded) ^ set(current)) + [
+            n for n in current if n in loaded and loaded[n].shape != current[n].shape
+        ]
         if wrong:
             raise UserError(
                 f"{path} holds other adapters than this step trains ({', '.join(wrong[:4])}"
@@ -176,9 +183,12 @@ class LoraTrainStep(TrainStep):
             if weight is not None:
                 a, b = adapter_names(weight)
                 value = merge(value, adapters[a], adapters[b], self._lora.scale)
-            params[name[len(MODEL_PREFIX):]] = np.array(jax.device_get(value))
-        buffers = {n[len(MODEL_PREFIX):]: np.array(jax.device_get(self.state["buffers"][n]))
-                   for n in self._lora.program.mutated_buffers if n.startswith(MODEL_PREFIX)}
+            params[name[len(MODEL_PREFIX) :]] = np.array(jax.device_get(value))
+        buffers = {
+            n[len(MODEL_PREFIX) :]: np.array(jax.device_get(self.state["buffers"][n]))
+            for n in self._lora.program.mutated_buffers
+            if n.startswith(MODEL_PREFIX)
+        }
         return params, buffers
 
     def sync_to(self, model) -> None:
@@ -218,7 +228,9 @@ class LoraTrainStep(TrainStep):
             value = params.get(name, buffers.get(name))
             if value is not None:
                 new = torch.from_numpy(value).to(old.dtype).reshape(old.shape)
-                replaced[id(old)] = torch.nn.Parameter(new, requires_grad=False) if isinstance(old, torch.nn.Parameter) else new
+                replaced[id(old)] = (
+                    torch.nn.Parameter(new, requires_grad=False) if isinstance(old, torch.nn.Parameter) else new
+                )
                 ep.state_dict[name] = replaced[id(old)]
         for name, old in list(ep.state_dict.items()):  # a tied weight's other name
             ep.state_dict[name] = replaced.get(id(old), old)
@@ -231,14 +243,27 @@ class LoraTrainStep(TrainStep):
         if batch_size is not None and batch_size != (self.jax_program.inputs[0].shape or [None])[0]:
             return super().lower(mesh, batch_size)  # its UserError about static shapes
         state, batch = self.abstract_args(mesh)
-        base = {n: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=param_sharding(mesh, tuple(v.shape)) if mesh else None)
-                for n, v in self.base.items()}
+        base = {
+            n: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=param_sharding(mesh, tuple(v.shape)) if mesh else None)
+            for n, v in self.base.items()
+        }
         out_shardings = (jax.tree.map(lambda s: s.sharding, state), replicated(mesh)) if mesh is not None else None
         return jax.jit(self._fn, donate_argnums=0, out_shardings=out_shardings).lower(state, base, *batch)
 
 
-def lora_train_step(model, loss_fn, optimizer, flat: Sequence[Any], n_inputs: int, config: Any, *,
-                    precision: str = "f32", schedules: Sequence[Any] = (), seed: int = 0, **step_kwargs: Any) -> LoraTrainStep:
+def lora_train_step(
+    model,
+    loss_fn,
+    optimizer,
+    flat: Sequence[Any],
+    n_inputs: int,
+    config: Any,
+    *,
+    precision: str = "f32",
+    schedules: Sequence[Any] = (),
+    seed: int = 0,
+    **step_kwargs: Any,
+) -> LoraTrainStep:
     """Build the LoRA step (`train_step(..., lora=...)` calls this)."""
     if not isinstance(config, LoraConfig):
         raise UserError(
@@ -257,9 +282,17 @@ def lora_train_step(model, loss_fn, optimizer, flat: Sequence[Any], n_inputs: in
             f"LoRA targets name weights the model's forward never reads ({', '.join(unused[:3])}); "
             "adapt weights the forward uses, or drop those targets."
         )
-    lora = LoraProgram(jp, {MODEL_PREFIX + w: w for w in shapes}, config.scale, init_adapters(shapes, config.rank, seed))
+    lora = LoraProgram(
+        jp, {MODEL_PREFIX + w: w for w in shapes}, config.scale, init_adapters(shapes, config.rank, seed)
+    )
     return LoraTrainStep(
-        lora, tx, config=config, model=model, example_inputs=flat[:n_inputs], n_inputs=n_inputs, seed=seed,
+        lora,
+        tx,
+        config=config,
+        model=model,
+        example_inputs=flat[:n_inputs],
+        n_inputs=n_inputs,
+        seed=seed,
         eval_program_factory=lambda: loss_program(model, loss_fn, flat, n_inputs, training=False, precision=precision),
         **step_kwargs,
     )

@@ -73,7 +73,7 @@ class _LossOf:
 
 def _model_state(state: dict) -> dict:
     """The model's own entries of a step's params or buffers, without the "model." prefix."""
-    return {k[len(MODEL_PREFIX):]: v for k, v in state.items() if k.startswith(MODEL_PREFIX)}
+    return {k[len(MODEL_PREFIX) :]: v for k, v in state.items() if k.startswith(MODEL_PREFIX)}
 
 
 @dataclass(eq=False)  # hashed by identity, so jax.jit closes over it
@@ -105,7 +105,9 @@ class QatLossProgram:
         ranges = {p: {**buffers, **params}[RANGE_PREFIX + p] for p in self.plan.points}
         known = buffers[_KNOWN]
         hook = FakeQuantHook(self.plan, ranges, use_batch=jnp.logical_not(known), learned=self.learned, integer=integer)
-        new_model_buffers, outputs = self.model.call_transformed(model_params, model_buffers, *inputs, rng_key=rng_key, transform=hook)
+        new_model_buffers, outputs = self.model.call_transformed(
+            model_params, model_buffers, *inputs, rng_key=rng_key, transform=hook
+        )
         new_buffers = dict(buffers)
         new_buffers.update({MODEL_PREFIX + k: v for k, v in new_model_buffers.items()})
         if update and not self.learned:
@@ -118,7 +120,9 @@ class QatLossProgram:
     def start_ranges(self, *inputs) -> None:
         """Learned ranges start at these inputs' batch min/max (one eval-free forward)."""
         hook = FakeQuantHook(self.plan, {}, use_batch=True)
-        self.model.call_transformed(_model_state(self.params), _model_state(self.buffers), *inputs, rng_key=jax.random.key(0), transform=hook)
+        self.model.call_transformed(
+            _model_state(self.params), _model_state(self.buffers), *inputs, rng_key=jax.random.key(0), transform=hook
+        )
         for point, batch in hook.observed.items():
             self.params[RANGE_PREFIX + point] = batch
         self.buffers[_KNOWN] = jnp.ones((), jnp.bool_)
@@ -135,8 +139,19 @@ class QatTrainStep(TrainStep):
     `evaluate(*batch)` gives the eval-mode (loss, outputs) with int8 faked at the current ranges,
     in the int8 kernels' own arithmetic where it is known (cloud/int8_arithmetic.py)."""
 
-    def __init__(self, qat: QatLossProgram, tx, trainable, *, model, example_inputs, evaluator: QatLossProgram,
-                 target: str | None, folded_batchnorm: Sequence[tuple[str, str]] = (), **kwargs):
+    def __init__(
+        self,
+        qat: QatLossProgram,
+        tx,
+        trainable,
+        *,
+        model,
+        example_inputs,
+        evaluator: QatLossProgram,
+        target: str | None,
+        folded_batchnorm: Sequence[tuple[str, str]] = (),
+        **kwargs,
+    ):
         super().__init__(qat, tx, trainable, n_inputs=len(example_inputs), **kwargs)
         self._target = target
         self._model = model  # the user's model, or its copy with BatchNorm folded in
@@ -157,7 +172,9 @@ class QatTrainStep(TrainStep):
     def ranges(self) -> dict[str, tuple[float, float]]:
         """The trained [min, max] of every quantization point (host floats)."""
         host = jax.device_get({**self.state["buffers"], **self.state["params"]})
-        return {k[len(RANGE_PREFIX):]: (float(v[0]), float(v[1])) for k, v in host.items() if k.startswith(RANGE_PREFIX)}
+        return {
+            k[len(RANGE_PREFIX) :]: (float(v[0]), float(v[1])) for k, v in host.items() if k.startswith(RANGE_PREFIX)
+        }
 
     def quantized_outputs(self, *inputs: Any) -> list[np.ndarray]:
         """The model's outputs with int8 faked at the trained ranges (eval: no range update)."""
@@ -181,8 +198,9 @@ class QatTrainStep(TrainStep):
     def sync_to(self, model) -> None:
         import torch
 
-        if self.folded_batchnorm and not all(isinstance(model.get_submodule(bn), torch.nn.Identity)
-                                             for _, bn in self.folded_batchnorm):
+        if self.folded_batchnorm and not all(
+            isinstance(model.get_submodule(bn), torch.nn.Identity) for _, bn in self.folded_batchnorm
+        ):
             raise UserError(
                 "This QAT step trained the model with its BatchNorm folded into the convolutions before them "
                 f"({', '.join(f'{bn} into {conv}' for conv, bn in self.folded_batchnorm)}), as the int8 graph holds "
@@ -200,7 +218,11 @@ class QatTrainStep(TrainStep):
         if not bool(jax.device_get(self.state["buffers"][_KNOWN])):
             raise UserError("No training step has run yet: train the step before taking its program().")
         model = self.trained_module()
-        inputs = self._example_inputs if batch_size is None else tuple(x[:1].expand(batch_size, *x.shape[1:]) for x in self._example_inputs)
+        inputs = (
+            self._example_inputs
+            if batch_size is None
+            else tuple(x[:1].expand(batch_size, *x.shape[1:]) for x in self._example_inputs)
+        )
         program = _rewritten(export(model.eval(), inputs, name=type(model).__name__.lower()), self._target)
         points = quant_points(program)
         if points.points != self._evaluator.plan.points:
@@ -213,7 +235,12 @@ class QatTrainStep(TrainStep):
 
 
 def qat_train_step(
-    model, loss_fn: Callable, make_optax: Callable, inputs: Sequence[Any], targets: Sequence[Any], config: "QatConfig",
+    model,
+    loss_fn: Callable,
+    make_optax: Callable,
+    inputs: Sequence[Any],
+    targets: Sequence[Any],
+    config: "QatConfig",
     **step_kwargs: Any,
 ) -> QatTrainStep:
     """Build the QAT step (`train_step(..., quantize="int8")` calls this). `make_optax(param
@@ -222,6 +249,7 @@ def qat_train_step(
 
     from tpuedge.cloud.qat_batchnorm import conv_batchnorm_pairs, fold_batchnorm
     from tpuedge.shared_ir.capture import export
+
     name = type(model).__name__.lower()
     user_params = dict(model.named_parameters())
     names_by_param = {id(p): MODEL_PREFIX + n for n, p in user_params.items()}
@@ -229,7 +257,9 @@ def qat_train_step(
     pairs = conv_batchnorm_pairs(eval_capture)
     if pairs:  # train the convolutions as the int8 graph holds them: BatchNorm folded in (a new capture)
         model, aliases = fold_batchnorm(model, pairs)
-        names_by_param.update({id(user_params[old]): MODEL_PREFIX + new for new, old in aliases.items() if old in user_params})
+        names_by_param.update(
+            {id(user_params[old]): MODEL_PREFIX + new for new, old in aliases.items() if old in user_params}
+        )
         eval_capture = export(model, tuple(inputs), training=False, name=name)
     train_program = _rewritten(export(model, tuple(inputs), training=True, name=name + "_train"), config.target)
     eval_program = _rewritten(eval_capture, config.target)
@@ -261,8 +291,17 @@ def qat_train_step(
             lambda tree: {n: "ranges" if n.startswith(RANGE_PREFIX) else "model" for n in tree},
         )
         trainable = trainable + ranges
-    return QatTrainStep(qat, tx, trainable, model=model, example_inputs=inputs, evaluator=evaluator,
-                        target=config.target, folded_batchnorm=pairs, **step_kwargs)
+    return QatTrainStep(
+        qat,
+        tx,
+        trainable,
+        model=model,
+        example_inputs=inputs,
+        evaluator=evaluator,
+        target=config.target,
+        folded_batchnorm=pairs,
+        **step_kwargs,
+    )
 
 
 def _rewritten(program, target: str | None):
@@ -272,7 +311,6 @@ def _rewritten(program, target: str | None):
 
     rewrite = get_target(target).capability().rewrite if target else None
     return Program(rewrite(program.exported_program), name=program.name) if rewrite else program
-
 
 
 @dataclass(frozen=True)
@@ -298,7 +336,7 @@ class QatConfig:
         if not 0.0 <= self.ema_decay < 1.0:
             raise UserError(f"ema_decay must be in [0, 1), got {self.ema_decay}.")
         if self.ranges not in ("ema", "learned"):
-            raise UserError(f"QatConfig(ranges={self.ranges!r}): choose \"ema\" or \"learned\".")
+            raise UserError(f'QatConfig(ranges={self.ranges!r}): choose "ema" or "learned".')
         if self.range_lr <= 0:
             raise UserError(f"range_lr must be positive, got {self.range_lr}.")
 
@@ -308,7 +346,9 @@ def qat_config(quantize: Any, precision: str) -> QatConfig:
     from tpuedge.quantize.config import QuantConfig
 
     if precision != "f32":
-        raise UserError("quantize='int8' training runs in f32 (fake int8 over bf16 would not be the edge int8); drop precision=.")
+        raise UserError(
+            "quantize='int8' training runs in f32 (fake int8 over bf16 would not be the edge int8); drop precision=."
+        )
     if isinstance(quantize, QatConfig):
         return quantize
     config = QuantConfig(scheme="int8") if quantize == "int8" else quantize

@@ -19,8 +19,17 @@ from tpuedge.shared_ir.errors import InternalError
 __all__ = ["write_safetensors", "read_safetensors"]
 
 _ST_DTYPES = {
-    "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64", "int32": "I32",
-    "int16": "I16", "int8": "I8", "uint8": "U8", "uint32": "U32", "bool": "BOOL",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "float64": "F64",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "uint32": "U32",
+    "bool": "BOOL",
 }
 _ST_NUMPY = {v: k for k, v in _ST_DTYPES.items()}
 

@@ -66,7 +66,11 @@ def _closed_form(sched, base: float, group: dict) -> tuple[Schedule, Schedule | 
     if name == "MultiStepLR":
         marks = jnp.asarray(sorted(sched.milestones.elements()), jnp.int32)
         gamma = float(sched.gamma)
-        return (lambda e: base * jnp.float32(gamma) ** jnp.searchsorted(marks, e, side="right").astype(jnp.float32)), None, None
+        return (
+            (lambda e: base * jnp.float32(gamma) ** jnp.searchsorted(marks, e, side="right").astype(jnp.float32)),
+            None,
+            None,
+        )
     if name == "ConstantLR":
         factor, total = float(sched.factor), int(sched.total_iters)
         return (lambda e: jnp.where(e >= total, jnp.float32(base), jnp.float32(base * factor))), None, None
@@ -132,7 +136,9 @@ def torch_schedules(scheduler: Any, optimizer: Any) -> list[GroupSchedule]:
     if scheduler is None:
         return []
     if not hasattr(scheduler, "optimizer") or not hasattr(scheduler, "last_epoch"):
-        raise UserError(f"scheduler must be a torch.optim.lr_scheduler scheduler; got {type(scheduler).__name__}. {_unsupported(scheduler)}")
+        raise UserError(
+            f"scheduler must be a torch.optim.lr_scheduler scheduler; got {type(scheduler).__name__}. {_unsupported(scheduler)}"
+        )
     if not hasattr(optimizer, "param_groups"):
         raise UserError(
             "scheduler= maps a torch scheduler onto the torch optimizer it drives; with an optax transform, "

@@ -119,11 +119,31 @@ class CloudTpuTarget(Target):
                 str,
                 DEFAULT_TOPOLOGY,
             ),
-            BuildOption("batch", "rebind the batch dimension (dim 0 of every input) to N; a language model: the batch of "
-                        "sequences its TPU memory plan is compiled at (default 8)", int, None),
-            BuildOption("train_step", "also compile an AdamW training step in training mode (BatchNorm batch statistics, dropout on), sharded over the topology (see --sharding)", bool, False),
-            BuildOption("loss", "loss of the --train-step compile (auto: cross-entropy for [batch, classes] logits, else MSE)", _LOSSES, "auto"),
-            BuildOption("sharding", "--train-step parallelism: data (params replicated) or fsdp (params and AdamW state sharded)", _SHARDINGS, "data"),
+            BuildOption(
+                "batch",
+                "rebind the batch dimension (dim 0 of every input) to N; a language model: the batch of "
+                "sequences its TPU memory plan is compiled at (default 8)",
+                int,
+                None,
+            ),
+            BuildOption(
+                "train_step",
+                "also compile an AdamW training step in training mode (BatchNorm batch statistics, dropout on), sharded over the topology (see --sharding)",
+                bool,
+                False,
+            ),
+            BuildOption(
+                "loss",
+                "loss of the --train-step compile (auto: cross-entropy for [batch, classes] logits, else MSE)",
+                _LOSSES,
+                "auto",
+            ),
+            BuildOption(
+                "sharding",
+                "--train-step parallelism: data (params replicated) or fsdp (params and AdamW state sharded)",
+                _SHARDINGS,
+                "data",
+            ),
             *capture_build_options(),
             shared["min_top1"],
             perplexity_build_option(),
@@ -161,8 +181,10 @@ class CloudTpuTarget(Target):
         given = self.options_except(options, _SINGLE_ONLY, "a language model")
         captured = sorted(k for k in _CAPTURE if given.pop(k, None) is not None)
         if captured:
-            raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
-                            f"{program_bundle.name} is captured already; give it with the model, not to its build.")
+            raise UserError(
+                f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
+                f"{program_bundle.name} is captured already; give it with the model, not to its build."
+            )
         choice = parse_topology(given.pop("topology", None) or DEFAULT_TOPOLOGY)
         return CloudDecoderLowered.create(program_bundle, topology=choice, **given)
 
@@ -173,10 +195,11 @@ class CloudTpuTarget(Target):
         path = Path(path)
         manifest = read_manifest(path)
         if manifest.get("target") != self.name:
-            raise UserError(f"{path} holds a {manifest.get('target')!r} build, not cloud-tpu; open it with tpuedge.load.")
+            raise UserError(
+                f"{path} holds a {manifest.get('target')!r} build, not cloud-tpu; open it with tpuedge.load."
+            )
         if "decoder" in manifest:
             from tpuedge.cloud.generative.decoder_artifact import CloudDecoderArtifact
 
             return CloudDecoderArtifact(path, manifest)
         return CloudArtifact(path, manifest)
-

@@ -40,10 +40,42 @@ class TpuChip:
 
 
 CHIPS: dict[str, TpuChip] = {
-    "v4": TpuChip("v4", "TPU v4", 275e12, 32 * _GIB, 1200e9, "v4:2x2x1", 3, ("v4:2x2x1",), "https://cloud.google.com/tpu/docs/v4"),
-    "v5e": TpuChip("v5e", "TPU v5 lite", 197e12, 16 * _GIB, 819e9, "v5e:2x2", 2, ("v5e:2x2", "v5e:2x4"), "https://cloud.google.com/tpu/docs/v5e"),
-    "v5p": TpuChip("v5p", "TPU v5", 459e12, 95 * _GIB, 2765e9, "v5p:2x2x1", 3, ("v5p:2x2x1",), "https://cloud.google.com/tpu/docs/v5p"),
-    "v6e": TpuChip("v6e", "TPU v6 lite", 918e12, 32 * _GIB, 1640e9, "v6e:2x2", 2, ("v6e:2x2",), "https://cloud.google.com/tpu/docs/v6e"),
+    "v4": TpuChip(
+        "v4", "TPU v4", 275e12, 32 * _GIB, 1200e9, "v4:2x2x1", 3, ("v4:2x2x1",), "https://cloud.google.com/tpu/docs/v4"
+    ),
+    "v5e": TpuChip(
+        "v5e",
+        "TPU v5 lite",
+        197e12,
+        16 * _GIB,
+        819e9,
+        "v5e:2x2",
+        2,
+        ("v5e:2x2", "v5e:2x4"),
+        "https://cloud.google.com/tpu/docs/v5e",
+    ),
+    "v5p": TpuChip(
+        "v5p",
+        "TPU v5",
+        459e12,
+        95 * _GIB,
+        2765e9,
+        "v5p:2x2x1",
+        3,
+        ("v5p:2x2x1",),
+        "https://cloud.google.com/tpu/docs/v5p",
+    ),
+    "v6e": TpuChip(
+        "v6e",
+        "TPU v6 lite",
+        918e12,
+        32 * _GIB,
+        1640e9,
+        "v6e:2x2",
+        2,
+        ("v6e:2x2",),
+        "https://cloud.google.com/tpu/docs/v6e",
+    ),
 }
 
 

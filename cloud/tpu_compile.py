@@ -53,7 +53,14 @@ __all__ = [
 ]
 
 LIBTPU_SWITCH = "TPUEDGE_LIBTPU"
-COLLECTIVE_OPCODES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast")
+COLLECTIVE_OPCODES = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+)
 # An HLO instruction's opcode follows its result shape: "... = f32[4]{0} all-reduce(...)".
 _COLLECTIVE_RE = re.compile(r"\s(" + "|".join(COLLECTIVE_OPCODES) + r")(-start)?\(")
 _DEVICES: dict[str, list] = {}
@@ -197,7 +204,9 @@ def compiler_error(topology: str, text: str, jax_program: Any = None) -> UserErr
     node and source line of the op it names (when `jax_program` knows the node), and what to do.
     INTERNAL is the compiler failing in its own passes, which no model change is known to need."""
     first = text.strip().splitlines()[0][:400]
-    scopes = [scope for op_name in _OP_NAME.findall(text) for scope in op_name.split("/")] if jax_program is not None else []
+    scopes = (
+        [scope for op_name in _OP_NAME.findall(text) for scope in op_name.split("/")] if jax_program is not None else []
+    )
     where = next(filter(None, map(jax_program.describe_node, scopes)), None) if scopes else None
     at = f" The op it stopped at comes from IR node {where}." if where else ""
     if first.startswith("INTERNAL"):
@@ -229,7 +238,11 @@ def _analysis(target: CompileTarget, compiled) -> dict[str, Any]:
         "generated_code_bytes": int(memory.generated_code_size_in_bytes),
     }
     hbm["total_bytes"] = (
-        hbm["argument_bytes"] + hbm["output_bytes"] - hbm["alias_bytes"] + hbm["temp_bytes"] + hbm["generated_code_bytes"]
+        hbm["argument_bytes"]
+        + hbm["output_bytes"]
+        - hbm["alias_bytes"]
+        + hbm["temp_bytes"]
+        + hbm["generated_code_bytes"]
     )
     device_hbm = chip.hbm_bytes / target.per_chip
     hbm["fraction_of_device_hbm"] = hbm["total_bytes"] / device_hbm
@@ -322,7 +335,9 @@ def _loss_and_targets(program, loss: str) -> tuple[str, Callable, list]:
     if loss == "cross_entropy":
         if not classifier:
             shapes = ", ".join(s.describe() for s in outputs)
-            raise UserError(f"--loss cross_entropy needs one [batch, classes] logits output, the model gives {shapes}; use --loss mse.")
+            raise UserError(
+                f"--loss cross_entropy needs one [batch, classes] logits output, the model gives {shapes}; use --loss mse."
+            )
         labels = torch.from_numpy(rng.integers(0, outputs[0].shape[1], size=(batch,)))
         return loss, F.cross_entropy, [labels]
 
@@ -374,7 +389,10 @@ def compile_step_for_topology(step, topology: str = "v5e:2x2", sharding: str = "
     target = CompileTarget(parse_topology(topology))
     batch = step.jax_program.inputs[0].shape[0] if step.jax_program.inputs else None
     mesh, info = _mesh_for_batch(target, batch, sharding)
-    return {**target.describe(), "programs": {"train_step": {**info, **compile_on_topology(target, lambda: step.lower(mesh), step.jax_program)}}}
+    return {
+        **target.describe(),
+        "programs": {"train_step": {**info, **compile_on_topology(target, lambda: step.lower(mesh), step.jax_program)}},
+    }
 
 
 @contextlib.contextmanager

@@ -22,7 +22,10 @@ def tpu_report(lowered, export) -> tuple[dict | None, dict]:
         status.update(loss=lowered.loss, sharding=lowered.sharding)
     reason = tpu_compile.libtpu_unavailable_reason()
     if reason:
-        print(f"tpuedge: no TPU compile for {choice.name} ({reason}); the portable artifacts are still written.", file=sys.stderr)
+        print(
+            f"tpuedge: no TPU compile for {choice.name} ({reason}); the portable artifacts are still written.",
+            file=sys.stderr,
+        )
         return None, {**status, "status": f"skipped: {reason}"}
     target = tpu_compile.CompileTarget(choice)
     batch = lowered.batch_info["size"]

@@ -56,6 +56,7 @@ __all__ = [
 
 MODEL_PREFIX = "model."
 
+
 # ---- pure functions ----------------------------------------------------------------------------
 def init_train_state(jax_program: JaxProgram, tx, trainable: Sequence[str], seed: int = 0) -> dict[str, Any]:
     """{"params", "buffers", "opt_state", "step", "rng"}: what one step consumes and returns."""
@@ -326,4 +327,3 @@ class TrainStep(Checkpointing):
         if mesh is not None:
             out_shardings = (jax.tree.map(lambda s: s.sharding, state), replicated(mesh))
         return jax.jit(self._fn, donate_argnums=0, out_shardings=out_shardings).lower(state, *batch)
-

@@ -74,7 +74,9 @@ def train_step(
     return step
 
 
-def _build(model, loss_fn, optimizer, example_batch, mesh, n_inputs, seed, scheduler, precision, quantize, lora) -> TrainStep:
+def _build(
+    model, loss_fn, optimizer, example_batch, mesh, n_inputs, seed, scheduler, precision, quantize, lora
+) -> TrainStep:
     flat, n = split_batch(example_batch, n_inputs)
     flat = distributed.global_example(flat)
     schedules = torch_schedules(scheduler, optimizer)
@@ -88,13 +90,22 @@ def _build(model, loss_fn, optimizer, example_batch, mesh, n_inputs, seed, sched
             )
         from tpuedge.cloud.lora_step import lora_train_step
 
-        return lora_train_step(model, loss_fn, optimizer, flat, n, lora, precision=precision, schedules=schedules, **common)
+        return lora_train_step(
+            model, loss_fn, optimizer, flat, n, lora, precision=precision, schedules=schedules, **common
+        )
     if quantize is not None:
         from tpuedge.cloud.qat import qat_config, qat_train_step
 
         config = qat_config(quantize, precision)
-        return qat_train_step(model, loss_fn, lambda params, names: to_optax(optimizer, names, params, schedules),
-                              flat[:n], flat[n:], config, **common)
+        return qat_train_step(
+            model,
+            loss_fn,
+            lambda params, names: to_optax(optimizer, names, params, schedules),
+            flat[:n],
+            flat[n:],
+            config,
+            **common,
+        )
     program = loss_program(model, loss_fn, flat, n, precision=precision)
     jp = to_jax(program)
     if len(jp.outputs) != 1:
@@ -102,7 +113,10 @@ def _build(model, loss_fn, optimizer, example_batch, mesh, n_inputs, seed, sched
     names_by_param = {id(p): MODEL_PREFIX + name for name, p in model.named_parameters()}
     tx, trainable = to_optax(optimizer, names_by_param, list(jp.params), schedules)
     return TrainStep(
-        jp, tx, trainable, n_inputs=n,
+        jp,
+        tx,
+        trainable,
+        n_inputs=n,
         eval_program_factory=lambda: loss_program(model, loss_fn, flat, n, training=False, precision=precision),
         **common,
     )

@@ -64,7 +64,9 @@ def ModelWithLoss(model, loss_fn, n_inputs: int = 1, return_outputs: bool = Fals
     """The module train_step captures: `forward(*batch) -> loss_fn(model(*inputs), *targets)`
     (a class factory, to keep torch out of this module's import)."""
     if precision not in PRECISIONS:
-        raise UserError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)} (bf16: bf16 compute, f32 weights and optimizer state).")
+        raise UserError(
+            f"precision={precision!r} is not one of {', '.join(PRECISIONS)} (bf16: bf16 compute, f32 weights and optimizer state)."
+        )
     return _model_with_loss_class()(model, loss_fn, n_inputs, return_outputs, precision)
 
 
@@ -86,7 +88,13 @@ def split_batch(batch: Sequence[Any], n_inputs: int | None) -> tuple[tuple, int]
 
 
 def loss_program(
-    model, loss_fn, example_batch: Sequence[Any], n_inputs: int | None = None, *, training: bool = True, precision: str = "f32"
+    model,
+    loss_fn,
+    example_batch: Sequence[Any],
+    n_inputs: int | None = None,
+    *,
+    training: bool = True,
+    precision: str = "f32",
 ):
     """Capture model+loss into the shared IR: a Program whose one output is the scalar loss
     (`training=False` gives the eval program, outputs (loss, model outputs...)). `precision="bf16"`

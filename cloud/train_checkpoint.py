@@ -89,7 +89,10 @@ class Checkpointing:
     def _watch_for_preemption(self) -> None:
         if jax.process_count() > 1:
             return  # JAX's preemption service already takes SIGTERM in every process of the job
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+            signal.SIG_DFL,
+            None,
+        ):
             _sigterm.clear()
             signal.signal(signal.SIGTERM, _on_sigterm)
 
@@ -107,7 +110,11 @@ class Checkpointing:
         if self._checkpoints is not None:
             self.save(self._checkpoints.directory, wait=True)
             if jax.process_index() == 0:
-                print(f"tpuedge: preempted (SIGTERM); step {self._host_steps} saved to {self._checkpoints.directory}; "
-                      "run again with train_step(..., resume=that folder) to go on.", file=sys.stderr, flush=True)
+                print(
+                    f"tpuedge: preempted (SIGTERM); step {self._host_steps} saved to {self._checkpoints.directory}; "
+                    "run again with train_step(..., resume=that folder) to go on.",
+                    file=sys.stderr,
+                    flush=True,
+                )
             raise SystemExit(0)
         raise SystemExit(128 + signal.SIGTERM)  # nothing to save to: end as SIGTERM would have

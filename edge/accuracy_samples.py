@@ -14,7 +14,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["AccuracySamples", "split_calibration", "HOLD_OUT_FRACTION", "MIN_HELD_OUT", "EVAL", "HELD_OUT", "RANDOM", "CALIBRATION", "UNCALIBRATED"]
+__all__ = [
+    "AccuracySamples",
+    "split_calibration",
+    "HOLD_OUT_FRACTION",
+    "MIN_HELD_OUT",
+    "EVAL",
+    "HELD_OUT",
+    "RANDOM",
+    "CALIBRATION",
+    "UNCALIBRATED",
+]
 
 HOLD_OUT_FRACTION = 0.25
 MIN_HELD_OUT = 8

@@ -18,8 +18,9 @@ from tpuedge.quantize.range_estimation import Histogram, estimate_range
 __all__ = ["estimated_calibrations"]
 
 
-def estimated_calibrations(float_tflite: bytes, samples: list[dict], min_max: dict, methods: tuple[str, ...],
-                           keep: set[str]) -> dict[str, dict]:
+def estimated_calibrations(
+    float_tflite: bytes, samples: list[dict], min_max: dict, methods: tuple[str, ...], keep: set[str]
+) -> dict[str, dict]:
     """method -> a copy of `min_max` (ai-edge-quantizer's calibration of `float_tflite` on
     `samples`) with each per-tensor activation range replaced by `method`'s estimate. Tensors
     named in `keep` (the model's outputs) and per-channel entries keep min/max."""
@@ -47,6 +48,10 @@ def estimated_calibrations(float_tflite: bytes, samples: list[dict], min_max: di
         for name, (_, histogram) in histograms.items():
             low, high = estimate_range(histogram, method)
             shape = np.shape(min_max[name]["min"])
-            calibration[name] = {**min_max[name], "min": np.full(shape, low, np.float32), "max": np.full(shape, high, np.float32)}
+            calibration[name] = {
+                **min_max[name],
+                "min": np.full(shape, low, np.float32),
+                "max": np.full(shape, high, np.float32),
+            }
         result[method] = calibration
     return result

@@ -31,8 +31,15 @@ LATENCY_SECONDS = 2.0  # spent timing all candidates together
 
 
 def build_auto(
-    program: "Program", config: "QuantConfig", calibration, accuracy: "AccuracySamples", reference, labels,
-    budget: "AccuracyBudget", *, target: str = "android",
+    program: "Program",
+    config: "QuantConfig",
+    calibration,
+    accuracy: "AccuracySamples",
+    reference,
+    labels,
+    budget: "AccuracyBudget",
+    *,
+    target: str = "android",
 ) -> tuple["ConvertedModel", dict, dict, list[list[np.ndarray]]]:
     """(chosen model, recipe["auto"] entry, its accuracy_budget entry, its outputs on the samples).
     BudgetError (nothing written) when no candidate meets the budget and it may not be written below."""
@@ -65,41 +72,67 @@ def build_auto(
             # (quantize/config.py: rank_points and group_by_kind say why)
             try:
                 with timed(f"auto: {scheme} candidate"):
-                    converted = convert_for_android(program, config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
-                                                    calibration if scheme in searched else None, **searched.get(scheme, {}))
+                    converted = convert_for_android(
+                        program,
+                        config.replace(scheme=scheme, rank_points=False, group_by_kind=True),
+                        calibration if scheme in searched else None,
+                        **searched.get(scheme, {}),
+                    )
             except QuantizerRefusal as exc:  # the quantizer can't take this scheme's way: not a candidate
                 not_quantized[scheme] = exc.reason
                 continue
             try:
                 with timed("auto: candidates' accuracy runs (LiteRT)"):
                     runner = LiteRTRunner(converted.tflite)
-                    outputs[scheme] = rollout_or_samples(lambda *s: runner.run(tflite_layout_inputs(list(s), config.channels_last)),
-                                                         accuracy.samples, budget.rollout)
+                    outputs[scheme] = rollout_or_samples(
+                        lambda *s: runner.run(tflite_layout_inputs(list(s), config.channels_last)),
+                        accuracy.samples,
+                        budget.rollout,
+                    )
             except ModelRunError as exc:  # an int8 kernel refused these values: not a candidate
                 refused[scheme] = str(exc)
                 continue
-            results[scheme] = check_budget(budget, reference, outputs[scheme], labels=labels,
-                                           inputs=budget_inputs(accuracy.kind, budget.rollout, len(samples)))
+            results[scheme] = check_budget(
+                budget,
+                reference,
+                outputs[scheme],
+                labels=labels,
+                inputs=budget_inputs(accuracy.kind, budget.rollout, len(samples)),
+            )
             built[scheme] = converted
         step("latency")
         files = {scheme: c.tflite for scheme, c in built.items()}
         with timed("auto: candidates' latency (LiteRT)"):
             latency = cached_stage(  # timed once per set of candidate models (see the module docstring)
-                "auto_latency", {"models": {s: hashlib.sha256(b).hexdigest() for s, b in files.items()}, "seconds": LATENCY_SECONDS},
-                lambda: median_latency_ms(files, samples[0], LATENCY_SECONDS), encode=encode_json, decode=decode_json,
+                "auto_latency",
+                {"models": {s: hashlib.sha256(b).hexdigest() for s, b in files.items()}, "seconds": LATENCY_SECONDS},
+                lambda: median_latency_ms(files, samples[0], LATENCY_SECONDS),
+                encode=encode_json,
+                decode=decode_json,
             )
     candidates = [
         AutoCandidate(
-            scheme, len(files[scheme]), float(latency[scheme]), r.passed, r.sample_cosine, r.top1, tuple(r.failures),
+            scheme,
+            len(files[scheme]),
+            float(latency[scheme]),
+            r.passed,
+            r.sample_cosine,
+            r.top1,
+            tuple(r.failures),
             _detail(built[scheme].recipe),
         )
         for scheme, r in results.items()
     ]
     chosen = choose_recipe(candidates)
     written_below = chosen is None
-    refused_lines = ["LiteRT refused to run:", *(f"  {scheme}: {why}" for scheme, why in refused.items())] if refused else []
+    refused_lines = (
+        ["LiteRT refused to run:", *(f"  {scheme}: {why}" for scheme, why in refused.items())] if refused else []
+    )
     if not_quantized:
-        refused_lines += ["ai-edge-quantizer could not make:", *(f"  {scheme}: {why}" for scheme, why in not_quantized.items())]
+        refused_lines += [
+            "ai-edge-quantizer could not make:",
+            *(f"  {scheme}: {why}" for scheme, why in not_quantized.items()),
+        ]
     if chosen is None:
         if not budget.allow_below or not candidates:
             table = auto_table(candidates, None) if candidates else []
@@ -113,7 +146,12 @@ def build_auto(
         entry["refused_by_litert"] = refused
     if not_quantized:
         entry["not_quantized"] = not_quantized
-    return built[chosen.scheme], entry, results[chosen.scheme].to_json(written_below=written_below), outputs[chosen.scheme]
+    return (
+        built[chosen.scheme],
+        entry,
+        results[chosen.scheme].to_json(written_below=written_below),
+        outputs[chosen.scheme],
+    )
 
 
 def _detail(recipe: dict) -> str:
@@ -125,19 +163,26 @@ def _detail(recipe: dict) -> str:
     groups = [o for o in kept if o.get("kind") not in ("every_op", "ranked_weights")]
     every = {o["precision"] for o in kept if o.get("kind") == "every_op"}
     weights = [o for o in kept if o.get("kind") == "ranked_weights"]
-    parts = ([f"{len(groups)} op group(s) kept at int16/float"] if groups else []) + (
-        ["every activation at 16 bits"] if "int16" in every else []) + (["every op in float (weights int8)"] if "float" in every else []) + (
-        [f"{len(weights)} weight tensor(s) in float32"] if weights else [])
+    parts = (
+        ([f"{len(groups)} op group(s) kept at int16/float"] if groups else [])
+        + (["every activation at 16 bits"] if "int16" in every else [])
+        + (["every op in float (weights int8)"] if "float" in every else [])
+        + ([f"{len(weights)} weight tensor(s) in float32"] if weights else [])
+    )
     return ", ".join(parts) or "every op int8"
 
 
 def _auto_budget_error(name: str, target: str, budget, accuracy, table: list[str]) -> BudgetError:
-    return BudgetError("\n".join([
-        f"{name}: no recipe --quantize auto tried meets the accuracy budget ({budget.describe()}), so nothing was "
-        "written and the output folder is as it was.",
-        f"Measured with LiteRT on {accuracy.describe()}, against the float IR:",
-        *table,
-        "Try: more or more representative --calibration data or --eval data closer to real use, a lower --min-cosine "
-        "if this error is acceptable, or --allow-below-budget to write the most accurate one anyway (marked below "
-        "budget in its manifest).",
-    ]))
+    return BudgetError(
+        "\n".join(
+            [
+                f"{name}: no recipe --quantize auto tried meets the accuracy budget ({budget.describe()}), so nothing was "
+                "written and the output folder is as it was.",
+                f"Measured with LiteRT on {accuracy.describe()}, against the float IR:",
+                *table,
+                "Try: more or more representative --calibration data or --eval data closer to real use, a lower --min-cosine "
+                "if this error is acceptable, or --allow-below-budget to write the most accurate one anyway (marked below "
+                "budget in its manifest).",
+            ]
+        )
+    )

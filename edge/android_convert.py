@@ -33,7 +33,9 @@ def convert_for_android(program: "Program", config, calibration, **options: Any)
     converted = program_to_tflite(program, config, calibration, target="android", **options)
     recipe = {**converted.recipe, "ir_rewrites": rewrites} if rewrites else converted.recipe
     # a float build writes float_tflite's model as it is (names unique scopes, renamed in place)
-    tflite = shorten_tensor_names(converted.tflite, ScopeNames(program.exported_program), unique=config.scheme == "none")
+    tflite = shorten_tensor_names(
+        converted.tflite, ScopeNames(program.exported_program), unique=config.scheme == "none"
+    )
     if config.scheme != "none" and tflite is converted.tflite:  # as the quantizer wrote it: not compacted yet
         tflite = tflite_file.compact_model(tflite)
     return dataclasses.replace(converted, tflite=tflite, recipe=recipe)
@@ -46,7 +48,9 @@ def android_rewrites(program: "Program", config) -> tuple["Program", list[dict]]
     without float ops (--strict-int8, or no float islands), whose layers are written out in int8
     ops (`int8_rewrites`), and dynamic-int8, whose written-out layers run LiteRT's hybrid
     FULLY_CONNECTED kernels (Resemblyzer: 8.2 ms per invoke, 20.5 ms fused in float)."""
-    integer_compute = config.scheme == "dynamic-int8" or (config.scheme == "int8" and (config.strict_int8 or not config.float_islands))
+    integer_compute = config.scheme == "dynamic-int8" or (
+        config.scheme == "int8" and (config.strict_int8 or not config.float_islands)
+    )
     if integer_compute or "aten.lstm.input" not in program.op_histogram:  # (its module registers a torch op: 25 ms)
         return program, []
     from tpuedge.edge.sequence_lstm import FuseSequenceLSTM

@@ -27,8 +27,17 @@ __all__ = ["AndroidTarget", "AndroidLowered"]
 _CAPTURE = ("prefill_lengths", "cache_length", "buckets")
 _LM_BUILD = ("max_perplexity_increase", "embedding_bits", "bundle")
 _LM_ONLY = (*_CAPTURE, *_LM_BUILD)
-_SINGLE_ONLY = ("calibration", "strict_int8", "io_dtype", "channels_last", "per_channel", "min_cosine", "max_drop",
-                "budget_outputs", "rollout")
+_SINGLE_ONLY = (
+    "calibration",
+    "strict_int8",
+    "io_dtype",
+    "channels_last",
+    "per_channel",
+    "min_cosine",
+    "max_drop",
+    "budget_outputs",
+    "rollout",
+)
 # a bucket build quantizes without calibration (fp16, dynamic-int8): the static int8 options don't apply
 _BUCKETS_REFUSE = ("calibration", "strict_int8", "io_dtype", "channels_last", "max_drop", "budget_outputs", "rollout")
 
@@ -58,15 +67,22 @@ class AndroidTarget(Target):
         from tpuedge.shared_ir.generative.capture import capture_build_options
 
         return [
-            BuildOption("quantize", "quantization scheme (a language model's: none, weight-only-int8, dynamic-int8, "
-                        "int4-block128, int4-block32, auto)", tuple(dict.fromkeys((*SCHEMES, *LM_SCHEMES))), DEFAULT_SCHEME),
+            BuildOption(
+                "quantize",
+                "quantization scheme (a language model's: none, weight-only-int8, dynamic-int8, "
+                "int4-block128, int4-block32, auto)",
+                tuple(dict.fromkeys((*SCHEMES, *LM_SCHEMES))),
+                DEFAULT_SCHEME,
+            ),
             BuildOption(
                 "calibration",
                 "calibration data: .npz keyed by input name, .npy, a folder of those, or module:function",
                 str,
                 None,
             ),
-            BuildOption("strict_int8", "every op int8 (no int16/float islands); reports the accuracy cost", bool, False),
+            BuildOption(
+                "strict_int8", "every op int8 (no int16/float islands); reports the accuracy cost", bool, False
+            ),
             BuildOption("io_dtype", IO_DTYPE_HELP, tuple(IO_DTYPES), "float32"),
             BuildOption("channels_last", "NHWC image inputs (no TRANSPOSE in the model)", bool, False),
             BuildOption("per_channel", "per-channel int8 weight scales (else per-tensor)", bool, True),
@@ -80,9 +96,16 @@ class AndroidTarget(Target):
             *budget_build_options(),
             *capture_build_options(),
             perplexity_build_option(),
-            BuildOption("embedding_bits", "a quantized language model's token embedding table at 8 or 4 bits", int, None),
-            BuildOption("bundle", "also write a language model as this bundle: litertlm (model, tokenizer, BOS/EOS, chat "
-                        "template, for the LiteRT-LM runtime)", ("none", "litertlm"), "none"),
+            BuildOption(
+                "embedding_bits", "a quantized language model's token embedding table at 8 or 4 bits", int, None
+            ),
+            BuildOption(
+                "bundle",
+                "also write a language model as this bundle: litertlm (model, tokenizer, BOS/EOS, chat "
+                "template, for the LiteRT-LM runtime)",
+                ("none", "litertlm"),
+                "none",
+            ),
         ]
 
     def lower(self, program: "Program", **options: Any) -> "AndroidLowered":
@@ -101,8 +124,10 @@ class AndroidTarget(Target):
         given = self.options_except(options, _SINGLE_ONLY, "a language model")
         captured = sorted(k for k in _CAPTURE if given.pop(k, None) is not None)
         if captured:
-            raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
-                            f"{program_bundle.name} is captured already; give it with the model, not to its build.")
+            raise UserError(
+                f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
+                f"{program_bundle.name} is captured already; give it with the model, not to its build."
+            )
         return AndroidDecoderLowered.create(program_bundle, **given)
 
     def load_artifact(self, path: Any):
@@ -120,7 +145,14 @@ def _integer_request(config) -> str:
     """What asked for static int8, in the user's flags."""
     if config.scheme == "int8":
         return "--quantize int8"
-    flags = [f for f, on in (("--strict-int8", config.strict_int8), (f"--io-dtype {config.io_dtype}", config.io_dtype != "float32")) if on]
+    flags = [
+        f
+        for f, on in (
+            ("--strict-int8", config.strict_int8),
+            (f"--io-dtype {config.io_dtype}", config.io_dtype != "float32"),
+        )
+        if on
+    ]
     return f"{' / '.join(flags)} (only static int8 gives it, so --quantize auto tries only that)"
 
 
@@ -128,7 +160,13 @@ class AndroidLowered:
     """A program planned for android: config + validated calibration; `compile()` builds it."""
 
     def __init__(
-        self, program: "Program", config, calibration, calibration_source: str | None, held_out=None, evaluation=None,
+        self,
+        program: "Program",
+        config,
+        calibration,
+        calibration_source: str | None,
+        held_out=None,
+        evaluation=None,
         budget=None,
     ):
         from tpuedge.quantize.budget import AccuracyBudget
@@ -177,7 +215,9 @@ class AndroidLowered:
         )
         problems = program.check("android")
         if problems:
-            raise ProblemsError(f"{program.name} has {len(problems)} problem(s) for android; nothing was written:", problems)
+            raise ProblemsError(
+                f"{program.name} has {len(problems)} problem(s) for android; nothing was written:", problems
+            )
         from tpuedge.edge.mcu_evaluation import evaluation_from
 
         evaluation = evaluation_from(eval, program)
@@ -198,14 +238,22 @@ class AndroidLowered:
                 "those, or module:function returning input tuples."
             )
         budget = AccuracyBudget.from_options(
-            min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
-            has_labels=evaluation is not None and evaluation.labels is not None, program=program,
-            budget_outputs=budget_outputs, rollout=rollout, eval_samples=None if evaluation is None else len(evaluation.samples),
+            min_cosine=min_cosine,
+            min_top1=min_top1,
+            max_drop=max_drop,
+            allow_below_budget=allow_below_budget,
+            has_labels=evaluation is not None and evaluation.labels is not None,
+            program=program,
+            budget_outputs=budget_outputs,
+            rollout=rollout,
+            eval_samples=None if evaluation is None else len(evaluation.samples),
         )
         # the int8 search aims at the budget's top-1 agreement too, where it can read it
         config = config.replace(target_top1=budget.search_top1(program))
         if rollout is not None and config.io_dtype != "float32":
-            raise UserError(f"--rollout feeds float states back; --io-dtype {config.io_dtype} gives integer ones: drop one of them.")
+            raise UserError(
+                f"--rollout feeds float states back; --io-dtype {config.io_dtype} gives integer ones: drop one of them."
+            )
         held_out = []
         if samples and config.reads_calibration and evaluation is None:  # nothing read off the accuracy samples
             from tpuedge.edge.accuracy_samples import split_calibration
@@ -255,7 +303,12 @@ class AndroidLowered:
 
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.artifact import MODEL_FILE, LiteRTArtifact
-        from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, refused_by_litert, refused_on_budget_samples
+        from tpuedge.edge.litert_runtime import (
+            LiteRTRunner,
+            ModelRunError,
+            refused_by_litert,
+            refused_on_budget_samples,
+        )
         from tpuedge.edge.tflite_inspect import summarize_tflite
         from tpuedge.edge.fed_back_choices import fed_back_choices_explained
         from tpuedge.edge.rollout_runs import budget_inputs, litert_rollout, rollout_or_samples
@@ -293,29 +346,46 @@ class AndroidLowered:
 
             trained = program.activation_ranges if self.uses_trained_ranges else None
             with timed("quantization (after the float model)"):
-                converted = convert_for_android(program, config, search_samples, report_strict_cost=trained is None,
-                                                trained_ranges=trained, budget_cosine=self.budget.min_cosine)
+                converted = convert_for_android(
+                    program,
+                    config,
+                    search_samples,
+                    report_strict_cost=trained is None,
+                    trained_ranges=trained,
+                    budget_cosine=self.budget.min_cosine,
+                )
             try:
                 with timed("verification run (LiteRT, float reference beside it)"):
                     if self.budget.rollout is None:
-                        runner, reference, outputs = _verification_runs(program, converted.tflite, samples,
-                                                                        config.channels_last, reference)
+                        runner, reference, outputs = _verification_runs(
+                            program, converted.tflite, samples, config.channels_last, reference
+                        )
                     else:
-                        runner, reference, outputs = litert_rollout(program, converted.tflite, samples, config.channels_last,
-                                                                    self.budget.rollout)
+                        runner, reference, outputs = litert_rollout(
+                            program, converted.tflite, samples, config.channels_last, self.budget.rollout
+                        )
             except ModelRunError as exc:  # runs on the search's samples, a kernel refuses these
                 if config.scheme != "int8":  # float activations: an op LiteRT can't run, no value it refused
                     raise refused_by_litert(program.name, f"android {config.scheme}", exc) from None
                 raise refused_on_budget_samples(
-                    program.name, f"android {config.scheme}", chosen.kind, exc,
+                    program.name,
+                    f"android {config.scheme}",
+                    chosen.kind,
+                    exc,
                     "Try --quantize auto or dynamic-int8, or calibration data that covers those inputs.",
                 ) from None
             accuracy = compare_outputs(reference, outputs)
             with fed_back_choices_explained(program.exported_program):
                 budget = enforce_budget(  # raises BudgetError (exit 1) before anything is written
-                    self.budget, name=program.name, target="android", reference=reference, candidate=outputs,
-                    inputs=budget_inputs(chosen.kind, self.budget.rollout, len(samples)), labels=labels,
-                    recipe=converted.recipe, summary=accuracy,
+                    self.budget,
+                    name=program.name,
+                    target="android",
+                    reference=reference,
+                    candidate=outputs,
+                    inputs=budget_inputs(chosen.kind, self.budget.rollout, len(samples)),
+                    labels=labels,
+                    recipe=converted.recipe,
+                    summary=accuracy,
                 )
         if converted.config.needs_calibration and not self.uses_trained_ranges:
             chosen = chosen.with_calibration_used(len(self.calibration or []))
@@ -324,7 +394,11 @@ class AndroidLowered:
 
         def spec(program_spec, info) -> dict:
             float_io = program_spec.dtype.startswith("float")
-            return {"name": program_spec.name, "shape": list(info.shape), "dtype": program_spec.dtype if float_io else info.dtype}
+            return {
+                "name": program_spec.name,
+                "shape": list(info.shape),
+                "dtype": program_spec.dtype if float_io else info.dtype,
+            }
 
         sections = {
             "parameter_count": program.parameter_count,

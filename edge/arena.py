@@ -23,8 +23,15 @@ import numpy as np
 from tpuedge.shared_ir.errors import InternalError, UserError
 
 __all__ = [
-    "ArenaSize", "TflmFailure", "classify_tflm_error", "arena_fits", "bisect_arena", "recommended_size", "ARENA_STEP",
-    "BISECTION_STEP", "ARENA_MARGIN",
+    "ArenaSize",
+    "TflmFailure",
+    "classify_tflm_error",
+    "arena_fits",
+    "bisect_arena",
+    "recommended_size",
+    "ARENA_STEP",
+    "BISECTION_STEP",
+    "ARENA_MARGIN",
     "kernel_crash_error",
 ]
 
@@ -69,9 +76,11 @@ class TflmFailure:
         if self.kind == "missing-kernel":
             what = f"TFLite-Micro has no kernel for {self.op}"
         elif "kMaxInputNum" in self.detail:  # TFLM's CONCATENATION/PACK take at most 10 inputs
-            what = (f"TFLite-Micro's {self.op} kernel takes at most 10 inputs and the model gives it more (a "
-                    "torch.cat or torch.stack of more than 10 tensors: join them in groups of at most 10, each "
-                    "group followed by an op such as a ReLU, since the converter merges directly nested ones)")
+            what = (
+                f"TFLite-Micro's {self.op} kernel takes at most 10 inputs and the model gives it more (a "
+                "torch.cat or torch.stack of more than 10 tensors: join them in groups of at most 10, each "
+                "group followed by an op such as a ReLU, since the converter merges directly nested ones)"
+            )
         else:
             what = f"TFLite-Micro's {self.op} kernel refused the model's tensors (int8, or int16 where the int8 search chose it)"
         return UserError(
@@ -87,18 +96,24 @@ def classify_tflm_error(error) -> TflmFailure:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     missing = _MISSING_KERNEL.search(text)
     if missing:
-        return TflmFailure("missing-kernel", missing.group(1), f"Didn't find op for builtin opcode '{missing.group(1)}'")
+        return TflmFailure(
+            "missing-kernel", missing.group(1), f"Didn't find op for builtin opcode '{missing.group(1)}'"
+        )
     failed = _KERNEL_FAILED.search(text)
     if failed:
-        why = next((line for line in lines if "!=" in line or "not supported" in line.lower() or "was not true" in line),
-                   failed.group(0))
+        why = next(
+            (line for line in lines if "!=" in line or "not supported" in line.lower() or "was not true" in line),
+            failed.group(0),
+        )
         return TflmFailure("kernel", failed.group(1), why.split(": ", 1)[-1] if why.startswith("TFLite-Micro") else why)
     if _ALLOCATION.search(text):
         return TflmFailure("allocation", None, lines[0] if lines else "")
     return TflmFailure("other", None, " | ".join(lines))
 
 
-def _run(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray], allocated: list | None = None, checked: bool = False):
+def _run(
+    tflite: bytes, arena_size: int, sample: Sequence[np.ndarray], allocated: list | None = None, checked: bool = False
+):
     """None when TFLM allocates and runs `sample` in `arena_size` bytes, else the TflmError;
     a run that fits appends what TFLM's allocator took to `allocated`, when given."""
     from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
@@ -113,8 +128,9 @@ def _run(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray], allocated
     return None
 
 
-def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray], allocated: list | None = None,
-               checked: bool = False) -> bool:
+def arena_fits(
+    tflite: bytes, arena_size: int, sample: Sequence[np.ndarray], allocated: list | None = None, checked: bool = False
+) -> bool:
     """Whether TFLM allocates the model and runs `sample` (raw, tensor dtypes) in `arena_size` bytes
     (when it does, what the allocator took is appended to `allocated`, if given; `checked`: the
     bytes were already read as a flatbuffer, `TflmRunner`'s check is skipped).
@@ -130,14 +146,22 @@ def arena_fits(tflite: bytes, arena_size: int, sample: Sequence[np.ndarray], all
     failure = classify_tflm_error(error)
     if failure.kind == "allocation":
         return False
-    if failure.kind != "missing-kernel" and arena_size < _CEILING and _run(tflite, _CEILING, sample, checked=checked) is None:
+    if (
+        failure.kind != "missing-kernel"
+        and arena_size < _CEILING
+        and _run(tflite, _CEILING, sample, checked=checked) is None
+    ):
         return False  # it needed more memory (kernel scratch buffers fail in their own words), not another kernel
     if failure.kind in ("missing-kernel", "kernel"):
         raise failure.user_error() from error
-    raise InternalError(f"TFLite-Micro failed with a {arena_size}-byte arena for a reason other than its size: {error}") from error
+    raise InternalError(
+        f"TFLite-Micro failed with a {arena_size}-byte arena for a reason other than its size: {error}"
+    ) from error
 
 
-def bisect_arena(tflite: bytes, sample: Sequence[np.ndarray], crashed: Sequence[int] = (), note=None) -> tuple[int, int]:
+def bisect_arena(
+    tflite: bytes, sample: Sequence[np.ndarray], crashed: Sequence[int] = (), note=None
+) -> tuple[int, int]:
     """(the smallest size that allocates and runs, the step it is exact to); sizes in `crashed`
     count as failing without a try, and `note(size)` hears of each size before it is tried.
 
@@ -164,9 +188,13 @@ def bisect_arena(tflite: bytes, sample: Sequence[np.ndarray], crashed: Sequence[
     while not fits(hi, allocated):
         hi *= 2
         if hi > _CEILING:
-            raise kernel_crash_error(crashed) if crashed else UserError(
-                f"TFLite-Micro could not allocate and run the model even with a {_CEILING // 2**20} MiB arena; "
-                "the model is far too large for a microcontroller: shrink its width or input size."
+            raise (
+                kernel_crash_error(crashed)
+                if crashed
+                else UserError(
+                    f"TFLite-Micro could not allocate and run the model even with a {_CEILING // 2**20} MiB arena; "
+                    "the model is far too large for a microcontroller: shrink its width or input size."
+                )
             )
     lo = 0
     guess = ARENA_STEP * math.ceil(allocated[0] / ARENA_STEP) if allocated and allocated[0] else None

@@ -45,8 +45,12 @@ def measure_arena(tflite: bytes, sample: Sequence[np.ndarray], margin: float = A
                 result = json.loads((work / "result.json").read_text())
                 if "error" in result:
                     raise _ERRORS.get(result["error"], InternalError)(result["message"])
-                return ArenaSize(measured_bytes=result["measured"], recommended_bytes=result["recommended"], margin=margin,
-                                 step=result["step"])
+                return ArenaSize(
+                    measured_bytes=result["measured"],
+                    recommended_bytes=result["recommended"],
+                    margin=margin,
+                    step=result["step"],
+                )
             tried = (work / "tried.txt").read_text().split() if (work / "tried.txt").is_file() else []
             if done.returncode < 0 and tried and len(crashed) + 1 >= _MAX_CRASHES:
                 raise kernel_crash_error(crashed + [int(tried[-1])])  # crashes at every size: a kernel aborts
@@ -74,7 +78,9 @@ def main() -> None:
         try:
             measured, step = bisect_arena(tflite, sample, sorted(crashed), note)
             recommended = recommended_size(measured, request["margin"])
-            while recommended in crashed or not (note(recommended) or arena_fits(tflite, recommended, sample, checked=True)):
+            while recommended in crashed or not (
+                note(recommended) or arena_fits(tflite, recommended, sample, checked=True)
+            ):
                 recommended += 1024  # the size we tell users to use must run, not only the measured one
             result = {"measured": measured, "recommended": recommended, "step": step}
         except (UserError, InternalError) as exc:

@@ -116,7 +116,9 @@ def _kb(n: int) -> str:
 def precision_lines(recipe: dict) -> list[str]:
     """The int8 search's outcome for a build report: every op group not int8 and why, the search's
     numbers, and with --strict-int8 what that cost against the default recipe (android and mcu)."""
-    lines = [f"  not int8: {item['group']} -> {item['precision']}: {item['why']}" for item in recipe.get("non_int8_ops", [])]
+    lines = [
+        f"  not int8: {item['group']} -> {item['precision']}: {item['why']}" for item in recipe.get("non_int8_ops", [])
+    ]
     if recipe.get("search"):
         s = recipe["search"]
         lines.append(
@@ -132,7 +134,9 @@ def precision_lines(recipe: dict) -> list[str]:
     cost = recipe.get("strict_int8_cost")
     if cost:
         strict, mixed = cost["strict_int8"], cost["mixed"]
-        islands = ", ".join(f"{i['group']} {i['precision']}" for i in cost["mixed_non_int8_ops"]) or "none: all-int8 too"
+        islands = (
+            ", ".join(f"{i['group']} {i['precision']}" for i in cost["mixed_non_int8_ops"]) or "none: all-int8 too"
+        )
         lines.append(
             f"  strict int8 costs {cost['cost']['centered_cosine']:+.5f} centered cosine: strict {strict['centered_cosine']:.5f} "
             f"vs {mixed['centered_cosine']:.5f} for the default mixed recipe (not int8 there: {islands}); "
@@ -146,7 +150,9 @@ def format_report(manifest: dict, summary, model_path: Path) -> str:
     if manifest.get("ir_fingerprint"):
         lines = [f"{manifest.get('model_name', model_path.stem)} -> {model_path}  (target {manifest['target']})"]
     else:  # a bare file: nothing says which target or IR it came from
-        lines = [f"{model_path}: a .tflite without a tpuedge manifest (target and IR unknown); run in the LiteRT interpreter"]
+        lines = [
+            f"{model_path}: a .tflite without a tpuedge manifest (target and IR unknown); run in the LiteRT interpreter"
+        ]
     if manifest.get("ir_fingerprint"):
         lines.append(f"  IR fingerprint {manifest['ir_fingerprint'][:16]}")
     recipe = manifest.get("recipe") or {}
@@ -168,8 +174,13 @@ def format_report(manifest: dict, summary, model_path: Path) -> str:
         auto = recipe["auto"]
         lines.append(f"  --quantize auto chose {auto['chosen']} ({auto['rule']}; {auto['samples']} {auto['inputs']}):")
         lines += ["  " + line for line in auto_table(*candidates_from_json(auto))]
-        for label, key in (("LiteRT refused to run", "refused_by_litert"), ("ai-edge-quantizer could not make", "not_quantized")):
-            lines += [f"    {scheme}: not a candidate ({label}: {why})" for scheme, why in (auto.get(key) or {}).items()]
+        for label, key in (
+            ("LiteRT refused to run", "refused_by_litert"),
+            ("ai-edge-quantizer could not make", "not_quantized"),
+        ):
+            lines += [
+                f"    {scheme}: not a candidate ({label}: {why})" for scheme, why in (auto.get(key) or {}).items()
+            ]
     lines.append("  inputs / outputs:")
     for kind, tensors in (("in ", summary.inputs), ("out", summary.outputs)):
         for t in tensors:
@@ -183,8 +194,12 @@ def format_report(manifest: dict, summary, model_path: Path) -> str:
     lines.append(size_line)
     if summary.external_buffers:
         lines.append(f"  {summary.external_buffers} buffer(s) stored outside the flatbuffer (offset/size)")
-    lines.append(f"  weights by dtype: {', '.join(f'{k} {_kb(v)}' for k, v in summary.weight_dtypes.items()) or 'none'}")
-    lines.append(f"  activation tensors by dtype: {', '.join(f'{k} x{v}' for k, v in summary.activation_dtypes.items())}")
+    lines.append(
+        f"  weights by dtype: {', '.join(f'{k} {_kb(v)}' for k, v in summary.weight_dtypes.items()) or 'none'}"
+    )
+    lines.append(
+        f"  activation tensors by dtype: {', '.join(f'{k} x{v}' for k, v in summary.activation_dtypes.items())}"
+    )
     lines.append("  ops: " + ", ".join(f"{op} x{n}" for op, n in summary.op_histogram.items()))
     lines += precision_lines(recipe)
     acc = manifest.get("accuracy")

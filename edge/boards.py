@@ -12,7 +12,18 @@ from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["check_int8_weights_fit", "check_int8_activations_fit", "check_all_int8_arena_fits", "activation_lower_bound", "Board", "BOARDS", "resolve_board", "budget_check", "boards_that_fit", "RESERVE"]
+__all__ = [
+    "check_int8_weights_fit",
+    "check_int8_activations_fit",
+    "check_all_int8_arena_fits",
+    "activation_lower_bound",
+    "Board",
+    "BOARDS",
+    "resolve_board",
+    "budget_check",
+    "boards_that_fit",
+    "RESERVE",
+]
 
 # Share of flash/RAM left for the application, TFLM's kernels, stack and I/O buffers.
 RESERVE = 0.25
@@ -153,9 +164,19 @@ def check_int8_weights_fit(board: Board | None, parameters: int) -> None:
 # ops TFLite-Micro runs with input and output in the arena at once (never in place, never fused
 # away); an activation the converter fuses (relu) or a view it drops is not among them
 _BUFFERED_OPS = {
-    "aten.conv1d.default", "aten.conv2d.default", "aten.linear.default", "aten.addmm.default", "aten.mm.default",
-    "aten.bmm.default", "aten.matmul.default", "aten.max_pool2d.default", "aten.avg_pool2d.default",
-    "aten.adaptive_avg_pool2d.default", "aten.mean.dim", "aten.cat.default", "aten.softmax.int",
+    "aten.conv1d.default",
+    "aten.conv2d.default",
+    "aten.linear.default",
+    "aten.addmm.default",
+    "aten.mm.default",
+    "aten.bmm.default",
+    "aten.matmul.default",
+    "aten.max_pool2d.default",
+    "aten.avg_pool2d.default",
+    "aten.adaptive_avg_pool2d.default",
+    "aten.mean.dim",
+    "aten.cat.default",
+    "aten.softmax.int",
     "aten._softmax.default",
 }
 

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["CArraySymbols", "symbols_for", "c_identifier", "io_comments", "model_data_cc", "model_data_h", "parse_c_array"]
+__all__ = [
+    "CArraySymbols",
+    "symbols_for",
+    "c_identifier",
+    "io_comments",
+    "model_data_cc",
+    "model_data_h",
+    "parse_c_array",
+]
 
 _BYTES_PER_LINE = 12
 _C_KEYWORDS = frozenset(

@@ -67,7 +67,12 @@ def android_capability() -> Capability:
         dynamic_shapes=False,
         notes={key: entry for key, entry in registry.items()},
         # ops litert-torch lowers none of that the LiteRT IR passes (litert_lowering.py) rewrite
-        rewritten={key: f"with even windows: rewritten on the IR as a max pool{suffix}, exact" for key, suffix in (
-            ("aten.adaptive_max_pool2d", " (MAX_POOL_2D)"), ("aten.adaptive_max_pool1d", ": a max over each window"))},
+        rewritten={
+            key: f"with even windows: rewritten on the IR as a max pool{suffix}, exact"
+            for key, suffix in (
+                ("aten.adaptive_max_pool2d", " (MAX_POOL_2D)"),
+                ("aten.adaptive_max_pool1d", ": a max over each window"),
+            )
+        },
         random_ops=False,
     )

@@ -48,7 +48,10 @@ class Child:
         module, _, function = _SPARE_ENTRY.rpartition(".")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"from {module} import {function}; {function}()", *preload],
-            env=_child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file,
+            env=_child_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr_file,
         )
 
     def start(self, entry: str, args: Sequence[str]) -> bool:

@@ -78,7 +78,9 @@ def program_to_tflite(
     LiteRT (mcu: TFLite-Micro, whose int16 kernels are not LiteRT's).
     """
     if config.scheme == "auto":  # a choice among conversions, made by the target (edge/android_auto.py)
-        raise InternalError("program_to_tflite converts one scheme; resolve --quantize auto with edge.android_auto.build_auto")
+        raise InternalError(
+            "program_to_tflite converts one scheme; resolve --quantize auto with edge.android_auto.build_auto"
+        )
     from tpuedge.edge.float_model import float_tflite
 
     base = float_tflite(program, channels_last=config.channels_last, target=target)
@@ -93,18 +95,43 @@ def program_to_tflite(
         recipe["non_int8_ops"] = []
         return ConvertedModel(base, recipe, base, config)
 
-    from tpuedge.edge.quantizer_recipes import QuantizerError  # imported here: a float build never pays for the quantizer
+    from tpuedge.edge.quantizer_recipes import (
+        QuantizerError,
+    )  # imported here: a float build never pays for the quantizer
     from tpuedge.edge.quantizer_refusal import quantizer_refusal
 
     try:
-        return _quantized(program, config, calibration, base, recipe, report_strict_cost=report_strict_cost, target=target,
-                          trained_ranges=trained_ranges, budget_cosine=budget_cosine, equalize=equalize, candidates=candidates)
+        return _quantized(
+            program,
+            config,
+            calibration,
+            base,
+            recipe,
+            report_strict_cost=report_strict_cost,
+            target=target,
+            trained_ranges=trained_ranges,
+            budget_cosine=budget_cosine,
+            equalize=equalize,
+            candidates=candidates,
+        )
     except QuantizerError as exc:  # the float model converted; the quantizer can't take some of its ops
         raise quantizer_refusal(program.name, target, config.scheme, base, exc) from exc
 
 
-def _quantized(program, config, calibration, base: bytes, recipe: dict, *, report_strict_cost, target, trained_ranges,
-               budget_cosine, equalize, candidates) -> ConvertedModel:
+def _quantized(
+    program,
+    config,
+    calibration,
+    base: bytes,
+    recipe: dict,
+    *,
+    report_strict_cost,
+    target,
+    trained_ranges,
+    budget_cosine,
+    equalize,
+    candidates,
+) -> ConvertedModel:
     """program_to_tflite's quantization of `base`, the program's float model."""
     from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
     from tpuedge.shared_ir.cache_keys import cached_stage
@@ -120,22 +147,44 @@ def _quantized(program, config, calibration, base: bytes, recipe: dict, *, repor
         entries = quantizer_recipe(config)
         recipe["quantizer_recipe"] = entries
         recipe["quantizer"] = "ai-edge-quantizer"
-        quantized = cached_stage("quantized", {"float": hashlib.sha256(base).hexdigest(), "recipe": entries}, lambda: quantize(entries))
+        quantized = cached_stage(
+            "quantized", {"float": hashlib.sha256(base).hexdigest(), "recipe": entries}, lambda: quantize(entries)
+        )
         if config.scheme == "dynamic-int8" and calibration and budget_cosine is not None and config.float_islands:
             from tpuedge.edge.int8_search import dynamic_int8_weights
 
-            quantized = dynamic_int8_weights(program, config, calibration, base, quantized, recipe, quantize, budget_cosine)
+            quantized = dynamic_int8_weights(
+                program, config, calibration, base, quantized, recipe, quantize, budget_cosine
+            )
         return ConvertedModel(quantized, recipe, base, config)
 
     from tpuedge.edge.int8_search import Equalized, static_int8
 
-    result = static_int8(program, config, calibration, base, recipe, quantize, report_strict_cost=report_strict_cost,
-                         target=target, trained_ranges=trained_ranges, budget_cosine=budget_cosine, equalize=equalize,
-                         candidates=candidates)
+    result = static_int8(
+        program,
+        config,
+        calibration,
+        base,
+        recipe,
+        quantize,
+        report_strict_cost=report_strict_cost,
+        target=target,
+        trained_ranges=trained_ranges,
+        budget_cosine=budget_cosine,
+        equalize=equalize,
+        candidates=candidates,
+    )
     if isinstance(result, Equalized):  # converted in the user's program's place (the recipe says so)
-        converted = program_to_tflite(result.program, config, calibration, report_strict_cost=report_strict_cost,
-                                      target=target, budget_cosine=budget_cosine, equalize=False,
-                                      candidates=candidates)
+        converted = program_to_tflite(
+            result.program,
+            config,
+            calibration,
+            report_strict_cost=report_strict_cost,
+            target=target,
+            budget_cosine=budget_cosine,
+            equalize=False,
+            candidates=candidates,
+        )
         converted.recipe["cross_layer_equalization"] = result.report
         return converted
     tflite, recipe = result

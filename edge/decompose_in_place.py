@@ -36,8 +36,15 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuedge.shared_ir.torch_compat import (is_higher_order_op, is_op_overload, is_op_packet, retrace_internals,
-                                            tensor_metadata, tree_leaves, tree_map)
+from tpuedge.shared_ir.torch_compat import (
+    is_higher_order_op,
+    is_op_overload,
+    is_op_packet,
+    retrace_internals,
+    tensor_metadata,
+    tree_leaves,
+    tree_map,
+)
 from tpuedge.shared_ir.upstream_gate import Unavailable, fell_back
 
 __all__ = ["decompose_in_place", "decompositions_in_place", "run_decompositions"]
@@ -45,9 +52,19 @@ __all__ = ["decompose_in_place", "decompositions_in_place", "run_decompositions"
 _BUILTIN_OPERATORS = {getattr(operator, name) for name in dir(operator) if not name.startswith("_")}
 # what a traced node takes from the node it replaces (torch's proxy copies these from the node
 # being re-traced), rather than from the node the shared trace was first made for
-_ORIGIN_FIELDS = ("nn_module_stack", "torch_fn", "source_fn_stack", "recompute", "ac_graph_id",
-                  "has_backward_hook", "quantization_tag", "_numeric_debug_handle", "custom",
-                  "partitioner_tag", "stack_trace")
+_ORIGIN_FIELDS = (
+    "nn_module_stack",
+    "torch_fn",
+    "source_fn_stack",
+    "recompute",
+    "ac_graph_id",
+    "has_backward_hook",
+    "quantization_tag",
+    "_numeric_debug_handle",
+    "custom",
+    "partitioner_tag",
+    "stack_trace",
+)
 _FORCE_DECOMP_ATTR = "_litert_torch_force_decomp"  # litert-torch's mark: trace the decomposition itself
 
 
@@ -112,14 +129,24 @@ def _target_key(target):
     if code is None or getattr(target, "__defaults__", None) or getattr(target, "__kwdefaults__", None):
         return target
     contents = tuple(cell.cell_contents for cell in getattr(target, "__closure__", None) or ())
-    return (code, contents) if all(isinstance(c, plain) or is_op_overload(c) or is_op_packet(c) for c in contents) else target
+    return (
+        (code, contents)
+        if all(isinstance(c, plain) or is_op_overload(c) or is_op_packet(c) for c in contents)
+        else target
+    )
 
 
 def _value_key(value):
     import torch
 
     if isinstance(value, torch.Tensor):
-        return (tuple(value.shape), value.stride(), value.dtype, value.storage_offset(), getattr(value, "constant", None) is not None)
+        return (
+            tuple(value.shape),
+            value.stride(),
+            value.dtype,
+            value.storage_offset(),
+            getattr(value, "constant", None) is not None,
+        )
     return repr(value)
 
 
@@ -190,7 +217,11 @@ def _plan(exported_program, table) -> list[_Plan]:
             raise _Unsupported(f"it has a higher-order op ({op})")
         if not is_op_overload(op):
             return op not in _BUILTIN_OPERATORS
-        return op in python_table or (op in composite and op not in preserved) or (rt.is_cia_op(op) and op not in composite)
+        return (
+            op in python_table
+            or (op in composite and op not in preserved)
+            or (rt.is_cia_op(op) and op not in composite)
+        )
 
     if torch.ops.aten.view.default in python_table:
         raise _Unsupported("its table decomposes views")
@@ -204,8 +235,12 @@ def _plan(exported_program, table) -> list[_Plan]:
             n = latest[n]
         return n
 
-    with fake_mode, rt.ignore_backend_decomps(), rt.override_composite_implicit_decomp(composite), \
-            fx_traceback.preserve_node_meta():
+    with (
+        fake_mode,
+        rt.ignore_backend_decomps(),
+        rt.override_composite_implicit_decomp(composite),
+        fx_traceback.preserve_node_meta(),
+    ):
         for node in graph.nodes:
             if node.op in ("placeholder", "output"):
                 continue
@@ -265,8 +300,10 @@ def _functional_plan(node, op, args, kwargs, current) -> _Plan:
     if current(base) is not current(node.args[0]):
         raise _Unsupported(f"{op} writes to {base.name} through an older version of it")
     for version in written:  # a view of the tensor would see the write (in-place ops return an alias too)
-        if any(is_op_overload(u.target) and _returns_alias(u.target) and not u.target._schema.is_mutable
-               for u in version.users):
+        if any(
+            is_op_overload(u.target) and _returns_alias(u.target) and not u.target._schema.is_mutable
+            for u in version.users
+        ):
             raise _Unsupported(f"{op} writes to {base.name}, which a view reads")
     return _Plan(node, "functional", value=functional(*args, **kwargs), functional_op=functional, written=written)
 

@@ -58,7 +58,9 @@ def _plain(lctx, *values) -> bool:
     """Tensors (MLIR values) of one element type, and the node's one result of that type too."""
     from litert_converter.mlir import ir
 
-    if lctx.node is None or not all(isinstance(v, ir.Value) and isinstance(v.type, ir.RankedTensorType) for v in values):
+    if lctx.node is None or not all(
+        isinstance(v, ir.Value) and isinstance(v.type, ir.RankedTensorType) for v in values
+    ):
         return False
     result = _result_type(lctx)
     return result is not None and all(_element_type(v) == result.element_type for v in values)
@@ -68,7 +70,12 @@ def _static(x) -> bool:
     """A ranked tensor of static shape and rank >= 1 (what reductions, slices and pads take)."""
     from litert_converter.mlir import ir
 
-    return isinstance(x, ir.Value) and isinstance(x.type, ir.RankedTensorType) and x.type.has_static_shape and bool(x.type.shape)
+    return (
+        isinstance(x, ir.Value)
+        and isinstance(x.type, ir.RankedTensorType)
+        and x.type.has_static_shape
+        and bool(x.type.shape)
+    )
 
 
 def _functions(lctx) -> dict:
@@ -124,7 +131,9 @@ def _broadcast(value, shape: list[int]):
     from litert_converter.mlir.dialects import stablehlo
 
     def step(v, to: list[int], dims: list[int]):
-        return stablehlo.broadcast_in_dim(ir.RankedTensorType.get(to, _element_type(v)), v, ir.DenseI64ArrayAttr.get(dims))
+        return stablehlo.broadcast_in_dim(
+            ir.RankedTensorType.get(to, _element_type(v)), v, ir.DenseI64ArrayAttr.get(dims)
+        )
 
     have, target = list(value.type.shape), len(shape)
     if have == shape:
@@ -170,16 +179,23 @@ def _binary(stablehlo_op: str):
         result = _result_type(lctx) if lctx.node is not None else None
         number = isinstance(other, (int, float)) and not isinstance(other, bool)
         tensors = [self] if number else [self, other]
-        if (kwargs or result is None or not isinstance(result.element_type, ir.F32Type)
-                or not all(isinstance(v, ir.Value) and isinstance(v.type, ir.RankedTensorType) for v in tensors)
-                or not all(_element_type(v) == result.element_type or _is_int(v) for v in tensors)):
+        if (
+            kwargs
+            or result is None
+            or not isinstance(result.element_type, ir.F32Type)
+            or not all(isinstance(v, ir.Value) and isinstance(v.type, ir.RankedTensorType) for v in tensors)
+            or not all(_element_type(v) == result.element_type or _is_int(v) for v in tensors)
+        ):
             return original(lctx, self, other, **kwargs)
         shape = list(result.shape)
 
         def body(*arguments):
-            promoted = [a if _element_type(a) == result.element_type  # .astype(float32): an integer converted
-                        else stablehlo.convert(ir.RankedTensorType.get(a.type.shape, result.element_type), a)
-                        for a in arguments]
+            promoted = [
+                a
+                if _element_type(a) == result.element_type  # .astype(float32): an integer converted
+                else stablehlo.convert(ir.RankedTensorType.get(a.type.shape, result.element_type), a)
+                for a in arguments
+            ]
             if number:  # jnp.array(other, dtype=float32): a constant
                 promoted.append(utils.splat(float(other), result.element_type))
             a, b = promoted
@@ -208,16 +224,24 @@ def _sigmoid(original, lctx, x, **kwargs):
 def _matmul(original, lctx, x, y, **kwargs):
     """mm and bmm (`x @ y`): one dot_general, as the bridge's jax writes it. A batch of one goes to
     litert-torch: jax writes that as reshapes around a 2-D product."""
-    if (kwargs or not _plain(lctx, x, y) or not _float(x) or len(x.type.shape) != len(y.type.shape)
-            or 1 in list(x.type.shape)[:-2] or 1 in list(y.type.shape)[:-2]):
+    if (
+        kwargs
+        or not _plain(lctx, x, y)
+        or not _float(x)
+        or len(x.type.shape) != len(y.type.shape)
+        or 1 in list(x.type.shape)[:-2]
+        or 1 in list(y.type.shape)[:-2]
+    ):
         return original(lctx, x, y, **kwargs)
     from litert_converter.mlir.dialects import stablehlo
 
     rank = len(x.type.shape)
     batch = list(range(rank - 2))
     numbers = stablehlo.DotDimensionNumbers.get(
-        lhs_batching_dimensions=batch, rhs_batching_dimensions=batch,
-        lhs_contracting_dimensions=[rank - 1], rhs_contracting_dimensions=[rank - 2],
+        lhs_batching_dimensions=batch,
+        rhs_batching_dimensions=batch,
+        lhs_contracting_dimensions=[rank - 1],
+        rhs_contracting_dimensions=[rank - 2],
     )
     result = _result_type(lctx)
     return _call(lctx, ("dot",), [x, y], lambda a, b: stablehlo.dot_general(result, a, b, numbers))
@@ -278,8 +302,13 @@ def _relu(original, lctx, x, **kwargs):
 
 def _clamp(original, lctx, x, min=None, max=None, **kwargs):  # noqa: A002 - aten's argument names
     bounds = [b for b in (min, max) if b is not None]
-    if (kwargs or not bounds or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
-            or not _plain(lctx, x) or not _float(x)):
+    if (
+        kwargs
+        or not bounds
+        or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+        or not _plain(lctx, x)
+        or not _float(x)
+    ):
         return original(lctx, x, min, max, **kwargs)
     from litert_converter.mlir.dialects import stablehlo
 
@@ -320,8 +349,9 @@ def _reduce(x, dims: list[int], init: float, combine: str):
 
     element = _element_type(x)
     kept = [size for axis, size in enumerate(x.type.shape) if axis not in dims]
-    op = stablehlo.ReduceOp([ir.RankedTensorType.get(kept, element)], [x], [utils.splat(init, element)],
-                            ir.DenseI64ArrayAttr.get(dims))
+    op = stablehlo.ReduceOp(
+        [ir.RankedTensorType.get(kept, element)], [x], [utils.splat(init, element)], ir.DenseI64ArrayAttr.get(dims)
+    )
     return _combined_by(op, combine, element)
 
 
@@ -345,8 +375,9 @@ def _keep_dims(reduced, shape: list[int], dims: list[int]):
 
     kept = [axis for axis in range(len(shape)) if axis not in dims]
     ones = [1 if axis in dims else size for axis, size in enumerate(shape)]
-    return stablehlo.broadcast_in_dim(ir.RankedTensorType.get(ones, _element_type(reduced)), reduced,
-                                      ir.DenseI64ArrayAttr.get(kept))
+    return stablehlo.broadcast_in_dim(
+        ir.RankedTensorType.get(ones, _element_type(reduced)), reduced, ir.DenseI64ArrayAttr.get(kept)
+    )
 
 
 def _named(args: tuple, kwargs: dict, names: tuple[str, ...]) -> dict | None:
@@ -440,10 +471,16 @@ def _max_pool2d(original, lctx, x, kernel_size, *args, **kwargs):
     padding, dilation = _pair(named.get("padding", 0)), _pair(named.get("dilation", 1))
     ceil_mode = named.get("ceil_mode", False)
     results = _result_types(lctx) if lctx.node is not None else None
-    if (None in (kernel, stride, padding, dilation)
-            or not isinstance(ceil_mode, bool) or results is None or len(results) != 2
-            or not _static(x) or len(x.type.shape) != 4
-            or not isinstance(_element_type(x), ir.F32Type) or results[0].element_type != _element_type(x)):
+    if (
+        None in (kernel, stride, padding, dilation)
+        or not isinstance(ceil_mode, bool)
+        or results is None
+        or len(results) != 2
+        or not _static(x)
+        or len(x.type.shape) != 4
+        or not isinstance(_element_type(x), ir.F32Type)
+        or results[0].element_type != _element_type(x)
+    ):
         return original(lctx, x, kernel_size, *args, **kwargs)
     import numpy as np
     from litert_converter.mlir.dialects import stablehlo
@@ -458,15 +495,26 @@ def _max_pool2d(original, lctx, x, kernel_size, *args, **kwargs):
 
     def body(a):
         op = stablehlo.ReduceWindowOp(
-            [results[0]], [a], [utils.splat(float("-inf"), _element_type(a))], [1, 1, *kernel],
-            window_strides=[1, 1, *stride], base_dilations=[1, 1, 1, 1], window_dilations=[1, 1, *dilation],
-            padding=ir.DenseIntElementsAttr.get(np.asarray(pairs, np.int64)))
+            [results[0]],
+            [a],
+            [utils.splat(float("-inf"), _element_type(a))],
+            [1, 1, *kernel],
+            window_strides=[1, 1, *stride],
+            base_dilations=[1, 1, 1, 1],
+            window_dilations=[1, 1, *dilation],
+            padding=ir.DenseIntElementsAttr.get(np.asarray(pairs, np.int64)),
+        )
         pooled = _combined_by(op, "maximum", _element_type(a))
         zero = utils.splat(0, results[1].element_type)
         return [pooled, stablehlo.broadcast_in_dim(results[1], zero, ir.DenseI64ArrayAttr.get([]))]
 
-    return _call(lctx, ("max_pool2d", tuple(kernel), tuple(stride), tuple(map(tuple, pairs)), tuple(dilation)), [x], body,
-                 results=results)
+    return _call(
+        lctx,
+        ("max_pool2d", tuple(kernel), tuple(stride), tuple(map(tuple, pairs)), tuple(dilation)),
+        [x],
+        body,
+        results=results,
+    )
 
 
 def _unary(stablehlo_op: str):
@@ -489,7 +537,9 @@ def _slice_op(a, dim: int, start: int, stop: int, step: int):
     shape = list(a.type.shape)
     starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
     starts[dim], limits[dim], strides[dim] = start, stop, step
-    return stablehlo.slice(a, ir.DenseI64ArrayAttr.get(starts), ir.DenseI64ArrayAttr.get(limits), ir.DenseI64ArrayAttr.get(strides))
+    return stablehlo.slice(
+        a, ir.DenseI64ArrayAttr.get(starts), ir.DenseI64ArrayAttr.get(limits), ir.DenseI64ArrayAttr.get(strides)
+    )
 
 
 def _slice(original, lctx, x, *args, **kwargs):
@@ -502,9 +552,14 @@ def _slice(original, lctx, x, *args, **kwargs):
     if named is None:
         return original(lctx, x, *args, **kwargs)
     dim, start, end, step = (named.get(k, d) for k, d in (("dim", 0), ("start", None), ("end", None), ("step", 1)))
-    if (not _plain(lctx, x) or not _static(x)
-            or not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (dim, start, end, step))
-            or dim is None or not step or step < 1):
+    if (
+        not _plain(lctx, x)
+        or not _static(x)
+        or not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (dim, start, end, step))
+        or dim is None
+        or not step
+        or step < 1
+    ):
         return original(lctx, x, *args, **kwargs)
     shape = list(x.type.shape)
     dim %= len(shape)
@@ -529,7 +584,9 @@ def _select(original, lctx, x, dim, index, **kwargs):
     if not 0 <= at < shape[axis]:
         return original(lctx, x, dim, index, **kwargs)
     result = _result_type(lctx)
-    return _call(lctx, ("select", axis, at), [x], lambda a: stablehlo.reshape(result, _slice_op(a, axis, at, at + 1, 1)))
+    return _call(
+        lctx, ("select", axis, at), [x], lambda a: stablehlo.reshape(result, _slice_op(a, axis, at, at + 1, 1))
+    )
 
 
 def _split(original, lctx, x, split_sizes, dim=0, **kwargs):
@@ -537,18 +594,27 @@ def _split(original, lctx, x, split_sizes, dim=0, **kwargs):
     each (a part that is the whole axis: the input itself)."""
     results = _result_types(lctx) if lctx.node is not None else None
     sizes = split_sizes
-    if (kwargs or results is None or not isinstance(dim, int) or not isinstance(sizes, (list, tuple))
-            or not all(isinstance(n, int) and n > 0 for n in sizes) or len(results) != len(sizes) or not _static(x)
-            or not all(_element_type(x) == t.element_type for t in results)):
+    if (
+        kwargs
+        or results is None
+        or not isinstance(dim, int)
+        or not isinstance(sizes, (list, tuple))
+        or not all(isinstance(n, int) and n > 0 for n in sizes)
+        or len(results) != len(sizes)
+        or not _static(x)
+        or not all(_element_type(x) == t.element_type for t in results)
+    ):
         return original(lctx, x, split_sizes, dim, **kwargs)
     shape = list(x.type.shape)
     axis = dim % len(shape)
     if sum(sizes) != shape[axis]:
         return original(lctx, x, split_sizes, dim, **kwargs)
-    bounds = [(sum(sizes[:i]), sum(sizes[:i + 1])) for i in range(len(sizes))]
+    bounds = [(sum(sizes[:i]), sum(sizes[: i + 1])) for i in range(len(sizes))]
 
     def body(a):
-        return [a if (start, stop) == (0, shape[axis]) else _slice_op(a, axis, start, stop, 1) for start, stop in bounds]
+        return [
+            a if (start, stop) == (0, shape[axis]) else _slice_op(a, axis, start, stop, 1) for start, stop in bounds
+        ]
 
     return _call(lctx, ("split", axis, tuple(sizes)), [x], body, results=results)
 
@@ -556,9 +622,18 @@ def _split(original, lctx, x, split_sizes, dim=0, **kwargs):
 def _pad(original, lctx, x, pad, value=0, **kwargs):
     """constant_pad_nd (x, pad, value) with pads >= 0: one stablehlo.pad, the value a scalar
     constant of x's type (jax.lax.pad's form)."""
-    if (kwargs or not _plain(lctx, x) or not _float(x) or not _static(x) or not isinstance(pad, (list, tuple)) or len(pad) % 2
-            or len(pad) // 2 > len(x.type.shape) or not all(isinstance(p, int) and p >= 0 for p in pad)
-            or not isinstance(value, (int, float)) or isinstance(value, bool)):
+    if (
+        kwargs
+        or not _plain(lctx, x)
+        or not _float(x)
+        or not _static(x)
+        or not isinstance(pad, (list, tuple))
+        or len(pad) % 2
+        or len(pad) // 2 > len(x.type.shape)
+        or not all(isinstance(p, int) and p >= 0 for p in pad)
+        or not isinstance(value, (int, float))
+        or isinstance(value, bool)
+    ):
         return original(lctx, x, pad, value, **kwargs)
     from litert_converter.mlir import ir
     from litert_converter.mlir.dialects import stablehlo
@@ -571,8 +646,9 @@ def _pad(original, lctx, x, pad, value=0, **kwargs):
 
     def body(a):
         fill = utils.splat(float(value), _element_type(a))
-        return stablehlo.pad(a, fill, ir.DenseI64ArrayAttr.get(low), ir.DenseI64ArrayAttr.get(high),
-                             ir.DenseI64ArrayAttr.get([0] * rank))
+        return stablehlo.pad(
+            a, fill, ir.DenseI64ArrayAttr.get(low), ir.DenseI64ArrayAttr.get(high), ir.DenseI64ArrayAttr.get([0] * rank)
+        )
 
     return _call(lctx, ("pad", tuple(low), tuple(high), float(value)), [x], body)
 

@@ -22,8 +22,11 @@ def fed_back_choices_note(exported_program) -> str | None:
     when no such choice is fed back."""
     from tpuedge.shared_ir.sources import node_source
 
-    fed = [n for n in exported_program.graph.nodes
-           if n.op == "call_function" and str(n.target) in _CHOICES and any(u.op != "output" for u in n.users)]
+    fed = [
+        n
+        for n in exported_program.graph.nodes
+        if n.op == "call_function" and str(n.target) in _CHOICES and any(u.op != "output" for u in n.users)
+    ]
     if not fed:
         return None
     where = node_source(fed[0]) or fed[0].name

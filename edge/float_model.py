@@ -33,7 +33,9 @@ def clear_float_cache() -> None:
         _FLOAT_CACHE.clear()
 
 
-def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool = True, target: str | None = None) -> bytes:
+def float_tflite(
+    program: "Program", *, channels_last: bool = False, cache: bool = True, target: str | None = None
+) -> bytes:
     """The float32 .tflite of `program` (cached per IR fingerprint and module scopes: the same IR
     gives the same bytes, its tensor names those of its modules)."""
     from tpuedge.edge.tensor_names import scopes_digest
@@ -60,7 +62,9 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
         if problems:
             from tpuedge.shared_ir.errors import ProblemsError
 
-            raise ProblemsError(f"{program.name} can't be lowered for {target}; nothing was written:", problems) from exc
+            raise ProblemsError(
+                f"{program.name} can't be lowered for {target}; nothing was written:", problems
+            ) from exc
         refusal = converter_refusal(str(exc))
         if refusal:  # an op the tables know, in a form the converter's verifier refuses: the model's line
             raise UserError(
@@ -80,11 +84,13 @@ def float_tflite(program: "Program", *, channels_last: bool = False, cache: bool
 
 
 # MLIR's verifier, as the converter reports it: "<file>:<line>:<col>: error: 'tfl.pad' op failed to verify ..."
-_VERIFIER_ERROR = re.compile(r"(?:(?P<file>[^\s:]+\.py):(?P<line>\d+):\d+: )?error: (?P<what>'(?:tfl|stablehlo|mhlo)\.\w+' op [^\n]+)")
+_VERIFIER_ERROR = re.compile(
+    r"(?:(?P<file>[^\s:]+\.py):(?P<line>\d+):\d+: )?error: (?P<what>'(?:tfl|stablehlo|mhlo)\.\w+' op [^\n]+)"
+)
 
 
 def converter_refusal(text: str) -> str | None:
-    """" at net.py:7 (return F.pad(...)): 'tfl.pad' op failed to verify that operand 0 is at most
+    """ " at net.py:7 (return F.pad(...)): 'tfl.pad' op failed to verify that operand 0 is at most
     5-D" for the first verifier error in a converter failure; None when it is no such error."""
     from tpuedge.shared_ir.sources import source_line
 
@@ -106,8 +112,12 @@ def _float_stage(program: "Program", channels_last: bool, cache: bool) -> bytes:
         # keyed by the program litert-torch is given: android's IR and mcu's rewritten one meet
         # there when mcu's own passes changed nothing else (most CNNs). NHWC changes only rank-4
         # float inputs: other models share one float model across layouts
-        "float_tflite", {"ir": lowered_fingerprint(program), "channels_last": bool(channels_last) and _has_image_input(program),
-                         "tensor_names": scopes_digest(litert_ir_passes(program.exported_program))},
+        "float_tflite",
+        {
+            "ir": lowered_fingerprint(program),
+            "channels_last": bool(channels_last) and _has_image_input(program),
+            "tensor_names": scopes_digest(litert_ir_passes(program.exported_program)),
+        },
         lambda: _lowered(program, channels_last),
     )
 
@@ -120,7 +130,9 @@ def _lowered(program: "Program", channels_last: bool) -> bytes:
     from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
     from tpuedge.edge.tensor_names import ScopeNames, shorten_tensor_names
 
-    return shorten_tensor_names(lower_to_float_flatbuffer(program, channels_last=channels_last), ScopeNames(program.exported_program))
+    return shorten_tensor_names(
+        lower_to_float_flatbuffer(program, channels_last=channels_last), ScopeNames(program.exported_program)
+    )
 
 
 def _has_image_input(program: "Program") -> bool:

@@ -36,8 +36,10 @@ def has_fused_lstm(data: bytes) -> bool:
     schema = tflite_file.schema
     root = schema.Model.GetRootAs(data, 0)
     wanted = schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
-    return any(max(root.OperatorCodes(i).BuiltinCode(), root.OperatorCodes(i).DeprecatedBuiltinCode()) == wanted
-               for i in range(root.OperatorCodesLength()))
+    return any(
+        max(root.OperatorCodes(i).BuiltinCode(), root.OperatorCodes(i).DeprecatedBuiltinCode()) == wanted
+        for i in range(root.OperatorCodesLength())
+    )
 
 
 def _fused_weights(model) -> list[tuple[int, int, int]]:
@@ -50,7 +52,11 @@ def _fused_weights(model) -> list[tuple[int, int, int]]:
     for k, op in enumerate(fused):
         for i in _WEIGHT_INPUTS:
             index = int(op.inputs[i]) if i < len(op.inputs) else -1
-            if index >= 0 and graph.tensors[index].type == schema.TensorType.FLOAT32 and tflite_file.is_constant(model, graph.tensors[index]):
+            if (
+                index >= 0
+                and graph.tensors[index].type == schema.TensorType.FLOAT32
+                and tflite_file.is_constant(model, graph.tensors[index])
+            ):
                 found.append((k, i, index))
     return found
 
@@ -73,7 +79,9 @@ def with_int8_weights(data: bytes, float32: frozenset = frozenset()) -> bytes:
     readers: dict[int, int] = {}
     for tensor in graph.tensors:
         readers[tensor.buffer] = readers.get(tensor.buffer, 0) + 1
-    code = next((n for n, c in enumerate(model.operatorCodes) if c.builtinCode == schema.BuiltinOperator.DEQUANTIZE), None)
+    code = next(
+        (n for n, c in enumerate(model.operatorCodes) if c.builtinCode == schema.BuiltinOperator.DEQUANTIZE), None
+    )
     if code is None:
         op_code = schema.OperatorCodeT()
         op_code.builtinCode = op_code.deprecatedBuiltinCode = schema.BuiltinOperator.DEQUANTIZE
@@ -127,13 +135,19 @@ class FusedLSTMWeights:
         return with_int8_weights(data, self.float32) if _stores_int8_weights(recipe) else data
 
     def to_json(self) -> dict:
-        return {"int8": len(self.names) - len(self.float32), "float32": len(self.float32),
-                "compute": "float32 (weights read through DEQUANTIZE)",
-                "score_vs_float_model": self.score, "allowed_loss": self.allowed,
-                "samples": self.samples or "none given: every weight int8, not measured"}
+        return {
+            "int8": len(self.names) - len(self.float32),
+            "float32": len(self.float32),
+            "compute": "float32 (weights read through DEQUANTIZE)",
+            "score_vs_float_model": self.score,
+            "allowed_loss": self.allowed,
+            "samples": self.samples or "none given: every weight int8, not measured",
+        }
 
 
-def plan_fused_lstm_weights(float_tflite: bytes, eval_inputs: list | None, allowed_loss: float) -> FusedLSTMWeights | None:
+def plan_fused_lstm_weights(
+    float_tflite: bytes, eval_inputs: list | None, allowed_loss: float
+) -> FusedLSTMWeights | None:
     """The fused-LSTM weights of `float_tflite` to store in int8: all of them where the model with
     them scores within `allowed_loss` of the float model (the budget's metric: mean per-sample
     cosine, or centered cosine) on `eval_inputs` (its layout); else the costliest, each measured

@@ -25,7 +25,12 @@ import numpy as np
 
 from tpuedge.edge.float_model import float_tflite, tflite_layout_inputs
 from tpuedge.quantize.recipes import (
-    FLOAT_FROM_THE_START, SENSITIVE_KINDS, PrecisionPlan, choose_precisions, merge_by_kind, upgrade_ranked,
+    FLOAT_FROM_THE_START,
+    SENSITIVE_KINDS,
+    PrecisionPlan,
+    choose_precisions,
+    merge_by_kind,
+    upgrade_ranked,
 )
 from tpuedge.shared_ir.errors import InternalError, UserError
 
@@ -130,8 +135,18 @@ class _MeasuredCandidates:
 
 
 def static_int8(
-    program: "Program", config, calibration, base: bytes, recipe: dict, quantize, *, report_strict_cost: bool,
-    target: str | None, trained_ranges: Any, budget_cosine: float | None, equalize: bool,
+    program: "Program",
+    config,
+    calibration,
+    base: bytes,
+    recipe: dict,
+    quantize,
+    *,
+    report_strict_cost: bool,
+    target: str | None,
+    trained_ranges: Any,
+    budget_cosine: float | None,
+    equalize: bool,
     candidates: CandidateRuntime | None = None,
 ) -> "tuple[bytes, dict] | Equalized":
     """(the int8 model of `program`, its recipe) from its float model `base` and `quantize`
@@ -152,25 +167,36 @@ def static_int8(
         )
     float_runner = LiteRTRunner(base)
     # trained ranges replace every calibrated one: a single sample gives the quantizer its entries
-    cal_samples = _quantizer_samples(calibration[:1] if trained_ranges is not None else calibration,
-                                     float_runner.inputs, config.channels_last)
+    cal_samples = _quantizer_samples(
+        calibration[:1] if trained_ranges is not None else calibration, float_runner.inputs, config.channels_last
+    )
     groups, scopes = find_sensitive_groups(base)
     # groups of the kinds float from the start (quantize/recipes.py), where floats are allowed
-    fixed = ({g.key: "float" for g in groups if g.kind in FLOAT_FROM_THE_START}
-             if config.float_islands and not config.strict_int8 else {})
-    fixed_ops = [{"group": g.key, "kind": g.kind, "precision": "float", "ops": list(g.ops), "why": SENSITIVE_KINDS[g.kind]}
-                 for g in groups if g.key in fixed]
+    fixed = (
+        {g.key: "float" for g in groups if g.kind in FLOAT_FROM_THE_START}
+        if config.float_islands and not config.strict_int8
+        else {}
+    )
+    fixed_ops = [
+        {"group": g.key, "kind": g.kind, "precision": "float", "ops": list(g.ops), "why": SENSITIVE_KINDS[g.kind]}
+        for g in groups
+        if g.key in fixed
+    ]
     groups = [g for g in groups if g.key not in fixed]
     all_int8 = quantizer_recipe(config)
     with stage_progress(f"{program.name}: calibration on {len(cal_samples)} sample(s)"):
         quantize.calibrate(all_int8, cal_samples)
     if quantize.capped_ranges:  # RSQRT outputs whose float range no quantized input can reach
-        recipe["capped_ranges"] = {name: [_round(before), _round(after)] for name, (before, after) in quantize.capped_ranges.items()}
+        recipe["capped_ranges"] = {
+            name: [_round(before), _round(after)] for name, (before, after) in quantize.capped_ranges.items()
+        }
     if trained_ranges is not None:
         return _with_trained_ranges(program, config, quantize, base, calibration, trained_ranges, recipe)
 
     eval_samples = _search_samples(program, calibration)
-    reference = functools.cache(lambda: [program.run(*s) for s in eval_samples])  # not run when every candidate is cached
+    reference = functools.cache(
+        lambda: [program.run(*s) for s in eval_samples]
+    )  # not run when every candidate is cached
     eval_inputs = [tflite_layout_inputs(s, config.channels_last) for s in eval_samples]
     built = _MeasuredCandidates()
     measured: dict = {}  # recipe key -> AccuracySummary; the search re-asks for recipes it has measured
@@ -179,8 +205,12 @@ def static_int8(
     # group whose ops the ranked points already made int16; 18 of MiniLM-L6's 105 candidates)
     scored: dict[tuple[str, int], dict] = {}
 
-    candidate_parts = {"ir": program.fingerprint, "float": hashlib.sha256(base).hexdigest(),
-                       "calibration": data_digest(calibration), "channels_last": config.channels_last}
+    candidate_parts = {
+        "ir": program.fingerprint,
+        "float": hashlib.sha256(base).hexdigest(),
+        "calibration": data_digest(calibration),
+        "channels_last": config.channels_last,
+    }
 
     step = None  # the search's progress row, set below
     chosen = {"ranges": "min-max"}  # the activation-range method, chosen by measurement below
@@ -218,16 +248,35 @@ def static_int8(
                     if problem is not None:
                         scored[same] = {**asdict(AccuracySummary.failed_to_run(count)), "refused": problem}
                     else:
-                        with timed("int8 search: candidates in LiteRT" if candidates is None else "int8 search: candidates in the target's runtime"):
-                            scored[same] = asdict(_score_candidate(data, eval_inputs[:count], lambda: reference()[:count],
-                                                                   candidates and candidates.outputs))
+                        with timed(
+                            "int8 search: candidates in LiteRT"
+                            if candidates is None
+                            else "int8 search: candidates in the target's runtime"
+                        ):
+                            scored[same] = asdict(
+                                _score_candidate(
+                                    data,
+                                    eval_inputs[:count],
+                                    lambda: reference()[:count],
+                                    candidates and candidates.outputs,
+                                )
+                            )
                 return data, scored[same]
 
-            parts = {**candidate_parts, "recipe": entries, **({"ranges": ranges} if ranges != "min-max" else {}),
-                     **({"samples": count} if count != len(eval_inputs) else {}),
-                     **({"target_check": candidates.target, "scored_in": candidates.target} if candidates is not None else {})}
-            data, score = cached_stage("quant_candidate", parts, build_and_score,
-                                       encode=encode_blob_and_json, decode=decode_blob_and_json)
+            parts = {
+                **candidate_parts,
+                "recipe": entries,
+                **({"ranges": ranges} if ranges != "min-max" else {}),
+                **({"samples": count} if count != len(eval_inputs) else {}),
+                **(
+                    {"target_check": candidates.target, "scored_in": candidates.target}
+                    if candidates is not None
+                    else {}
+                ),
+            }
+            data, score = cached_stage(
+                "quant_candidate", parts, build_and_score, encode=encode_blob_and_json, decode=decode_blob_and_json
+            )
             if not upgraded:
                 check_floor(data)  # a cache hit was not checked in build_and_score
             score = dict(score)
@@ -250,7 +299,9 @@ def static_int8(
     with stage_progress(f"{program.name}: all-int8 candidate", total=1) as step:  # noqa: F811 - evaluate() reads the row it is given
         range_scores = {"min-max": evaluate({})}
     if range_scores["min-max"] < config.target_cosine:
-        with stage_progress(f"{program.name}: activation ranges from histograms", total=1 + len(ESTIMATED_RANGES)) as step:
+        with stage_progress(
+            f"{program.name}: activation ranges from histograms", total=1 + len(ESTIMATED_RANGES)
+        ) as step:
             step("histograms of the calibration activations")
             quantize.estimate_ranges(cal_samples, ESTIMATED_RANGES)
             for method in ESTIMATED_RANGES:
@@ -264,8 +315,16 @@ def static_int8(
     if equalize and best_all_int8 < config.target_cosine:
         with stage_progress(f"{program.name}: all-int8 after cross-layer equalization", total=1) as step:
             step("equalize, convert, calibrate, score")
-            equalized = _equalized_candidate(program, config, calibration, eval_inputs, reference, best_all_int8, target,
-                                             candidates and candidates.outputs)
+            equalized = _equalized_candidate(
+                program,
+                config,
+                calibration,
+                eval_inputs,
+                reference,
+                best_all_int8,
+                target,
+                candidates and candidates.outputs,
+            )
         if equalized is not None and equalized["report"]["kept"]:
             return Equalized(equalized["program"], equalized["report"])
         if equalized is not None:
@@ -278,7 +337,9 @@ def static_int8(
     if config.rank_points and (not config.strict_int8 or report_strict_cost):
         all_int8 = range_scores[chosen["ranges"]]
         if all_int8 < config.target_cosine:
-            ranked = _upgrade_ranked_points(program, base, calibration, eval_samples, scopes, evaluate, all_int8, config)
+            ranked = _upgrade_ranked_points(
+                program, base, calibration, eval_samples, scopes, evaluate, all_int8, config
+            )
 
     # the groups searched: each op group, or one per kind (config.group_by_kind)
     search_groups, expand = merge_by_kind(groups) if config.group_by_kind else (groups, dict)
@@ -292,7 +353,11 @@ def static_int8(
     if budget_cosine is None:
         aim, score, metric = config.target_cosine, evaluate, "the search's score"
     else:
-        aim, score, metric = min(budget_cosine + _HELD_OUT_MARGIN, 1.0), budget_score, "the budget's metric (mean per-sample cosine)"
+        aim, score, metric = (
+            min(budget_cosine + _HELD_OUT_MARGIN, 1.0),
+            budget_score,
+            "the budget's metric (mean per-sample cosine)",
+        )
 
     # Where float islands are allowed and the op groups are many (a transformer's norms, GELUs and
     # attention products, 3-5 a layer), the whole-model float rung is measured first: a handful of
@@ -301,16 +366,26 @@ def static_int8(
     def every_op_rung(start: dict[str, str]) -> dict:
         """`_every_op` on top of `start`, its progress shown; the recipe's report."""
         nonlocal step
-        with stage_progress(f"{program.name}: every op at {config.upgrade_precision}", total=_EVERY_OP_TRIES + len(_TABLE_OPS) + len(_COMPUTE_HEAVY_OPS)) as step:
+        with stage_progress(
+            f"{program.name}: every op at {config.upgrade_precision}",
+            total=_EVERY_OP_TRIES + len(_TABLE_OPS) + len(_COMPUTE_HEAVY_OPS),
+        ) as step:
             report = _every_op(base, start, score, aim, refused, scopes, chosen["ranges"], config.upgrade_precision)
         return {"metric": f"{metric}, on calibration samples", "aim": _round(aim), **report}
 
     every_op = None
-    if (not config.strict_int8 and config.float_islands and len(search_groups) >= EVERY_OP_FIRST_GROUPS
-            and score(ranked["assignment"]) < aim):
+    if (
+        not config.strict_int8
+        and config.float_islands
+        and len(search_groups) >= EVERY_OP_FIRST_GROUPS
+        and score(ranked["assignment"]) < aim
+    ):
         early = every_op_rung(ranked["assignment"])
         if early["kept"] and early["cosine"] >= aim:
-            every_op = {**early, "before_op_groups": f"measured before the {len(search_groups)} op groups, which it made unneeded"}
+            every_op = {
+                **early,
+                "before_op_groups": f"measured before the {len(search_groups)} op groups, which it made unneeded",
+            }
 
     def search(*, strict: bool):
         """choose_precisions over the groups: on top of the upgraded ranked points unless `strict`,
@@ -321,8 +396,14 @@ def static_int8(
             return lambda assignment: evaluate({**start, **expand(assignment)}, samples=samples)
 
         screen = scored(screening_samples) if screening_samples < len(eval_inputs) else None
-        return choose_precisions(search_groups, scored(), strict_int8=strict, upgrade=config.upgrade_precision,
-                                 target_cosine=config.target_cosine, screen=screen)
+        return choose_precisions(
+            search_groups,
+            scored(),
+            strict_int8=strict,
+            upgrade=config.upgrade_precision,
+            target_cosine=config.target_cosine,
+            screen=screen,
+        )
 
     # at most: all-int8 (also screened), each group at its upgrade, then each group's
     # upgrade in turn, and the best single upgrade measured on all samples
@@ -333,13 +414,23 @@ def static_int8(
         assignment = every_op.pop("assignment")
         final_cosine = evaluate(assignment)
     else:
-        with stage_progress(f"{program.name}: int8 search over {len(search_groups)} op group(s)", total=3 + 2 * len(search_groups)) as step:
+        with stage_progress(
+            f"{program.name}: int8 search over {len(search_groups)} op group(s)", total=3 + 2 * len(search_groups)
+        ) as step:
             plan = search(strict=config.strict_int8)
             mixed = search(strict=False) if config.strict_int8 and report_strict_cost else None
         ranked_ops = [] if config.strict_int8 else ranked["non_int8"]
-        assignment = expand(plan.assignment) if config.strict_int8 else {**ranked["assignment"], **expand(plan.assignment)}
+        assignment = (
+            expand(plan.assignment) if config.strict_int8 else {**ranked["assignment"], **expand(plan.assignment)}
+        )
         final_cosine = plan.final_cosine
-    if every_op is None and budget_cosine is not None and not config.strict_int8 and config.float_islands and ranked.get("groups"):
+    if (
+        every_op is None
+        and budget_cosine is not None
+        and not config.strict_int8
+        and config.float_islands
+        and ranked.get("groups")
+    ):
         fallback = _float_ranked_points(program, ranked, budget_score, assignment, aim)
         if fallback is not None:
             assignment, ranked_ops = fallback
@@ -370,8 +461,11 @@ def static_int8(
             "calibration_samples": len(calibration),
             "search": {
                 "metric": "the lower of the centered cosine and the worst output's mean per-sample cosine, vs the float IR on calibration samples"
-                          + ("" if config.target_top1 is None else
-                             f", times the share of top-1 agreement {config.target_top1} reached where the classifier outputs' falls short"),
+                + (
+                    ""
+                    if config.target_top1 is None
+                    else f", times the share of top-1 agreement {config.target_top1} reached where the classifier outputs' falls short"
+                ),
                 "samples": len(eval_samples),
                 "screening_samples": screening_samples if any(_SCREENED in key for key in measured) else None,
                 "target_cosine": config.target_cosine,
@@ -386,14 +480,16 @@ def static_int8(
                 "method": chosen["ranges"],
                 "all_int8_by_method": {m: _round(v) for m, v in range_scores.items()},
                 "how": "per-tensor min/max over the calibration samples; where all-int8 missed the target, "
-                       "also MSE-optimal and 0.01%/99.99% percentile ranges from each activation's histogram "
-                       "(model outputs keep min/max), the best all-int8 score chosen",
+                "also MSE-optimal and 0.01%/99.99% percentile ranges from each activation's histogram "
+                "(model outputs keep min/max), the best all-int8 score chosen",
             },
             "sensitivity": None if config.strict_int8 else ranked["report"],
             "every_op": every_op,  # "assignment" and "entry" were taken out where it was kept
             "float_weights": float_weights,
             "decisions": [d.to_json() for d in plan.decisions],
-            "non_int8_ops": fixed_ops + ranked_ops + [
+            "non_int8_ops": fixed_ops
+            + ranked_ops
+            + [
                 {"group": d.group, "kind": d.kind, "precision": d.precision, "ops": list(d.ops), "why": d.reason}
                 for d in plan.non_int8
             ],
@@ -403,7 +499,9 @@ def static_int8(
         mixed_assignment = {**ranked["assignment"], **expand(mixed.assignment)}
         mixed_ops = [{"group": o["group"], "kind": o["kind"], "precision": o["precision"]} for o in ranked["non_int8"]]
         mixed_ops += [{"group": d.group, "kind": d.kind, "precision": d.precision} for d in mixed.non_int8]
-        recipe["strict_int8_cost"] = _strict_cost(measure(expand(plan.assignment)), measure(mixed_assignment), mixed_ops, len(eval_samples))
+        recipe["strict_int8_cost"] = _strict_cost(
+            measure(expand(plan.assignment)), measure(mixed_assignment), mixed_ops, len(eval_samples)
+        )
         recipe["search"]["evaluations"] = len(measured)
         recipe["search"]["candidates"] = _candidates(measured, refused)
     return final, recipe
@@ -413,7 +511,7 @@ def _search_samples(program, calibration: list) -> list:
     """The calibration samples a search measures its candidates on: at most SEARCH_SAMPLES, or
     LARGE_MODEL_SEARCH_SAMPLES for a model of LARGE_MODEL_PARAMETERS or more."""
     large = program.parameter_count >= LARGE_MODEL_PARAMETERS
-    return calibration[:LARGE_MODEL_SEARCH_SAMPLES if large else SEARCH_SAMPLES]
+    return calibration[: LARGE_MODEL_SEARCH_SAMPLES if large else SEARCH_SAMPLES]
 
 
 def _quantizer_samples(samples, input_infos, channels_last: bool) -> list[dict]:
@@ -442,8 +540,9 @@ def _score_candidate(tflite: bytes, eval_inputs, reference, outputs_of=None) -> 
     return compare_outputs(reference(), outputs)
 
 
-def _equalized_candidate(program, config, calibration, eval_inputs, reference, best: float, target,
-                         outputs_of=None) -> dict | None:
+def _equalized_candidate(
+    program, config, calibration, eval_inputs, reference, best: float, target, outputs_of=None
+) -> dict | None:
     """{"program": the program after cross-layer equalization, "report": what was measured, with
     "kept": whether its all-int8 (min/max ranges) beats `best`, this program's best all-int8, by
     _MIN_EQUALIZED_GAIN}; None when no pair can be equalized."""
@@ -461,12 +560,20 @@ def _equalized_candidate(program, config, calibration, eval_inputs, reference, b
     entries = quantizer_recipe(config)
     quantize.calibrate(entries, _quantizer_samples(calibration, LiteRTRunner(base).inputs, config.channels_last))
     score = search_score(_score_candidate(quantize(entries), eval_inputs, reference, outputs_of), config.target_top1)
-    return {"program": equalized, "report": {"pairs": result.changed, "all_int8_cosine_before": _round(best),
-                                              "all_int8_cosine_equalized": _round(score),
-                                              "kept": score >= best + _MIN_EQUALIZED_GAIN}}
+    return {
+        "program": equalized,
+        "report": {
+            "pairs": result.changed,
+            "all_int8_cosine_before": _round(best),
+            "all_int8_cosine_equalized": _round(score),
+            "kept": score >= best + _MIN_EQUALIZED_GAIN,
+        },
+    }
 
 
-def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scopes, evaluate, all_int8: float, config) -> dict:
+def _upgrade_ranked_points(
+    program, base: bytes, calibration, eval_samples, scopes, evaluate, all_int8: float, config
+) -> dict:
     """Rank every int8 point of the IR by its own cost (quantize/sensitivity.py), then give the
     costliest points' ops the config's upgrade (`upgrade_precision`: float islands on android,
     int16 activations on mcu), a growing prefix at a time, by measured cosine.
@@ -484,17 +591,25 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
                 ranking = ranked_points(program, calibration, measure_on)
         except (UserError, InternalError, TooManyPoints) as exc:  # the JAX lowering can't run it, or too many
             # points to rank: the op-group search (recurrent state, norms, ...) still runs
-            return {"assignment": {}, "report": {"unavailable": " ".join(str(exc).split())[:400]}, "non_int8": [], "groups": []}
+            return {
+                "assignment": {},
+                "report": {"unavailable": " ".join(str(exc).split())[:400]},
+                "non_int8": [],
+                "groups": [],
+            }
     groups, group_scopes = ranked_groups(base, ranking)
     scopes.update(group_scopes)
-    with stage_progress(f"{program.name}: {config.upgrade_precision} for the top-ranked of {len(groups)} point(s)", total=len(groups)):
-        assignment, cosine, tried = upgrade_ranked(groups, evaluate, all_int8, target_cosine=config.target_cosine,
-                                                   precision=config.upgrade_precision)
+    with stage_progress(
+        f"{program.name}: {config.upgrade_precision} for the top-ranked of {len(groups)} point(s)", total=len(groups)
+    ):
+        assignment, cosine, tried = upgrade_ranked(
+            groups, evaluate, all_int8, target_cosine=config.target_cosine, precision=config.upgrade_precision
+        )
     by_key = {g.key: g for g in groups}
     points = sum(by_key[key].kind == "ranked" for key in assignment)
     report = {
         "method": "each IR quantization point alone in fake int8 (JAX lowering, calibrated min/max ranges), "
-                  "1 - mean per-sample cosine of the outputs vs float",
+        "1 - mean per-sample cosine of the outputs vs float",
         "samples": len(measure_on),
         "inputs": "calibration samples (the search's own)",
         "top": [s.to_json() for s in ranking[:10]],
@@ -504,16 +619,26 @@ def _upgrade_ranked_points(program, base: bytes, calibration, eval_samples, scop
         "chosen": points,
     }
     non_int8 = [
-        {"group": key, "kind": by_key[key].kind, "precision": precision, "ops": list(by_key[key].ops),
-         "why": (f"ranked among the {points} costliest IR points in int8" if by_key[key].kind == "ranked" else
-                 "writes a model output from a ranked point's value (float keeps the output float)")
-                + f"; model cosine {_round(all_int8)} -> {_round(cosine)}"}
+        {
+            "group": key,
+            "kind": by_key[key].kind,
+            "precision": precision,
+            "ops": list(by_key[key].ops),
+            "why": (
+                f"ranked among the {points} costliest IR points in int8"
+                if by_key[key].kind == "ranked"
+                else "writes a model output from a ranked point's value (float keeps the output float)"
+            )
+            + f"; model cosine {_round(all_int8)} -> {_round(cosine)}",
+        }
         for key, precision in assignment.items()
     ]
     return {"assignment": assignment, "report": report, "non_int8": non_int8, "groups": groups}
 
 
-def _every_op(base: bytes, assignment: dict, score, aim: float, refused: dict, scopes, ranges: str, precision: str) -> dict:
+def _every_op(
+    base: bytes, assignment: dict, score, aim: float, refused: dict, scopes, ranges: str, precision: str
+) -> dict:
     """The search's last resort where `assignment` (the ranked points, the op groups, float
     islands) scores below its aim by `score`: every op type at `precision` on top of it, weights
     int8 (the config's upgrade: 16-bit activations on mcu, float compute on android, where LiteRT
@@ -541,7 +666,9 @@ def _every_op(base: bytes, assignment: dict, score, aim: float, refused: dict, s
         trial = {**assignment, group.key: precision}
         cosine = score(trial)
         why = refused.get(_key(trial, ranges))
-        tried.append({"left_int8": sorted(excluded), "score": _round(cosine), **note, **({"refused": why} if why else {})})
+        tried.append(
+            {"left_int8": sorted(excluded), "score": _round(cosine), **note, **({"refused": why} if why else {})}
+        )
         return tried[-1]
 
     excluded: frozenset[str] = frozenset()
@@ -560,8 +687,10 @@ def _every_op(base: bytes, assignment: dict, score, aim: float, refused: dict, s
     # with score to spare, the tables and the heavy op types go back to int8 one at a time while
     # the aim holds: int8 tables are a quarter of the bytes, int8 kernels the fast ones (int16 in
     # LiteRT, ShuffleNetV2-x0.5: 1.6 ms per invoke -> 10.3 ms); tables first, each kind in graph order
-    heavy = sorted((name for name in names if name in _TABLE_OPS + _COMPUTE_HEAVY_OPS and name not in best["left_int8"]),
-                   key=lambda name: name not in _TABLE_OPS)
+    heavy = sorted(
+        (name for name in names if name in _TABLE_OPS + _COMPUTE_HEAVY_OPS and name not in best["left_int8"]),
+        key=lambda name: name not in _TABLE_OPS,
+    )
     for name in heavy if best["score"] >= aim else []:
         row = measure_without(frozenset(best["left_int8"]) | {name}, back_to_int8=name)
         if "refused" not in row and row["score"] >= aim:
@@ -569,13 +698,26 @@ def _every_op(base: bytes, assignment: dict, score, aim: float, refused: dict, s
     group, members = every_op_group(types, frozenset(best["left_int8"]))
     scopes[group.key] = members
     every = "every activation at 16 bits" if precision == "int16" else "every op in float (weights int8)"
-    entry = {"group": group.key, "kind": group.kind, "precision": precision, "ops": list(group.ops),
-             "why": f"the ranked points, the op groups and float islands left the model at {_round(start)}, below the "
-                    f"search's aim; {every}: {best['score']}"}
-    return {**report, "kept": True, "cosine": best["score"], "assignment": {**assignment, group.key: precision}, "entry": entry}
+    entry = {
+        "group": group.key,
+        "kind": group.kind,
+        "precision": precision,
+        "ops": list(group.ops),
+        "why": f"the ranked points, the op groups and float islands left the model at {_round(start)}, below the "
+        f"search's aim; {every}: {best['score']}",
+    }
+    return {
+        **report,
+        "kept": True,
+        "cosine": best["score"],
+        "assignment": {**assignment, group.key: precision},
+        "entry": entry,
+    }
 
 
-def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, score, assignment: dict, aim: float) -> dict:
+def _float_weights_rung(
+    program, config, base: bytes, eval_samples, scopes, score, assignment: dict, aim: float
+) -> dict:
     """The search's last rung (android): the IR's weight tensors ranked by their int8 cost alone
     (quantize/weight_sensitivity.py), then float32 weights for the ops reading the costliest, the
     fewest that reach `aim` on top of `assignment`, within FLOAT_WEIGHTS_BYTES_SHARE of the
@@ -591,13 +733,20 @@ def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, scor
     from tpuedge.shared_ir.stage_times import timed
 
     samples = eval_samples[:WEIGHT_RANKING_SAMPLES]
-    with stage_progress(f"{program.name}: int8 cost of each weight tensor ({len(samples)} samples)", total=1), \
-            timed("int8 search: IR weight ranking"):
+    with (
+        stage_progress(f"{program.name}: int8 cost of each weight tensor ({len(samples)} samples)", total=1),
+        timed("int8 search: IR weight ranking"),
+    ):
         # the program the converter saw (BatchNorm folded): its weights are the ones quantized
         lowered = Program(litert_ir_passes(program.exported_program), name=program.name)
         parts = {"ir": program.fingerprint, "samples": data_digest(samples), "per_channel": config.per_channel}
-        entries = cached_stage("weight_ranking", parts, lambda: [w.to_json() for w in rank_weights(lowered, samples, per_channel=config.per_channel)],
-                               encode=encode_json, decode=decode_json)
+        entries = cached_stage(
+            "weight_ranking",
+            parts,
+            lambda: [w.to_json() for w in rank_weights(lowered, samples, per_channel=config.per_channel)],
+            encode=encode_json,
+            decode=decode_json,
+        )
         ranking = ranking_from_json(lowered, entries)
     # float32 costs 3 bytes an element over int8: the extra stays within the size goal's slack
     cap = int((FLOAT_WEIGHTS_BYTES_SHARE * program.parameter_count + FLOAT_WEIGHTS_BYTES_FLOOR) / 3)
@@ -606,8 +755,8 @@ def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, scor
     start = score(assignment)
     report = {
         "method": "each IR weight tensor alone rounded to int8 (symmetric, "
-                  f"{'per output channel' if config.per_channel else 'per tensor'}), activations float, "
-                  "1 - the worst output's mean per-sample cosine vs float (torch, the IR)",
+        f"{'per output channel' if config.per_channel else 'per tensor'}), activations float, "
+        "1 - the worst output's mean per-sample cosine vs float (torch, the IR)",
         "samples": len(samples),
         "inputs": "calibration samples (the search's own)",
         "top": [w.to_json() for w in ranking[:10]],
@@ -618,20 +767,28 @@ def _float_weights_rung(program, config, base: bytes, eval_samples, scopes, scor
     }
     if not groups:
         return report
-    with stage_progress(f"{program.name}: float32 weights for the costliest of {len(groups)} weight tensor(s)", total=1):
+    with stage_progress(
+        f"{program.name}: float32 weights for the costliest of {len(groups)} weight tensor(s)", total=1
+    ):
         floated, cosine, tried = float_ranked(groups, score, assignment, start, target_cosine=aim, precision="float32")
     report["prefixes_tried"] = [{"weights": k, "score": _round(c)} for k, c in tried]
     if floated == assignment:
         return report
-    why = (f"int8 weights left the model at {_round(start)} (aim {_round(aim)}); "
-           f"float32 weights for the costliest: {_round(cosine)}")
-    entries = [{"group": g.key, "kind": g.kind, "precision": "float32", "ops": list(g.ops), "why": why}
-               for g in groups if floated.get(g.key) == "float32"]
+    why = (
+        f"int8 weights left the model at {_round(start)} (aim {_round(aim)}); "
+        f"float32 weights for the costliest: {_round(cosine)}"
+    )
+    entries = [
+        {"group": g.key, "kind": g.kind, "precision": "float32", "ops": list(g.ops), "why": why}
+        for g in groups
+        if floated.get(g.key) == "float32"
+    ]
     return {**report, "kept": True, "cosine": _round(cosine), "assignment": floated, "entries": entries}
 
 
-def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: bytes, recipe: dict, quantize,
-                         budget_cosine: float) -> bytes:
+def dynamic_int8_weights(
+    program, config, calibration, base: bytes, quantized: bytes, recipe: dict, quantize, budget_cosine: float
+) -> bytes:
     """dynamic-int8's one remedy (android): where its model scores below the aim on the
     calibration samples (the build holds its budget's samples out of them), the float32-weights
     rung (`_float_weights_rung`): the ops reading the costliest weight tensors left unquantized,
@@ -660,12 +817,22 @@ def dynamic_int8_weights(program, config, calibration, base: bytes, quantized: b
                 cosine = summary.centered_cosine if summary.sample_cosine is None else summary.sample_cosine
                 return data, {"score": _top1_scaled(cosine, summary.top1_agreement, config.target_top1)}
 
-            parts = {"ir": program.fingerprint, "float": hashlib.sha256(base).hexdigest(),
-                     "calibration": data_digest(eval_samples), "channels_last": config.channels_last, "recipe": entries,
-                     **({"target_top1": config.target_top1} if config.target_top1 is not None else {})}
+            parts = {
+                "ir": program.fingerprint,
+                "float": hashlib.sha256(base).hexdigest(),
+                "calibration": data_digest(eval_samples),
+                "channels_last": config.channels_last,
+                "recipe": entries,
+                **({"target_top1": config.target_top1} if config.target_top1 is not None else {}),
+            }
             with timed("dynamic-int8: float32-weights candidates"):
-                data, meta = cached_stage("dynamic_candidate", parts, build_and_score,
-                                          encode=encode_blob_and_json, decode=decode_blob_and_json)
+                data, meta = cached_stage(
+                    "dynamic_candidate",
+                    parts,
+                    build_and_score,
+                    encode=encode_blob_and_json,
+                    decode=decode_blob_and_json,
+                )
             scores[key] = float(meta["score"])
             built.add(key, data, lambda: quantize(entries) if assignment else quantized)
         return scores[key]
@@ -703,16 +870,22 @@ def _float_ranked_points(program, ranked: dict, budget_score, assignment: dict, 
     if floated == assignment:
         return None
     by_key = {g.key: g for g in groups}
-    why = (f"int16 and the op groups left the model at mean per-sample cosine {_round(start)} (aim {_round(aim)}); "
-           f"float islands for the costliest points: {_round(floated_cosine)}")
+    why = (
+        f"int16 and the op groups left the model at mean per-sample cosine {_round(start)} (aim {_round(aim)}); "
+        f"float islands for the costliest points: {_round(floated_cosine)}"
+    )
     entries = [e for e in ranked["non_int8"] if floated.get(e["group"]) == e["precision"]]
-    entries += [{"group": key, "kind": by_key[key].kind, "precision": precision, "ops": list(by_key[key].ops), "why": why}
-                for key, precision in floated.items()
-                if key in by_key and precision != "int8" and assignment.get(key) != precision]
+    entries += [
+        {"group": key, "kind": by_key[key].kind, "precision": precision, "ops": list(by_key[key].ops), "why": why}
+        for key, precision in floated.items()
+        if key in by_key and precision != "int8" and assignment.get(key) != precision
+    ]
     return floated, entries
 
 
-def _with_trained_ranges(program, config, quantize, base: bytes, calibration, trained, recipe: dict) -> tuple[bytes, dict]:
+def _with_trained_ranges(
+    program, config, quantize, base: bytes, calibration, trained, recipe: dict
+) -> tuple[bytes, dict]:
     """All int8, with every activation range the trained one (a tensor none reaches is an error)."""
     from tpuedge.edge.quantizer_recipes import quantizer_recipe
     from tpuedge.edge.trained_ranges import require_complete, tensor_ranges
@@ -722,15 +895,21 @@ def _with_trained_ranges(program, config, quantize, base: bytes, calibration, tr
     require_complete(placed, program.name)  # so the samples the build checks on set no range
     quantize.override_ranges(placed.ranges)
     entries = quantizer_recipe(config)
-    parts = {"float": hashlib.sha256(base).hexdigest(), "recipe": entries, "ranges": trained.digest,
-             "calibration": data_digest(calibration)}
+    parts = {
+        "float": hashlib.sha256(base).hexdigest(),
+        "recipe": entries,
+        "ranges": trained.digest,
+        "calibration": data_digest(calibration),
+    }
     data = cached_stage("quantized", parts, lambda: quantize(entries))
-    recipe.update({
-        "quantizer": "ai-edge-quantizer",
-        "quantizer_recipe": entries,
-        "activation_ranges": {"source": trained.source, "sha256": trained.digest, **placed.summary()},
-        "non_int8_ops": [],
-    })
+    recipe.update(
+        {
+            "quantizer": "ai-edge-quantizer",
+            "quantizer_recipe": entries,
+            "activation_ranges": {"source": trained.source, "sha256": trained.digest, **placed.summary()},
+            "non_int8_ops": [],
+        }
+    )
     return data, recipe
 
 
@@ -777,9 +956,14 @@ def _candidates(measured: dict, refused: dict[str, str]) -> list[dict]:
     """Every recipe the search measured, in order, with its numbers (the table a build below budget
     prints), and why the target refused it where it did."""
     return [
-        {"recipe": key if key and not key.startswith(" [") else f"all int8{key}", "sample_cosine": _round(m.sample_cosine), "centered_cosine": _round(m.centered_cosine),
-         "cosine": _round(m.cosine), "top1_agreement": _round(m.top1_agreement),
-         **({"refused": refused[key]} if key in refused else {})}
+        {
+            "recipe": key if key and not key.startswith(" [") else f"all int8{key}",
+            "sample_cosine": _round(m.sample_cosine),
+            "centered_cosine": _round(m.centered_cosine),
+            "cosine": _round(m.cosine),
+            "top1_agreement": _round(m.top1_agreement),
+            **({"refused": refused[key]} if key in refused else {}),
+        }
         for key, m in measured.items()
     ]
 
@@ -817,4 +1001,6 @@ def fused_lstm_plan(program, config, calibration, base: bytes, budget_cosine: fl
         found = cached_stage("fused_lstm_weights", parts, plan, encode=encode_json, decode=decode_json)
     if found is None:
         return None
-    return FusedLSTMWeights(**{**found, "names": tuple(found["names"]), "float32": frozenset(tuple(p) for p in found["float32"])})
+    return FusedLSTMWeights(
+        **{**found, "names": tuple(found["names"]), "float32": frozenset(tuple(p) for p in found["float32"])}
+    )

@@ -39,8 +39,11 @@ def sliced(original):
         parts = []
         for start in range(0, channels, step):
             rows = np.arange(start, min(channels, start + step))
-            params = dataclasses.replace(quantization_params, scale=_rows(quantization_params.scale, rows, axis, tensor_data.ndim),
-                                         zero_point=_rows(quantization_params.zero_point, rows, axis, tensor_data.ndim))
+            params = dataclasses.replace(
+                quantization_params,
+                scale=_rows(quantization_params.scale, rows, axis, tensor_data.ndim),
+                zero_point=_rows(quantization_params.zero_point, rows, axis, tensor_data.ndim),
+            )
             parts.append(original(np.take(tensor_data, rows, axis=axis), params, is_blockwise_quant))
         return np.concatenate(parts, axis=axis)
 

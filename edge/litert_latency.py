@@ -20,7 +20,9 @@ BLOCKS = 5
 _MAX_RUNS_PER_BLOCK = 20
 
 
-def median_latency_ms(files: Mapping[str, bytes], sample: Sequence[np.ndarray], budget_s: float = 6.0) -> dict[str, float]:
+def median_latency_ms(
+    files: Mapping[str, bytes], sample: Sequence[np.ndarray], budget_s: float = 6.0
+) -> dict[str, float]:
     """Median ms per invoke of each model on `sample`, spending about `budget_s` in all (at
     least BLOCKS runs per model, at most BLOCKS * 20)."""
     from tpuedge.edge.litert_runtime import LiteRTRunner

@@ -41,8 +41,15 @@ from tpuedge.edge.decompose_in_place import decompositions_in_place
 from tpuedge.edge.litert_session import litert_session
 from tpuedge.shared_ir.torch_compat import cia_ops_walked_once
 
-__all__ = ["convert_passes", "decompose_for_litert", "litert_ir_passes", "lower_to_float_flatbuffer",
-           "lower_signatures_to_float_flatbuffer", "lowered_fingerprint", "SIGNATURE_KEY"]
+__all__ = [
+    "convert_passes",
+    "decompose_for_litert",
+    "litert_ir_passes",
+    "lower_to_float_flatbuffer",
+    "lower_signatures_to_float_flatbuffer",
+    "lowered_fingerprint",
+    "SIGNATURE_KEY",
+]
 
 SIGNATURE_KEY = "serving_default"
 
@@ -69,10 +76,17 @@ def _private_copy(exported_program):
     graph_module = copy.deepcopy(exported_program.graph_module)
     keep_node_names(exported_program.graph, graph_module.graph)
     ep = exported_program
-    return ExportedProgram(root=graph_module, graph=graph_module.graph, graph_signature=copy.deepcopy(ep.graph_signature),
-                           state_dict=ep.state_dict, range_constraints=copy.deepcopy(ep.range_constraints),
-                           module_call_graph=copy.deepcopy(ep.module_call_graph), example_inputs=ep.example_inputs,
-                           constants=ep.constants, verifiers=ep.verifiers)
+    return ExportedProgram(
+        root=graph_module,
+        graph=graph_module.graph,
+        graph_signature=copy.deepcopy(ep.graph_signature),
+        state_dict=ep.state_dict,
+        range_constraints=copy.deepcopy(ep.range_constraints),
+        module_call_graph=copy.deepcopy(ep.module_call_graph),
+        example_inputs=ep.example_inputs,
+        constants=ep.constants,
+        verifiers=ep.verifiers,
+    )
 
 
 def litert_ir_passes(exported_program):
@@ -155,13 +169,33 @@ def _run_litert_ir_passes(exported_program):
 
     # both edge targets begin with the canonical forms (mcu's list in edge/mcu_capability.py) and
     # end with this list, so where mcu's own passes found nothing, both give litert-torch one program
-    for ir_pass in (*canonical_forms(), ConvPaddingAsNumbers(), TransposedConvAsCrop(), AdaptiveMaxPoolAsPool(), Pool3dAs2d(), ChannelWindowAsConvolution(),
-                    SortAsTopk(), OneHotAsCompare(),
-                    FoldBatchNorm(), SoftmaxOfOne(), SoftmaxOnTheLastAxis(), FoldConstants(),
-                    StftAsConvolution(),  # after FoldConstants: a window made in forward is a constant by then
-                    AlphaAsMul(), PReluAsMinimum(), FiniteMaskBound(), NormalizeAsRsqrt(), BroadcastInsteadOfExpand(),
-                    ExpandAsGather(), UnfoldAsGather(), Col2imAsSums(), ElementwiseAtMost5D(), PermuteAtMost5D(), ConstantMinusAsNegAdd(),
-                    FlattenAsNHWC()):
+    for ir_pass in (
+        *canonical_forms(),
+        ConvPaddingAsNumbers(),
+        TransposedConvAsCrop(),
+        AdaptiveMaxPoolAsPool(),
+        Pool3dAs2d(),
+        ChannelWindowAsConvolution(),
+        SortAsTopk(),
+        OneHotAsCompare(),
+        FoldBatchNorm(),
+        SoftmaxOfOne(),
+        SoftmaxOnTheLastAxis(),
+        FoldConstants(),
+        StftAsConvolution(),  # after FoldConstants: a window made in forward is a constant by then
+        AlphaAsMul(),
+        PReluAsMinimum(),
+        FiniteMaskBound(),
+        NormalizeAsRsqrt(),
+        BroadcastInsteadOfExpand(),
+        ExpandAsGather(),
+        UnfoldAsGather(),
+        Col2imAsSums(),
+        ElementwiseAtMost5D(),
+        PermuteAtMost5D(),
+        ConstantMinusAsNegAdd(),
+        FlattenAsNHWC(),
+    ):
         exported_program, _ = ir_pass(exported_program)
     return exported_program
 
@@ -186,8 +220,12 @@ def _decompose(exported_program):
     with timed("LiteRT IR passes"):
         exported_program = litert_ir_passes(exported_program)
     with_fake_values(exported_program)  # a program read from its cached snapshot: litert-torch re-traces it
-    with litert_session(), cia_ops_walked_once(), decompositions_in_place(), \
-            timed("litert-torch decomposition (pre-convert table)"):
+    with (
+        litert_session(),
+        cia_ops_walked_once(),
+        decompositions_in_place(),
+        timed("litert-torch decomposition (pre-convert table)"),
+    ):
         from litert_torch import fx_infra
 
         fx_infra.silence_torch_logs()
@@ -208,8 +246,10 @@ def _has_int64_arange(exported_program) -> bool:
     pre-convert table has already written `arange.default` and `arange.start` as it)."""
     import torch
 
-    return any(n.target == torch.ops.aten.arange.start_step and getattr(n.meta.get("val"), "dtype", None) == torch.int64
-               for n in exported_program.graph.nodes)
+    return any(
+        n.target == torch.ops.aten.arange.start_step and getattr(n.meta.get("val"), "dtype", None) == torch.int64
+        for n in exported_program.graph.nodes
+    )
 
 
 def decompose_for_litert(exported_program):
@@ -266,12 +306,20 @@ def convert_passes(exported_program):
     fx_passes = litert_fx_passes()
 
     ep = generative_fx_passes.run_generative_passes(exported_program)
-    ep = fx_infra.run_passes(ep, [fx_passes.LowerTorchAOPass(), fx_passes.EliminateDeadCodePass(),
-                                  fx_passes.OptimizeLayoutTransposesPass()])
+    ep = fx_infra.run_passes(
+        ep, [fx_passes.LowerTorchAOPass(), fx_passes.EliminateDeadCodePass(), fx_passes.OptimizeLayoutTransposesPass()]
+    )
     if canonical_retrace_needed(ep):
         ep = fx_infra.run_passes(ep, [fx_passes.CanonicalizePass()])
-    return fx_infra.run_passes(ep, [fx_passes.ReduceViewRankPass(), fx_passes.BuildAtenCompositePass(),
-                                    fx_passes.RemoveNonUserOutputsPass(), fx_passes.CastInputsBf16ToF32Pass()])
+    return fx_infra.run_passes(
+        ep,
+        [
+            fx_passes.ReduceViewRankPass(),
+            fx_passes.BuildAtenCompositePass(),
+            fx_passes.RemoveNonUserOutputsPass(),
+            fx_passes.CastInputsBf16ToF32Pass(),
+        ],
+    )
 
 
 # The layout pass's functions that hide no op the composite pass wraps: its transposes and its
@@ -322,7 +370,9 @@ def lower_to_float_flatbuffer(program, *, channels_last: bool = False) -> bytes:
     return lower_signatures_to_float_flatbuffer([(SIGNATURE_KEY, program)], channels_last=channels_last)
 
 
-def lower_signatures_to_float_flatbuffer(signatures, *, channels_last: bool = False, weights_in_place: bool = False) -> bytes:
+def lower_signatures_to_float_flatbuffer(
+    signatures, *, channels_last: bool = False, weights_in_place: bool = False
+) -> bytes:
     """One float32 .tflite with a signature per (name, Program) of `signatures`, inputs named as
     each Program's. Programs that share parameter tensors (a bundle's entry points) share their
     buffers: litert-torch keys the constants it writes by the tensor's storage.
@@ -348,7 +398,8 @@ def lower_signatures_to_float_flatbuffer(signatures, *, channels_last: bool = Fa
                 programs = [convert_passes(ep) for ep in programs]
             with timed("litert-torch MLIR lowering + flatbuffer"), direct_lowerings():
                 exporter = converter().exported_programs_to_flatbuffer(
-                    programs, [_Signature(name, list(program.input_names)) for name, program in signatures],
+                    programs,
+                    [_Signature(name, list(program.input_names)) for name, program in signatures],
                     lightweight_conversion=weights_in_place,
                 )
                 return bytes(exporter.to_bytes())

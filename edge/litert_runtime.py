@@ -30,8 +30,15 @@ from tpuedge.edge.tool_output import held_tool_output, tail
 from tpuedge.quantize import affine
 from tpuedge.shared_ir.errors import BudgetError, InternalError, UserError
 
-__all__ = ["LiteRTRunner", "ModelRunError", "aborting_op", "preserving_interpreter", "refused_by_litert", "refused_on_budget_samples",
-           "run_samples"]
+__all__ = [
+    "LiteRTRunner",
+    "ModelRunError",
+    "aborting_op",
+    "preserving_interpreter",
+    "refused_by_litert",
+    "refused_on_budget_samples",
+    "run_samples",
+]
 
 
 class ModelRunError(InternalError):
@@ -107,7 +114,9 @@ def _info(detail: dict, name: str) -> TensorInfo:
     qp = detail.get("quantization_parameters") or {}
     scales = tuple(float(s) for s in qp.get("scales", ()))
     zps = tuple(int(z) for z in qp.get("zero_points", ()))
-    return TensorInfo(name, tuple(int(d) for d in detail["shape"]), np.dtype(detail["dtype"]).name, scales, zps[: len(scales)])
+    return TensorInfo(
+        name, tuple(int(d) for d in detail["shape"]), np.dtype(detail["dtype"]).name, scales, zps[: len(scales)]
+    )
 
 
 # LiteRT's integer ADD and SUB shift their inputs left by this many bits before rescaling
@@ -130,8 +139,10 @@ def aborting_op(tflite_bytes: bytes) -> str | None:
         twice = 2 * max(ins[0], ins[1])
         output = twice / ((1 << shift) * outs[0]) if outs[0] > 0 else float("inf")
         if not (twice > 0 and 0 < ins[0] / twice < 1 and 0 < ins[1] / twice < 1 and 0 < output < 1):
-            return (f"{dtype} {name} (op {index}) with input scales {ins[0]:.3g}, {ins[1]:.3g} and output scale "
-                    f"{outs[0]:.3g}: its rescale factor {output:.3g} is outside (0, 1), which LiteRT aborts on")
+            return (
+                f"{dtype} {name} (op {index}) with input scales {ins[0]:.3g}, {ins[1]:.3g} and output scale "
+                f"{outs[0]:.3g}: its rescale factor {output:.3g} is outside (0, 1), which LiteRT aborts on"
+            )
     return None
 
 
@@ -148,7 +159,9 @@ class LiteRTRunner:
             with held_tool_output("LiteRT"):
                 self._interp = Interpreter(model_content=self._bytes, num_threads=num_threads)
         except (RuntimeError, ValueError) as exc:  # not a model LiteRT can read
-            raise UserError(f"LiteRT could not load this model ({_said(exc)}); rebuild it with `tpuedge build`.") from exc
+            raise UserError(
+                f"LiteRT could not load this model ({_said(exc)}); rebuild it with `tpuedge build`."
+            ) from exc
         aborting = aborting_op(self._bytes)  # read once LiteRT has verified the flatbuffer
         if aborting:
             raise ModelRunError(f"LiteRT can't run this model: {aborting}")
@@ -231,7 +244,9 @@ def _workers(samples: int) -> int:
     return max(1, min(cpus, _MAX_WORKERS, samples))
 
 
-def run_samples(tflite_bytes: bytes, samples: Sequence[Sequence[np.ndarray]], *, workers: int | None = None) -> list[list[np.ndarray]]:
+def run_samples(
+    tflite_bytes: bytes, samples: Sequence[Sequence[np.ndarray]], *, workers: int | None = None
+) -> list[list[np.ndarray]]:
     """`LiteRTRunner.run` on each sample, in order, spread over `workers` interpreters on threads
     (default: one per CPU this process may use, at most _MAX_WORKERS). LiteRT lets go of the GIL while it invokes and each sample runs
     alone, so the outputs are the ones a single interpreter gives, and an int8 candidate with

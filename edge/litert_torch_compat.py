@@ -29,9 +29,18 @@ from collections.abc import Callable, Iterator
 from tpuedge.shared_ir.errors import InternalError
 from tpuedge.shared_ir.upstream_gate import ScopedPatch, Unavailable, fell_back, verified
 
-__all__ = ["VERIFIED_LITERT_TORCH", "ceil_mode_padding", "composite_ops", "converter", "decomposition_helpers",
-           "decompositions_replaced", "fx_passes", "from_layout_pass", "import_litert_torch",
-           "lowerings_replaced"]
+__all__ = [
+    "VERIFIED_LITERT_TORCH",
+    "ceil_mode_padding",
+    "composite_ops",
+    "converter",
+    "decomposition_helpers",
+    "decompositions_replaced",
+    "fx_passes",
+    "from_layout_pass",
+    "import_litert_torch",
+    "lowerings_replaced",
+]
 
 VERIFIED_LITERT_TORCH = ("0.10",)
 _DECOMPOSITION_PATCH = ScopedPatch()
@@ -62,8 +71,10 @@ def _required(name: str):
         else:
             from litert_torch._convert import litert_converter as module
     except ImportError as exc:
-        raise InternalError(f"this litert-torch has no _convert.{name} ({exc}); tpuedge lowers through "
-                            "litert-torch 0.10's (pip install -c constraints.txt .)") from exc
+        raise InternalError(
+            f"this litert-torch has no _convert.{name} ({exc}); tpuedge lowers through "
+            "litert-torch 0.10's (pip install -c constraints.txt .)"
+        ) from exc
     return module
 
 
@@ -97,6 +108,7 @@ def decompositions_replaced(ours: Callable) -> Iterator[None]:
     own)` for the block's threads; on the public route, its own."""
     stack = contextlib.ExitStack()
     if _fast("in-place decomposition"):
+
         def install(patch: ScopedPatch):
             from litert_torch import fx_infra
 
@@ -123,6 +135,7 @@ def lowerings_replaced(ours: dict) -> Iterator[None]:
     `ours[op](its_own_lowering, lctx, *args, **kwargs)`; on the public route, by its own."""
     stack = contextlib.ExitStack()
     if _fast("direct lowerings"):
+
         def install(patch: ScopedPatch):
             from litert_torch.backend.lowerings import registry
 

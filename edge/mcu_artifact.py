@@ -72,18 +72,27 @@ class McuArtifact:
         nhwc_given += [False] * (len(model) - len(nhwc_given))
         specs = [d if nhwc else m for d, m, nhwc in zip(device, model, nhwc_given)]
         where = f"mcu artifact {self.directory}"
-        wrong = [f"input {m.name!r} has shape {list(x.shape)}; it takes {list(m.shape)} (the model's NCHW, transposed "
-                 f"on the host) or {list(d.shape)} (NHWC, as the device and model_data.h take it)"
-                 for d, m, x in zip(device, model, given) if d != m and not _fits(d, x.shape) and not _fits(m, x.shape)]
+        wrong = [
+            f"input {m.name!r} has shape {list(x.shape)}; it takes {list(m.shape)} (the model's NCHW, transposed "
+            f"on the host) or {list(d.shape)} (NHWC, as the device and model_data.h take it)"
+            for d, m, x in zip(device, model, given)
+            if d != m and not _fits(d, x.shape) and not _fits(m, x.shape)
+        ]
         if wrong and len(given) == len(model):
             from tpuedge.shared_ir.errors import UserError
 
-            raise UserError(f"{where}: " + "; ".join(wrong) + ". Feed arrays of the shapes the model was exported with.")
+            raise UserError(
+                f"{where}: " + "; ".join(wrong) + ". Feed arrays of the shapes the model was exported with."
+            )
         arrays = validate_inputs(specs, given, where)
-        arrays = [a if nhwc or d == m else np.ascontiguousarray(a.transpose(0, 2, 3, 1))
-                  for a, d, m, nhwc in zip(arrays, device, model, nhwc_given)]
+        arrays = [
+            a if nhwc or d == m else np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+            for a, d, m, nhwc in zip(arrays, device, model, nhwc_given)
+        ]
         if self._runner is None:
-            self._runner = TflmRunner(self.tflite_path.read_bytes(), self.recommended_arena_bytes, source=self.tflite_path)
+            self._runner = TflmRunner(
+                self.tflite_path.read_bytes(), self.recommended_arena_bytes, source=self.tflite_path
+            )
         return self._runner.run(arrays)
 
     def report(self) -> str:

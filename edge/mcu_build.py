@@ -31,16 +31,16 @@ _MIN_CALIBRATION = 16
 # what the build's TFLite-Micro children import before they are needed (edge/child_process.py)
 _CHILD_MODULES = ("tflite_micro", "tpuedge.edge.tflm_runtime", "tpuedge.edge.tflm_worker", "tpuedge.edge.arena_probe")
 _TOOLS = ("litert-torch", "ai-edge-litert", "ai-edge-quantizer", "tflite-micro")
-_BUILTIN_FIX = (
-    "replace the PyTorch op that lowers to it (see `tpuedge ops --target mcu`), or build for android, which runs float ops"
-)
+_BUILTIN_FIX = "replace the PyTorch op that lowers to it (see `tpuedge ops --target mcu`), or build for android, which runs float ops"
 
 
 def _r(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=None, board=None) -> tuple[Any, bytes, list[int]]:
+def integer_tflite(
+    rewritten: "Program", config, calibration, trained_ranges=None, board=None
+) -> tuple[Any, bytes, list[int]]:
     """(converted, tflite with every buffer inline, indices of the buffers moved inline): int8,
     with int16 activations where the search measured them needed unless `config.strict_int8`;
     names module scopes (shared by a scope's tensors), the biases' quantization tables, which
@@ -67,16 +67,25 @@ def integer_tflite(rewritten: "Program", config, calibration, trained_ranges=Non
         check_all_int8_arena_fits(board, rewritten.name, allocated)
 
     try:
-        converted = program_to_tflite(rewritten, config, calibration, target="mcu", trained_ranges=trained_ranges,
-                                      report_strict_cost=config.strict_int8,
-                                      candidates=CandidateRuntime("mcu", tflm_candidate_problem, tflm_candidate_outputs,
-                                                                 floor if board is not None else None))
+        converted = program_to_tflite(
+            rewritten,
+            config,
+            calibration,
+            target="mcu",
+            trained_ranges=trained_ranges,
+            report_strict_cost=config.strict_int8,
+            candidates=CandidateRuntime(
+                "mcu", tflm_candidate_problem, tflm_candidate_outputs, floor if board is not None else None
+            ),
+        )
     finally:
         close_worker()  # the search's TFLite-Micro worker: not left idle in a long-lived process
     moved = external_buffers(converted.tflite)
     tflite = inline_buffers(converted.tflite)
     if external_buffers(tflite):
-        raise InternalError(f"{rewritten.name}: buffers {external_buffers(tflite)} are still outside the flatbuffer after inlining")
+        raise InternalError(
+            f"{rewritten.name}: buffers {external_buffers(tflite)} are still outside the flatbuffer after inlining"
+        )
     tflite, rewritten_forms = tflm_forms(tflite)
     if rewritten_forms:
         converted.recipe["tflm_forms"] = rewritten_forms
@@ -105,10 +114,12 @@ def _unpreparable(name: str, tflite: bytes, exc: Exception) -> str:
         if index < len(graph.operators) and len(graph.operators[index].outputs):
             scales = tflite_file.tensor_quantization(graph.tensors[graph.operators[index].outputs[0]])[0]
             if scales.size and float(scales.max()) < 1e-6:
-                where = (f" Its {found.group(2)} (op {index}) was calibrated to outputs of about "
-                         f"{float(scales.max()) * 127:.1e}: at a scale of {float(scales.max()):.1e} its activation's "
-                         "bounds do not fit in int32 steps. The layer's activations are near zero on the "
-                         "calibration data.")
+                where = (
+                    f" Its {found.group(2)} (op {index}) was calibrated to outputs of about "
+                    f"{float(scales.max()) * 127:.1e}: at a scale of {float(scales.max()):.1e} its activation's "
+                    "bounds do not fit in int32 steps. The layer's activations are near zero on the "
+                    "calibration data."
+                )
     return (
         f"{name}: the integer mcu model can't run: {said.rstrip('.')}; nothing was written.{where} Give "
         "calibration data that drives the model as its real inputs do, and check that the model's weights "
@@ -157,7 +168,11 @@ class McuLowered:
         self.board = resolve_board(board, flash_kb, ram_kb)
         self.symbols = symbols_for(program.name, symbol)
         self.config = QuantConfig(
-            scheme="int8", io_dtype=io_dtype or "integer", strict_int8=bool(strict_int8), float_islands=False, per_channel=per_channel,
+            scheme="int8",
+            io_dtype=io_dtype or "integer",
+            strict_int8=bool(strict_int8),
+            float_islands=False,
+            per_channel=per_channel,
             channels_last=True if channels_last is None else bool(channels_last),
             min_calibration_samples=_MIN_CALIBRATION,
         )
@@ -174,7 +189,9 @@ class McuLowered:
         self.rewritten = Program(ep, name=program.name) if any(r.changed for r in self.pass_results) else program
         # explicit only: no evaluation data is guessed from the calibration's module
         self.evaluation = evaluation_from(eval, program)
-        self.calibration_source = str(calibration) if isinstance(calibration, (str, Path)) else type(calibration).__name__
+        self.calibration_source = (
+            str(calibration) if isinstance(calibration, (str, Path)) else type(calibration).__name__
+        )
         if calibration is None and program.activation_ranges is not None:
             from tpuedge.edge.trained_ranges import TRAINED_RANGES_SOURCE, trained_range_samples
 
@@ -188,9 +205,14 @@ class McuLowered:
             )
         self.calibration = load_calibration(calibration, program, min_samples=_MIN_CALIBRATION)
         self.budget = AccuracyBudget.from_options(
-            min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop, allow_below_budget=allow_below_budget,
-            has_labels=self.evaluation is not None and self.evaluation.labels is not None, program=program,
-            budget_outputs=budget_outputs, rollout=rollout,
+            min_cosine=min_cosine,
+            min_top1=min_top1,
+            max_drop=max_drop,
+            allow_below_budget=allow_below_budget,
+            has_labels=self.evaluation is not None and self.evaluation.labels is not None,
+            program=program,
+            budget_outputs=budget_outputs,
+            rollout=rollout,
             eval_samples=None if self.evaluation is None else len(self.evaluation.samples),
         )
         # the int8 search aims at the budget's top-1 agreement too, where it can read it
@@ -239,8 +261,11 @@ class McuLowered:
                 # neither fits: the board's answer, with what the smallest of them needs (the int16
                 # arena's figure told the user the model needs twice the RAM it does)
                 budget_check(self.board, len(strict[1]), strict[3].recommended_bytes)
-            dropped = {"arena_bytes_with_int16": arena.recommended_bytes, "ram_budget_bytes": self.board.ram_budget,
-                       "int16_groups": [o["group"] for o in converted.recipe.get("non_int8_ops", [])]}
+            dropped = {
+                "arena_bytes_with_int16": arena.recommended_bytes,
+                "ram_budget_bytes": self.board.ram_budget,
+                "int16_groups": [o["group"] for o in converted.recipe.get("non_int8_ops", [])],
+            }
             converted, tflite, moved, arena = strict
             converted.recipe["int16_dropped_for_the_board"] = dropped
         # the board first (exit 2): a model below its accuracy budget that fits no board was told
@@ -297,8 +322,9 @@ class McuLowered:
         from tpuedge.shared_ir.stage_times import timed
 
         with timed("quantization (after the float model)"):
-            converted, tflite, moved = integer_tflite(self.rewritten, config, self.calibration, self.program.activation_ranges,
-                                                      self.board)
+            converted, tflite, moved = integer_tflite(
+                self.rewritten, config, self.calibration, self.program.activation_ranges, self.board
+            )
         self._check_tflm_ops(ops_used(tflite))
         self._check_integer_only(tflite)
         with timed("arena probe (TFLite-Micro)"):
@@ -373,8 +399,16 @@ class McuLowered:
         kind, floats, outputs, labels = measured
         with fed_back_choices_explained(self.rewritten.exported_program):
             return enforce_budget(
-                self.budget, name=self.program.name, target="mcu", reference=floats, candidate=outputs, inputs=kind,
-                labels=labels, recipe=recipe, summary=compare_outputs(floats, outputs), costliest=self._costliest_points,
+                self.budget,
+                name=self.program.name,
+                target="mcu",
+                reference=floats,
+                candidate=outputs,
+                inputs=kind,
+                labels=labels,
+                recipe=recipe,
+                summary=compare_outputs(floats, outputs),
+                costliest=self._costliest_points,
             )
 
     def _costliest_points(self) -> list[dict]:
@@ -417,7 +451,11 @@ class McuLowered:
                     litert_raw.append(runtime.litert.run_raw(q))
                 except ModelRunError as exc:
                     raise refused_on_budget_samples(
-                        self.program.name, "mcu int8", kind, exc, "TFLite-Micro has no such check and runs on, on a "
+                        self.program.name,
+                        "mcu int8",
+                        kind,
+                        exc,
+                        "TFLite-Micro has no such check and runs on, on a "
                         "meaningless quotient. Keep the divisor away from zero in the model (a margin added to it), or give "
                         "calibration data that covers those inputs.",
                     ) from None

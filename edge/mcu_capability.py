@@ -65,16 +65,44 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
     from tpuedge.shared_ir.passes.uniform_gather import UniformGather
 
     return PassManager(
-        [*canonical_forms(keep_detach=training),  # what android's passes begin with too: one float model for both
-         FoldConstants(),
-         StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
-         UniformGather(), ConstantIndexAsView(), CumsumAsShiftedSums(), PadAsSlices(), RollAsSlices(),
-         RepeatInterleaveAsGather(), UnfoldAsGather(), Im2colAsConv(), Col2imAsSums(), BicubicAsMatmuls(), GeluRewrite(gelu_form), ErfAsTanh(),
-         GluAsSigmoidMul(), HardSigmoidAsRelu6(), LeakyReluAsMaximum(), InstanceNormAsGroupNorm(), RmsNormAsRsqrt(), PixelShuffleAsViews(),
-         AddcmulAsMulAdd(), AdaptiveMaxPoolAsPool(), Pool1dAs2d(), Pool3dAs2d(),  # before reduce-max-as-maximum: they may leave a max over a dim
-         ReduceMaxAsMaximum(), NormalizeAsRsqrt(), MagnitudeAsProjections(), PowersAsProducts(), TanhGeluArrangement(),
-         OneSidedClamps(), UnrollRecurrentLayers(), SelectFromStack(), DecomposeRecurrentCells(),
-         *([] if training else [FlattenAsNHWC()]), PReluAsMinimum()]
+        [
+            *canonical_forms(keep_detach=training),  # what android's passes begin with too: one float model for both
+            FoldConstants(),
+            StftAsConvolution(),  # before magnitude-as-projections: its |X| is a sqrt(re² + im²)
+            UniformGather(),
+            ConstantIndexAsView(),
+            CumsumAsShiftedSums(),
+            PadAsSlices(),
+            RollAsSlices(),
+            RepeatInterleaveAsGather(),
+            UnfoldAsGather(),
+            Im2colAsConv(),
+            Col2imAsSums(),
+            BicubicAsMatmuls(),
+            GeluRewrite(gelu_form),
+            ErfAsTanh(),
+            GluAsSigmoidMul(),
+            HardSigmoidAsRelu6(),
+            LeakyReluAsMaximum(),
+            InstanceNormAsGroupNorm(),
+            RmsNormAsRsqrt(),
+            PixelShuffleAsViews(),
+            AddcmulAsMulAdd(),
+            AdaptiveMaxPoolAsPool(),
+            Pool1dAs2d(),
+            Pool3dAs2d(),  # before reduce-max-as-maximum: they may leave a max over a dim
+            ReduceMaxAsMaximum(),
+            NormalizeAsRsqrt(),
+            MagnitudeAsProjections(),
+            PowersAsProducts(),
+            TanhGeluArrangement(),
+            OneSidedClamps(),
+            UnrollRecurrentLayers(),
+            SelectFromStack(),
+            DecomposeRecurrentCells(),
+            *([] if training else [FlattenAsNHWC()]),
+            PReluAsMinimum(),
+        ]
     )
 
 
@@ -141,8 +169,9 @@ _LOG_SOFTMAX_FIX = (
 )
 _FIXES = {"aten.log_softmax": _LOG_SOFTMAX_FIX, "aten._log_softmax": _LOG_SOFTMAX_FIX}
 # ATen's aliases (torch.multiply, torch.divide, torch.clip, ...): the first mcu pass names the op each is
-_REWRITTEN_ON_THE_IR.update({f"aten.{alias}": f"an alias of aten.{name}: written as it on the IR"
-                             for alias, name in _ALIAS_NAMES.items()})
+_REWRITTEN_ON_THE_IR.update(
+    {f"aten.{alias}": f"an alias of aten.{name}: written as it on the IR" for alias, name in _ALIAS_NAMES.items()}
+)
 
 
 _CACHE_WRITE = "tpuedge.cache_write.default"
@@ -165,7 +194,9 @@ def mcu_capability() -> Capability:
         # the check looks suggestions up by the node's full key ("aten.pow.Tensor_Scalar")
         for full_key in (key, *_overload_keys(key)):
             suggestions[full_key] = _FIXES.get(key, f"it lowers to {why}")
-    notes["aten.gelu"] = "no GELU kernel: the mcu build rewrites it to x*sigmoid(1.702x) on the IR (--gelu tanh: tanh form)"
+    notes["aten.gelu"] = (
+        "no GELU kernel: the mcu build rewrites it to x*sigmoid(1.702x) on the IR (--gelu tanh: tanh form)"
+    )
     # a decoder's KV-cache write (shared_ir/generative/cache_ops.py): the int8 DYNAMIC_UPDATE_SLICE
     # of the decode step an mcu decoder build runs (edge/generative/mcu_decoder.py)
     registry.add(_CACHE_WRITE, ("DYNAMIC_UPDATE_SLICE",))

@@ -36,7 +36,9 @@ def load_evaluation(spec: str, program: "Program") -> Evaluation:
     try:
         result = fn()
     except Exception as exc:
-        raise UserError(f"The evaluation function {spec} raised {type(exc).__name__}: {exc}; fix it and retry.") from exc
+        raise UserError(
+            f"The evaluation function {spec} raised {type(exc).__name__}: {exc}; fix it and retry."
+        ) from exc
     if not (isinstance(result, tuple) and len(result) == 2):
         raise UserError(
             f"The evaluation function {spec} must return (inputs, labels): inputs an array with samples on the first "
@@ -46,7 +48,9 @@ def load_evaluation(spec: str, program: "Program") -> Evaluation:
     samples = load_calibration(inputs, program, min_samples=1)
     labels = None if labels is None else np.asarray(labels).reshape(-1)
     if labels is not None and len(labels) != len(samples):
-        raise UserError(f"{spec} returned {len(samples)} input samples but {len(labels)} labels; give one label per sample.")
+        raise UserError(
+            f"{spec} returned {len(samples)} input samples but {len(labels)} labels; give one label per sample."
+        )
     return Evaluation(spec, samples, labels)
 
 
@@ -70,8 +74,10 @@ def _evaluation_file(path: Path, program: "Program") -> Evaluation:
     from tpuedge.quantize.calibration import load_calibration
 
     if not path.is_file():
-        raise UserError(f"Evaluation data {path} does not exist; pass an .npz of inputs keyed by input name "
-                        f"(and an optional {LABELS_KEY!r} array), or file.py:function returning (inputs, labels).")
+        raise UserError(
+            f"Evaluation data {path} does not exist; pass an .npz of inputs keyed by input name "
+            f"(and an optional {LABELS_KEY!r} array), or file.py:function returning (inputs, labels)."
+        )
     arrays = read_arrays(path, "Evaluation file")
     labels = arrays.pop(LABELS_KEY, None)
     try:

@@ -20,8 +20,18 @@ __all__ = ["without_fused_activations", "without_constant_ops", "converter_view"
 # (producer op names that take a fused activation), each an aten op name without overload
 _FUSING_PRODUCERS = frozenset(
     {
-        "conv1d", "conv2d", "convolution", "linear", "addmm", "mm", "add", "add_", "sub", "mul",
-        "batch_norm", "_native_batch_norm_legit_no_training",
+        "conv1d",
+        "conv2d",
+        "convolution",
+        "linear",
+        "addmm",
+        "mm",
+        "add",
+        "add_",
+        "sub",
+        "mul",
+        "batch_norm",
+        "_native_batch_norm_legit_no_training",
     }
 )
 _FUSED_RANGES = {(0.0, 6.0), (-1.0, 1.0)}  # ReLU6 and RELU_N1_TO_1

@@ -38,7 +38,9 @@ class McuRuntimes:
         from tpuedge.quantize import affine
 
         out = []
-        for x, d in zip(tflite_layout_inputs([np.asarray(a) for a in sample], self.channels_last), self._details("inputs")):
+        for x, d in zip(
+            tflite_layout_inputs([np.asarray(a) for a in sample], self.channels_last), self._details("inputs")
+        ):
             x = np.asarray(x).reshape(d["shape"])
             if d["scale"] is None or d["dtype"] not in ("int8", "int16"):
                 out.append(x.astype(d["dtype"]))

@@ -31,8 +31,17 @@ BOARD_NAMES = ("nrf52840", "stm32f746", "esp32s3", "rp2040", "cortex-m0plus")
 # options of one kind of model only (a language model's; a single-entry model's), at their
 # defaults for the other kind: one given for the wrong kind is an error, not ignored
 _LM_BUDGET = ("max_perplexity_increase",)
-_SINGLE_ONLY = ("calibration", "io_dtype", "channels_last", "gelu", "strict_int8", "min_cosine", "max_drop", "budget_outputs",
-                "rollout")
+_SINGLE_ONLY = (
+    "calibration",
+    "io_dtype",
+    "channels_last",
+    "gelu",
+    "strict_int8",
+    "min_cosine",
+    "max_drop",
+    "budget_outputs",
+    "rollout",
+)
 
 
 def _capture_options() -> tuple[str, ...]:
@@ -76,12 +85,25 @@ class McuTarget(Target):
             BuildOption("ram_kb", "Custom RAM budget in KB (with --flash-kb, or overriding --board's).", int),
             BuildOption("io_dtype", IO_DTYPE_HELP, tuple(IO_DTYPES), "integer"),
             BuildOption(
-                "channels_last", "NHWC image inputs, no TRANSPOSE (the mcu default; --no-channels-last keeps NCHW)", bool, True
+                "channels_last",
+                "NHWC image inputs, no TRANSPOSE (the mcu default; --no-channels-last keeps NCHW)",
+                bool,
+                True,
             ),
             BuildOption("symbol", "C array name in model_data.cc (default g_<model>_model_data)."),
-            BuildOption("gelu", "How GELU is rewritten for TFLite-Micro (it has no GELU kernel).", ("sigmoid", "tanh"), "sigmoid"),
+            BuildOption(
+                "gelu",
+                "How GELU is rewritten for TFLite-Micro (it has no GELU kernel).",
+                ("sigmoid", "tanh"),
+                "sigmoid",
+            ),
             # the same words as android's option: `tpuedge build --help` lists one text per option
-            BuildOption("strict_int8", "every activation int8 (no int16 where the search would choose it); reports the accuracy cost", bool, False),
+            BuildOption(
+                "strict_int8",
+                "every activation int8 (no int16 where the search would choose it); reports the accuracy cost",
+                bool,
+                False,
+            ),
             *budget_build_options(),
             *capture_build_options(),
             perplexity_build_option(),
@@ -90,18 +112,24 @@ class McuTarget(Target):
     def lower(self, program: "Program", **options: Any):
         from tpuedge.edge.mcu_build import McuLowered
 
-        return McuLowered(program, **self.options_except(options, (*_capture_options(), *_LM_BUDGET), "a single-entry model"))
+        return McuLowered(
+            program, **self.options_except(options, (*_capture_options(), *_LM_BUDGET), "a single-entry model")
+        )
 
     def lower_bundle(self, program_bundle, /, **options: Any):
         if program_bundle.kind != "decoder":
             return super().lower_bundle(program_bundle, **options)
         from tpuedge.edge.generative.mcu_decoder import McuDecoderLowered
 
-        given = self.options_except(options, _SINGLE_ONLY, "a language model (its mcu build is always int8, integer I/O)")
+        given = self.options_except(
+            options, _SINGLE_ONLY, "a language model (its mcu build is always int8, integer I/O)"
+        )
         captured = sorted(k for k in _capture_options() if given.pop(k, None) is not None)
         if captured:
-            raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
-                            f"{program_bundle.name} is captured already; give it with the model, not to its build.")
+            raise UserError(
+                f"{', '.join('--' + k.replace('_', '-') for k in captured)} set(s) how a decoder is captured, and "
+                f"{program_bundle.name} is captured already; give it with the model, not to its build."
+            )
         return McuDecoderLowered.create(program_bundle, **given)
 
     def load_artifact(self, path: Any):

@@ -21,7 +21,9 @@ def resolver_methods(op_names: Sequence[str]) -> list[str]:
     table = tflm_ops()
     missing = [n for n in op_names if n not in table]
     if missing:
-        raise InternalError(f"op resolver asked for ops TFLite-Micro lacks: {missing} (the op check should have caught it)")
+        raise InternalError(
+            f"op resolver asked for ops TFLite-Micro lacks: {missing} (the op check should have caught it)"
+        )
     return sorted({table[n]["resolver"] for n in op_names})
 
 

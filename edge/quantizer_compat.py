@@ -1,11 +1,11 @@
 """ai-edge-quantizer's internals as tpuedge patches them, verified on ai-edge-quantizer 0.10.
 
-  - `large_weights_sliced()`: while the block runs, its `uniform_quantize` quantizes a per-channel
-    weight over 32 MiB in slices (edge/large_weights.py) for the block's threads; its chunked
-    path for such a tensor cannot broadcast scales on any axis but the last. Installed only while
-    a build quantizes, and undone by the last block to leave. Public route (another release, or
-    `public_api_only()`): its own function, which quantizes every other tensor alike and stops
-    with numpy's broadcast error on such a weight, as that release does.
+- `large_weights_sliced()`: while the block runs, its `uniform_quantize` quantizes a per-channel
+  weight over 32 MiB in slices (edge/large_weights.py) for the block's threads; its chunked
+  path for such a tensor cannot broadcast scales on any axis but the last. Installed only while
+  a build quantizes, and undone by the last block to leave. Public route (another release, or
+  `public_api_only()`): its own function, which quantizes every other tensor alike and stops
+  with numpy's broadcast error on such a weight, as that release does.
 """
 
 from __future__ import annotations

@@ -17,8 +17,18 @@ from tpuedge.quantize.config import QuantConfig
 from tpuedge.quantize.recipes import SensitiveGroup
 from tpuedge.shared_ir.errors import InternalError
 
-__all__ = ["find_sensitive_groups", "ranked_groups", "every_op_types", "every_op_group", "weight_groups", "EVERY_OP", "quantizer_recipe", "run_quantizer",
-           "GroupScopes", "QuantizerError"]
+__all__ = [
+    "find_sensitive_groups",
+    "ranked_groups",
+    "every_op_types",
+    "every_op_group",
+    "weight_groups",
+    "EVERY_OP",
+    "quantizer_recipe",
+    "run_quantizer",
+    "GroupScopes",
+    "QuantizerError",
+]
 
 # group key -> the ops' scopes (as ai-edge-quantizer computes them) and their op names
 GroupScopes = dict[str, list[tuple[str, str]]]
@@ -56,8 +66,11 @@ def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], Gr
 
     # the module paths of fused sequence LSTMs (edge/sequence_lstm.py): they and the ops around
     # them (the clearing step's PAD and CONCATENATION, the SLICE after) compute in float
-    fused = {_module_path(tfl.get_op_scope(op, subgraph.tensors)) for op in subgraph.operators or []
-             if op_names[op.opcodeIndex] == "UNIDIRECTIONAL_SEQUENCE_LSTM"}
+    fused = {
+        _module_path(tfl.get_op_scope(op, subgraph.tensors))
+        for op in subgraph.operators or []
+        if op_names[op.opcodeIndex] == "UNIDIRECTIONAL_SEQUENCE_LSTM"
+    }
     for index, op in enumerate(subgraph.operators or []):
         name = op_names[op.opcodeIndex]
         scope = tfl.get_op_scope(op, subgraph.tensors)
@@ -80,7 +93,10 @@ def find_sensitive_groups(float_tflite: bytes) -> tuple[list[SensitiveGroup], Gr
             add(f"attention_matmul:op{index}", "attention_matmul", scope, name)
         elif name == "DIV" and op.inputs[1] not in constant:  # int8 stops at a divisor on its zero point
             add(f"division:op{index}", "division", scope, name)
-    result = [SensitiveGroup(key, kind, tuple(f"{op} {_module_path(s)}" for s, op in members)) for key, (kind, members) in groups.items()]
+    result = [
+        SensitiveGroup(key, kind, tuple(f"{op} {_module_path(s)}" for s, op in members))
+        for key, (kind, members) in groups.items()
+    ]
     return result, {key: members for key, (_, members) in groups.items()}
 
 
@@ -111,6 +127,7 @@ def ranked_groups(float_tflite: bytes, ranking, *, limit: int = 24, floor: float
     # ai-edge-quantizer keeps float I/O for 8-bit tensors only, and 8-bit would undo the upgrade
     outputs = {int(t) for t in subgraph.outputs}
     writes_output = {i for i, (_, _, op) in enumerate(ops) if outputs & {int(t) for t in op.outputs}}
+
     def value_readers(i: int) -> list[int]:
         """The ops reading op i's outputs, and through a reshape the ops reading that: the converter
         puts a RESHAPE in front of a decomposed LayerNorm, and an int16 RESHAPE alone hands an int8
@@ -135,9 +152,14 @@ def ranked_groups(float_tflite: bytes, ranking, *, limit: int = 24, floor: float
             if scope not in taken:
                 taken.add(scope)
                 members[i in writes_output].append((scope, name))
-        for at_output, kind, key in ((False, "ranked", f"ranked:{point.node}"), (True, "ranked_output", f"ranked:{point.node}:output")):
+        for at_output, kind, key in (
+            (False, "ranked", f"ranked:{point.node}"),
+            (True, "ranked_output", f"ranked:{point.node}:output"),
+        ):
             if members[at_output]:
-                groups.append(SensitiveGroup(key, kind, tuple(f"{op} {_module_path(s)}" for s, op in members[at_output])))
+                groups.append(
+                    SensitiveGroup(key, kind, tuple(f"{op} {_module_path(s)}" for s, op in members[at_output]))
+                )
                 scopes[key] = members[at_output]
     return groups, scopes
 
@@ -219,7 +241,9 @@ def every_op_types(float_tflite: bytes) -> list[tuple[str, str, int]]:
     return [(name, quantizer_name, count) for (name, quantizer_name), count in counts.items()]
 
 
-def every_op_group(types: list[tuple[str, str, int]], excluded: frozenset[str] = frozenset()) -> tuple[SensitiveGroup, list[tuple[str, str]]]:
+def every_op_group(
+    types: list[tuple[str, str, int]], excluded: frozenset[str] = frozenset()
+) -> tuple[SensitiveGroup, list[tuple[str, str]]]:
     """(the group of every op type in `types` (every_op_types) but those named in `excluded`
     (flatbuffer builtin names), its GroupScopes entry). The key names what is left out, so each
     exclusion is its own recipe."""
@@ -256,10 +280,19 @@ def _scope_regex(scopes: list[tuple[str, str]]) -> str:
 
 _PRECEDENCE = {"int8": 0, "int16": 1, "float": 2, "float32": 3}  # quantizer_recipe: the later entry wins an op
 # the ops ai-edge-quantizer can give int8 weights with float compute (weight-only, explicit DEQUANTIZE)
-_WEIGHT_ONLY_OPS = ("FULLY_CONNECTED", "BATCH_MATMUL", "CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D_TRANSPOSE", "EMBEDDING_LOOKUP")
+_WEIGHT_ONLY_OPS = (
+    "FULLY_CONNECTED",
+    "BATCH_MATMUL",
+    "CONV_2D",
+    "DEPTHWISE_CONV_2D",
+    "CONV_2D_TRANSPOSE",
+    "EMBEDDING_LOOKUP",
+)
 
 
-def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = None, scopes: GroupScopes | None = None) -> list[dict]:
+def quantizer_recipe(
+    config: QuantConfig, assignment: dict[str, str] | None = None, scopes: GroupScopes | None = None
+) -> list[dict]:
     """The ai-edge-quantizer recipe (JSON-able list) for `config`; None-equivalent for "none".
 
     assignment: sensitive group -> "int8" | "int16" | "float" | "float32" (int8; dynamic-int8 reads float32 only).
@@ -275,7 +308,9 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
         rm.add_dynamic_config(".*", "*", num_bits=8, granularity=gran)
         for key, precision in sorted((assignment or {}).items()):  # the float32-weights rung's ops: unquantized
             if precision == "float32":
-                rm.add_quantization_config(_scope_regex((scopes or {})[key]), "*", algorithm_key=AlgorithmName.NO_QUANTIZE)
+                rm.add_quantization_config(
+                    _scope_regex((scopes or {})[key]), "*", algorithm_key=AlgorithmName.NO_QUANTIZE
+                )
     elif config.scheme == "int8":
         rm.add_static_config(".*", "*", activation_num_bits=8, weight_num_bits=8, weight_granularity=gran)
         # an op in two groups takes the more precise choice (ai-edge-quantizer: a later entry wins);
@@ -293,7 +328,9 @@ def quantizer_recipe(config: QuantConfig, assignment: dict[str, str] | None = No
             if is_every_op(key):  # one entry per op type: 16-bit activations, or float compute with int8 weights
                 for _, op in (scopes or {})[key]:
                     if precision == "int16":
-                        rm.add_static_config(".*", op, activation_num_bits=16, weight_num_bits=8, weight_granularity=gran)
+                        rm.add_static_config(
+                            ".*", op, activation_num_bits=16, weight_num_bits=8, weight_granularity=gran
+                        )
                         continue
                     if op in _WEIGHT_ONLY_OPS:  # float compute with int8 weights: its one entry
                         rm.add_weight_only_config(".*", op, num_bits=8, granularity=gran)
@@ -380,10 +417,16 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
             manager = recipe_manager.RecipeManager()
             manager.load_quantization_recipe(recipe)
             calib = _quantizer_step(
-                self.log, "loading the float model for calibration",
-                calibrator.Calibrator, self._float, num_threads=1, qsv_update_func=qsv_utils.min_max_update,
+                self.log,
+                "loading the float model for calibration",
+                calibrator.Calibrator,
+                self._float,
+                num_threads=1,
+                qsv_update_func=qsv_utils.min_max_update,
             )
-            _quantizer_step(self.log, f"calibrating on {len(samples)} sample(s)", calib.calibrate, {SIGNATURE_KEY: samples}, manager)
+            _quantizer_step(
+                self.log, f"calibrating on {len(samples)} sample(s)", calib.calibrate, {SIGNATURE_KEY: samples}, manager
+            )
             return calib.get_model_qsvs()
 
         parts = {"float": hashlib.sha256(self._float).hexdigest(), "recipe": recipe, "samples": data_digest(samples)}
@@ -405,8 +448,14 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
             keep = {tflite_file.text(graph.tensors[i].name) for i in graph.outputs}
             return estimated_calibrations(self._float, samples, self._calibration, methods, keep)
 
-        parts = {"float": hashlib.sha256(self._float).hexdigest(), "methods": list(methods), "samples": data_digest(samples)}
-        self._estimated = cached_stage("range_estimates", parts, estimates, encode=encode_array_tree, decode=decode_array_tree)
+        parts = {
+            "float": hashlib.sha256(self._float).hexdigest(),
+            "methods": list(methods),
+            "samples": data_digest(samples),
+        }
+        self._estimated = cached_stage(
+            "range_estimates", parts, estimates, encode=encode_array_tree, decode=decode_array_tree
+        )
 
     def override_ranges(self, ranges: dict[str, tuple[float, float]]) -> None:
         """Replace calibrated [min, max] of the named tensors (trained ranges; after `calibrate`)."""
@@ -415,7 +464,11 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         qsvs = dict(self._calibration)
         for name, (lo, hi) in ranges.items():
             shape = np.shape(qsvs[name]["min"]) if name in qsvs else (1,)
-            qsvs[name] = {**qsvs.get(name, {}), "min": np.full(shape, lo, np.float32), "max": np.full(shape, hi, np.float32)}
+            qsvs[name] = {
+                **qsvs.get(name, {}),
+                "min": np.full(shape, lo, np.float32),
+                "max": np.full(shape, hi, np.float32),
+            }
         self._calibration = qsvs
 
     def __call__(self, recipe: list[dict], ranges: str = "min-max") -> bytes:
@@ -426,8 +479,12 @@ class run_quantizer:  # noqa: N801 - a small stateful helper, used like a functi
         # enable_progress_bar does not reach its transformation step, which draws a bar on
         # stderr for models over 100 tensors: held like the rest of its output
         result = _quantizer_step(
-            self.log, "quantizing with the recipe", self._quantizer.quantize, calibration,
-            enable_progress_bar=False, enable_progress_report=False,
+            self.log,
+            "quantizing with the recipe",
+            self._quantizer.quantize,
+            calibration,
+            enable_progress_bar=False,
+            enable_progress_report=False,
         )
         data = bytes(result.quantized_model)
         # the fused LSTMs, which ai-edge-quantizer leaves float: their planned int8 weights

@@ -17,7 +17,7 @@ __all__ = ["QuantizerRefusal", "quantizer_refusal", "suspect_ops"]
 
 _SUGGESTIONS = {
     "android": "--quantize dynamic-int8 or fp16 (int8 or float16 weights, float compute), or --quantize auto, "
-               "which leaves out a scheme the quantizer cannot take",
+    "which leaves out a scheme the quantizer cannot take",
     "mcu": "replacing the layer these ops come from (an mcu build is integer only: no float fallback)",
     None: "another --quantize scheme, or replacing the layer these ops come from",
 }
@@ -58,8 +58,10 @@ def quantizer_refusal(name: str, target: str | None, scheme: str, float_tflite: 
     said = said if len(said) <= 300 else said[:297] + "..."
     failed = f"failed while {error.step} ({said})"
     reason = f"ai-edge-quantizer {failed}"
-    ops = ", ".join(f"{op} x{len(where)} (at {', '.join(sorted(set(where))[:3])})"
-                    for op, where in sorted(suspect_ops(float_tflite).items()))
+    ops = ", ".join(
+        f"{op} x{len(where)} (at {', '.join(sorted(set(where))[:3])})"
+        for op, where in sorted(suspect_ops(float_tflite).items())
+    )
     message = (
         f"{name}: ai-edge-quantizer cannot quantize this model{f' for {target}' if target else ''} --quantize {scheme}: "
         f"it {failed}. "

@@ -1,7 +1,7 @@
 """A rollout budget's runs on the edge runtimes (see quantize/rollout.py for what a rollout is).
 
-    reference = rollout_or_samples(program.run, samples, rollout)    # float IR, fed its own state
-    runner, reference, outputs = litert_rollout(program, tflite, samples, channels_last, rollout)
+reference = rollout_or_samples(program.run, samples, rollout)    # float IR, fed its own state
+runner, reference, outputs = litert_rollout(program, tflite, samples, channels_last, rollout)
 """
 
 from __future__ import annotations

@@ -31,18 +31,27 @@ import torch
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_functions, call_with_val, drop_unused_inputs, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_functions,
+    call_with_val,
+    drop_unused_inputs,
+    rewritten_calls,
+    static_shapes,
+)
 from tpuedge.shared_ir.passes.recurrent_layers import is_zeros, layer_args
 
 __all__ = ["FuseSequenceLSTM", "register_litert_lowering"]
 
+
 @torch.library.custom_op("tpuedge::sequence_lstm", mutates_args=())
-def sequence_lstm(x: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor,
-                  batch_first: bool) -> torch.Tensor:
+def sequence_lstm(
+    x: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor, batch_first: bool
+) -> torch.Tensor:
     """One LSTM layer and direction from a zero state: its output sequence (torch's own kernel)."""
     zeros = x.new_zeros(1, x.shape[0 if batch_first else 1], w_hh.shape[1])
     output, _, _ = torch.ops.aten.lstm.input(
-        x, [zeros, zeros], [w_ih, w_hh, bias, torch.zeros_like(bias)], True, 1, 0.0, False, False, batch_first)
+        x, [zeros, zeros], [w_ih, w_hh, bias, torch.zeros_like(bias)], True, 1, 0.0, False, False, batch_first
+    )
     return output
 
 
@@ -63,10 +72,17 @@ def _value(program, node):
 def _fusable(program, node) -> bool:
     x, h0, c0, params, has_biases, layers, train, bidirectional, _ = layer_args(node, lstm=True)
     reads_cell_state = any(u.args[1] == 2 and u.users for u in node.users)
-    return (not train and len(params) == layers * (2 if bidirectional else 1) * (4 if has_biases else 2)
-            and all(_value(program, p) is not None for p in params)
-            and static_shapes(x) and x.meta["val"].dim() == 3 and x.meta["val"].dtype == torch.float32
-            and is_zeros(program, h0) and is_zeros(program, c0) and not reads_cell_state)
+    return (
+        not train
+        and len(params) == layers * (2 if bidirectional else 1) * (4 if has_biases else 2)
+        and all(_value(program, p) is not None for p in params)
+        and static_shapes(x)
+        and x.meta["val"].dim() == 3
+        and x.meta["val"].dtype == torch.float32
+        and is_zeros(program, h0)
+        and is_zeros(program, c0)
+        and not reads_cell_state
+    )
 
 
 def _clearing_step(w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -97,7 +113,9 @@ def _sequence(program, graph, node, x, w_ih, w_hh, b_ih=None, b_hh=None, *, batc
     aten = torch.ops.aten
     time_dim = 1 if batch_first else 0
     weights = [_value(program, p) for p in (w_ih, w_hh)]
-    bias = _value(program, b_ih) + _value(program, b_hh) if b_ih is not None else weights[0].new_zeros(weights[0].shape[0])
+    bias = (
+        _value(program, b_ih) + _value(program, b_hh) if b_ih is not None else weights[0].new_zeros(weights[0].shape[0])
+    )
     w_clear, clear_value = _clearing_step(weights[0], weights[1], bias)
     shape = list(x.meta["val"].shape)
     steps = shape[time_dim]
@@ -128,7 +146,9 @@ def _fused(program, graph, node):
         for direction in range(directions):
             cell = layer * directions + direction
             seq_in = layer_in if direction == 0 else call_with_val(graph, aten.flip.default, layer_in, [time_dim])
-            seq_out = _sequence(program, graph, node, seq_in, *params[cell * per_cell:(cell + 1) * per_cell], batch_first=batch_first)
+            seq_out = _sequence(
+                program, graph, node, seq_in, *params[cell * per_cell : (cell + 1) * per_cell], batch_first=batch_first
+            )
             h_last.append(call_with_val(graph, aten.select.int, seq_out, time_dim, -1))
             outputs.append(seq_out if direction == 0 else call_with_val(graph, aten.flip.default, seq_out, [time_dim]))
         layer_in = outputs[0] if directions == 1 else call_with_val(graph, aten.cat.default, outputs, -1)
@@ -143,9 +163,14 @@ class FuseSequenceLSTM:
     def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
         found = call_functions(exported_program, {torch.ops.aten.lstm.input})
         ep, result = rewritten_calls(
-            self.name, exported_program, found, _fused, with_program=True,
+            self.name,
+            exported_program,
+            found,
+            _fused,
+            with_program=True,
             unchanged="no LSTM layer LiteRT's fused sequence LSTM computes as torch does",
-            changed="{count} LSTM layer(s) as LiteRT's UNIDIRECTIONAL_SEQUENCE_LSTM, one op per layer and direction")
+            changed="{count} LSTM layer(s) as LiteRT's UNIDIRECTIONAL_SEQUENCE_LSTM, one op per layer and direction",
+        )
         if result.changed:
             drop_unused_inputs(ep)  # the layers' own weights and biases: their fused forms replace them
             register_litert_lowering()
@@ -179,20 +204,44 @@ def register_litert_lowering() -> None:
                 start, stop = [k * hidden], [(k + 1) * hidden]
                 if columns is not None:
                     start, stop = start + [0], stop + [columns]
-                return stablehlo.slice(value, ir.DenseI64ArrayAttr.get(start), ir.DenseI64ArrayAttr.get(stop),
-                                       ir.DenseI64ArrayAttr.get([1] * len(start)))
+                return stablehlo.slice(
+                    value,
+                    ir.DenseI64ArrayAttr.get(start),
+                    ir.DenseI64ArrayAttr.get(stop),
+                    ir.DenseI64ArrayAttr.get([1] * len(start)),
+                )
 
             f32 = ir.F32Type.get()
-            none = ir.Operation.create("tfl.no_value", results=[ir.NoneType.get()], attributes={"value": ir.UnitAttr.get()}).result
+            none = ir.Operation.create(
+                "tfl.no_value", results=[ir.NoneType.get()], attributes={"value": ir.UnitAttr.get()}
+            ).result
             states = [lowering_utils.splat(0.0, f32, [batch, hidden]) for _ in range(2)]  # stateful: own tensors each
-            operands = [x, *(gate(w_ih, k, features) for k in range(4)), *(gate(w_hh, k, hidden) for k in range(4)),
-                        none, none, none, *(gate(bias, k, None) for k in range(4)), none, none, *states,
-                        none, none, none, none]
+            operands = [
+                x,
+                *(gate(w_ih, k, features) for k in range(4)),
+                *(gate(w_hh, k, hidden) for k in range(4)),
+                none,
+                none,
+                none,
+                *(gate(bias, k, None) for k in range(4)),
+                none,
+                none,
+                *states,
+                none,
+                none,
+                none,
+                none,
+            ]
             return ir.Operation.create(
-                "tfl.unidirectional_sequence_lstm", results=lowering_utils.node_meta_to_ir_types(lctx.node),
+                "tfl.unidirectional_sequence_lstm",
+                results=lowering_utils.node_meta_to_ir_types(lctx.node),
                 operands=operands,
-                attributes={"fused_activation_function": ir.StringAttr.get("TANH"), "cell_clip": ir.FloatAttr.get(f32, 0.0),
-                            "proj_clip": ir.FloatAttr.get(f32, 0.0), "time_major": ir.BoolAttr.get(not batch_first)},
+                attributes={
+                    "fused_activation_function": ir.StringAttr.get("TANH"),
+                    "cell_clip": ir.FloatAttr.get(f32, 0.0),
+                    "proj_clip": ir.FloatAttr.get(f32, 0.0),
+                    "time_major": ir.BoolAttr.get(not batch_first),
+                },
             ).result
 
         registry.lower(torch.ops.tpuedge.sequence_lstm.default)(lower)

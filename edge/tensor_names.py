@@ -28,7 +28,7 @@ __all__ = ["ScopeNames", "scopes_digest", "share_scope_names", "short_scope", "s
 
 
 def short_scope(scope: str) -> str:
-    """"pkg.mod.Net/torch.nn.modules.conv.Conv2d_conv1" -> "Net/Conv2d_conv1"."""
+    """ "pkg.mod.Net/torch.nn.modules.conv.Conv2d_conv1" -> "Net/Conv2d_conv1"."""
     return "/".join(layer.rsplit(".", 1)[-1] for layer in scope.split("/"))
 
 

@@ -30,9 +30,25 @@ from ai_edge_litert import schema_py_generated as schema
 from tpuedge.shared_ir.errors import UserError
 
 __all__ = [
-    "FILE_IDENTIFIER", "DTYPE_NAMES", "read_model", "write_model", "compact_model", "operator_names", "dtype_name",
-    "is_external", "buffer_nbytes", "is_constant", "constant_array", "tensor_bytes", "tensor_quantization", "text", "schema",
-    "op_scales", "tensor_names", "renamed_tensors", "operator_wiring",
+    "FILE_IDENTIFIER",
+    "DTYPE_NAMES",
+    "read_model",
+    "write_model",
+    "compact_model",
+    "operator_names",
+    "dtype_name",
+    "is_external",
+    "buffer_nbytes",
+    "is_constant",
+    "constant_array",
+    "tensor_bytes",
+    "tensor_quantization",
+    "text",
+    "schema",
+    "op_scales",
+    "tensor_names",
+    "renamed_tensors",
+    "operator_wiring",
 ]
 
 FILE_IDENTIFIER = b"TFL3"
@@ -81,7 +97,10 @@ def read_model(data: bytes, source: str | Path | None = None):
     if len(data) < 8:
         raise _fail(where, f"it is only {len(data)} bytes long")
     if data[4:8] != FILE_IDENTIFIER:
-        raise _fail(where, f"it lacks the TFLite file identifier {FILE_IDENTIFIER.decode()!r} at bytes 4-8 (found {data[4:8]!r})")
+        raise _fail(
+            where,
+            f"it lacks the TFLite file identifier {FILE_IDENTIFIER.decode()!r} at bytes 4-8 (found {data[4:8]!r})",
+        )
     (root,) = struct.unpack_from("<I", data, 0)
     if root + 4 > len(data):
         raise _fail(where, f"its root table offset {root} lies past the end of its {len(data)} bytes")
@@ -99,7 +118,10 @@ def _check_indices(model, size: int, where: str) -> None:
         raise _fail(where, "it has no subgraph")
     for i, buf in enumerate(buffers):
         if is_external(buf) and int(buf.offset) + int(buf.size) > size:
-            raise _fail(where, f"buffer {i} is stored at bytes {buf.offset}..{buf.offset + buf.size}, past the file's end ({size})")
+            raise _fail(
+                where,
+                f"buffer {i} is stored at bytes {buf.offset}..{buf.offset + buf.size}, past the file's end ({size})",
+            )
     for g, sg in enumerate(subgraphs):
         tensors = sg.tensors or []
         n = len(tensors)
@@ -113,20 +135,28 @@ def _check_indices(model, size: int, where: str) -> None:
         check("a subgraph output", sg.outputs)
         for t, tensor in enumerate(tensors):
             if not 0 <= int(tensor.buffer) < max(len(buffers), 1):
-                raise _fail(where, f"tensor {t} of subgraph {g} uses buffer {tensor.buffer} but there are {len(buffers)}")
+                raise _fail(
+                    where, f"tensor {t} of subgraph {g} uses buffer {tensor.buffer} but there are {len(buffers)}"
+                )
         for o, op in enumerate(sg.operators or []):
             if not 0 <= int(op.opcodeIndex) < len(codes):
-                raise _fail(where, f"operator {o} of subgraph {g} uses opcode {op.opcodeIndex} but there are {len(codes)}")
+                raise _fail(
+                    where, f"operator {o} of subgraph {g} uses opcode {op.opcodeIndex} but there are {len(codes)}"
+                )
             check(f"an input of operator {o}", op.inputs, allow_missing=True)
             check(f"an output of operator {o}", op.outputs, allow_missing=True)
     for sig in model.signatureDefs or []:
         g = int(sig.subgraphIndex)
         if not 0 <= g < len(subgraphs):
-            raise _fail(where, f"signature {text(sig.signatureKey)!r} names subgraph {g} but there are {len(subgraphs)}")
+            raise _fail(
+                where, f"signature {text(sig.signatureKey)!r} names subgraph {g} but there are {len(subgraphs)}"
+            )
         n = len(subgraphs[g].tensors or [])
         for tm in (sig.inputs or []) + (sig.outputs or []):
             if not 0 <= int(tm.tensorIndex) < n:
-                raise _fail(where, f"signature {text(sig.signatureKey)!r} names tensor {tm.tensorIndex} but there are {n}")
+                raise _fail(
+                    where, f"signature {text(sig.signatureKey)!r} names tensor {tm.tensorIndex} but there are {n}"
+                )
 
 
 def _packed_size_hint(model) -> int:
@@ -178,7 +208,7 @@ class _ModelBuilder(flatbuffers.Builder):
             return super().CreateNumpyVector(x)
         self.StartVector(x.itemsize, x.size, x.dtype.alignment)
         self.head -= x.nbytes
-        self.Bytes[self.head:self.head + x.nbytes] = memoryview(x).cast("B")
+        self.Bytes[self.head : self.head + x.nbytes] = memoryview(x).cast("B")
         self.vectorNumElems = x.size
         return self.EndVector()
 
@@ -243,7 +273,7 @@ def _pack(model) -> bytes:
     builder = _ModelBuilder(min(_packed_size_hint(model), flatbuffers.Builder.MAX_BUFFER_SIZE))
     with _equal_tables_shared(model):
         builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(memoryview(builder.Bytes)[builder.Head():])
+    return bytes(memoryview(builder.Bytes)[builder.Head() :])
 
 
 def write_model(model, external_from: bytes | None = None) -> bytes:
@@ -256,7 +286,7 @@ def write_model(model, external_from: bytes | None = None) -> bytes:
     external = [b for b in model.buffers or [] if is_external(b)] if external_from is not None else []
     if not external:
         return _pack(model)
-    payloads = [bytes(external_from[int(b.offset):int(b.offset) + int(b.size)]) for b in external]
+    payloads = [bytes(external_from[int(b.offset) : int(b.offset) + int(b.size)]) for b in external]
     for b in external:  # placeholders as wide as any real offset, so the second pack has this length
         b.offset = 1 << 40
     head = _pack(model)
@@ -333,7 +363,7 @@ def renamed_tensors(data: bytes, names: list[str]) -> bytes | None:
     patches, appended, end = [], [], len(data)
     for (field, string, length), name in zip(fields, names):
         encoded = name.encode()
-        if bytes(data[string + 4:string + 4 + length]) == encoded if field else not encoded:
+        if bytes(data[string + 4 : string + 4 + length]) == encoded if field else not encoded:
             continue
         if not field:
             return None
@@ -377,8 +407,15 @@ def op_scales(data: bytes, builtins: frozenset[str]) -> list[tuple[int, str, str
         name = names[op.OpcodeIndex()]
         if name in builtins:
             outputs = [int(op.Outputs(k)) for k in range(op.OutputsLength())]
-            found.append((i, name, dtype_name(graph.Tensors(outputs[0]).Type()) if outputs else "",
-                          [scale(int(op.Inputs(k))) for k in range(op.InputsLength())], [scale(t) for t in outputs]))
+            found.append(
+                (
+                    i,
+                    name,
+                    dtype_name(graph.Tensors(outputs[0]).Type()) if outputs else "",
+                    [scale(int(op.Inputs(k))) for k in range(op.InputsLength())],
+                    [scale(t) for t in outputs],
+                )
+            )
     return found
 
 
@@ -410,7 +447,11 @@ def constant_array(data: bytes, model, tensor) -> np.ndarray | None:
     except TypeError:
         return None
     buffer = model.buffers[int(tensor.buffer)]
-    raw = data[int(buffer.offset):int(buffer.offset) + int(buffer.size)] if is_external(buffer) else np.asarray(buffer.data, np.uint8).tobytes()
+    raw = (
+        data[int(buffer.offset) : int(buffer.offset) + int(buffer.size)]
+        if is_external(buffer)
+        else np.asarray(buffer.data, np.uint8).tobytes()
+    )
     return np.frombuffer(raw, dtype)
 
 
@@ -431,5 +472,9 @@ def tensor_quantization(tensor) -> tuple[np.ndarray, np.ndarray, int]:
     if q is None or q.scale is None or len(q.scale) == 0:
         return np.zeros(0, np.float64), np.zeros(0, np.int64), 0
     scale = np.asarray(q.scale, np.float64).reshape(-1)
-    zero = np.zeros(scale.size, np.int64) if q.zeroPoint is None or len(q.zeroPoint) == 0 else np.asarray(q.zeroPoint, np.int64).reshape(-1)
+    zero = (
+        np.zeros(scale.size, np.int64)
+        if q.zeroPoint is None or len(q.zeroPoint) == 0
+        else np.asarray(q.zeroPoint, np.int64).reshape(-1)
+    )
     return scale, zero[: scale.size], int(q.quantizedDimension or 0)

@@ -38,8 +38,10 @@ class TensorInfo:
         return d
 
     def describe(self) -> str:
-        q = f" scale={self.scale[0]:.6g} zp={self.zero_point[0]}" if len(self.scale) == 1 else (
-            f" {len(self.scale)} per-channel scales" if self.scale else ""
+        q = (
+            f" scale={self.scale[0]:.6g} zp={self.zero_point[0]}"
+            if len(self.scale) == 1
+            else (f" {len(self.scale)} per-channel scales" if self.scale else "")
         )
         return f"{self.name}: {self.dtype}[{', '.join(map(str, self.shape))}]{q}"
 
@@ -76,8 +78,11 @@ def summarize_tflite(data: bytes, source: str | Path | None = None) -> TFLiteSum
         scale, zero, _ = tflite_file.tensor_quantization(t)
         shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
         return TensorInfo(
-            name or tflite_file.text(t.name), shape, tflite_file.dtype_name(t.type),
-            tuple(float(s) for s in scale), tuple(int(z) for z in zero),
+            name or tflite_file.text(t.name),
+            shape,
+            tflite_file.dtype_name(t.type),
+            tuple(float(s) for s in scale),
+            tuple(int(z) for z in zero),
         )
 
     names_in: dict[int, str] = {}

@@ -14,7 +14,13 @@ import functools
 
 import numpy as np
 
-__all__ = ["tflm_candidate_problem", "tflm_candidate_outputs", "tflm_allocated_bytes", "float_compute_ops", "kernel_problem"]
+__all__ = [
+    "tflm_candidate_problem",
+    "tflm_candidate_outputs",
+    "tflm_allocated_bytes",
+    "float_compute_ops",
+    "kernel_problem",
+]
 
 
 def tflm_candidate_problem(tflite: bytes) -> str | None:

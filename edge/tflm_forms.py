@@ -49,9 +49,12 @@ def tflm_forms(tflite: bytes) -> tuple[bytes, dict[str, int]]:
 
 def tflm_forms_in_place(model) -> dict[str, int]:
     """`tflm_forms` on a parsed model (changed in place): {what changed: how many}, non-zero only."""
-    changes = {"select_as_select_v2": _select_as_select_v2(model), "int8_lookup_tables": _fold_lookup_quantize(model),
-               "integer_arg_extremes": _integer_operands(model, ("ARG_MAX", "ARG_MIN")),
-               "integer_comparisons": _integer_operands(model, ("LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"))}
+    changes = {
+        "select_as_select_v2": _select_as_select_v2(model),
+        "int8_lookup_tables": _fold_lookup_quantize(model),
+        "integer_arg_extremes": _integer_operands(model, ("ARG_MAX", "ARG_MIN")),
+        "integer_comparisons": _integer_operands(model, ("LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")),
+    }
     return {k: v for k, v in changes.items() if v}
 
 
@@ -63,7 +66,9 @@ def _select_as_select_v2(model) -> int:
     for i in codes:
         code = model.operatorCodes[i]
         code.builtinCode = schema.BuiltinOperator.SELECT_V2
-        code.deprecatedBuiltinCode = min(schema.BuiltinOperator.SELECT_V2, schema.BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)
+        code.deprecatedBuiltinCode = min(
+            schema.BuiltinOperator.SELECT_V2, schema.BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES
+        )
         code.version = 1
     changed = 0
     for graph in model.subgraphs:
@@ -92,13 +97,19 @@ def _fold_lookup_quantize(model) -> int:
             if names[op.opcodeIndex] == "EMBEDDING_LOOKUP":
                 rows = int(op.outputs[0])
                 quantize = _sole_quantize(graph, names, readers.get(rows, []), rows in outputs)
-                lookups.setdefault(int(op.inputs[1]), []).append((index, None if quantize is None else readers[rows][0]))
+                lookups.setdefault(int(op.inputs[1]), []).append(
+                    (index, None if quantize is None else readers[rows][0])
+                )
         drop: set[int] = set()
         for table, pairs in lookups.items():
             table_tensor = graph.tensors[table]
-            if (any(q is None for _, q in pairs) or sorted(readers[table]) != sorted(i for i, _ in pairs)
-                    or table_tensor.type != schema.TensorType.FLOAT32 or not tflite_file.is_constant(model, table_tensor)
-                    or sum(1 for t in graph.tensors if t.buffer == table_tensor.buffer) != 1):
+            if (
+                any(q is None for _, q in pairs)
+                or sorted(readers[table]) != sorted(i for i, _ in pairs)
+                or table_tensor.type != schema.TensorType.FLOAT32
+                or not tflite_file.is_constant(model, table_tensor)
+                or sum(1 for t in graph.tensors if t.buffer == table_tensor.buffer) != 1
+            ):
                 continue  # a table read otherwise, or a buffer shared with another tensor, keeps its float bytes
             drop |= _int8_table(model, graph, table_tensor, pairs)
             folded += len(pairs)
@@ -137,8 +148,14 @@ def _int8_table(model, graph, table_tensor, pairs) -> set[int]:
 
 # ops whose result depends only on the order of the inputs they name: they read int8 as they read
 # its dequantized values (a comparison's two int8 inputs may differ in scale: TFLM rescales them)
-_ORDER_ONLY = {"ARG_MAX": (0,), "ARG_MIN": (0,), "LESS": (0, 1), "LESS_EQUAL": (0, 1), "GREATER": (0, 1),
-               "GREATER_EQUAL": (0, 1)}
+_ORDER_ONLY = {
+    "ARG_MAX": (0,),
+    "ARG_MIN": (0,),
+    "LESS": (0, 1),
+    "LESS_EQUAL": (0, 1),
+    "GREATER": (0, 1),
+    "GREATER_EQUAL": (0, 1),
+}
 
 
 def _integer_operands(model, kinds) -> int:
@@ -157,8 +174,12 @@ def _integer_operands(model, kinds) -> int:
             if name not in kinds:
                 continue
             inputs = [int(t) for t in op.inputs]
-            found = {i: _int8_source(model, graph, names, producer, inputs[i], constant_ok=name not in ("ARG_MAX", "ARG_MIN"))
-                     for i in _ORDER_ONLY[name]}
+            found = {
+                i: _int8_source(
+                    model, graph, names, producer, inputs[i], constant_ok=name not in ("ARG_MAX", "ARG_MIN")
+                )
+                for i in _ORDER_ONLY[name]
+            }
             if any(v is None for v in found.values()):
                 continue
             for i, source in found.items():
@@ -169,7 +190,9 @@ def _integer_operands(model, kinds) -> int:
             changed += 1
         _int8_outputs(model, graph, [graph.operators[i] for i in bypassed])
         read = {int(t) for op in graph.operators for t in op.inputs} | {int(t) for t in graph.outputs}
-        graph.operators = [op for i, op in enumerate(graph.operators) if i not in bypassed or int(op.outputs[0]) in read]
+        graph.operators = [
+            op for i, op in enumerate(graph.operators) if i not in bypassed or int(op.outputs[0]) in read
+        ]
     return changed
 
 
@@ -206,7 +229,11 @@ def _int8_source(model, graph, names, producer, tensor: int, *, constant_ok: boo
     source = graph.tensors[int(op.inputs[0])]
     scale, _, _ = tflite_file.tensor_quantization(source)
     # TFLM's comparisons rescale each input by a multiplier below 1 (they abort on a scale of 1 or more)
-    ok = source.type == schema.TensorType.INT8 and scale.size == 1 and 0 < float(scale[0]) < (1 if constant_ok else np.inf)
+    ok = (
+        source.type == schema.TensorType.INT8
+        and scale.size == 1
+        and 0 < float(scale[0]) < (1 if constant_ok else np.inf)
+    )
     return int(op.inputs[0]) if ok else None
 
 
@@ -225,7 +252,11 @@ def _int8_constant(model, graph, tensor: int) -> int:
     buffer.data = np.full(values.shape, 0 if not value else (127 if value > 0 else -127), np.int8).view(np.uint8)
     model.buffers.append(buffer)
     new = copy.copy(old)
-    new.type, new.buffer, new.quantization = schema.TensorType.INT8, len(model.buffers) - 1, _per_tensor(schema, scale, 0)
+    new.type, new.buffer, new.quantization = (
+        schema.TensorType.INT8,
+        len(model.buffers) - 1,
+        _per_tensor(schema, scale, 0),
+    )
     graph.tensors.append(new)
     return len(graph.tensors) - 1
 

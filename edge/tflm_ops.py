@@ -32,7 +32,9 @@ _QUANTIZER_OWN = frozenset({"QUANTIZE"})
 # EMBEDDING_LOOKUP, left in float by the quantizer, gets an int8 table; ARG_MAX, ARG_MIN and
 # the order comparisons, left in float too, read the int8 tensors their DEQUANTIZEs read (a
 # constant in int8); SELECT becomes SELECT_V2, whose rule it then follows.
-_FOLDED_TO_INT8 = frozenset({"EMBEDDING_LOOKUP", "ARG_MAX", "ARG_MIN", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"})
+_FOLDED_TO_INT8 = frozenset(
+    {"EMBEDDING_LOOKUP", "ARG_MAX", "ARG_MIN", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"}
+)
 _REPLACED = {"SELECT": "SELECT_V2"}
 
 

@@ -54,7 +54,9 @@ class TflmWorker:
         self._child = None
         self._lock = threading.Lock()
 
-    def outputs(self, model: bytes, arena: int, samples: Sequence[Sequence[np.ndarray]] | None) -> list[list[np.ndarray]]:
+    def outputs(
+        self, model: bytes, arena: int, samples: Sequence[Sequence[np.ndarray]] | None
+    ) -> list[list[np.ndarray]]:
         """Each sample's outputs (float in, float out); samples=None: one run on raw zeros, no outputs."""
         return self._ask(model, arena, None if samples is None else [list(s) for s in samples])
 

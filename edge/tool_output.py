@@ -79,8 +79,9 @@ def held_tool_output(tool: str) -> Iterator[list[str]]:
     with contextlib.ExitStack() as stack:
         if console is not None:
             stack.callback(console.close)
-        with held_native_stderr() as native, contextlib.redirect_stderr(
-            _ThisThreadOnly(python_err, console or outer, threading.get_ident())
+        with (
+            held_native_stderr() as native,
+            contextlib.redirect_stderr(_ThisThreadOnly(python_err, console or outer, threading.get_ident())),
         ):
             try:
                 yield captured

@@ -16,7 +16,14 @@ import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["TensorRanges", "tensor_ranges", "require_complete", "trained_range_samples", "ranges_line", "TRAINED_RANGES_SOURCE"]
+__all__ = [
+    "TensorRanges",
+    "tensor_ranges",
+    "require_complete",
+    "trained_range_samples",
+    "ranges_line",
+    "TRAINED_RANGES_SOURCE",
+]
 
 TRAINED_RANGES_SOURCE = "none: every activation range comes from training (the Program's activation_ranges)"
 
@@ -27,7 +34,16 @@ _RESHAPING_OPS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE"}
 # ... and those that hold a selection of them, or them padded with zeros (a strided conv's
 # explicit PAD: 0 is on every grid, int8_affine widens each range to hold it): all keep the
 # input's int8 grid
-_SAME_GRID_OPS = _RESHAPING_OPS | {"SLICE", "STRIDED_SLICE", "GATHER", "SPLIT", "SPLIT_V", "UNPACK", "MAX_POOL_2D", "PAD"}
+_SAME_GRID_OPS = _RESHAPING_OPS | {
+    "SLICE",
+    "STRIDED_SLICE",
+    "GATHER",
+    "SPLIT",
+    "SPLIT_V",
+    "UNPACK",
+    "MAX_POOL_2D",
+    "PAD",
+}
 
 
 @dataclass(frozen=True)
@@ -50,7 +66,10 @@ def tensor_ranges(float_tflite: bytes, program, ranges) -> TensorRanges:
     source = TfliteLayerSource(float_tflite, program, layers, micro=False)
     # one sample inside the trained input ranges: its values only settle which node a tensor holds
     rng = np.random.default_rng(0)
-    sample = [rng.uniform(*ranges.ranges.get(s.name, (-1.0, 1.0)), size=tuple(s.shape)).astype(s.dtype) for s in program.inputs]
+    sample = [
+        rng.uniform(*ranges.ranges.get(s.name, (-1.0, 1.0)), size=tuple(s.shape)).astype(s.dtype)
+        for s in program.inputs
+    ]
     reference = IntermediateRecorder(program)(*sample)
     runtime = source.tensor_values(sample, [c.tensor for c in source.candidates])
     placed = best_candidates(source.candidates, reference, runtime)
@@ -92,7 +111,6 @@ def require_complete(result: TensorRanges, program_name: str) -> None:
         )
 
 
-
 def trained_range_samples(program, evaluation, target: str) -> list:
     """A program with trained ranges needs no calibration, but its build still runs real inputs
     (the accuracy budget, mcu's arena): the --eval inputs, which set no range."""
@@ -110,5 +128,7 @@ def ranges_line(recipe: dict) -> str | None:
     entry = recipe.get("activation_ranges")
     if not entry:
         return None
-    return (f"  activation ranges: trained ({entry['source']}), {entry['tensors_with_trained_ranges']} tensor(s), "
-            f"sha256 {entry['sha256'][:12]}; no calibration data")
+    return (
+        f"  activation ranges: trained ({entry['source']}), {entry['tensors_with_trained_ranges']} tensor(s), "
+        f"sha256 {entry['sha256'][:12]}; no calibration data"
+    )

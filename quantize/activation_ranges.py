@@ -32,32 +32,72 @@ import numpy as np
 
 from tpuedge.quantize.integer_kernels import IntegerKernel, integer_kernels
 
-__all__ = ["ActivationRanges", "QuantPoints", "quant_points", "int8_affine", "FIXED_RANGES", "SAME_GRID_OPS", "INT8_MIN", "INT8_MAX", "WEIGHT_MAX"]
+__all__ = [
+    "ActivationRanges",
+    "QuantPoints",
+    "quant_points",
+    "int8_affine",
+    "FIXED_RANGES",
+    "SAME_GRID_OPS",
+    "INT8_MIN",
+    "INT8_MAX",
+    "WEIGHT_MAX",
+]
 
 INT8_MIN, INT8_MAX = -128, 127
 WEIGHT_MAX = 127  # symmetric weights use [-127, 127]
 
 # ops whose output holds (a selection of) its first input's values: same int8 grid
 SAME_GRID_OPS = {
-    "aten.view.default", "aten.reshape.default", "aten.flatten.using_ints", "aten.permute.default",
-    "aten.transpose.int", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default", "aten.t.default",
-    "aten.max_pool2d.default", "aten.max_pool1d.default", "aten.adaptive_max_pool2d.default",
-    "aten.dropout.default", "aten.clone.default", "aten.contiguous.default", "aten.expand.default",
-    "aten.alias.default", "_operator.getitem", "aten.select.int", "aten.slice.Tensor", "aten.narrow.default",
-    "aten.unbind.int", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default",
-    "aten.squeeze.default", "aten.unflatten.int", "aten.view_as.default", "aten.reshape_as.default",
+    "aten.view.default",
+    "aten.reshape.default",
+    "aten.flatten.using_ints",
+    "aten.permute.default",
+    "aten.transpose.int",
+    "aten.squeeze.dim",
+    "aten.squeeze.dims",
+    "aten.unsqueeze.default",
+    "aten.t.default",
+    "aten.max_pool2d.default",
+    "aten.max_pool1d.default",
+    "aten.adaptive_max_pool2d.default",
+    "aten.dropout.default",
+    "aten.clone.default",
+    "aten.contiguous.default",
+    "aten.expand.default",
+    "aten.alias.default",
+    "_operator.getitem",
+    "aten.select.int",
+    "aten.slice.Tensor",
+    "aten.narrow.default",
+    "aten.unbind.int",
+    "aten.split.Tensor",
+    "aten.split_with_sizes.default",
+    "aten.chunk.default",
+    "aten.squeeze.default",
+    "aten.unflatten.int",
+    "aten.view_as.default",
+    "aten.reshape_as.default",
 }
 # activations the converter folds into the op before them, and the ops it folds them into
 _FUSED_ACTIVATIONS = {"aten.relu.default", "aten.relu_.default", "aten.relu6.default", "aten.hardtanh.default"}
 _FUSING_PRODUCERS = {
-    "aten.conv1d.default", "aten.conv2d.default", "aten.linear.default", "aten.add.Tensor", "aten.sub.Tensor",
-    "aten.mul.Tensor", "aten.addmm.default", "aten.mm.default",
+    "aten.conv1d.default",
+    "aten.conv2d.default",
+    "aten.linear.default",
+    "aten.add.Tensor",
+    "aten.sub.Tensor",
+    "aten.mul.Tensor",
+    "aten.addmm.default",
+    "aten.mm.default",
 }
 # ops whose int8 output the TFLite kernels fix whatever the data: LOGISTIC and SOFTMAX scale
 # 1/256 zero point -128 ([0, 255/256]), TANH scale 1/128 zero point 0 ([-1, 127/128])
 FIXED_RANGES = {
-    "aten.sigmoid.default": (0.0, 255 / 256), "aten.softmax.int": (0.0, 255 / 256),
-    "aten._softmax.default": (0.0, 255 / 256), "aten.tanh.default": (-1.0, 127 / 128),
+    "aten.sigmoid.default": (0.0, 255 / 256),
+    "aten.softmax.int": (0.0, 255 / 256),
+    "aten._softmax.default": (0.0, 255 / 256),
+    "aten.tanh.default": (-1.0, 127 / 128),
 }
 _WEIGHTED = {"aten.conv1d.default": 1, "aten.conv2d.default": 1, "aten.linear.default": 1}  # op -> weight arg
 
@@ -78,7 +118,9 @@ class QuantPoints:
     inherits: dict[str, str] = field(default_factory=dict)  # non-point node -> the point whose grid it keeps
     weights: dict[str, int] = field(default_factory=dict)  # parameter state name -> channel axis
     fixed: dict[str, tuple[float, float]] = field(default_factory=dict)  # point -> the range its kernel fixes
-    kernels: dict[str, IntegerKernel] = field(default_factory=dict)  # point -> its int8 kernel's arithmetic, where known
+    kernels: dict[str, IntegerKernel] = field(
+        default_factory=dict
+    )  # point -> its int8 kernel's arithmetic, where known
 
 
 def _key(node) -> str:
@@ -134,7 +176,9 @@ def quant_points(program) -> QuantPoints:
         points.append(node.name)
         if key in FIXED_RANGES:
             fixed[node.name] = FIXED_RANGES[key]
-    return QuantPoints(tuple(points), inherits, weights, fixed, integer_kernels(ep.graph, tuple(points), inherits, params))
+    return QuantPoints(
+        tuple(points), inherits, weights, fixed, integer_kernels(ep.graph, tuple(points), inherits, params)
+    )
 
 
 @dataclass(frozen=True)
@@ -150,7 +194,9 @@ class ActivationRanges:
 
     @classmethod
     def from_json(cls, data: dict) -> "ActivationRanges":
-        return cls({k: (float(lo), float(hi)) for k, (lo, hi) in data["ranges"].items()}, data.get("source", cls.source))
+        return cls(
+            {k: (float(lo), float(hi)) for k, (lo, hi) in data["ranges"].items()}, data.get("source", cls.source)
+        )
 
     @property
     def digest(self) -> str:

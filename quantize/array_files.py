@@ -77,7 +77,9 @@ def read_arrays(path: str | Path, role: str = "Array file") -> dict[str, np.ndar
             try:
                 value = data[key]
             except damaged as exc:
-                raise unreadable(f"the archive is corrupt or truncated: member {key!r} ({_first_sentence(exc)})") from None
+                raise unreadable(
+                    f"the archive is corrupt or truncated: member {key!r} ({_first_sentence(exc)})"
+                ) from None
             if not isinstance(value, np.ndarray):  # numpy hands back a non-.npy member as raw bytes
                 raise unreadable(f"its member {key!r} is not a .npy array ({_looks_like(bytes(value)[:64])})")
             arrays[key] = value

@@ -23,7 +23,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["AUTO_SCHEMES", "AutoCandidate", "candidate_schemes", "choose_recipe", "auto_report", "auto_table", "candidates_from_json"]
+__all__ = [
+    "AUTO_SCHEMES",
+    "AutoCandidate",
+    "candidate_schemes",
+    "choose_recipe",
+    "auto_report",
+    "auto_table",
+    "candidates_from_json",
+]
 
 AUTO_SCHEMES = ("int8", "dynamic-int8", "fp16", "none")
 SAME_SIZE = 1.05  # sizes within 5% count as one size: latency may decide among them
@@ -44,18 +52,30 @@ class AutoCandidate:
     def to_json(self) -> dict:
         r = lambda x: None if x is None else round(float(x), 6)  # noqa: E731
         return {
-            "scheme": self.scheme, "bytes": self.bytes, "latency_ms": self.latency_ms, "met_budget": self.met,
+            "scheme": self.scheme,
+            "bytes": self.bytes,
+            "latency_ms": self.latency_ms,
+            "met_budget": self.met,
             "sample_cosine_per_output": [r(c) for c in self.sample_cosine],
             "top1_agreement_per_output": [r(t) for t in self.top1],
-            "failures": list(self.failures), "detail": self.detail,
+            "failures": list(self.failures),
+            "detail": self.detail,
         }
 
 
 def candidates_from_json(entry: dict) -> tuple[list[AutoCandidate], AutoCandidate | None]:
     """(candidates, chosen) back from a manifest's recipe["auto"] entry."""
     candidates = [
-        AutoCandidate(c["scheme"], c["bytes"], c["latency_ms"], c["met_budget"], c["sample_cosine_per_output"],
-                      c["top1_agreement_per_output"], tuple(c["failures"]), c.get("detail", ""))
+        AutoCandidate(
+            c["scheme"],
+            c["bytes"],
+            c["latency_ms"],
+            c["met_budget"],
+            c["sample_cosine_per_output"],
+            c["top1_agreement_per_output"],
+            tuple(c["failures"]),
+            c.get("detail", ""),
+        )
         for c in entry.get("candidates", [])
     ]
     return candidates, next((c for c in candidates if c.scheme == entry.get("chosen")), None)
@@ -80,11 +100,13 @@ def choose_recipe(candidates: Sequence[AutoCandidate]) -> AutoCandidate | None:
     return fastest if fastest.latency_ms * CLEARLY_FASTER <= smallest.latency_ms else smallest
 
 
-def auto_report(candidates: Sequence[AutoCandidate], chosen: AutoCandidate | None, *, samples: int, inputs: str) -> dict:
+def auto_report(
+    candidates: Sequence[AutoCandidate], chosen: AutoCandidate | None, *, samples: int, inputs: str
+) -> dict:
     """The manifest's recipe["auto"] entry: every candidate's numbers and the one taken."""
     return {
         "rule": f"smallest recipe that meets the accuracy budget; one at most {round(100 * (SAME_SIZE - 1))}% larger "
-                f"wins when {CLEARLY_FASTER}x faster (LiteRT, 1 thread)",
+        f"wins when {CLEARLY_FASTER}x faster (LiteRT, 1 thread)",
         "chosen": None if chosen is None else chosen.scheme,
         "samples": samples,
         "inputs": inputs,

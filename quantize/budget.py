@@ -26,8 +26,15 @@ from tpuedge.quantize.rollout import Rollout
 from tpuedge.shared_ir.errors import BudgetError, UserError
 
 __all__ = [
-    "AccuracyBudget", "BudgetResult", "check_budget", "enforce_budget", "budget_error", "budget_build_options",
-    "DEFAULT_MIN_COSINE", "DEFAULT_MIN_TOP1", "describe_budget",
+    "AccuracyBudget",
+    "BudgetResult",
+    "check_budget",
+    "enforce_budget",
+    "budget_error",
+    "budget_build_options",
+    "DEFAULT_MIN_COSINE",
+    "DEFAULT_MIN_TOP1",
+    "describe_budget",
 ]
 
 DEFAULT_MIN_COSINE = 0.99
@@ -39,19 +46,49 @@ def budget_build_options() -> list:
     from tpuedge.shared_ir.targets import BuildOption
 
     return [
-        BuildOption("min_cosine", "accuracy budget: every output's mean per-sample cosine vs the float IR, on samples "
-                    "calibration did not use; a build below it exits 1 and writes nothing", float, DEFAULT_MIN_COSINE),
+        BuildOption(
+            "min_cosine",
+            "accuracy budget: every output's mean per-sample cosine vs the float IR, on samples "
+            "calibration did not use; a build below it exits 1 and writes nothing",
+            float,
+            DEFAULT_MIN_COSINE,
+        ),
         # no default here: an explicit value also holds every other (samples, classes) output
-        BuildOption("min_top1", f"accuracy budget: top-1 agreement with the float IR (0-1) of every output that looks like "
-                    f"class scores (a softmax, or a Linear head of 16+ classes; default {DEFAULT_MIN_TOP1})", float, None),
-        BuildOption("max_drop", "accuracy budget: task-accuracy drop in points vs the float IR (needs --eval with labels)", float, None),
-        BuildOption("budget_outputs", "the outputs the accuracy budget holds, NAME[,NAME] (others are reported, not held); "
-                    "NAME:top1 holds only its argmax (class scores, token ids: every position), NAME:decision only a probability's "
-                    "side of 0.5 (agreement >= --min-top1), NAME:cosine only its cosine", str, None),
-        BuildOption("rollout", "judge a stateful model as it runs: STATE_OUT=STATE_IN[,...]:STEPS feeds each state output "
-                    "back to its input for STEPS steps over the --eval samples (read in order, STEPS to a sequence) "
-                    "and measures the budget's outputs at every step", str, None),
-        BuildOption("allow_below_budget", "write the model even below its accuracy budget (marked so in the manifest)", bool, False),
+        BuildOption(
+            "min_top1",
+            f"accuracy budget: top-1 agreement with the float IR (0-1) of every output that looks like "
+            f"class scores (a softmax, or a Linear head of 16+ classes; default {DEFAULT_MIN_TOP1})",
+            float,
+            None,
+        ),
+        BuildOption(
+            "max_drop",
+            "accuracy budget: task-accuracy drop in points vs the float IR (needs --eval with labels)",
+            float,
+            None,
+        ),
+        BuildOption(
+            "budget_outputs",
+            "the outputs the accuracy budget holds, NAME[,NAME] (others are reported, not held); "
+            "NAME:top1 holds only its argmax (class scores, token ids: every position), NAME:decision only a probability's "
+            "side of 0.5 (agreement >= --min-top1), NAME:cosine only its cosine",
+            str,
+            None,
+        ),
+        BuildOption(
+            "rollout",
+            "judge a stateful model as it runs: STATE_OUT=STATE_IN[,...]:STEPS feeds each state output "
+            "back to its input for STEPS steps over the --eval samples (read in order, STEPS to a sequence) "
+            "and measures the budget's outputs at every step",
+            str,
+            None,
+        ),
+        BuildOption(
+            "allow_below_budget",
+            "write the model even below its accuracy budget (marked so in the manifest)",
+            bool,
+            False,
+        ),
     ]
 
 
@@ -72,8 +109,17 @@ class AccuracyBudget:
 
     @classmethod
     def from_options(
-        cls, *, min_cosine=None, min_top1=None, max_drop=None, allow_below_budget=False, has_labels: bool = False,
-        program=None, budget_outputs=None, rollout=None, eval_samples: int | None = None,
+        cls,
+        *,
+        min_cosine=None,
+        min_top1=None,
+        max_drop=None,
+        allow_below_budget=False,
+        has_labels: bool = False,
+        program=None,
+        budget_outputs=None,
+        rollout=None,
+        eval_samples: int | None = None,
     ) -> "AccuracyBudget":
         """Validated build options (UserError, before any conversion, for values that can't be met or read).
         program: the top-1 agreement is held on its outputs that look like class scores, at
@@ -82,7 +128,9 @@ class AccuracyBudget:
         see budget_build_options; both need the program."""
         min_cosine = DEFAULT_MIN_COSINE if min_cosine is None else float(min_cosine)
         if not -1.0 <= min_cosine <= 1.0:
-            raise UserError(f"--min-cosine {min_cosine} is outside [-1, 1]; a cosine can't reach it. Give e.g. --min-cosine 0.99.")
+            raise UserError(
+                f"--min-cosine {min_cosine} is outside [-1, 1]; a cosine can't reach it. Give e.g. --min-cosine 0.99."
+            )
         if min_top1 is not None and not 0.0 <= float(min_top1) <= 1.0:
             raise UserError(f"--min-top1 {min_top1} is a share of samples, in [0, 1]; give e.g. --min-top1 0.98.")
         if max_drop is not None:
@@ -108,9 +156,21 @@ class AccuracyBudget:
                     )
                 rolled = parse_rollout(rollout, program, eval_samples)
         elif budget_outputs is not None or rollout is not None:
-            raise UserError("--budget-outputs and --rollout name a single-entry model's outputs; this build has none to name.")
-        return cls(min_cosine, None if min_top1 is None else float(min_top1), None if max_drop is None else float(max_drop),
-                   bool(allow_below_budget), top1_outputs, names, why, cosine_outputs, rolled, decisions)
+            raise UserError(
+                "--budget-outputs and --rollout name a single-entry model's outputs; this build has none to name."
+            )
+        return cls(
+            min_cosine,
+            None if min_top1 is None else float(min_top1),
+            None if max_drop is None else float(max_drop),
+            bool(allow_below_budget),
+            top1_outputs,
+            names,
+            why,
+            cosine_outputs,
+            rolled,
+            decisions,
+        )
 
     def search_top1(self, program) -> float | None:
         """The top-1 agreement the int8 search may aim at (QuantConfig.target_top1): the search reads
@@ -130,11 +190,17 @@ class AccuracyBudget:
         if self.cosine_outputs is not None:
             entry["cosine_outputs"] = [self.output_label(j) for j in self.cosine_outputs]
         if self.top1_outputs is not None:
-            entry["top1_outputs"] = [{"output": self.output_label(j), "why": w} for j, w in zip(self.top1_outputs, self.top1_why)]
+            entry["top1_outputs"] = [
+                {"output": self.output_label(j), "why": w} for j, w in zip(self.top1_outputs, self.top1_why)
+            ]
         return entry
 
     def describe(self) -> str:
-        held = "every output" if self.cosine_outputs is None else ", ".join(self.output_label(j) for j in self.cosine_outputs)
+        held = (
+            "every output"
+            if self.cosine_outputs is None
+            else ", ".join(self.output_label(j) for j in self.cosine_outputs)
+        )
         parts = [f"mean per-sample cosine >= {self.min_cosine} on {held or 'no output'}"]
         if self.min_top1 is not None and self.top1_outputs is None:
             parts.append(f"top-1 agreement >= {100 * self.min_top1:.1f}% on every classifier output")
@@ -157,8 +223,11 @@ def _held_outputs(program, min_top1, budget_outputs):
     meanings = output_meanings(program)
     names = tuple(m.name for m in meanings)
     explicit = min_top1 is not None  # asked for: every classifier-shaped output too, as before
-    top1 = {j: m.why if m.class_scores else "classifier-shaped, --min-top1 given" for j, m in enumerate(meanings)
-            if m.class_scores or (explicit and _classifier_spec(program.outputs[j].shape))}
+    top1 = {
+        j: m.why if m.class_scores else "classifier-shaped, --min-top1 given"
+        for j, m in enumerate(meanings)
+        if m.class_scores or (explicit and _classifier_spec(program.outputs[j].shape))
+    }
     if budget_outputs is None:
         return names, tuple(top1), tuple(top1.values()), None, ()
     named_top1, cosine, decisions = {}, [], []
@@ -167,8 +236,13 @@ def _held_outputs(program, min_top1, budget_outputs):
         name, _, metric = entry.partition(":")
         if name not in names or metric not in ("", "top1", "cosine", "decision"):
             raise UserError(
-                f"--budget-outputs {entry!r}: " + (f"{program.name} has no output {name!r}" if name not in names else
-                f"{metric!r} is no metric (top1, decision or cosine)") + f". Its outputs: {', '.join(names)}; give NAME, "
+                f"--budget-outputs {entry!r}: "
+                + (
+                    f"{program.name} has no output {name!r}"
+                    if name not in names
+                    else f"{metric!r} is no metric (top1, decision or cosine)"
+                )
+                + f". Its outputs: {', '.join(names)}; give NAME, "
                 "NAME:top1 (its argmax), NAME:decision (a probability's side of 0.5) or NAME:cosine, separated by commas."
             )
         j = names.index(name)
@@ -232,7 +306,13 @@ def check_budget(
 ) -> BudgetResult:
     """reference[i][j] / candidate[i][j]: output j of sample i (float IR / converted model)."""
     from tpuedge.quantize.metrics import (
-        argmax_agreement, decision_agreement, is_classifier_shaped, mean_sample_cosine, stack_samples, task_accuracy, top1_agreement,
+        argmax_agreement,
+        decision_agreement,
+        is_classifier_shaped,
+        mean_sample_cosine,
+        stack_samples,
+        task_accuracy,
+        top1_agreement,
     )
 
     refs = [stack_samples([s[j] for s in reference]) for j in range(len(reference[0]))]
@@ -242,7 +322,9 @@ def check_budget(
     ]
     cosines = [mean_sample_cosine(r, g) for r, g in zip(refs, gots)]
     top1 = [top1_agreement(r, g) for r, g in zip(refs, gots)]
-    held_top1 = [j for j, t in enumerate(top1) if t is not None] if budget.top1_outputs is None else list(budget.top1_outputs)
+    held_top1 = (
+        [j for j, t in enumerate(top1) if t is not None] if budget.top1_outputs is None else list(budget.top1_outputs)
+    )
     for j in held_top1:  # a class-score output with leading axes past the samples: every row's argmax
         top1[j] = argmax_agreement(refs[j], gots[j]) if top1[j] is None else top1[j]
         if j in budget.decision_outputs:  # a probability: the decision taken from it
@@ -257,7 +339,8 @@ def check_budget(
     held_cosine = range(len(refs)) if budget.cosine_outputs is None else budget.cosine_outputs
     failures = [
         f"{budget.output_label(j)}: mean per-sample cosine {cosines[j]:.5f} < {budget.min_cosine}"
-        for j in held_cosine if cosines[j] < budget.min_cosine and j != decided_by_task
+        for j in held_cosine
+        if cosines[j] < budget.min_cosine and j != decided_by_task
     ]
     if budget.min_top1 is not None:
         failures += [
@@ -281,7 +364,16 @@ def check_budget(
 
 
 def enforce_budget(
-    budget: AccuracyBudget, *, name: str, target: str, reference, candidate, inputs: str, labels, recipe: dict, summary,
+    budget: AccuracyBudget,
+    *,
+    name: str,
+    target: str,
+    reference,
+    candidate,
+    inputs: str,
+    labels,
+    recipe: dict,
+    summary,
     costliest=None,
 ) -> dict:
     """check_budget, then BudgetError (exit 1, before anything is written) unless --allow-below-budget;
@@ -321,17 +413,27 @@ def budget_error(name: str, target: str, result: BudgetResult, recipe: dict, sum
     ]
     if candidates:
         lines.append(f" on {search.get('samples')} {search.get('inputs', 'calibration samples')}:")
-        lines += [_row(c["recipe"], c.get("sample_cosine"), c["centered_cosine"], c.get("top1_agreement"), c.get("refused"))
-                  for c in candidates]
+        lines += [
+            _row(c["recipe"], c.get("sample_cosine"), c["centered_cosine"], c.get("top1_agreement"), c.get("refused"))
+            for c in candidates
+        ]
     lines.append(f" the recipe built ({recipe.get('scheme')}), on {result.samples} {result.inputs}:")
-    lines.append(_row(f"scheme {recipe.get('scheme')}", summary.sample_cosine, summary.centered_cosine, summary.top1_agreement))
+    lines.append(
+        _row(f"scheme {recipe.get('scheme')}", summary.sample_cosine, summary.centered_cosine, summary.top1_agreement)
+    )
     top = (recipe.get("sensitivity") or {}).get("top") or []
     if top:
-        lines.append("Where int8 costs most (each IR point alone in fake int8: 1 - cosine of the outputs, its range, source):")
-        lines += [f"  {p['node']} ({p['op']}) {p['loss']:.4f}, range [{p['range'][0]:.3g}, {p['range'][1]:.3g}]"
-                  + (f" at {p['source']}" if p.get("source") else "") for p in top[:5]]
+        lines.append(
+            "Where int8 costs most (each IR point alone in fake int8: 1 - cosine of the outputs, its range, source):"
+        )
+        lines += [
+            f"  {p['node']} ({p['op']}) {p['loss']:.4f}, range [{p['range'][0]:.3g}, {p['range'][1]:.3g}]"
+            + (f" at {p['source']}" if p.get("source") else "")
+            for p in top[:5]
+        ]
     other = (
-        "--quantize auto (which also tries dynamic-int8, fp16 and float)" if target == "android"
+        "--quantize auto (which also tries dynamic-int8, fp16 and float)"
+        if target == "android"
         else "--target android, where sensitive ops may stay float or int16"
     )
     lines.append(
@@ -354,10 +456,9 @@ def describe_budget(entry: dict | None) -> str | None:
     if measured.get("drop_points") is not None:
         bound = entry.get("max_drop_points")
         text += f", accuracy drop {measured['drop_points']:.2f} points " + (
-            f"(max {bound})" if bound is not None else "(not bounded: --max-drop POINTS sets it)")
+            f"(max {bound})" if bound is not None else "(not bounded: --max-drop POINTS sets it)"
+        )
     where = f"on {entry['samples']} {entry['inputs']}"
     if entry["met"]:
         return f"  accuracy budget met: {text} {where}"
-    return (
-        f"  BELOW ACCURACY BUDGET (written because --allow-below-budget): {'; '.join(entry['failures'])} {where}"
-    )
+    return f"  BELOW ACCURACY BUDGET (written because --allow-below-budget): {'; '.join(entry['failures'])} {where}"

@@ -150,7 +150,9 @@ def _from_iterable(items: Iterable[Any], specs: list[TensorSpec], where: str) ->
     except UserError:
         raise
     except Exception as exc:  # the user's generator raised
-        raise UserError(f"Reading calibration samples from {where} raised {type(exc).__name__}: {exc}; fix the data source.") from exc
+        raise UserError(
+            f"Reading calibration samples from {where} raised {type(exc).__name__}: {exc}; fix the data source."
+        ) from exc
 
 
 def _from_function(spec: str, specs: list[TensorSpec]) -> Samples:
@@ -160,11 +162,15 @@ def _from_function(spec: str, specs: list[TensorSpec]) -> Samples:
     try:
         result = fn()
     except Exception as exc:
-        raise UserError(f"The calibration function {spec} raised {type(exc).__name__}: {exc}; fix it so it runs on its own.") from exc
+        raise UserError(
+            f"The calibration function {spec} raised {type(exc).__name__}: {exc}; fix it so it runs on its own."
+        ) from exc
     if isinstance(result, Mapping) or isinstance(result, np.ndarray):
         return _arrays_to_samples(result if isinstance(result, Mapping) else {specs[0].name: result}, specs, spec)
     if not isinstance(result, Iterable):
-        raise UserError(f"The calibration function {spec} returned {type(result).__name__}; return an iterable of input tuples.")
+        raise UserError(
+            f"The calibration function {spec} returned {type(result).__name__}; return an iterable of input tuples."
+        )
     return _from_iterable(result, specs, spec)
 
 
@@ -173,7 +179,9 @@ def _looks_like_function_spec(text: str) -> bool:
     return bool(sep) and bool(where) and name.isidentifier() and not Path(text).exists()
 
 
-def validate_samples(samples: Samples, specs: list[TensorSpec], *, min_samples: int = 1, where: str = "calibration data") -> Samples:
+def validate_samples(
+    samples: Samples, specs: list[TensorSpec], *, min_samples: int = 1, where: str = "calibration data"
+) -> Samples:
     """Check every sample against the input specs; cast to the input dtypes; one UserError for all."""
     errors: list[str] = []
     checked: Samples = []
@@ -184,13 +192,17 @@ def validate_samples(samples: Samples, specs: list[TensorSpec], *, min_samples: 
             if not _fits(arr.shape, shape) and shape and shape[0] == 1 and _fits((1, *arr.shape), shape):
                 arr = arr[None]  # a sample given without its batch axis of 1
             if not _fits(arr.shape, shape):
-                errors.append(f"input {spec.name!r} sample {i} has shape {_shape_text(arr.shape)}, expected {_shape_text(shape)}")
+                errors.append(
+                    f"input {spec.name!r} sample {i} has shape {_shape_text(arr.shape)}, expected {_shape_text(shape)}"
+                )
                 row.append(arr)
                 continue
             want = np.dtype(spec.dtype)
             is_float, want_float = np.issubdtype(arr.dtype, np.floating), np.issubdtype(want, np.floating)
             if arr.dtype != want and (is_float != want_float or arr.dtype == np.bool_ and want != np.bool_):
-                errors.append(f"input {spec.name!r} sample {i} has dtype {arr.dtype}, expected {want} with shape {_shape_text(shape)}")
+                errors.append(
+                    f"input {spec.name!r} sample {i} has dtype {arr.dtype}, expected {want} with shape {_shape_text(shape)}"
+                )
                 row.append(arr)
                 continue
             arr = np.ascontiguousarray(arr, dtype=want)
@@ -203,7 +215,8 @@ def validate_samples(samples: Samples, specs: list[TensorSpec], *, min_samples: 
             break
     if errors:
         raise UserError(
-            f"Calibration data ({where}) does not fit the model: " + "; ".join(errors[:5])
+            f"Calibration data ({where}) does not fit the model: "
+            + "; ".join(errors[:5])
             + ("; ..." if len(errors) > 5 else "")
             + ". Give finite arrays of the shapes and dtypes the model was exported with "
             + f"({', '.join(s.describe() for s in specs)})."

@@ -21,8 +21,10 @@ SCHEMES = ("none", "fp16", "dynamic-int8", "int8", "auto")
 # "integer": int8 ends, int16 where the int8 search runs every op at 16 bits (mcu's default)
 IO_DTYPES = ("float32", "int8", "integer")
 # one text for android's and mcu's option (`tpuedge build --help` lists one per option name)
-IO_DTYPE_HELP = ("I/O tensors of an integer model: float32 (quantized inside the model; android's default), int8, "
-                 "or integer (int8, int16 where the int8 search runs every op at 16 bits; mcu's default)")
+IO_DTYPE_HELP = (
+    "I/O tensors of an integer model: float32 (quantized inside the model; android's default), int8, "
+    "or integer (int8, int16 where the int8 search runs every op at 16 bits; mcu's default)"
+)
 # android's default: the smallest, then fastest, scheme that meets the accuracy budget (quantize/auto.py)
 DEFAULT_SCHEME = "auto"
 

@@ -38,7 +38,9 @@ class IntegerKernel:
     """How TFLite's int8 kernel computes one point (see the module docstring)."""
 
     kind: str  # "weighted", "mul", "add" or "mean"
-    producer: str  # the node whose float value holds the kernel's sum (the point, or the op its fused activation follows)
+    producer: (
+        str  # the node whose float value holds the kernel's sum (the point, or the op its fused activation follows)
+    )
     inputs: tuple[str, ...]  # nodes whose int8 values the kernel reads
     grids: tuple[str, ...]  # the quantization point whose grid each input is on
     weight: str | None = None  # the weight's parameter state name ("weighted")
@@ -69,8 +71,15 @@ def _kernel(producer, grid_of, params: dict[str, str]) -> IntegerKernel | None:
         if weight is None or grid_of(args[0]) is None or (bias is not None and not hasattr(bias, "name")):
             return None
         # a parameter bias is read by its state name, a folded one (an LSTM's two summed) by its node
-        return IntegerKernel("weighted", producer.name, (args[0].name,), (grid_of(args[0]),), weight,
-                             params.get(bias.name, bias.name) if bias is not None else None, _WEIGHTED[key])
+        return IntegerKernel(
+            "weighted",
+            producer.name,
+            (args[0].name,),
+            (grid_of(args[0]),),
+            weight,
+            params.get(bias.name, bias.name) if bias is not None else None,
+            _WEIGHTED[key],
+        )
     if key in _TWO_TENSORS and len(args) == 2 and not producer.kwargs.get("alpha"):
         grids = tuple(grid_of(a) if hasattr(a, "name") else None for a in args)
         if None in grids:
@@ -85,7 +94,9 @@ def _kernel(producer, grid_of, params: dict[str, str]) -> IntegerKernel | None:
     return None
 
 
-def integer_kernels(graph, points: tuple[str, ...], inherits: dict[str, str], params: dict[str, str]) -> dict[str, IntegerKernel]:
+def integer_kernels(
+    graph, points: tuple[str, ...], inherits: dict[str, str], params: dict[str, str]
+) -> dict[str, IntegerKernel]:
     """point -> its IntegerKernel, for the points a known kernel computes.
 
     params: parameter placeholder name -> state name (the graph signature's PARAMETER inputs).

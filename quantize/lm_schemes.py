@@ -37,17 +37,26 @@ class LMScheme:
         return replace(self, overrides={**self.overrides, **overrides})
 
     def to_json(self) -> dict:
-        return {"name": self.name, "weight_bits": self.weight_bits, "block_size": self.block_size,
-                "activations": self.activations, "embedding_bits": self.embedding_bits, "overrides": dict(self.overrides)}
+        return {
+            "name": self.name,
+            "weight_bits": self.weight_bits,
+            "block_size": self.block_size,
+            "activations": self.activations,
+            "embedding_bits": self.embedding_bits,
+            "overrides": dict(self.overrides),
+        }
 
 
-LM_SCHEMES = {s.name: s for s in (
-    LMScheme("none", None),
-    LMScheme("weight-only-int8", 8),
-    LMScheme("dynamic-int8", 8, activations="dynamic"),
-    LMScheme("int4-block128", 4, 128, "dynamic", embedding_bits=8),
-    LMScheme("int4-block32", 4, 32, "dynamic", embedding_bits=8),
-)}
+LM_SCHEMES = {
+    s.name: s
+    for s in (
+        LMScheme("none", None),
+        LMScheme("weight-only-int8", 8),
+        LMScheme("dynamic-int8", 8, activations="dynamic"),
+        LMScheme("int4-block128", 4, 128, "dynamic", embedding_bits=8),
+        LMScheme("int4-block32", 4, 32, "dynamic", embedding_bits=8),
+    )
+}
 # --quantize auto builds these, smallest first, and keeps the first that meets the budget
 AUTO_CANDIDATES = ("int4-block128", "int4-block32", "dynamic-int8", "weight-only-int8", "none")
 
@@ -58,13 +67,17 @@ def lm_scheme(name: str | None, *, embedding_bits: int | None = None) -> LMSchem
     if name == AUTO:
         return AUTO
     if name not in LM_SCHEMES:
-        raise UserError(f"Unknown quantization scheme {name!r} for a language model; choose one of: "
-                        f"{', '.join((*LM_SCHEMES, AUTO))}.")
+        raise UserError(
+            f"Unknown quantization scheme {name!r} for a language model; choose one of: "
+            f"{', '.join((*LM_SCHEMES, AUTO))}."
+        )
     scheme = LM_SCHEMES[name]
     if embedding_bits is not None:
         if int(embedding_bits) not in (4, 8):
             raise UserError(f"--embedding-bits takes 8 or 4, got {embedding_bits}.")
         if not scheme.quantized:
-            raise UserError("--embedding-bits quantizes the embedding table of a quantized model; add a --quantize scheme.")
+            raise UserError(
+                "--embedding-bits quantizes the embedding table of a quantized model; add a --quantize scheme."
+            )
         scheme = replace(scheme, embedding_bits=int(embedding_bits))
     return scheme

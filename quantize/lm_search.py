@@ -27,7 +27,15 @@ from tpuedge.quantize.token_metrics import matching_prefix, token_agreement
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.generative.generation import generate, teacher_forced_logits
 
-__all__ = ["NotACandidate", "LMChoice", "choose_lm_scheme", "teacher_forced", "auto_candidates", "greedy_matches", "sensitive_parameters"]
+__all__ = [
+    "NotACandidate",
+    "LMChoice",
+    "choose_lm_scheme",
+    "teacher_forced",
+    "auto_candidates",
+    "greedy_matches",
+    "sensitive_parameters",
+]
 
 
 class NotACandidate(Exception):
@@ -76,7 +84,9 @@ class _ReferenceInBackground:
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tpuedge-float-reference")
-        self._logits = {key: self._pool.submit(teacher_forced, reference, text.sequences) for key, text in texts.items()}
+        self._logits = {
+            key: self._pool.submit(teacher_forced, reference, text.sequences) for key, text in texts.items()
+        }
         self._greedy = [self._pool.submit(_greedy_ids, reference, ids, greedy_tokens) for ids in prompts]
 
     def logits(self, key: str) -> list[np.ndarray]:
@@ -96,21 +106,60 @@ def _greedy_ids(runner, ids: list[int], tokens: int) -> list[int] | None:
     return generate(runner, ids, room).new_ids if room >= 1 else None
 
 
-def choose_lm_scheme(*, name: str, target: str, reference, build: Callable[[LMScheme], Any], runner_of: Callable[[Any], Any],
-                     scheme: LMScheme | str, budget: LMBudget, search_text, eval_text, prompts: list[list[int]],
-                     greedy_tokens: int, sensitive: list[str] = (), on_candidate: Callable[[str], None] | None = None) -> LMChoice:
+def choose_lm_scheme(
+    *,
+    name: str,
+    target: str,
+    reference,
+    build: Callable[[LMScheme], Any],
+    runner_of: Callable[[Any], Any],
+    scheme: LMScheme | str,
+    budget: LMBudget,
+    search_text,
+    eval_text,
+    prompts: list[list[int]],
+    greedy_tokens: int,
+    sensitive: list[str] = (),
+    on_candidate: Callable[[str], None] | None = None,
+) -> LMChoice:
     """See the module docstring. `search_text` / `eval_text`: quantize.lm_text.EvalText."""
     texts = {"held_out": eval_text, **({"search": search_text} if scheme == AUTO else {})}
     background = _ReferenceInBackground(reference, texts, prompts, greedy_tokens)
     try:
-        return _choose(name, target, background, build, runner_of, scheme, budget, search_text, eval_text, prompts,
-                       greedy_tokens, sensitive, on_candidate)
+        return _choose(
+            name,
+            target,
+            background,
+            build,
+            runner_of,
+            scheme,
+            budget,
+            search_text,
+            eval_text,
+            prompts,
+            greedy_tokens,
+            sensitive,
+            on_candidate,
+        )
     finally:
         background.close()
 
 
-def _choose(name, target, background, build, runner_of, scheme, budget, search_text, eval_text, prompts, greedy_tokens,
-            sensitive, on_candidate) -> LMChoice:
+def _choose(
+    name,
+    target,
+    background,
+    build,
+    runner_of,
+    scheme,
+    budget,
+    search_text,
+    eval_text,
+    prompts,
+    greedy_tokens,
+    sensitive,
+    on_candidate,
+) -> LMChoice:
     held_targets = _targets(eval_text.sequences)
     tried: list[dict] = []
     rows = []
@@ -126,14 +175,17 @@ def _choose(name, target, background, build, runner_of, scheme, budget, search_t
                 tried.append({"scheme": _label(candidate_scheme), "not_a_candidate": str(exc)})
                 continue
             runner = runner_of(candidate)
-            on_search = token_agreement(background.logits("search"), teacher_forced(runner, search_text.sequences),
-                                        search_targets)
+            on_search = token_agreement(
+                background.logits("search"), teacher_forced(runner, search_text.sequences), search_targets
+            )
             entry = {"scheme": _label(candidate_scheme), "search": on_search.to_json(), "bytes": _size(candidate)}
             tried.append(entry)
             if budget.failures(on_search):
                 rows.append((_label(candidate_scheme) + " (search)", on_search, budget.failures(on_search)))
                 continue
-            held = token_agreement(background.logits("held_out"), teacher_forced(runner, eval_text.sequences), held_targets)
+            held = token_agreement(
+                background.logits("held_out"), teacher_forced(runner, eval_text.sequences), held_targets
+            )
             entry["held_out"] = held.to_json()
             rows.append((_label(candidate_scheme), held, budget.failures(held)))
             if not budget.failures(held):
@@ -152,31 +204,46 @@ def _choose(name, target, background, build, runner_of, scheme, budget, search_t
         failures = budget.failures(held)
         if failures and not budget.allow_below:
             raise lm_budget_error(name, target, budget, [(_label(scheme), held, failures)], eval_text.source)
-    greedy = _greedy_report(background.greedy(), [_greedy_ids(runner, ids, greedy_tokens) for ids in prompts], prompts,
-                            greedy_tokens)
+    greedy = _greedy_report(
+        background.greedy(), [_greedy_ids(runner, ids, greedy_tokens) for ids in prompts], prompts, greedy_tokens
+    )
     failures = budget.failures(held)
     accuracy = {"runtime_vs_float_ir": held.to_json(), "inputs": eval_text.source, "greedy": greedy}
-    budget_entry = {**budget.to_json(), "met": not failures, "failures": failures,
-                    "written_below_budget": bool(failures)}
+    budget_entry = {
+        **budget.to_json(),
+        "met": not failures,
+        "failures": failures,
+        "written_below_budget": bool(failures),
+    }
     return LMChoice(scheme, candidate, accuracy, budget_entry, tried)
 
 
 def _greedy_report(wanted: list, got: list, prompts: list[list[int]], tokens: int) -> dict:
-    matches = [{"prompt_tokens": len(ids), "tokens": len(want), "matching": matching_prefix(want, have)}
-               for ids, want, have in zip(prompts, wanted, got) if want is not None]
-    return {"prompts": len(matches), "tokens_each": tokens, "matching": matches,
-            "all_identical": all(m["matching"] == m["tokens"] for m in matches)}
+    matches = [
+        {"prompt_tokens": len(ids), "tokens": len(want), "matching": matching_prefix(want, have)}
+        for ids, want, have in zip(prompts, wanted, got)
+        if want is not None
+    ]
+    return {
+        "prompts": len(matches),
+        "tokens_each": tokens,
+        "matching": matches,
+        "all_identical": all(m["matching"] == m["tokens"] for m in matches),
+    }
 
 
 def greedy_matches(reference, runner, prompts: list[list[int]], tokens: int) -> dict:
     """For each prompt, how many greedy tokens the candidate keeps identical to the float IR's."""
-    return _greedy_report([_greedy_ids(reference, ids, tokens) for ids in prompts],
-                          [_greedy_ids(runner, ids, tokens) for ids in prompts], prompts, tokens)
+    return _greedy_report(
+        [_greedy_ids(reference, ids, tokens) for ids in prompts],
+        [_greedy_ids(runner, ids, tokens) for ids in prompts],
+        prompts,
+        tokens,
+    )
 
 
 def _size(candidate) -> int | None:
     return len(candidate) if isinstance(candidate, (bytes, bytearray)) else None
-
 
 
 def sensitive_parameters(bundle) -> list[str]:

@@ -41,8 +41,16 @@ def _passages(path: Path | None) -> list[str]:
     return [p for p in parts if p]
 
 
-def evaluation_text(tokenizer, *, half: str, sequence_length: int, positions: int, vocab_size: int,
-                    text_file: str | Path | None = None, seed: int = 0) -> EvalText:
+def evaluation_text(
+    tokenizer,
+    *,
+    half: str,
+    sequence_length: int,
+    positions: int,
+    vocab_size: int,
+    text_file: str | Path | None = None,
+    seed: int = 0,
+) -> EvalText:
     """Sequences of at most `sequence_length` tokens from `half` of the text, until they give at
     least `positions` predictions (fewer when the half runs out)."""
     if sequence_length < 2:
@@ -51,19 +59,25 @@ def evaluation_text(tokenizer, *, half: str, sequence_length: int, positions: in
         rng = np.random.default_rng(seed + (1 if half == HELD_OUT else 0))
         count = max(1, -(-positions // (sequence_length - 1)))
         sequences = [rng.integers(0, vocab_size, sequence_length).tolist() for _ in range(count)]
-        return EvalText(sequences, f"random token ids ({half}; the model has no tokenizer: a smoke check, not accuracy)")
+        return EvalText(
+            sequences, f"random token ids ({half}; the model has no tokenizer: a smoke check, not accuracy)"
+        )
     path = Path(text_file) if text_file is not None else None
     if path is not None and not path.is_file():
-        raise UserError(f"--eval {path}: no such text file; give a UTF-8 .txt whose passages are separated by lines of ---.")
+        raise UserError(
+            f"--eval {path}: no such text file; give a UTF-8 .txt whose passages are separated by lines of ---."
+        )
     passages = _passages(path)
     chosen = passages[0::2] if half == SEARCH else passages[1::2]
     if not chosen:
-        raise UserError(f"{path or 'the corpus'} has too few passages to hold some out; separate passages by lines of ---.")
+        raise UserError(
+            f"{path or 'the corpus'} has too few passages to hold some out; separate passages by lines of ---."
+        )
     sequences, total = [], 0
     for passage in chosen:
         ids = tokenizer.encode(passage)
         for start in range(0, len(ids) - 1, sequence_length):
-            piece = ids[start: start + sequence_length]
+            piece = ids[start : start + sequence_length]
             if len(piece) >= 2:
                 sequences.append(piece)
                 total += len(piece) - 1
@@ -77,7 +91,9 @@ def evaluation_text(tokenizer, *, half: str, sequence_length: int, positions: in
 
 
 def shipped_prompts() -> list[str]:
-    return [line.strip() for line in (_DATA / "lm_prompts.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        line.strip() for line in (_DATA / "lm_prompts.txt").read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def prompt_ids(tokenizer, vocab_size: int, count: int) -> list[list[int]]:

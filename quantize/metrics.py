@@ -255,7 +255,10 @@ class AccuracySummary:
         return cls(0.0, 0.0, -1.0, -1.0, 0.0, samples, -1.0)
 
     def to_json(self) -> dict:
-        return {k: (None if v is None else (round(float(v), 7) if isinstance(v, float) else v)) for k, v in asdict(self).items()}
+        return {
+            k: (None if v is None else (round(float(v), 7) if isinstance(v, float) else v))
+            for k, v in asdict(self).items()
+        }
 
     def describe(self) -> str:
         top1 = "n/a" if self.top1_agreement is None else f"{100 * self.top1_agreement:.1f}%"

@@ -28,8 +28,20 @@ MIN_LINEAR_CLASSES = 16
 _SCORES = {"softmax", "_softmax", "log_softmax", "_log_softmax"}
 _LINEAR = {"linear", "addmm", "mm"}
 _LOOKED_THROUGH = {
-    "view", "_unsafe_view", "reshape", "flatten", "squeeze", "unsqueeze", "clone", "dropout", "alias", "contiguous",
-    "expand_copy", "view_copy", "_to_copy", "detach",
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "flatten",
+    "squeeze",
+    "unsqueeze",
+    "clone",
+    "dropout",
+    "alias",
+    "contiguous",
+    "expand_copy",
+    "view_copy",
+    "_to_copy",
+    "detach",
 }
 
 
@@ -67,7 +79,9 @@ def _meaning(name: str, node) -> OutputMeaning:
     if op in _LINEAR and classes >= MIN_LINEAR_CLASSES:
         return OutputMeaning(name, True, f"Linear with {classes} outputs")
     if op in _LINEAR:
-        return OutputMeaning(name, False, f"values (Linear with {classes} < {MIN_LINEAR_CLASSES} outputs: class scores or a regression)")
+        return OutputMeaning(
+            name, False, f"values (Linear with {classes} < {MIN_LINEAR_CLASSES} outputs: class scores or a regression)"
+        )
     return OutputMeaning(name, False, f"values (written by {op})")
 
 

@@ -154,7 +154,9 @@ def choose_precisions(
     for g in order:
         precision, gain = choice(g.key)
         m = measured[g.key]
-        detail = f"model cosine{'' if screen is None else ' screened'} " + ", ".join(f"{p} {_fmt(c)}" for p, c in m.items())
+        detail = f"model cosine{'' if screen is None else ' screened'} " + ", ".join(
+            f"{p} {_fmt(c)}" for p, c in m.items()
+        )
         if current >= target_cosine:
             reasons[g.key] = f"int8 kept: target {target_cosine} reached without it ({detail})"
             continue
@@ -164,7 +166,9 @@ def choose_precisions(
         trial = evaluate({**assignment, g.key: precision})
         count += 1
         if trial < current:  # gains measured alone need not add up: an upgrade that lowers the model is undone
-            reasons[g.key] = f"int8 kept: with the upgrades before it, it lowered the model cosine to {_fmt(trial)} ({detail})"
+            reasons[g.key] = (
+                f"int8 kept: with the upgrades before it, it lowered the model cosine to {_fmt(trial)} ({detail})"
+            )
             continue
         assignment[g.key] = precision
         current = trial
@@ -192,13 +196,13 @@ def choose_precisions(
                 if g.key == best_key
                 else f"int8: the best recipe measured upgrades {best_key} alone ({reasons[g.key]})"
             )
-    decisions = [
-        OpDecision(g.key, g.kind, assignment[g.key], reasons[g.key], measured[g.key], g.ops) for g in groups
-    ]
+    decisions = [OpDecision(g.key, g.kind, assignment[g.key], reasons[g.key], measured[g.key], g.ops) for g in groups]
     return PrecisionPlan(assignment, decisions, c0, current, count)
 
 
-def merge_by_kind(groups: Sequence[SensitiveGroup]) -> tuple[list[SensitiveGroup], Callable[[dict[str, str]], dict[str, str]]]:
+def merge_by_kind(
+    groups: Sequence[SensitiveGroup],
+) -> tuple[list[SensitiveGroup], Callable[[dict[str, str]], dict[str, str]]]:
     """One group per kind ("kind:layer_norm" holds every LayerNorm), for a search that measures a
     handful of recipes instead of up to three per group (DeiT-tiny has 73 groups). Returns (the
     merged groups, a function that turns an assignment of merged keys into one of the original
@@ -206,7 +210,9 @@ def merge_by_kind(groups: Sequence[SensitiveGroup]) -> tuple[list[SensitiveGroup
     members: dict[str, list[SensitiveGroup]] = {}
     for g in groups:
         members.setdefault(g.kind, []).append(g)
-    merged = [SensitiveGroup(f"kind:{kind}", kind, tuple(op for g in gs for op in g.ops)) for kind, gs in members.items()]
+    merged = [
+        SensitiveGroup(f"kind:{kind}", kind, tuple(op for g in gs for op in g.ops)) for kind, gs in members.items()
+    ]
 
     def expand(assignment: dict[str, str]) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -271,7 +277,9 @@ def float_ranked(
     return _ranked_prefixes(groups, evaluate, start, start_cosine, precision, target_cosine)
 
 
-def _ranked_prefixes(groups, evaluate, start: dict[str, str], start_cosine: float, precision: str, target_cosine: float):
+def _ranked_prefixes(
+    groups, evaluate, start: dict[str, str], start_cosine: float, precision: str, target_cosine: float
+):
     steps: list[list[SensitiveGroup]] = []  # each ranked group with the "ranked_output" companions after it
     for g in groups:
         if g.kind != "ranked_output" or not steps:

@@ -74,8 +74,11 @@ def parse_rollout(spec: str, program, samples: int | None = None) -> Rollout:
             raise _usage(text, f"{program.name} has no input {in_name!r} (its inputs: {', '.join(inputs)})")
         o, i = outputs.index(out_name), inputs.index(in_name)
         if tuple(program.outputs[o].shape) != tuple(program.inputs[i].shape):
-            raise _usage(text, f"output {out_name} has shape {list(program.outputs[o].shape)} and input {in_name} "
-                               f"{list(program.inputs[i].shape)}: a state fed back must keep its shape")
+            raise _usage(
+                text,
+                f"output {out_name} has shape {list(program.outputs[o].shape)} and input {in_name} "
+                f"{list(program.inputs[i].shape)}: a state fed back must keep its shape",
+            )
         pairs.append((o, i))
     if len({i for _, i in pairs}) != len(pairs):
         raise _usage(text, "an input is fed twice")
@@ -93,6 +96,8 @@ def rollout_runs(rollout: Rollout, samples: Sequence[Sequence[np.ndarray]], run:
         for sample in samples[start : start + rollout.steps]:
             inputs = [state.get(i, np.asarray(a)) for i, a in enumerate(sample)]
             step = [np.asarray(o) for o in run(inputs)]
-            state = {i: step[o].reshape(np.shape(sample[i])).astype(np.asarray(sample[i]).dtype) for o, i in rollout.pairs}
+            state = {
+                i: step[o].reshape(np.shape(sample[i])).astype(np.asarray(sample[i]).dtype) for o, i in rollout.pairs
+            }
             outputs.append(step)
     return outputs

@@ -52,8 +52,14 @@ class PointSensitivity:
     source: str  # model source line (the file's name only: manifests must not depend on the working folder)
 
     def to_json(self) -> dict:
-        return {"node": self.node, "op": self.op, "loss": round(self.loss, 6), "range": [round(self.low, 4), round(self.high, 4)],
-                "scope": self.scope, "source": self.source}
+        return {
+            "node": self.node,
+            "op": self.op,
+            "loss": round(self.loss, 6),
+            "range": [round(self.low, 4), round(self.high, 4)],
+            "scope": self.scope,
+            "source": self.source,
+        }
 
 
 def _stack(samples: list, index: int):
@@ -103,8 +109,10 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
     measure = measure or calibration
     plan = quant_points(program)
     if len(plan.points) > MAX_RANKED_POINTS:
-        raise TooManyPoints(f"{len(plan.points):,} IR points, more than the {MAX_RANKED_POINTS:,} the ranking measures "
-                            "one by one (a recurrent layer unrolled over time)")
+        raise TooManyPoints(
+            f"{len(plan.points):,} IR points, more than the {MAX_RANKED_POINTS:,} the ranking measures "
+            "one by one (a recurrent layer unrolled over time)"
+        )
     jp = to_jax(program)
     points = list(plan.points)
     index = {p: i for i, p in enumerate(points)}
@@ -130,7 +138,9 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
         chunk = calibration[start : start + _OBSERVE_CHUNK]
         for p, v in observe_batch(jp.params, jp.buffers, *[_stack(chunk, i) for i in range(n_inputs)]).items():
             lo, hi = jnp.min(v[:, 0]), jnp.max(v[:, 1])
-            observed[p] = (lo, hi) if p not in observed else (jnp.minimum(observed[p][0], lo), jnp.maximum(observed[p][1], hi))
+            observed[p] = (
+                (lo, hi) if p not in observed else (jnp.minimum(observed[p][0], lo), jnp.maximum(observed[p][1], hi))
+            )
     ranges = {p: (float(lo), float(hi)) for p, (lo, hi) in observed.items()}
     ranges.update(plan.fixed)
     nodes = {n.name: n for n in program.exported_program.graph.nodes}
@@ -157,14 +167,18 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
             continue  # not a float value on this path (an integer input)
         got = [np.asarray(o) for o in run(jp.params, jp.buffers, closed.at[i].set(1.0), *inputs)]
         node = nodes.get(point)
-        ranked.append(PointSensitivity(
-            node=point,
-            op=str(getattr(node, "target", "input")) if node is not None and node.op == "call_function" else "input",
-            loss=max(0.0, 1.0 - _mean_cosine(reference, got)),
-            low=ranges[point][0],
-            high=ranges[point][1],
-            scope=module_scope(node) if node is not None else "",
-            source=(node_source(node, bare=True) or "") if node is not None else "",
-        ))
+        ranked.append(
+            PointSensitivity(
+                node=point,
+                op=str(getattr(node, "target", "input"))
+                if node is not None and node.op == "call_function"
+                else "input",
+                loss=max(0.0, 1.0 - _mean_cosine(reference, got)),
+                low=ranges[point][0],
+                high=ranges[point][1],
+                scope=module_scope(node) if node is not None else "",
+                source=(node_source(node, bare=True) or "") if node is not None else "",
+            )
+        )
     ranked.sort(key=lambda s: -s.loss)
     return ranked

@@ -45,14 +45,20 @@ class TokenAgreement:
         return self.perplexity / self.reference_perplexity - 1.0
 
     def to_json(self) -> dict:
-        return {"positions": self.positions, "sequences": self.sequences, "top1_agreement": round(self.top1_agreement, 6),
-                "reference_perplexity": round(self.reference_perplexity, 4), "perplexity": round(self.perplexity, 4),
-                "perplexity_increase": round(self.perplexity_increase, 6),
-                "top1_agreement_by_position": {k: round(v, 6) for k, v in self.by_position.items()}}
+        return {
+            "positions": self.positions,
+            "sequences": self.sequences,
+            "top1_agreement": round(self.top1_agreement, 6),
+            "reference_perplexity": round(self.reference_perplexity, 4),
+            "perplexity": round(self.perplexity, 4),
+            "perplexity_increase": round(self.perplexity_increase, 6),
+            "top1_agreement_by_position": {k: round(v, 6) for k, v in self.by_position.items()},
+        }
 
 
-def token_agreement(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
-                    targets: Sequence[np.ndarray]) -> TokenAgreement:
+def token_agreement(
+    reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], targets: Sequence[np.ndarray]
+) -> TokenAgreement:
     """Per sequence: reference and candidate logits [positions, vocab] and the true next tokens
     [positions], position i predicting token i + 1 of the sequence."""
     agree, ref_nll, cand_nll, positions = [], [], [], []
@@ -69,9 +75,12 @@ def token_agreement(reference: Sequence[np.ndarray], candidate: Sequence[np.ndar
         if chosen.any():
             by_position[f"{low}-{high - 1}" if high is not None else f"{low}+"] = float(agree_all[chosen].mean())
     return TokenAgreement(
-        positions=int(agree_all.size), sequences=len(agree), top1_agreement=float(agree_all.mean()),
+        positions=int(agree_all.size),
+        sequences=len(agree),
+        top1_agreement=float(agree_all.mean()),
         reference_perplexity=float(np.exp(np.concatenate(ref_nll).mean())),
-        perplexity=float(np.exp(np.concatenate(cand_nll).mean())), by_position=by_position,
+        perplexity=float(np.exp(np.concatenate(cand_nll).mean())),
+        by_position=by_position,
     )
 
 

@@ -19,8 +19,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WeightSensitivity", "rank_weights", "ranking_from_json", "weight_readers", "MAX_RANKED_WEIGHTS",
-           "MIN_WEIGHT_ELEMENTS", "WEIGHT_RANKING_SAMPLES"]
+__all__ = [
+    "WeightSensitivity",
+    "rank_weights",
+    "ranking_from_json",
+    "weight_readers",
+    "MAX_RANKED_WEIGHTS",
+    "MIN_WEIGHT_ELEMENTS",
+    "WEIGHT_RANKING_SAMPLES",
+]
 
 # Samples each weight's cost is measured on (a torch forward pass each; it only orders the
 # weights, and the recipes it leads to are measured on all the search's samples). RegNetY-400MF's
@@ -114,8 +121,11 @@ def rank_weights(program: Any, samples: list, *, per_channel: bool = True) -> li
         rounded = {name: _rounded(value, per_channel)}
         got = stacked([program.run_replacing(rounded, *sample) for sample in samples])
         worst = min(mean_sample_cosine(ref, out) for ref, out in zip(reference, got))
-        ranking.append(WeightSensitivity(name, tuple(value.shape), 1.0 - float(worst), module_scope(readers[0]),
-                                         value.detach().numpy()))
+        ranking.append(
+            WeightSensitivity(
+                name, tuple(value.shape), 1.0 - float(worst), module_scope(readers[0]), value.detach().numpy()
+            )
+        )
     return sorted(ranking, key=lambda w: -w.loss)
 
 
@@ -123,5 +133,9 @@ def ranking_from_json(program: Any, entries: list[dict]) -> list[WeightSensitivi
     """A ranking back from its `to_json` entries (the build cache keeps those), each tensor's
     values read from `program` again."""
     tensors = _state_tensors(program)
-    return [WeightSensitivity(e["weight"], tuple(e["shape"]), float(e["loss"]), e["scope"], tensors[e["weight"]].detach().numpy())
-            for e in entries]
+    return [
+        WeightSensitivity(
+            e["weight"], tuple(e["shape"]), float(e["loss"]), e["scope"], tensors[e["weight"]].detach().numpy()
+        )
+        for e in entries
+    ]

@@ -53,7 +53,9 @@ def read_manifest(directory: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{path} is not valid JSON ({exc}); rebuild the artifact with `tpuedge build`.") from exc
     if not isinstance(manifest, dict):
-        raise UserError(f"{path} holds a JSON {type(manifest).__name__}, not a manifest object; rebuild the artifact with `tpuedge build`.")
+        raise UserError(
+            f"{path} holds a JSON {type(manifest).__name__}, not a manifest object; rebuild the artifact with `tpuedge build`."
+        )
     return manifest
 
 

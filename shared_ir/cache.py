@@ -62,9 +62,7 @@ def parse_size(text: str | int, where: str = "TPUEDGE_CACHE_SIZE") -> int:
     except ValueError:
         value = -1.0
     if not number or value < 0:
-        raise UserError(
-            f"{where}={text!r} is not a size; give bytes or a number with K, M or G (e.g. 2G, 500M)."
-        )
+        raise UserError(f"{where}={text!r} is not a size; give bytes or a number with K, M or G (e.g. 2G, 500M).")
     return int(value * _UNITS[unit])
 
 

@@ -221,9 +221,7 @@ def file_digest(path: Path) -> str:
 
 def cache_key(stage: str, parts: dict[str, Any]) -> str:
     """sha256 over the stage, its parts (JSON-able) and the versions of tpuedge and its tools."""
-    text = json.dumps(
-        {"stage": stage, "parts": parts, "versions": environment_versions()}, sort_keys=True, default=str
-    )
+    text = json.dumps({"stage": stage, "parts": parts, "versions": environment_versions()}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

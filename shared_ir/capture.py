@@ -21,8 +21,17 @@ _HINTS = {
 }
 # Functions of a detector's post-processing: non-maximum suppression keeps a data-dependent number
 # of boxes, which no static on-device graph holds (torchvision's SSD, RetinaNet, FCOS, Faster R-CNN)
-_DETECTION_POSTPROCESS = frozenset({"nms", "batched_nms", "_batched_nms_vanilla", "_batched_nms_coordinate_trick",
-                                    "postprocess_detections", "filter_proposals", "box_iou"})
+_DETECTION_POSTPROCESS = frozenset(
+    {
+        "nms",
+        "batched_nms",
+        "_batched_nms_vanilla",
+        "_batched_nms_coordinate_trick",
+        "postprocess_detections",
+        "filter_proposals",
+        "box_iou",
+    }
+)
 _DETECTION_HINT = (
     "build the network up to its raw box and score outputs (a one-stage torchvision detector, SSD, RetinaNet "
     "or FCOS: a Module whose forward returns model.head(list(model.backbone(x).values())), on the image "
@@ -105,7 +114,11 @@ def _check_tensor_outputs(model, ep) -> None:
     from torch.export.graph_signature import OutputKind
 
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
-    user = [value for value, spec in zip(out_node.args[0], ep.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
+    user = [
+        value
+        for value, spec in zip(out_node.args[0], ep.graph_signature.output_specs)
+        if spec.kind == OutputKind.USER_OUTPUT
+    ]
     constants = [(i, value) for i, value in enumerate(user) if not isinstance(value, torch.fx.Node)]
     if constants:
         listed = ", ".join(f"output {i} is {value!r}" for i, value in constants)
@@ -127,9 +140,9 @@ def _capture_error(model, exc: BaseException) -> UserError:
     if functions & _DETECTION_POSTPROCESS:
         hint = _DETECTION_HINT
     else:
-        hint = next((h for key, h in _HINTS.items() if key in text), "check the model runs eagerly on the example inputs")
+        hint = next(
+            (h for key, h in _HINTS.items() if key in text), "check the model runs eagerly on the example inputs"
+        )
     where = model_frame_from_traceback(exc.__traceback__)
     loc = f" at {where}" if where else ""
-    return UserError(
-        f"torch.export could not capture {type(model).__name__}{loc}: {first}. Try: {hint}."
-    )
+    return UserError(f"torch.export could not capture {type(model).__name__}{loc}: {first}. Try: {hint}.")

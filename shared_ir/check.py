@@ -22,8 +22,10 @@ _MAX_SOURCES = 3
 def is_core_aten(target) -> bool:
     import torch
 
-    return is_op_overload(target) and target.namespace == "aten" and (
-        torch.Tag.core in target.tags or torch.Tag.view_copy in target.tags
+    return (
+        is_op_overload(target)
+        and target.namespace == "aten"
+        and (torch.Tag.core in target.tags or torch.Tag.view_copy in target.tags)
     )
 
 
@@ -64,9 +66,9 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
             kind="random",
             subject=key,
             message=f"the forward draws random numbers, so its outputs change from run to run: no {target_name} model "
-                    "can be checked against it (and a converted one would not draw the same numbers)",
+            "can be checked against it (and a converted one would not draw the same numbers)",
             suggestion="export in eval mode, and pass what the model draws as an input instead (HF ViTMAE takes `noise`), "
-                       "or take the random op out of forward",
+            "or take the random op out of forward",
             count=len(nodes),
             sources=_sources(nodes),
         )
@@ -131,7 +133,7 @@ def _rank_problem(target_name: str, key: str, nodes, cap) -> Problem:
         kind="rank",
         subject=key,
         message=f"{target_name} runs this op on tensors of at most {limit} dimensions ({whose}); here it has "
-                f"{' or '.join(map(str, ranks))}",
+        f"{' or '.join(map(str, ranks))}",
         suggestion=f"keep that tensor at {limit}-D or less (merge axes that move together into one with a reshape)",
         count=len(nodes),
         sources=_sources(nodes),

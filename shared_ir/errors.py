@@ -11,8 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = [
-    "TpuedgeError", "UserError", "InternalError", "BudgetError", "Problem", "ProblemsError",
-    "EXIT_USER_ERROR", "EXIT_BELOW_BUDGET",
+    "TpuedgeError",
+    "UserError",
+    "InternalError",
+    "BudgetError",
+    "Problem",
+    "ProblemsError",
+    "EXIT_USER_ERROR",
+    "EXIT_BELOW_BUDGET",
 ]
 
 EXIT_USER_ERROR = 2

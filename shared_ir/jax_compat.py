@@ -1,15 +1,15 @@
 """JAX's process-wide switches as tpuedge touches them, verified on jax 0.10.2.
 
-  - `x64_switch_kept()`: litert-torch's import runs `jax.config.update("jax_enable_x64", True)`
-    for the whole process (a user training on the cloud backend in another thread would see int64
-    where it had int32). Fast path: while the block runs, `jax.config.update` of that one flag
-    does nothing for the block's own thread (an instance attribute that shadows the method; every
-    other update, and every other thread's, goes through). Public route (another jax, or
-    `public_api_only()`): the import switches it, and `jax.config.update` puts it back at once
-    after, under a lock; a thread that reads the flag during the import can see it on.
-  - `process_config(settings)`: options with no thread-local form (the MLIR location options of a
-    StableHLO export), set through `jax.config.update` and put back after; blocks are serialized
-    by a lock, and a jax call in another thread meanwhile sees them set.
+- `x64_switch_kept()`: litert-torch's import runs `jax.config.update("jax_enable_x64", True)`
+  for the whole process (a user training on the cloud backend in another thread would see int64
+  where it had int32). Fast path: while the block runs, `jax.config.update` of that one flag
+  does nothing for the block's own thread (an instance attribute that shadows the method; every
+  other update, and every other thread's, goes through). Public route (another jax, or
+  `public_api_only()`): the import switches it, and `jax.config.update` puts it back at once
+  after, under a lock; a thread that reads the flag during the import can see it on.
+- `process_config(settings)`: options with no thread-local form (the MLIR location options of a
+  StableHLO export), set through `jax.config.update` and put back after; blocks are serialized
+  by a lock, and a jax call in another thread meanwhile sees them set.
 """
 
 from __future__ import annotations
@@ -56,8 +56,9 @@ def x64_switch_kept() -> Iterator[None]:
         stack = contextlib.ExitStack()
         ignored = False
         if verified("jax", VERIFIED_JAX):
-            ignored = _X64_PATCH.enter_or_fall_back(stack, "x64 switch ignored on import", _x64_ignored,
-                                                    (AttributeError, TypeError))
+            ignored = _X64_PATCH.enter_or_fall_back(
+                stack, "x64 switch ignored on import", _x64_ignored, (AttributeError, TypeError)
+            )
         else:
             fell_back("x64 switch ignored on import", "jax release not verified, or public API only")
         with stack:

@@ -59,7 +59,9 @@ def group_repeated(items: Sequence[str]) -> list[str]:
 def _grouped(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            k: group_repeated(v) if k == GROUPED_KEY and isinstance(v, list) and all(isinstance(i, str) for i in v) else _grouped(v)
+            k: group_repeated(v)
+            if k == GROUPED_KEY and isinstance(v, list) and all(isinstance(i, str) for i in v)
+            else _grouped(v)
             for k, v in value.items()
         }
     if isinstance(value, list):

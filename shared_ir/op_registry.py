@@ -39,7 +39,7 @@ def op_key(target: Any) -> str:
 
 
 def packet_key(key: str) -> str:
-    """"aten.add.Tensor" -> "aten.add"; a packet key is returned unchanged."""
+    """ "aten.add.Tensor" -> "aten.add"; a packet key is returned unchanged."""
     parts = key.split(".")
     return ".".join(parts[:2]) if len(parts) >= 3 else key
 

@@ -133,7 +133,11 @@ class Program:
         arrays = validate_inputs(self.inputs, inputs, f"Program {self.name!r}")
         # A build runs the float reference on the same samples more than once (the quantization
         # search, then the verification): an eval-mode graph gives the same outputs, so remember them.
-        memo = None if not memo or self.exported_program.graph_signature.buffers_to_mutate else self.__dict__.setdefault("_run_memo", {})
+        memo = (
+            None
+            if not memo or self.exported_program.graph_signature.buffers_to_mutate
+            else self.__dict__.setdefault("_run_memo", {})
+        )
         key = _inputs_key(arrays) if memo is not None else None
         if memo is not None and key in memo:
             return [a.copy() for a in memo[key]]
@@ -187,13 +191,18 @@ class Program:
         if self.__dict__.get("_module_cache") is not None:
             return self.__dict__["_module_cache"]
         ep = self.exported_program
-        tables = {InputKind.PARAMETER: ep.state_dict, InputKind.BUFFER: ep.state_dict,
-                  InputKind.CONSTANT_TENSOR: ep.constants}
+        tables = {
+            InputKind.PARAMETER: ep.state_dict,
+            InputKind.BUFFER: ep.state_dict,
+            InputKind.CONSTANT_TENSOR: ep.constants,
+        }
         inputs = ep.graph_signature.input_specs
         if any(spec.kind not in (InputKind.USER_INPUT, *tables) for spec in inputs):  # script objects, tokens
             return ep.module()
         user = [i for i, spec in enumerate(ep.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
-        graph_module = torch.fx.GraphModule(ep.graph_module, copy.deepcopy(ep.graph))  # the node metadata shared, not copied
+        graph_module = torch.fx.GraphModule(
+            ep.graph_module, copy.deepcopy(ep.graph)
+        )  # the node metadata shared, not copied
 
         def run(*tensors):
             given = iter(tensors)
@@ -243,8 +252,10 @@ class Program:
         leaves = [t for t in tree_leaves(example) if isinstance(t, torch.Tensor)] if example else []
         if len(leaves) != len(self.inputs):
             return default
-        return [(int(t.min()), int(t.max())) if t.numel() and not t.is_floating_point() and t.dtype != torch.bool else d
-                for t, d in zip(leaves, default)]
+        return [
+            (int(t.min()), int(t.max())) if t.numel() and not t.is_floating_point() and t.dtype != torch.bool else d
+            for t, d in zip(leaves, default)
+        ]
 
     # ---- targets ---------------------------------------------------------------------
     def check(self, target: str) -> list[Problem]:
@@ -320,8 +331,13 @@ class Program:
             return cls(exported_program, name=name, activation_ranges=ranges)
 
         # the file's name is in the key: a program saved without one is named after its file
-        return cached_stage("program", {"pt2": file_digest(path), "file_name": path.stem}, lambda: cls._read_pt2(path),
-                            encode=encode_if_it_can, decode=from_snapshot)
+        return cached_stage(
+            "program",
+            {"pt2": file_digest(path), "file_name": path.stem},
+            lambda: cls._read_pt2(path),
+            encode=encode_if_it_can,
+            decode=from_snapshot,
+        )
 
     @classmethod
     def _read_pt2(cls, path: Path) -> "Program":
@@ -365,7 +381,11 @@ def _swap_attribute(holder, attr: str, value):
     for table in (holder._parameters, holder._buffers):
         if attr in table:
             old = table[attr]
-            table[attr] = torch.nn.Parameter(value, requires_grad=False) if isinstance(old, torch.nn.Parameter) and not isinstance(value, torch.nn.Parameter) else value
+            table[attr] = (
+                torch.nn.Parameter(value, requires_grad=False)
+                if isinstance(old, torch.nn.Parameter) and not isinstance(value, torch.nn.Parameter)
+                else value
+            )
             return old
     old = getattr(holder, attr)
     setattr(holder, attr, value)
@@ -379,7 +399,9 @@ def _refused_inputs(program: "Program", arrays: list[np.ndarray], exc: Exception
     """The model itself (torch, on its own graph) refuses these samples: the caller's data,
     most often a token id past an embedding's table. Names each input's value range."""
     ranges = ", ".join(
-        f"{spec.name!r} {a.dtype} values {a.min()}..{a.max()}" if a.size and a.dtype.kind in "iub" else f"{spec.name!r} {a.dtype}"
+        f"{spec.name!r} {a.dtype} values {a.min()}..{a.max()}"
+        if a.size and a.dtype.kind in "iub"
+        else f"{spec.name!r} {a.dtype}"
         for spec, a in zip(program.inputs, arrays)
     )
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]

@@ -73,7 +73,7 @@ def _decode_value(value: Any, nodes: dict) -> Any:
 
     if not isinstance(value, dict):
         return value
-    (kind, inner), = value.items()
+    ((kind, inner),) = value.items()
     if kind == "node":
         return nodes[inner]
     if kind == "float":
@@ -101,7 +101,9 @@ def _encode_val(val: Any) -> Any:
             raise Unsnapshottable("a dynamic dimension")
         if val.device.type != "cpu" or val.layout != torch.strided:
             raise Unsnapshottable(f"a {val.device.type} {val.layout} tensor")
-        return {"tensor": [list(val.shape), list(val.stride()), str(val.dtype).removeprefix("torch."), val.requires_grad]}
+        return {
+            "tensor": [list(val.shape), list(val.stride()), str(val.dtype).removeprefix("torch."), val.requires_grad]
+        }
     if isinstance(val, (list, tuple)):
         return {"list" if isinstance(val, list) else "tuple": [_encode_val(v) for v in val]}
     if val is None or isinstance(val, (bool, int)):
@@ -115,7 +117,7 @@ def _decode_val(val: Any) -> Any:
 
     if not isinstance(val, dict):
         return val
-    (kind, inner), = val.items()
+    ((kind, inner),) = val.items()
     if kind == "tensor":
         shape, stride, dtype, requires_grad = inner
         return torch.empty_strided(shape, stride, dtype=_torch_dtype(dtype), device="meta", requires_grad=requires_grad)
@@ -148,9 +150,16 @@ def _tensor_entry(t, store: str, name: str, offset: int) -> tuple[dict, bytes]:
         raise Unsnapshottable(f"{store} {name!r}: a {type(t).__name__} this format does not write as it is")
     data = t.detach()
     raw = (data.view(torch.int16) if data.dtype == torch.bfloat16 else data).numpy().tobytes()
-    entry = {"store": store, "name": name, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-             "offset": offset, "size": len(raw), "parameter": isinstance(t, torch.nn.Parameter),
-             "requires_grad": t.requires_grad}
+    entry = {
+        "store": store,
+        "name": name,
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "offset": offset,
+        "size": len(raw),
+        "parameter": isinstance(t, torch.nn.Parameter),
+        "requires_grad": t.requires_grad,
+    }
     return entry, raw
 
 
@@ -158,7 +167,7 @@ def _tensor(entry: dict, blob: memoryview):
     import torch
 
     dtype = _torch_dtype(entry["dtype"])
-    raw = bytearray(blob[entry["offset"]:entry["offset"] + entry["size"]])  # writable: the program owns it
+    raw = bytearray(blob[entry["offset"] : entry["offset"] + entry["size"]])  # writable: the program owns it
     if dtype == torch.bfloat16:
         tensor = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16) if raw else torch.empty(0, dtype=dtype)
     else:
@@ -192,8 +201,13 @@ def encode(program) -> bytes:
         if extra:
             raise Unsnapshottable(f"node metadata {sorted(extra)}")
         target = _target_name(node.target) if node.op == "call_function" else node.target
-        entry = {"op": node.op, "name": node.name, "target": target, "args": _encode_value(node.args),
-                 "kwargs": _encode_value(dict(node.kwargs))}
+        entry = {
+            "op": node.op,
+            "name": node.name,
+            "target": target,
+            "args": _encode_value(node.args),
+            "kwargs": _encode_value(dict(node.kwargs)),
+        }
         if "val" in node.meta:
             entry["val"] = _encode_val(node.meta["val"])
         entry["meta"] = {k: _encode_value(node.meta[k]) for k in _KEPT_META if k in node.meta}
@@ -201,8 +215,11 @@ def encode(program) -> bytes:
     tensors, blobs, offset = [], [], 0
     example = ep.example_inputs
     example_leaves, example_spec = pytree.tree_flatten(example) if example is not None else ([], None)
-    tables = [("state", ep.state_dict.items()), ("constant", ep.constants.items()),
-              ("example", ((str(i), t) for i, t in enumerate(example_leaves)))]
+    tables = [
+        ("state", ep.state_dict.items()),
+        ("constant", ep.constants.items()),
+        ("example", ((str(i), t) for i, t in enumerate(example_leaves))),
+    ]
     storages: set[int] = set()
     for store, items in tables:
         for name, t in items:
@@ -216,24 +233,35 @@ def encode(program) -> bytes:
             offset += len(raw)
     signature, call = ep.graph_signature, ep.module_call_graph[0].signature
     try:  # a pytree node type registered without a serialized name (torch.return_types.topk)
-        specs = {"in_spec": pytree.treespec_dumps(call.in_spec), "out_spec": pytree.treespec_dumps(call.out_spec),
-                 "example_spec": pytree.treespec_dumps(example_spec) if example_spec is not None else None}
+        specs = {
+            "in_spec": pytree.treespec_dumps(call.in_spec),
+            "out_spec": pytree.treespec_dumps(call.out_spec),
+            "example_spec": pytree.treespec_dumps(example_spec) if example_spec is not None else None,
+        }
     except (NotImplementedError, TypeError, ValueError) as exc:
         raise Unsnapshottable(f"a call signature torch's pytree can't write ({exc})") from None
     if not all(type(s.arg).__name__ == "TensorArgument" for s in (*signature.input_specs, *signature.output_specs)):
         raise Unsnapshottable("an input or output that is not a tensor")
     header = {
         "nodes": nodes,
-        "input_specs": [{"kind": s.kind.name, "arg": s.arg.name, "target": s.target, "persistent": s.persistent}
-                        for s in signature.input_specs],
+        "input_specs": [
+            {"kind": s.kind.name, "arg": s.arg.name, "target": s.target, "persistent": s.persistent}
+            for s in signature.input_specs
+        ],
         "output_specs": [{"kind": s.kind.name, "arg": s.arg.name, "target": s.target} for s in signature.output_specs],
-        "call": {"in_spec": specs["in_spec"], "out_spec": specs["out_spec"], "forward_arg_names": call.forward_arg_names},
+        "call": {
+            "in_spec": specs["in_spec"],
+            "out_spec": specs["out_spec"],
+            "forward_arg_names": call.forward_arg_names,
+        },
         "submodules": [e.fqn for e in ep.module_call_graph[1:] if e.signature is None],
         "example_spec": specs["example_spec"],
         "dialect": ep.dialect,
         "tensors": tensors,
-        "program": {"name": program.name,
-                    "activation_ranges": program.activation_ranges.to_json() if program.activation_ranges else None},
+        "program": {
+            "name": program.name,
+            "activation_ranges": program.activation_ranges.to_json() if program.activation_ranges else None,
+        },
     }
     if len(header["submodules"]) != len(ep.module_call_graph) - 1:
         raise Unsnapshottable("a submodule's call signature")
@@ -259,8 +287,14 @@ def decode(data: bytes) -> tuple[Any, str, Any]:
     import torch
     import torch.fx
     from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
-    from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
-                                              TensorArgument)
+    from torch.export.graph_signature import (
+        ExportGraphSignature,
+        InputKind,
+        InputSpec,
+        OutputKind,
+        OutputSpec,
+        TensorArgument,
+    )
 
     internals = snapshot_internals()
     pytree = internals.pytree
@@ -268,9 +302,9 @@ def decode(data: bytes) -> tuple[Any, str, Any]:
     if not data.startswith(_MAGIC):
         raise ValueError("not a program snapshot")
     start = len(_MAGIC) + 8
-    size = int.from_bytes(data[len(_MAGIC):start], "little")
-    header = json.loads(data[start:start + size])
-    blob = memoryview(data)[start + size:]
+    size = int.from_bytes(data[len(_MAGIC) : start], "little")
+    header = json.loads(data[start : start + size])
+    blob = memoryview(data)[start + size :]
     graph = torch.fx.Graph()
     made: dict = {}
     for entry in header["nodes"]:
@@ -279,8 +313,13 @@ def decode(data: bytes) -> tuple[Any, str, Any]:
         elif entry["op"] == "output":
             node = graph.output(_decode_value(entry["args"], made)[0])
         else:
-            node = graph.create_node("call_function", _target(entry["target"]), _decode_value(entry["args"], made),
-                                     _decode_value(entry["kwargs"], made), name=entry["name"])
+            node = graph.create_node(
+                "call_function",
+                _target(entry["target"]),
+                _decode_value(entry["args"], made),
+                _decode_value(entry["kwargs"], made),
+                name=entry["name"],
+            )
         node.name = entry["name"]  # as torch.export's loader does: fx renames "input" (a builtin) to "input_1"
         if "val" in entry:
             node.meta["val"] = _decode_val(entry["val"])
@@ -290,22 +329,41 @@ def decode(data: bytes) -> tuple[Any, str, Any]:
     for entry in header["tensors"]:
         stores[entry["store"]][entry["name"]] = _tensor(entry, blob)
     signature = ExportGraphSignature(
-        input_specs=[InputSpec(InputKind[s["kind"]], TensorArgument(s["arg"]), s["target"], s["persistent"])
-                     for s in header["input_specs"]],
-        output_specs=[OutputSpec(OutputKind[s["kind"]], TensorArgument(s["arg"]), s["target"]) for s in header["output_specs"]],
+        input_specs=[
+            InputSpec(InputKind[s["kind"]], TensorArgument(s["arg"]), s["target"], s["persistent"])
+            for s in header["input_specs"]
+        ],
+        output_specs=[
+            OutputSpec(OutputKind[s["kind"]], TensorArgument(s["arg"]), s["target"]) for s in header["output_specs"]
+        ],
     )
     call = header["call"]
-    calls = [ModuleCallEntry("", ModuleCallSignature(
-        inputs=[], outputs=[], in_spec=pytree.treespec_loads(call["in_spec"]), out_spec=pytree.treespec_loads(call["out_spec"]),
-        forward_arg_names=call["forward_arg_names"]))]
+    calls = [
+        ModuleCallEntry(
+            "",
+            ModuleCallSignature(
+                inputs=[],
+                outputs=[],
+                in_spec=pytree.treespec_loads(call["in_spec"]),
+                out_spec=pytree.treespec_loads(call["out_spec"]),
+                forward_arg_names=call["forward_arg_names"],
+            ),
+        )
+    ]
     calls += [ModuleCallEntry(fqn, None) for fqn in header["submodules"]]
     example = None
     if header["example_spec"] is not None:
         leaves = [stores["example"][str(i)] for i in range(len(stores["example"]))]
         example = pytree.tree_unflatten(leaves, pytree.treespec_loads(header["example_spec"]))
     ep = internals.program_class(
-        root=torch.fx.GraphModule(torch.nn.Module(), graph), graph=graph, graph_signature=signature, state_dict=stores["state"],
-        range_constraints={}, module_call_graph=calls, example_inputs=example, constants=stores["constant"],
+        root=torch.fx.GraphModule(torch.nn.Module(), graph),
+        graph=graph,
+        graph_signature=signature,
+        state_dict=stores["state"],
+        range_constraints={},
+        module_call_graph=calls,
+        example_inputs=example,
+        constants=stores["constant"],
         verifiers=[internals.load_verifier(header["dialect"])],
     )
     meta = header["program"]

@@ -51,8 +51,14 @@ def _start() -> Any:
     stream = _terminal_stream()
     _LIVE["stream"] = stream
     console = Console(file=stream or sys.__stderr__, force_terminal=os.environ.get("TPUEDGE_PROGRESS") == "1" or None)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[label]}"), TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[label]}"),
+        TimeElapsedColumn(),
+    )
     # no redirect of sys.stdout/sys.stderr: the tool calls swap those themselves
     progress = Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
     progress.start()

@@ -5,13 +5,26 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["node_source", "module_scope", "module_chain", "user_frame_from_traceback", "model_frame_from_traceback", "source_line"]
+__all__ = [
+    "node_source",
+    "module_scope",
+    "module_chain",
+    "user_frame_from_traceback",
+    "model_frame_from_traceback",
+    "source_line",
+]
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
 # Frames inside these libraries are never the user's model code.
 _LIBRARY_MARKERS = (f"{os.sep}torch{os.sep}", f"{os.sep}site-packages{os.sep}", "<frozen", "<string>")
 # torch itself and what it calls while tracing: never where a model's code went wrong
-_FRAMEWORK_MARKERS = (f"{os.sep}torch{os.sep}", f"{os.sep}sympy{os.sep}", f"{os.sep}functorch{os.sep}", "<frozen", "<string>")
+_FRAMEWORK_MARKERS = (
+    f"{os.sep}torch{os.sep}",
+    f"{os.sep}sympy{os.sep}",
+    f"{os.sep}functorch{os.sep}",
+    "<frozen",
+    "<string>",
+)
 # tpuedge's own folders (in an editable install they sit beside each other in the repo).
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OUR_DIRS = tuple(os.path.join(_ROOT, d) + os.sep for d in ("tpuedge", "shared_ir", "cloud", "edge", "quantize"))
@@ -36,7 +49,7 @@ def _format(file: str, line: str, fn: str, code: str, *, bare: bool = False) -> 
 
 
 def node_source(node, *, bare: bool = False) -> str | None:
-    """"models/net.py:42 in forward (return F.gelu(x))" for the innermost model frame; the path is
+    """ "models/net.py:42 in forward (return F.gelu(x))" for the innermost model frame; the path is
     relative to the working directory, or just the file's name with `bare` (for artifacts, whose
     bytes must not depend on where the build ran)."""
     trace = node.meta.get("stack_trace") if hasattr(node, "meta") else None
@@ -69,7 +82,9 @@ def module_chain(node) -> str:
     """The node's module chain as litert-torch names it, class paths cut to the class:
     "Net/Block_0/Linear_qkv" (the root module has no attribute); what a converter tensor name
     shortens to (edge/tensor_names.short_scope), and so the key that renames it."""
-    return "/".join(_class_name(kind) + (f"_{path.split('.')[-1]}" if path else "") for path, kind in _module_stack(node))
+    return "/".join(
+        _class_name(kind) + (f"_{path.split('.')[-1]}" if path else "") for path, kind in _module_stack(node)
+    )
 
 
 def _module_stack(node) -> list[tuple[str, object]]:
@@ -107,7 +122,7 @@ def _innermost_frame(tb, skipped) -> str | None:
 
 
 def source_line(file: str, line: int) -> str:
-    """"models/net.py:42 (return F.pad(x, p))": a location a tool reported, with its code."""
+    """ "models/net.py:42 (return F.pad(x, p))": a location a tool reported, with its code."""
     import linecache
 
     code = linecache.getline(file, line).strip()

@@ -81,5 +81,13 @@ def write_stage_times() -> None:
     if not path:
         return
     cpu, wall = time.process_time(), process_seconds()
-    Path(path).write_text(json.dumps({"stages": {k: round(v, 4) for k, v in _SECONDS.items()},
-                                      "process_wall_s": round(wall, 3), "process_cpu_s": round(cpu, 3)}, indent=1))
+    Path(path).write_text(
+        json.dumps(
+            {
+                "stages": {k: round(v, 4) for k, v in _SECONDS.items()},
+                "process_wall_s": round(wall, 3),
+                "process_cpu_s": round(cpu, 3),
+            },
+            indent=1,
+        )
+    )

@@ -28,9 +28,21 @@ from types import SimpleNamespace
 
 from tpuedge.shared_ir.upstream_gate import ScopedPatch, Unavailable, fell_back, verified
 
-__all__ = ["VERIFIED_TORCH", "cia_ops_walked_once", "has_composite_implicit_kernel", "is_higher_order_op",
-           "is_op_overload", "is_op_packet", "preload_export", "retrace_internals", "snapshot_internals",
-           "tensor_metadata", "tree_leaves", "tree_map", "tree_map_only"]
+__all__ = [
+    "VERIFIED_TORCH",
+    "cia_ops_walked_once",
+    "has_composite_implicit_kernel",
+    "is_higher_order_op",
+    "is_op_overload",
+    "is_op_packet",
+    "preload_export",
+    "retrace_internals",
+    "snapshot_internals",
+    "tensor_metadata",
+    "tree_leaves",
+    "tree_map",
+    "tree_map_only",
+]
 
 VERIFIED_TORCH = ("2.13",)
 _CIA = "CompositeImplicitAutograd"
@@ -186,7 +198,9 @@ def cia_ops_walked_once() -> Iterator[None]:
     stack = contextlib.ExitStack()
     if _fast("composite-implicit op walk"):
         # nothing patched on failure: torch walks as it does
-        _CIA_PATCH.enter_or_fall_back(stack, "composite-implicit op walk", _walk_once, (ImportError, AttributeError, RuntimeError))
+        _CIA_PATCH.enter_or_fall_back(
+            stack, "composite-implicit op walk", _walk_once, (ImportError, AttributeError, RuntimeError)
+        )
     with stack:
         yield
 
@@ -196,6 +210,7 @@ def preload_export() -> None:
     if _fast("export preload"):
         with contextlib.suppress(ImportError):
             import torch.export._trace  # noqa: F401
+
             return
     import torch.export  # noqa: F401
 
@@ -213,8 +228,10 @@ def retrace_internals() -> SimpleNamespace:
         from torch._guards import detect_fake_mode
         from torch._subclasses.functional_tensor import FunctionalTensorMode
         from torch.export._trace import _ignore_backend_decomps
-        from torch.export.exported_program import (_override_composite_implicit_decomp,
-                                                   _split_decomp_table_to_cia_and_python_decomp)
+        from torch.export.exported_program import (
+            _override_composite_implicit_decomp,
+            _split_decomp_table_to_cia_and_python_decomp,
+        )
     except ImportError as exc:
         fell_back("in-place decomposition", repr(exc))
         raise Unavailable(repr(exc)) from exc
@@ -224,10 +241,17 @@ def retrace_internals() -> SimpleNamespace:
         return FunctionalTensorMode(pre_dispatch=False, export=True, _allow_token_discovery=True)
 
     return SimpleNamespace(
-        enable_python_dispatcher=enable_python_dispatcher, functional_mode=functional_mode, to_fun=to_fun,
-        from_fun=from_fun, has_data_mutation=has_data_mutation, sync=torch._sync, is_cia_op=_is_cia_op,
-        preserve_cia=_special_op_to_preserve_cia, detect_fake_mode=detect_fake_mode,
-        ignore_backend_decomps=_ignore_backend_decomps, override_composite_implicit_decomp=_override_composite_implicit_decomp,
+        enable_python_dispatcher=enable_python_dispatcher,
+        functional_mode=functional_mode,
+        to_fun=to_fun,
+        from_fun=from_fun,
+        has_data_mutation=has_data_mutation,
+        sync=torch._sync,
+        is_cia_op=_is_cia_op,
+        preserve_cia=_special_op_to_preserve_cia,
+        detect_fake_mode=detect_fake_mode,
+        ignore_backend_decomps=_ignore_backend_decomps,
+        override_composite_implicit_decomp=_override_composite_implicit_decomp,
         split_decomp_table=_split_decomp_table_to_cia_and_python_decomp,
     )
 
@@ -270,8 +294,13 @@ def snapshot_internals(*, gated: bool = True) -> SimpleNamespace:
         raise Unavailable(repr(exc)) from exc
 
     def fake_tensor_mode():
-        return FakeTensorMode(allow_fallback_kernels=False, allow_non_fake_inputs=True,
-                              shape_env=ShapeEnv(assume_static_by_default=True))
+        return FakeTensorMode(
+            allow_fallback_kernels=False, allow_non_fake_inputs=True, shape_env=ShapeEnv(assume_static_by_default=True)
+        )
 
-    return SimpleNamespace(pytree=pytree, load_verifier=load_verifier, fake_tensor_mode=fake_tensor_mode,
-                           program_class=_program_class_checked_once())
+    return SimpleNamespace(
+        pytree=pytree,
+        load_verifier=load_verifier,
+        fake_tensor_mode=fake_tensor_mode,
+        program_class=_program_class_checked_once(),
+    )

@@ -20,8 +20,15 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
-__all__ = ["PUBLIC_API_ONLY_ENV", "ScopedPatch", "Unavailable", "fallbacks_taken", "fell_back",
-           "public_api_only", "verified"]
+__all__ = [
+    "PUBLIC_API_ONLY_ENV",
+    "ScopedPatch",
+    "Unavailable",
+    "fallbacks_taken",
+    "fell_back",
+    "public_api_only",
+    "verified",
+]
 
 PUBLIC_API_ONLY_ENV = "TPUEDGE_PUBLIC_API_ONLY"
 _LOG = logging.getLogger("tpuedge.upstream")
@@ -118,9 +125,13 @@ class ScopedPatch:
         routed.__wrapped__ = original
         return routed
 
-    def enter_or_fall_back(self, stack: contextlib.ExitStack, fast_path: str,
-                           install: Callable[["ScopedPatch"], Callable[[], None]],
-                           errors: tuple[type[BaseException], ...] = (ImportError, AttributeError)) -> bool:
+    def enter_or_fall_back(
+        self,
+        stack: contextlib.ExitStack,
+        fast_path: str,
+        install: Callable[["ScopedPatch"], Callable[[], None]],
+        errors: tuple[type[BaseException], ...] = (ImportError, AttributeError),
+    ) -> bool:
         """`held(install)` entered into `stack`; when `install` raises one of `errors`, nothing
         changed and the fast path's public route is taken (recorded by `fell_back`). True: held."""
         try:

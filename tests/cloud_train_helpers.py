@@ -64,4 +64,3 @@ def rel_diff(a, b):
 
 def adamw(params):
     return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
-

@@ -44,8 +44,12 @@ def gpu_missing_reason() -> str | None:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "needs_libtpu: compiles for a TPU without one; skipped, with the reason, when libtpu is missing")
-    config.addinivalue_line("markers", "needs_gpu: runs on JAX's GPU backend; skipped, with the reason, when there is none")
+    config.addinivalue_line(
+        "markers", "needs_libtpu: compiles for a TPU without one; skipped, with the reason, when libtpu is missing"
+    )
+    config.addinivalue_line(
+        "markers", "needs_gpu: runs on JAX's GPU backend; skipped, with the reason, when there is none"
+    )
 
 
 SLOW_TESTS = ROOT / "tests" / "slow_tests.txt"

@@ -79,8 +79,18 @@ def test_below_budget_exits_1_prints_the_recipes_and_leaves_the_folder(outlier):
     (out / "notes.txt").write_text("keep me")
     before = _tree(out)
     code, stdout, err = run_cli(
-        "build", f"{work / 'outlier.py'}:build", "--target", "android", "--quantize", "int8", "--no-per-channel",
-        "--calibration", str(work / "cal.npy"), "--out", str(out), "--no-cache",
+        "build",
+        f"{work / 'outlier.py'}:build",
+        "--target",
+        "android",
+        "--quantize",
+        "int8",
+        "--no-per-channel",
+        "--calibration",
+        str(work / "cal.npy"),
+        "--out",
+        str(out),
+        "--no-cache",
     )
     assert code == 1, (stdout, err)
     assert "misses its accuracy budget" in err and "mean per-sample cosine" in err
@@ -88,16 +98,23 @@ def test_below_budget_exits_1_prints_the_recipes_and_leaves_the_folder(outlier):
     assert "held out from calibration" in err or "calibration samples" in err  # which samples it was measured on
     assert "--allow-below-budget" in err
     assert _tree(out) == before  # nothing written, nothing clobbered
-    assert {p.name for p in work.iterdir()} - {"__pycache__"} == {"android_out", "cal.npy", "outlier.py"}  # no staging left
+    assert {p.name for p in work.iterdir()} - {"__pycache__"} == {
+        "android_out",
+        "cal.npy",
+        "outlier.py",
+    }  # no staging left
 
 
 def test_allow_below_budget_writes_and_says_so(outlier, tmp_path):
     _, program, cal = outlier
-    art = tpuedge.build(program, "android", tmp_path / "a", quantize="int8", per_channel=False, calibration=cal,
-                        allow_below_budget=True)
+    art = tpuedge.build(
+        program, "android", tmp_path / "a", quantize="int8", per_channel=False, calibration=cal, allow_below_budget=True
+    )
     entry = json.loads((tmp_path / "a" / "manifest.json").read_text())["accuracy_budget"]
     assert entry["met"] is False and entry["written_below_budget"] is True
-    assert entry["min_cosine"] == 0.99 and entry["measured"]["sample_cosine_per_output"][0] < 0.99  # 0.97 with every op int16
+    assert (
+        entry["min_cosine"] == 0.99 and entry["measured"]["sample_cosine_per_output"][0] < 0.99
+    )  # 0.97 with every op int16
     assert "BELOW ACCURACY BUDGET" in art.report()
 
 
@@ -112,7 +129,14 @@ def test_mcu_below_budget_raises_and_config_file_can_allow_it(outlier, monkeypat
     (proj / "pyproject.toml").write_text("[tool.tpuedge.mcu]\nallow_below_budget = true\nmin_cosine = 0.995\n")
     monkeypatch.chdir(proj)
     code, stdout, err = run_cli(
-        "build", f"{work / 'outlier.py'}:build", "--target", "mcu", "--calibration", str(work / "cal.npy"), "--out", "out",
+        "build",
+        f"{work / 'outlier.py'}:build",
+        "--target",
+        "mcu",
+        "--calibration",
+        str(work / "cal.npy"),
+        "--out",
+        "out",
     )
     assert code == 0, err
     entry = json.loads((proj / "out" / "manifest.json").read_text())["accuracy_budget"]
@@ -124,8 +148,17 @@ def test_max_drop_checks_task_accuracy_on_labelled_eval_data(outlier, tmp_path):
     _, program, cal = outlier
     labels = np.argmax(np.concatenate([program.run(x[None])[0] for x in cal]), axis=-1)  # float accuracy 100%
     with pytest.raises(BudgetError, match=r"drop .* points > 5"):
-        tpuedge.build(program, "android", tmp_path / "a", quantize="int8", per_channel=False, calibration=cal,
-                      eval=(cal, labels), min_cosine=0.0, max_drop=5.0)
+        tpuedge.build(
+            program,
+            "android",
+            tmp_path / "a",
+            quantize="int8",
+            per_channel=False,
+            calibration=cal,
+            eval=(cal, labels),
+            min_cosine=0.0,
+            max_drop=5.0,
+        )
     with pytest.raises(UserError, match="--max-drop .* needs labelled evaluation data"):
         program.lower("android", quantize="int8", calibration=cal, max_drop=1.0)
 
@@ -136,19 +169,41 @@ def test_eval_npz_with_labels_sets_task_accuracy_from_the_cli(outlier, tmp_path)
     work, program, cal = outlier
     labels = np.argmax(np.concatenate([program.run(x[None])[0] for x in cal]), axis=-1)  # float accuracy 100%
     np.savez(tmp_path / "eval.npz", **{program.inputs[0].name: cal, "labels": labels})
-    common = ("build", f"{work / 'outlier.py'}:build", "--target", "android", "--no-cache", "--eval", str(tmp_path / "eval.npz"))
+    common = (
+        "build",
+        f"{work / 'outlier.py'}:build",
+        "--target",
+        "android",
+        "--no-cache",
+        "--eval",
+        str(tmp_path / "eval.npz"),
+    )
 
     code, stdout, err = run_cli(*common, "--quantize", "none", "--max-drop", "1", "--out", str(tmp_path / "float"))
     assert code == 0, (stdout, err)
     entry = json.loads((tmp_path / "float" / "manifest.json").read_text())["accuracy_budget"]
     assert entry["inputs"] == "eval data" and entry["samples"] == len(cal) and entry["measured"]["drop_points"] == 0.0
 
-    code, _, err = run_cli(*common, "--quantize", "int8", "--no-per-channel", "--calibration", str(work / "cal.npy"),
-                           "--min-cosine", "0", "--max-drop", "5", "--out", str(tmp_path / "int8"))
+    code, _, err = run_cli(
+        *common,
+        "--quantize",
+        "int8",
+        "--no-per-channel",
+        "--calibration",
+        str(work / "cal.npy"),
+        "--min-cosine",
+        "0",
+        "--max-drop",
+        "5",
+        "--out",
+        str(tmp_path / "int8"),
+    )
     assert code == 1 and "points > 5" in err, err  # the labels were read: the task accuracy fell
 
     np.savez(tmp_path / "bad.npz", **{program.inputs[0].name: cal, "labels": labels.astype(np.float32)})
-    code, _, err = run_cli(*common[:-1], str(tmp_path / "bad.npz"), "--quantize", "none", "--out", str(tmp_path / "bad"))
+    code, _, err = run_cli(
+        *common[:-1], str(tmp_path / "bad.npz"), "--quantize", "none", "--out", str(tmp_path / "bad")
+    )
     assert code == 2 and "'labels' must hold one integer class index per sample" in err, err
     assert not (tmp_path / "bad").exists()
 
@@ -166,8 +221,15 @@ def test_defaults_pass_on_digits_int8_with_max_drop(digits_model, digits_program
     import model as digits
 
     _, _, _, x_test, y_test = digits_model
-    art = tpuedge.build(digits_program, "android", tmp_path / "d", quantize="int8", calibration=digits.calibration(),
-                        eval=(x_test, y_test), max_drop=1.0)
+    art = tpuedge.build(
+        digits_program,
+        "android",
+        tmp_path / "d",
+        quantize="int8",
+        calibration=digits.calibration(),
+        eval=(x_test, y_test),
+        max_drop=1.0,
+    )
     entry = art.manifest["accuracy_budget"]
     assert entry["met"] and not entry["written_below_budget"], entry
     assert entry["measured"]["sample_cosine_per_output"][0] >= 0.99
@@ -224,8 +286,17 @@ def test_class_scores_are_held_to_top1_agreement_by_default(tied):
     samples. Old code: exit 0 with that model. The budget now holds the top-1 agreement: strict
     int8, which can't do better, exits 1 saying so; the default search aims at it too and ends
     where the argmax holds (every op in float compute, weights int8)."""
-    common = ("build", f"{tied / 'tied.py'}:build", "--target", "android", "--quantize", "int8",
-              "--calibration", str(tied / "cal.npy"), "--no-cache")
+    common = (
+        "build",
+        f"{tied / 'tied.py'}:build",
+        "--target",
+        "android",
+        "--quantize",
+        "int8",
+        "--calibration",
+        str(tied / "cal.npy"),
+        "--no-cache",
+    )
     code, stdout, err = run_cli(*common, "--strict-int8", "--out", str(tied / "out"))
     assert code == 1, (stdout, err)
     assert "top-1 agreement >= 99.0% on the class scores (output 0 (output): Linear with 32 outputs)" in err
@@ -233,14 +304,22 @@ def test_class_scores_are_held_to_top1_agreement_by_default(tied):
     code, stdout, err = run_cli(*common, "--out", str(tied / "searched"))
     assert code == 0, (stdout, err)
     manifest = json.loads((tied / "searched" / "manifest.json").read_text())
-    assert manifest["accuracy_budget"]["met"] and manifest["accuracy_budget"]["measured"]["top1_agreement_per_output"] == [1.0]
+    assert manifest["accuracy_budget"]["met"] and manifest["accuracy_budget"]["measured"][
+        "top1_agreement_per_output"
+    ] == [1.0]
     assert [o["precision"] for o in manifest["recipe"]["non_int8_ops"]] == ["float"]
     # overridable: at a top-1 budget all-int8 meets (58% on the search's samples, 75% held out) it is written as is,
     # and the report states it
     from tpuedge.model_spec import load_program
 
-    art = tpuedge.build(load_program(f"{tied / 'tied.py'}:build"), "android", tied / "ok", quantize="int8",
-                        calibration=np.load(tied / "cal.npy"), min_top1=0.5)
+    art = tpuedge.build(
+        load_program(f"{tied / 'tied.py'}:build"),
+        "android",
+        tied / "ok",
+        quantize="int8",
+        calibration=np.load(tied / "cal.npy"),
+        min_top1=0.5,
+    )
     entry = art.manifest["accuracy_budget"]
     assert entry["met"] and entry["min_top1"] == 0.5 and entry["measured"]["top1_agreement_per_output"] == [0.75]
     assert entry["top1_outputs"] == [{"output": "output 0 (output)", "why": "Linear with 32 outputs"}]
@@ -263,14 +342,24 @@ def test_top1_default_follows_what_an_output_means():
 
         def forward(self, x):
             logits = self.cls(x)
-            return (logits.flatten(1), self.box(x), torch.softmax(self.pair(x), -1),
-                    nn.functional.normalize(logits), logits.argmax(-1))
+            return (
+                logits.flatten(1),
+                self.box(x),
+                torch.softmax(self.pair(x), -1),
+                nn.functional.normalize(logits),
+                logits.argmax(-1),
+            )
 
     program = tpuedge.export(Heads().eval(), (torch.zeros(1, 8),))
     budget = AccuracyBudget.from_options(program=program)
     assert budget.min_top1 == 0.99 and budget.top1_outputs == (0, 2)
     assert budget.top1_why == ("Linear with 100 outputs", "softmax over 3 classes")
-    assert AccuracyBudget.from_options(program=program, min_top1=0.5).top1_outputs == (0, 1, 2, 3)  # asked: every 2-D one
+    assert AccuracyBudget.from_options(program=program, min_top1=0.5).top1_outputs == (
+        0,
+        1,
+        2,
+        3,
+    )  # asked: every 2-D one
     assert AccuracyBudget.from_options().top1_outputs is None and AccuracyBudget.from_options().min_top1 is None
     # the search reads the lowest top-1 of every 2-D output: it aims at it only where those are the class scores
     assert budget.search_top1(program) is None
@@ -302,6 +391,12 @@ def one_program():
 def test_the_report_line_states_the_accuracy_drop_bound_or_that_there_is_none(bound, shown):
     from tpuedge.quantize.budget import describe_budget
 
-    entry = {"measured": {"sample_cosine_per_output": [0.9999], "drop_points": 0.0}, "min_cosine": 0.99,
-             "max_drop_points": bound, "samples": 360, "inputs": "eval data", "met": True}
+    entry = {
+        "measured": {"sample_cosine_per_output": [0.9999], "drop_points": 0.0},
+        "min_cosine": 0.99,
+        "max_drop_points": bound,
+        "samples": 360,
+        "inputs": "eval data",
+        "met": True,
+    }
     assert f"accuracy drop 0.00 points {shown} on 360 eval data" in describe_budget(entry)

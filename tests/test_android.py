@@ -96,7 +96,9 @@ def test_digits_int8_keeps_accuracy(digits_model, digits_program, tmp_path):
     import model as digits
 
     _, _, _, x_test, y_test = digits_model
-    artifact = tpuedge.build(digits_program, "android", tmp_path / "digits", quantize="int8", calibration=digits.calibration())
+    artifact = tpuedge.build(
+        digits_program, "android", tmp_path / "digits", quantize="int8", calibration=digits.calibration()
+    )
     float_acc = np.mean([np.argmax(digits_program.run(x_test[i : i + 1])[0]) == y_test[i] for i in range(len(x_test))])
     int8_acc = np.mean([np.argmax(artifact.run(x_test[i : i + 1])[0]) == y_test[i] for i in range(len(x_test))])
     assert float_acc > 0.95
@@ -104,7 +106,9 @@ def test_digits_int8_keeps_accuracy(digits_model, digits_program, tmp_path):
     acc = artifact.manifest["accuracy"]
     # measured on the tail of the calibration data that calibration did not use
     assert acc["inputs"] == "held out from calibration" and acc["top1_agreement"] >= 0.97
-    assert acc["samples"] == 50 and acc["calibration_samples_used"] == 150 == artifact.manifest["calibration"]["samples"]
+    assert (
+        acc["samples"] == 50 and acc["calibration_samples_used"] == 150 == artifact.manifest["calibration"]["samples"]
+    )
 
 
 def test_accuracy_without_calibration_is_labelled_a_smoke_check(programs, tmp_path):
@@ -118,7 +122,9 @@ def test_int8_size_of_a_large_model():
     from models import TransformerBlock
 
     torch.manual_seed(0)
-    program = tpuedge.export(TransformerBlock(d_model=192, heads=4, ff=768).eval(), (torch.randn(1, 16, 192),), name="big")
+    program = tpuedge.export(
+        TransformerBlock(d_model=192, heads=4, ff=768).eval(), (torch.randn(1, 16, 192),), name="big"
+    )
     assert program.parameter_count > 400_000  # per-channel scales make ~40 KB of graph: amortized here
     cm = program_to_tflite(program, QuantConfig(scheme="int8"), _samples(program, 1, 16))
     assert len(cm.tflite) <= 0.3 * len(cm.float_tflite), (len(cm.tflite), len(cm.float_tflite))
@@ -234,7 +240,9 @@ def test_strict_int8_reports_what_it_costs(outlier_search, programs, tmp_path):
     # the android build: console + manifest. 16 calibration samples: the search (and so the strict
     # cost) measures on the first 8, the artifact's accuracy on the 8 held out from calibration.
     plain = programs["build_transformer"]
-    artifact = tpuedge.build(plain, "android", tmp_path / "strict", quantize="int8", strict_int8=True, calibration=_samples(plain, 1, 16))
+    artifact = tpuedge.build(
+        plain, "android", tmp_path / "strict", quantize="int8", strict_int8=True, calibration=_samples(plain, 1, 16)
+    )
     manifest = artifact.manifest
     cost, acc, search = manifest["recipe"]["strict_int8_cost"], manifest["accuracy"], manifest["recipe"]["search"]
     assert cost["samples"] == search["samples"] == 8 and search["inputs"].startswith("calibration samples")
@@ -246,7 +254,10 @@ def test_strict_int8_reports_what_it_costs(outlier_search, programs, tmp_path):
     )
     report = artifact.report()
     line = next(x for x in report.splitlines() if "strict int8 costs" in x)
-    assert f"strict {cost['strict_int8']['centered_cosine']:.5f}" in line and f"vs {cost['mixed']['centered_cosine']:.5f}" in line
+    assert (
+        f"strict {cost['strict_int8']['centered_cosine']:.5f}" in line
+        and f"vs {cost['mixed']['centered_cosine']:.5f}" in line
+    )
 
 
 class _GRUTagger(torch.nn.Module):
@@ -275,7 +286,9 @@ def test_gru_int8_measures_its_recurrent_state(tmp_path):
     [state] = [d for d in recipe["decisions"] if d["kind"] == "recurrent_state"]
     float_model = summarize_tflite(float_tflite(program))  # cached: the one this build quantized
     float_ops = float_model.op_histogram
-    in_group = [op.split()[0] for op in state["ops"] for _ in range(int(op.rsplit("\u00d7", 1)[1]) if "\u00d7" in op else 1)]  # "op ×count"
+    in_group = [
+        op.split()[0] for op in state["ops"] for _ in range(int(op.rsplit("\u00d7", 1)[1]) if "\u00d7" in op else 1)
+    ]  # "op ×count"
     assert state["group"] == "recurrent_state:gru/GRU" and all("gru/GRU" in op for op in state["ops"])
     for gate_op in ("LOGISTIC", "TANH"):  # every gate non-linearity of the unrolled GRU is in the group
         assert in_group.count(gate_op) == float_ops[gate_op] > 0
@@ -299,7 +312,10 @@ def test_run_samples_on_threads_gives_one_interpreters_outputs_in_order(converte
     """The int8 search measures its candidates with run_samples: spread over interpreters on
     threads, each sample's outputs must be the bytes one interpreter gives, in sample order."""
     cm, _ = converted("build_transformer", "int8")
-    samples = [tflite_layout_inputs(s, cm.config.channels_last) for s in _samples(programs["build_transformer"], seed=3, count=7)]
+    samples = [
+        tflite_layout_inputs(s, cm.config.channels_last)
+        for s in _samples(programs["build_transformer"], seed=3, count=7)
+    ]
     runner = LiteRTRunner(cm.tflite)
     serial = [runner.run(s) for s in samples]
     for workers in (2, 3):
@@ -311,7 +327,9 @@ def test_run_samples_on_threads_gives_one_interpreters_outputs_in_order(converte
 
 def test_run_samples_passes_on_a_kernels_refusal(monkeypatch, converted, programs):
     cm, _ = converted("build_cnn", "none")
-    samples = [tflite_layout_inputs(s, cm.config.channels_last) for s in _samples(programs["build_cnn"], seed=3, count=4)]
+    samples = [
+        tflite_layout_inputs(s, cm.config.channels_last) for s in _samples(programs["build_cnn"], seed=3, count=4)
+    ]
 
     def refuse(self, inputs):
         raise ModelRunError("LiteRT stopped running the model: a kernel's check failed")
@@ -353,7 +371,9 @@ def test_build_is_byte_identical_and_loads(programs, tmp_path):
     # the report shows I/O quantization exactly when the model has quantized I/O
     quantized_io = [t for t in artifact.summary.inputs + artifact.summary.outputs if t.quantized]
     assert ("scale=" in report) == bool(quantized_io), report
-    assert "calibration samples: too few to hold any out, so not an accuracy measure" in report  # 8 samples: none held out
+    assert (
+        "calibration samples: too few to hold any out, so not an accuracy measure" in report
+    )  # 8 samples: none held out
     with pytest.raises(tpuedge.UserError, match="expected"):
         artifact.run(np.zeros((1, 3, 16, 16), np.float32))
 

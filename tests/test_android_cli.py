@@ -22,7 +22,19 @@ def built(tmp_path_factory):
     rng = np.random.default_rng(0)
     np.savez(work / "cal.npz", x=rng.standard_normal((16, 3, 32, 32)).astype(np.float32))
     exe = Path(sys.executable).with_name("tpuedge")
-    cmd = [str(exe), "build", CNN, "--target", "android", "--quantize", "int8", "--calibration", "cal.npz", "--out", "out"]
+    cmd = [
+        str(exe),
+        "build",
+        CNN,
+        "--target",
+        "android",
+        "--quantize",
+        "int8",
+        "--calibration",
+        "cal.npz",
+        "--out",
+        "out",
+    ]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300)
     return work, proc
 
@@ -39,7 +51,18 @@ def test_bad_calibration_exits_2_and_keeps_old_outputs(built):
     work, _ = built
     before = {p.name: p.read_bytes() for p in (work / "out").iterdir()}
     np.savez(work / "bad.npz", x=np.zeros((16, 3, 28, 28), np.float32))
-    code, _, err = run_cli("build", CNN, "--target", "android", "--quantize", "int8", "--calibration", str(work / "bad.npz"), "--out", str(work / "out"))
+    code, _, err = run_cli(
+        "build",
+        CNN,
+        "--target",
+        "android",
+        "--quantize",
+        "int8",
+        "--calibration",
+        str(work / "bad.npz"),
+        "--out",
+        str(work / "out"),
+    )
     assert code == 2
     assert "Calibration input 'x'" in err and "[1, 3, 32, 32]" in err
     assert {p.name: p.read_bytes() for p in (work / "out").iterdir()} == before
@@ -77,8 +100,9 @@ def test_a_converter_refusal_is_the_models_line_and_exit_2(tmp_path):
     (tmp_path / "pad6.py").write_text(_PAD_6D)
     model = f"{tmp_path / 'pad6.py'}:build"
     assert run_cli("check", model, "--target", "android")[0] == 0
-    code, _, err = run_cli("build", model, "--target", "android", "--quantize", "none", "--no-cache",
-                           "--out", str(tmp_path / "out"))
+    code, _, err = run_cli(
+        "build", model, "--target", "android", "--quantize", "none", "--no-cache", "--out", str(tmp_path / "out")
+    )
     assert code == 2, err[-2000:]
     assert "converter refused pad6 at" in err and "pad6.py:8 (return F.pad(" in err and "at most 5-D" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()

@@ -101,7 +101,16 @@ def test_a_tflite_of_an_mcu_build_is_opened_by_mcu(builds, tmp_path):
     """Files are opened by the target that made them, read from the manifest (not "android" for every .tflite)."""
     out_dir = tmp_path / "mcu"
     code, _, err = run_cli(
-        "build", MLP, "--target", "mcu", "--calibration", str(builds / "cal.npz"), "--eval", "none", "--out", str(out_dir)
+        "build",
+        MLP,
+        "--target",
+        "mcu",
+        "--calibration",
+        str(builds / "cal.npz"),
+        "--eval",
+        "none",
+        "--out",
+        str(out_dir),
     )
     assert code == 0, err
     code, out, err = run_cli("inspect", str(out_dir / "model.tflite"))

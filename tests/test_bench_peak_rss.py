@@ -16,12 +16,15 @@ HELD_MB = 400
 
 def test_a_child_reports_its_own_peak_rss_not_its_parents(tmp_path):
     held = bytearray(HELD_MB << 20)
-    held[:: 4096] = b"\1" * len(held[:: 4096])  # resident, not just reserved
+    held[::4096] = b"\1" * len(held[::4096])  # resident, not just reserved
     data = tmp_path / "small.json"
     data.write_text("[1, 2, 3]")
     report = tmp_path / "rss.json"
-    proc = subprocess.Popen([sys.executable, str(BENCH / "peak_rss.py"), str(report), "-m", "json.tool", str(data)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / "peak_rss.py"), str(report), "-m", "json.tool", str(data)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     own = json.loads(report.read_text())["peak_rss_mb"]

@@ -18,9 +18,14 @@ class _DepthwiseNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.features = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
-            torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.BatchNorm2d(16), torch.nn.ReLU6(),
-            torch.nn.Conv2d(16, 32, 1), torch.nn.ReLU(),
+            torch.nn.Conv2d(3, 16, 3, padding=1),
+            torch.nn.BatchNorm2d(16),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 16, 3, padding=1, groups=16),
+            torch.nn.BatchNorm2d(16),
+            torch.nn.ReLU6(),
+            torch.nn.Conv2d(16, 32, 1),
+            torch.nn.ReLU(),
         )
         self.fc = torch.nn.Linear(32, 10)
 
@@ -59,7 +64,9 @@ def test_mcu_biases_carry_no_quantization_table(net, tmp_path):
     biases = _biases((tmp_path / "mcu" / "model.tflite").read_bytes())
     assert [b[0] for b in biases] == ["CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D", "FULLY_CONNECTED"]
     # int32 beside int8 activations, int64 beside 16-bit ones (the search keeps every op at 16 bits here)
-    assert all(dtype in ("int32", "int64") and entries == 0 for _, dtype, entries in biases)  # 16+16+32+10 entries before
+    assert all(
+        dtype in ("int32", "int64") and entries == 0 for _, dtype, entries in biases
+    )  # 16+16+32+10 entries before
     assert art.manifest["verification"]["held_out"]["tflm_vs_float"]["sample_cosine"] >= 0.99
 
 

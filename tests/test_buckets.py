@@ -74,13 +74,26 @@ def test_every_bucket_resizes_the_inputs_along_the_axis_and_shares_the_weights(e
 
 def test_android_build_has_a_signature_per_bucket_and_each_weight_once(encoder_file, tmp_path):
     out = tmp_path / "android"
-    code, stdout, err = run_cli("build", f"{encoder_file}:build", "--target", "android", "--buckets", "input_ids:1=8,16,32",
-                                "--quantize", "none", "--out", str(out))
+    code, stdout, err = run_cli(
+        "build",
+        f"{encoder_file}:build",
+        "--target",
+        "android",
+        "--buckets",
+        "input_ids:1=8,16,32",
+        "--quantize",
+        "none",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     from ai_edge_litert.interpreter import Interpreter
 
-    assert list(Interpreter(model_path=str(out / "model.tflite")).get_signature_list()) == ["input_ids_8", "input_ids_16",
-                                                                                            "input_ids_32"]
+    assert list(Interpreter(model_path=str(out / "model.tflite")).get_signature_list()) == [
+        "input_ids_8",
+        "input_ids_16",
+        "input_ids_32",
+    ]
     manifest = json.loads((out / "manifest.json").read_text())
     weight_bytes = 4 * manifest["sizes"]["parameter_count"]
     assert weight_bytes < manifest["sizes"]["tflite_bytes"] < 1.5 * weight_bytes  # not three copies

@@ -55,7 +55,9 @@ def test_budget_outputs_hold_only_the_named_outputs(leaky):
 
     default = AccuracyBudget.from_options(program=program)
     assert default.top1_outputs == (0,) and default.cosine_outputs is None
-    assert [f.split(":")[0] for f in check_budget(default, reference, candidate, inputs="x").failures] == ["output 1 (h_out)"]
+    assert [f.split(":")[0] for f in check_budget(default, reference, candidate, inputs="x").failures] == [
+        "output 1 (h_out)"
+    ]
     named = AccuracyBudget.from_options(program=program, budget_outputs="scores")
     result = check_budget(named, reference, candidate, inputs="x")
     assert result.passed and result.sample_cosine[1] < 0  # measured and reported, not held
@@ -69,8 +71,9 @@ def test_budget_outputs_hold_only_the_named_outputs(leaky):
     near = [[s, np.where(np.arange(16) < 2, 0.4, 0.55)[None]] for s, _ in reference]  # 2 of 16 cross 0.5
     result = check_budget(decision, probs, near, inputs="x")
     assert result.top1[1] == 0.875 and result.passed and decision.cosine_outputs == ()
-    assert not check_budget(AccuracyBudget.from_options(program=program, budget_outputs="h_out:decision"), probs, near,
-                            inputs="x").passed  # 87.5% < the default 99%
+    assert not check_budget(
+        AccuracyBudget.from_options(program=program, budget_outputs="h_out:decision"), probs, near, inputs="x"
+    ).passed  # 87.5% < the default 99%
     with pytest.raises(UserError, match="has no output 'logits'.*Its outputs: scores, h_out"):
         AccuracyBudget.from_options(program=program, budget_outputs="logits")
     with pytest.raises(UserError, match="'mse' is no metric"):
@@ -79,6 +82,7 @@ def test_budget_outputs_hold_only_the_named_outputs(leaky):
 
 def test_rollout_feeds_each_model_the_state_it_wrote():
     """Sequences are read in order, `steps` samples each; the first step's state starts it."""
+
     class Spec:  # what parse_rollout reads of a Program
         name, output_names, input_names = "acc", ["y", "s_out"], ["x", "s"]
         outputs = [type("T", (), {"shape": (1, 1)})(), type("T", (), {"shape": (1, 2)})()]
@@ -95,8 +99,13 @@ def test_rollout_feeds_each_model_the_state_it_wrote():
     samples = [(np.full((1, 1), k, np.float32), np.full((1, 2), 100.0 * k, np.float32)) for k in range(7)]
     ys = [float(o[0][0, 0]) for o in rollout_runs(rollout, samples, accumulate)]
     assert ys == [0.0, 1.0, 3.0, 300.0 + 3, 300.0 + 3 + 4, 300.0 + 3 + 4 + 5]  # the 7th sample: no whole sequence
-    for bad, why in (("s_out=s", "no ':STEPS'"), ("s_out=s:0", "1 or more"), ("y=s:2", "must keep its shape"),
-                     ("s_out=q:2", "no input 'q'"), ("s_out=s:8", "fewer than one sequence")):
+    for bad, why in (
+        ("s_out=s", "no ':STEPS'"),
+        ("s_out=s:0", "1 or more"),
+        ("y=s:2", "must keep its shape"),
+        ("s_out=q:2", "no input 'q'"),
+        ("s_out=s:8", "fewer than one sequence"),
+    ):
         with pytest.raises(UserError, match=why):
             parse_rollout(bad, Spec(), samples=7)
 
@@ -108,33 +117,77 @@ def test_rollout_build_measures_every_step_and_says_so(leaky, tmp_path):
     x = rng.standard_normal((steps * sequences, 1, 8)).astype(np.float32)
     h = np.zeros((steps * sequences, 1, 16), np.float32)
     np.savez(tmp_path / "eval.npz", x=x, h=h)
-    np.savez(tmp_path / "cal.npz", x=rng.standard_normal((32, 1, 8)).astype(np.float32),
-             h=(0.3 * rng.standard_normal((32, 1, 16))).astype(np.float32))
+    np.savez(
+        tmp_path / "cal.npz",
+        x=rng.standard_normal((32, 1, 8)).astype(np.float32),
+        h=(0.3 * rng.standard_normal((32, 1, 16))).astype(np.float32),
+    )
     common = ("build", f"{work / 'leaky.py'}:build", "--no-cache", "--eval", str(tmp_path / "eval.npz"))
 
-    code, stdout, err = run_cli(*common, "--target", "android", "--quantize", "none", "--budget-outputs", "scores",
-                                "--rollout", "h_out=h:8", "--out", str(tmp_path / "f"))
+    code, stdout, err = run_cli(
+        *common,
+        "--target",
+        "android",
+        "--quantize",
+        "none",
+        "--budget-outputs",
+        "scores",
+        "--rollout",
+        "h_out=h:8",
+        "--out",
+        str(tmp_path / "f"),
+    )
     assert code == 0, (stdout, err)
     entry = json.loads((tmp_path / "f" / "manifest.json").read_text())["accuracy_budget"]
-    assert entry["met"] and entry["samples"] == steps * sequences and entry["rollout"] == {"spec": "h_out=h:8", "steps": 8}
+    assert (
+        entry["met"] and entry["samples"] == steps * sequences and entry["rollout"] == {"spec": "h_out=h:8", "steps": 8}
+    )
     assert entry["inputs"] == "eval data: 3 sequence(s) of 8 steps, state fed back (h_out=h:8)"
-    assert entry["cosine_outputs"] == ["output 0 (scores)"] and entry["measured"]["sample_cosine_per_output"][0] > 0.9999
+    assert (
+        entry["cosine_outputs"] == ["output 0 (scores)"] and entry["measured"]["sample_cosine_per_output"][0] > 0.9999
+    )
 
     # --quantize auto measures every candidate the same way
-    code, stdout, err = run_cli(*common, "--target", "android", "--quantize", "auto", "--budget-outputs", "scores",
-                                "--rollout", "h_out=h:8", "--out", str(tmp_path / "auto"))
+    code, stdout, err = run_cli(
+        *common,
+        "--target",
+        "android",
+        "--quantize",
+        "auto",
+        "--budget-outputs",
+        "scores",
+        "--rollout",
+        "h_out=h:8",
+        "--out",
+        str(tmp_path / "auto"),
+    )
     assert code == 0, (stdout, err)
     manifest = json.loads((tmp_path / "auto" / "manifest.json").read_text())
-    assert manifest["recipe"]["auto"]["samples"] == steps * sequences and "3 sequence(s) of 8 steps" in manifest["accuracy_budget"]["inputs"]
+    assert (
+        manifest["recipe"]["auto"]["samples"] == steps * sequences
+        and "3 sequence(s) of 8 steps" in manifest["accuracy_budget"]["inputs"]
+    )
 
-    code, stdout, err = run_cli(*common, "--target", "mcu", "--calibration", str(tmp_path / "cal.npz"),
-                                "--rollout", "h_out=h:8", "--budget-outputs", "scores", "--allow-below-budget",
-                                "--out", str(tmp_path / "m"))
+    code, stdout, err = run_cli(
+        *common,
+        "--target",
+        "mcu",
+        "--calibration",
+        str(tmp_path / "cal.npz"),
+        "--rollout",
+        "h_out=h:8",
+        "--budget-outputs",
+        "scores",
+        "--allow-below-budget",
+        "--out",
+        str(tmp_path / "m"),
+    )
     assert code == 0, (stdout, err)
     entry = json.loads((tmp_path / "m" / "manifest.json").read_text())["accuracy_budget"]
     assert entry["samples"] == steps * sequences and "3 sequence(s) of 8 steps" in entry["inputs"]
     assert 0.9 < entry["measured"]["sample_cosine_per_output"][0] <= 1.0
 
-    code, _, err = run_cli(*common, "--target", "android", "--quantize", "none", "--rollout", "h_out=x:8",
-                           "--out", str(tmp_path / "bad"))
+    code, _, err = run_cli(
+        *common, "--target", "android", "--quantize", "none", "--rollout", "h_out=x:8", "--out", str(tmp_path / "bad")
+    )
     assert code == 2 and "a state fed back must keep its shape" in err and not (tmp_path / "bad").exists()

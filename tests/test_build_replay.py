@@ -35,8 +35,9 @@ def _folder(path: Path) -> dict[str, bytes]:
 
 def _build_in_child(pt2: Path, calibration: Path, out: Path) -> tuple[str, bool]:
     """(stdout, whether torch was imported) of `tpuedge build` in a fresh process."""
-    return run_cli_in_child("build", str(pt2), "--target", "mcu", "--calibration", str(calibration), "--out", str(out),
-                            watch="torch")
+    return run_cli_in_child(
+        "build", str(pt2), "--target", "mcu", "--calibration", str(calibration), "--out", str(out), watch="torch"
+    )
 
 
 def test_rebuild_from_a_saved_program_replays_without_torch(saved, tmp_path):

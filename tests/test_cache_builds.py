@@ -145,8 +145,11 @@ def build():
 """
 
 
-@pytest.mark.parametrize("source", [_CNN_MCU_REWRITES, _CNN_CANONICAL_FORMS, _CNN_REGIONS],
-                         ids=["prelu-dropout-flatten", "in-place-pad-silu-alias", "autocast-no-grad-regions"])
+@pytest.mark.parametrize(
+    "source",
+    [_CNN_MCU_REWRITES, _CNN_CANONICAL_FORMS, _CNN_REGIONS],
+    ids=["prelu-dropout-flatten", "in-place-pad-silu-alias", "autocast-no-grad-regions"],
+)
 def test_mcu_rewrites_that_android_lowers_alike_keep_the_float_model_shared(tmp_path, cache_dir, source):
     """mcu's own passes rewrite these CNNs (dropout removed, PReLU's form, the flatten into the
     Linear read in NHWC order; in-place ops out of place, the pad's mode explicit, SiLU as
@@ -190,11 +193,28 @@ def test_a_damaged_entry_is_rebuilt_not_served(tmp_path, cache_dir, damage):
 
 def test_two_processes_fill_one_cache_at_once(tmp_path, cache_dir, calibration_file):
     env = {**os.environ, "TPUEDGE_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "tpuedge.cli", "build", MODEL, "--target", "android", "--quantize", "int8",
-               "--calibration", str(calibration_file)]
+    command = [
+        sys.executable,
+        "-m",
+        "tpuedge.cli",
+        "build",
+        MODEL,
+        "--target",
+        "android",
+        "--quantize",
+        "int8",
+        "--calibration",
+        str(calibration_file),
+    ]
     procs = [
-        subprocess.Popen([*command, "--out", str(tmp_path / f"out{i}")], env=env, cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*command, "--out", str(tmp_path / f"out{i}")],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     results = [p.communicate(timeout=600) for p in procs]
@@ -205,7 +225,9 @@ def test_two_processes_fill_one_cache_at_once(tmp_path, cache_dir, calibration_f
     assert entries and all(store.lookup(p.stem)[1] == "hit" for p in entries)
     assert not [p for p in cache_dir.rglob(".*") if p.is_file()]  # no temp file left behind
     # and a third build is served entirely from what the two wrote
-    third = _outcomes(_build(tmp_path / "out2", "--target", "android", "--quantize", "int8", "--calibration", str(calibration_file)))
+    third = _outcomes(
+        _build(tmp_path / "out2", "--target", "android", "--quantize", "int8", "--calibration", str(calibration_file))
+    )
     assert list(third) == ["hit"] and "float_tflite" in third["hit"]
     assert _folder(tmp_path / "out0") == _folder(tmp_path / "out2")
 

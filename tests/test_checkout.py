@@ -23,9 +23,7 @@ def test_import_from_repo_root_uses_the_checkout():
         "import tpuedge, tpuedge.edge, tpuedge.cloud, tpuedge.quantize, tpuedge.shared_ir;"
         "print(tpuedge.edge.__file__); print(tpuedge.cloud.__file__)"
     )
-    out = subprocess.run(
-        [sys.executable, "-S", "-c", code], cwd=REPO, env=_clean_env(), capture_output=True, text=True
-    )
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, env=_clean_env(), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     edge_file, cloud_file = out.stdout.split()
     assert Path(edge_file) == REPO / "edge" / "__init__.py"
@@ -35,7 +33,10 @@ def test_import_from_repo_root_uses_the_checkout():
 def test_bench_script_runs_from_repo_root(tmp_path):
     out = subprocess.run(
         [sys.executable, "bench/cli_startup.py", "--runs", "1", "--json", str(tmp_path / "s.json")],
-        cwd=REPO, env=_clean_env(), capture_output=True, text=True,
+        cwd=REPO,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "s.json").is_file()

@@ -23,7 +23,10 @@ MLP = f"{EXAMPLES / 'models.py'}:build_mlp"
         ("nowhere/missing.py:build", "Model file nowhere/missing.py does not exist"),
         (f"{FIXTURES / 'bad_models.py'}:nope", "has no attribute 'nope'"),
         (f"{FIXTURES / 'bad_models.py'}:raises", "raised ValueError: weights file weights.bin not found at"),
-        (f"{FIXTURES / 'bad_models.py'}:wrong_type", "returned Linear; it must return (torch.nn.Module, example_inputs)"),
+        (
+            f"{FIXTURES / 'bad_models.py'}:wrong_type",
+            "returned Linear; it must return (torch.nn.Module, example_inputs)",
+        ),
         (f"{FIXTURES / 'bad_models.py'}:not_tensors", "returned (Linear, tuple)"),
         (f"{FIXTURES / 'bad_models.py'}:NOT_CALLABLE", "is a int, not a function"),
         ("examples/models.py", "names no factory function"),
@@ -159,7 +162,9 @@ def test_help_imports_no_heavy_library(tmp_path):
     )
     # cwd outside the repo: `python -c` puts cwd first on sys.path, and the repo's tpuedge/ folder
     # alone is not the installed package
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout
     assert "HEAVY []" in out
     assert "build" in out and "check" in out
 
@@ -171,7 +176,9 @@ def test_packages_install_under_the_tpuedge_namespace(tmp_path):
     )
     # The installed layout, not a checkout someone put on PYTHONPATH (where the folders are top-level).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path, env=env
+    )
     assert out.stdout.strip() == "[True, True, True, True]"
 
 
@@ -194,9 +201,20 @@ def test_file_specs_load_under_their_stem_so_artifacts_do_not_depend_on_the_proc
     for run in ("first", "second"):
         out = tmp_path / run
         subprocess.run(
-            [str(tpuedge_exe), "build", f"{EXAMPLES / 'models.py'}:build_mlp", "--target", "android",
-             "--quantize", "none", "--out", str(out)],
-            cwd=tmp_path, check=True, capture_output=True,
+            [
+                str(tpuedge_exe),
+                "build",
+                f"{EXAMPLES / 'models.py'}:build_mlp",
+                "--target",
+                "android",
+                "--quantize",
+                "none",
+                "--out",
+                str(out),
+            ],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
         )
         outputs.append((out / "model.tflite").read_bytes())
     assert outputs[0] == outputs[1]

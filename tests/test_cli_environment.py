@@ -57,12 +57,14 @@ def test_third_party_warnings_are_filtered_by_module_and_shown_when_verbose():
         warnings.warn_explicit("user notice", DeprecationWarning, "torch_model.py", 1, module="torch_model")
         """
     )
-    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**os.environ, "TPUEDGE_VERBOSE": ""})
+    quiet = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "TPUEDGE_VERBOSE": ""}
+    )
     assert "user notice" in quiet.stderr
     assert "internal notice" not in quiet.stderr
-    verbose = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env={**os.environ, "TPUEDGE_VERBOSE": "1"})
+    verbose = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "TPUEDGE_VERBOSE": "1"}
+    )
     assert "torch internal notice" in verbose.stderr
 
 
@@ -88,7 +90,9 @@ def bad_pt2_files(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("pt2")
     good = work / "good.pt2"
-    code, _, err = run_cli("export", f"{Path(__file__).resolve().parents[1] / 'examples' / 'models.py'}:build_mlp", "-o", str(good))
+    code, _, err = run_cli(
+        "export", f"{Path(__file__).resolve().parents[1] / 'examples' / 'models.py'}:build_mlp", "-o", str(good)
+    )
     assert code == 0, err
     data = good.read_bytes()
     (work / "truncated.pt2").write_bytes(data[: len(data) // 2])
@@ -118,7 +122,9 @@ BAD_PT2 = ("truncated.pt2", "random.pt2", "text.pt2", "junkzip.pt2")
 def test_a_bad_pt2_prints_one_paragraph_and_exits_2(bad_pt2_files):
     files = [str(bad_pt2_files / n) for n in BAD_PT2]
     env = {k: v for k, v in os.environ.items() if k != "TPUEDGE_VERBOSE"}
-    proc = subprocess.run([sys.executable, "-c", INSPECT_EACH, *files], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", INSPECT_EACH, *files], capture_output=True, text=True, env=env, timeout=300
+    )
     sections = _sections(proc.stderr)
     assert sorted(sections) == sorted(BAD_PT2), proc.stderr[-3000:]
     for name, (printed, code) in sections.items():
@@ -130,7 +136,10 @@ def test_a_bad_pt2_prints_one_paragraph_and_exits_2(bad_pt2_files):
 def test_torchs_own_log_shows_with_tpuedge_verbose(bad_pt2_files):
     proc = subprocess.run(
         [sys.executable, "-c", INSPECT_EACH, str(bad_pt2_files / "truncated.pt2")],
-        capture_output=True, text=True, env={**os.environ, "TPUEDGE_VERBOSE": "1"}, timeout=300,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TPUEDGE_VERBOSE": "1"},
+        timeout=300,
     )
     printed, code = _sections(proc.stderr)["truncated.pt2"]
     assert code == "2"

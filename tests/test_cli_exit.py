@@ -14,8 +14,9 @@ MODEL = f"{ROOT}/examples/models.py:build_mlp"
 
 def _tpuedge(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "TPUEDGE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "tpuedge.cli", *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "tpuedge.cli", *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_a_build_prints_writes_and_exits_0_through_the_fast_exit(tmp_path):
@@ -30,8 +31,19 @@ def test_a_build_prints_writes_and_exits_0_through_the_fast_exit(tmp_path):
 
 def test_a_user_error_after_torch_is_imported_keeps_exit_2_and_its_message(tmp_path):
     missing = tmp_path / "missing.npz"
-    done = _tpuedge(tmp_path, "build", MODEL, "--target", "android", "--quantize", "int8",
-                    "--calibration", str(missing), "--out", str(tmp_path / "out"))
+    done = _tpuedge(
+        tmp_path,
+        "build",
+        MODEL,
+        "--target",
+        "android",
+        "--quantize",
+        "int8",
+        "--calibration",
+        str(missing),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert "missing.npz" in done.stderr
     assert not (tmp_path / "out").exists()

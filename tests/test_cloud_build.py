@@ -135,7 +135,16 @@ def test_batch_of_a_graph_that_bakes_it_in_is_a_clear_user_error():
 
 def test_bad_topology_exits_2_listing_the_valid_ones(tmp_path):
     out = tmp_path / "never"
-    code, _, err = run_cli("build", f"{EXAMPLES / 'models.py'}:build_mlp", "--target", "cloud-tpu", "--out", str(out), "--topology", "v9:2x2")
+    code, _, err = run_cli(
+        "build",
+        f"{EXAMPLES / 'models.py'}:build_mlp",
+        "--target",
+        "cloud-tpu",
+        "--out",
+        str(out),
+        "--topology",
+        "v9:2x2",
+    )
     assert code == 2 and not out.exists()
     assert "Unknown TPU topology 'v9:2x2'" in err and "v5e:2x2" in err and "v4:2x2x1" in err and "v6e:2x2" in err
 
@@ -145,8 +154,15 @@ def test_cli_factory_with_batch_and_train_step(tmp_path):
     """The transformer bakes its batch into a view: from its factory, --batch re-captures the module."""
     out = tmp_path / "transformer"
     code, stdout, err = run_cli(
-        "build", f"{EXAMPLES / 'models.py'}:build_transformer", "--target", "cloud-tpu", "--out", str(out),
-        "--batch", "8", "--train-step",
+        "build",
+        f"{EXAMPLES / 'models.py'}:build_transformer",
+        "--target",
+        "cloud-tpu",
+        "--out",
+        str(out),
+        "--batch",
+        "8",
+        "--train-step",
     )
     assert code == 0, err
     artifact = tpuedge.load(out)

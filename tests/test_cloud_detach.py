@@ -52,7 +52,9 @@ class NoGradTeacher(torch.nn.Module):
 def test_one_sgd_step_matches_torchs(make):
     torch.manual_seed(0)
     batch = (torch.randn(8, 4), torch.randn(8, 4))
-    torch_loss, loss, theirs, ours = one_step(make(), batch, lambda p: torch.optim.SGD(p, lr=0.1), torch.nn.functional.mse_loss)
+    torch_loss, loss, theirs, ours = one_step(
+        make(), batch, lambda p: torch.optim.SGD(p, lr=0.1), torch.nn.functional.mse_loss
+    )
     np.testing.assert_allclose(loss, torch_loss, rtol=1e-5)
     for name, value in theirs.state_dict().items():  # the teacher's too: unchanged, as in torch
         np.testing.assert_allclose(ours.state_dict()[name].numpy(), value.numpy(), atol=1e-6, err_msg=name)

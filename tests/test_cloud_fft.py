@@ -35,7 +35,7 @@ class SpectralConv(torch.nn.Module):
         spectrum = torch.fft.rfft2(x)[:, :, : self.modes, : self.modes]
         mixed = torch.einsum("bixy,ioxy->boxy", spectrum, torch.view_as_complex(self.weight))
         full = torch.zeros(x.shape[0], 4, x.shape[-2], x.shape[-1] // 2 + 1, dtype=torch.complex64)
-        full = torch.cat([torch.cat([mixed, full[:, :, : self.modes, self.modes:]], -1), full[:, :, self.modes:]], -2)
+        full = torch.cat([torch.cat([mixed, full[:, :, : self.modes, self.modes :]], -1), full[:, :, self.modes :]], -2)
         return torch.fft.irfft2(full, s=x.shape[-2:]) + x
 
 
@@ -56,7 +56,9 @@ def test_a_spectral_layer_trains_as_torch_does():
     torch.manual_seed(0)
     model = SpectralConv()
     batch = (torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8))
-    torch_loss, loss, theirs, ours = one_step(model, batch, lambda p: torch.optim.SGD(p, lr=0.5), torch.nn.functional.mse_loss)
+    torch_loss, loss, theirs, ours = one_step(
+        model, batch, lambda p: torch.optim.SGD(p, lr=0.5), torch.nn.functional.mse_loss
+    )
     np.testing.assert_allclose(loss, torch_loss, rtol=1e-5)
     assert not torch.equal(ours.weight.detach(), model.weight.detach())  # the step moved it
     np.testing.assert_allclose(ours.weight.detach().numpy(), theirs.weight.detach().numpy(), rtol=1e-4, atol=1e-6)

@@ -37,15 +37,25 @@ def base_logits(model_and_ids):
 def trained(model_and_ids):
     """A step trained STEPS steps on one batch, with what it held before the first one."""
     model, ids = model_and_ids
-    step = tpuedge.cloud.train_step(model, NextTokenLoss(), torch.optim.AdamW(model.parameters(), lr=1e-2), (ids, ids), lora=CONFIG)
-    before = {"base": dict(step.base), "host": {n: np.array(v) for n, v in step.base.items()},
-              "logits": np.asarray(step.evaluate(ids, ids)[1][0])}
+    step = tpuedge.cloud.train_step(
+        model, NextTokenLoss(), torch.optim.AdamW(model.parameters(), lr=1e-2), (ids, ids), lora=CONFIG
+    )
+    before = {
+        "base": dict(step.base),
+        "host": {n: np.array(v) for n, v in step.base.items()},
+        "logits": np.asarray(step.evaluate(ids, ids)[1][0]),
+    }
     losses = [float(step(ids, ids)) for _ in range(STEPS)]
     return step, before, losses
 
 
 def _adapter_names():
-    return sorted(f"lm.model.layers.{i}.self_attn.{p}.{a}.weight" for i in (0, 1) for p in ("q_proj", "v_proj") for a in ("lora_A", "lora_B"))
+    return sorted(
+        f"lm.model.layers.{i}.self_attn.{p}.{a}.weight"
+        for i in (0, 1)
+        for p in ("q_proj", "v_proj")
+        for a in ("lora_A", "lora_B")
+    )
 
 
 def test_only_the_adapters_train_and_own_optimizer_state(trained):
@@ -84,7 +94,10 @@ def test_merged_program_computes_the_adapted_model(trained, model_and_ids, base_
     state = merged.exported_program.state_dict
     q = "lm.model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(state[q], model.get_parameter(q))
-    assert torch.equal(state["lm.model.layers.0.self_attn.k_proj.weight"], model.get_parameter("lm.model.layers.0.self_attn.k_proj.weight"))
+    assert torch.equal(
+        state["lm.model.layers.0.self_attn.k_proj.weight"],
+        model.get_parameter("lm.model.layers.0.self_attn.k_proj.weight"),
+    )
     # the torch copy with the adapters folded in computes the same; the user's model is untouched
     with torch.no_grad():
         np.testing.assert_allclose(step.merged_module()(ids).numpy(), got, atol=1e-5, rtol=0)
@@ -104,8 +117,14 @@ def test_merged_program_builds_for_android_and_runs_on_litert(trained, model_and
 
 def test_bf16_trains_the_adapters_and_adapters_load_from_a_file(trained, model_and_ids, tmp_path):
     model, ids = model_and_ids
-    step = tpuedge.cloud.train_step(model, NextTokenLoss(), torch.optim.AdamW(model.parameters(), lr=1e-2), (ids, ids),
-                                    lora=CONFIG, precision="bf16")
+    step = tpuedge.cloud.train_step(
+        model,
+        NextTokenLoss(),
+        torch.optim.AdamW(model.parameters(), lr=1e-2),
+        (ids, ids),
+        lora=CONFIG,
+        precision="bf16",
+    )
     assert "bf16" in step.lower().as_text()
     losses = [float(step(ids, ids)) for _ in range(15)]
     assert losses[-1] < 0.7 * losses[0], losses
@@ -129,7 +148,9 @@ def test_targets_and_options_that_cannot_work_are_user_errors(model_and_ids):
     def build(lora, **kwargs):
         return tpuedge.cloud.train_step(model, NextTokenLoss(), kwargs.pop("opt", opt), (ids, ids), lora=lora, **kwargs)
 
-    with pytest.raises(UserError, match=r"'qproj' match no module of CausalLMLogits.*q_proj, k_proj, v_proj, o_proj, gate_proj"):
+    with pytest.raises(
+        UserError, match=r"'qproj' match no module of CausalLMLogits.*q_proj, k_proj, v_proj, o_proj, gate_proj"
+    ):
         build(LoraConfig(targets=("q_proj", "qproj")))
     with pytest.raises(UserError, match=r"'input_layernorm' names weights that are not 2-D .*\[64\]"):
         build(LoraConfig(targets=("input_layernorm",)))

@@ -60,13 +60,19 @@ def _ones(*shape):
 
 RANDOM_CHECKS = {
     "aten.native_dropout.default": _check_dropout,
-    "aten.bernoulli.p": lambda fn, key: _assert_close(float(np.mean(np.asarray(fn(_ones(100, 100), 0.25, rng=key)))), 0.25, 0.01),
-    "aten.bernoulli.default": lambda fn, key: _assert_close(float(np.mean(np.asarray(fn(_ones(100, 100) * 0.6, rng=key)))), 0.6, 0.01),
+    "aten.bernoulli.p": lambda fn, key: _assert_close(
+        float(np.mean(np.asarray(fn(_ones(100, 100), 0.25, rng=key)))), 0.25, 0.01
+    ),
+    "aten.bernoulli.default": lambda fn, key: _assert_close(
+        float(np.mean(np.asarray(fn(_ones(100, 100) * 0.6, rng=key)))), 0.6, 0.01
+    ),
     "aten.rand.default": lambda fn, key: _check_uniform(fn([100, 100], rng=key)),
     "aten.randn.default": lambda fn, key: _check_normal(fn([100, 100], rng=key)),
     "aten.rand_like.default": lambda fn, key: _check_uniform(fn(_ones(100, 100), rng=key)),
     "aten.randn_like.default": lambda fn, key: _check_normal(fn(_ones(100, 100), rng=key)),
-    "aten.randperm.default": lambda fn, key: np.testing.assert_array_equal(np.sort(np.asarray(fn(50, rng=key))), np.arange(50)),
+    "aten.randperm.default": lambda fn, key: np.testing.assert_array_equal(
+        np.sort(np.asarray(fn(50, rng=key))), np.arange(50)
+    ),
 }
 
 

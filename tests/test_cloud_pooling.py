@@ -41,7 +41,12 @@ tpuedge.build(program, "cloud-tpu", sys.argv[2])
 
 @pytest.mark.parametrize("then", ["lrn", "squares"])
 def test_a_window_over_a_convolutions_channels_compiles_for_tpu(tmp_path, then):
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, then, str(tmp_path / "out")], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, then, str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stderr[-3000:]}"
     assert (tmp_path / "out" / "model.jaxexport").is_file()

@@ -20,7 +20,10 @@ torch.set_num_threads(1)
 
 
 def _two_groups(model, kind):
-    groups = [{"params": model.fc1.parameters()}, {"params": list(model.fc2.parameters()) + list(model.head.parameters()), "lr": 0.02}]
+    groups = [
+        {"params": model.fc1.parameters()},
+        {"params": list(model.fc2.parameters()) + list(model.head.parameters()), "lr": 0.02},
+    ]
     if kind == "sgd":
         return torch.optim.SGD(groups, lr=0.05, momentum=0.9, weight_decay=1e-3)
     return torch.optim.AdamW(groups, lr=0.01, weight_decay=0.01)
@@ -39,14 +42,18 @@ SCHEDULERS = {
     ),
     "SequentialLR-warmup-cosine": lambda opt: torch.optim.lr_scheduler.SequentialLR(
         opt,
-        [torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5),
-         torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20)],
+        [
+            torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5),
+            torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20),
+        ],
         milestones=[5],
     ),
     "SequentialLR-warmup-onecycle": lambda opt: torch.optim.lr_scheduler.SequentialLR(
         opt,
-        [torch.optim.lr_scheduler.ConstantLR(opt, factor=0.5, total_iters=3),
-         torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=32)],
+        [
+            torch.optim.lr_scheduler.ConstantLR(opt, factor=0.5, total_iters=3),
+            torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=32),
+        ],
         milestones=[4],
     ),
 }
@@ -91,8 +98,14 @@ def test_scheduler_maps_to_a_schedule_that_matches_torch_every_step(name, kind):
 
 @pytest.mark.parametrize(
     "name,kind",
-    [("StepLR", "sgd"), ("CosineAnnealingLR", "adamw"), ("LinearLR", "adamw"), ("OneCycleLR", "adamw"),
-     ("OneCycleLR", "sgd"), ("SequentialLR-warmup-cosine", "sgd")],
+    [
+        ("StepLR", "sgd"),
+        ("CosineAnnealingLR", "adamw"),
+        ("LinearLR", "adamw"),
+        ("OneCycleLR", "adamw"),
+        ("OneCycleLR", "sgd"),
+        ("SequentialLR-warmup-cosine", "sgd"),
+    ],
 )
 def test_train_step_with_scheduler_trains_like_torch(name, kind):
     """Per-step learning rates read back from the step, and the losses, against torch eager
@@ -136,17 +149,29 @@ def test_scheduler_errors_are_user_errors():
     x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(UserError, match="StepLR.*CosineAnnealingLR.*OneCycleLR.*SequentialLR") as err:
-        tpuedge.cloud.train_step(model, F.cross_entropy, opt, (x, y), scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.9**e))
+        tpuedge.cloud.train_step(
+            model, F.cross_entropy, opt, (x, y), scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.9**e)
+        )
     assert "LambdaLR" in str(err.value) and "set_learning_rate" in str(err.value)
     with pytest.raises(UserError, match="ReduceLROnPlateau"):
-        tpuedge.cloud.train_step(model, F.cross_entropy, opt, (x, y), scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau(opt))
+        tpuedge.cloud.train_step(
+            model, F.cross_entropy, opt, (x, y), scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+        )
     other = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(UserError, match="another optimizer"):
-        tpuedge.cloud.train_step(model, F.cross_entropy, opt, (x, y), scheduler=torch.optim.lr_scheduler.StepLR(other, 2))
+        tpuedge.cloud.train_step(
+            model, F.cross_entropy, opt, (x, y), scheduler=torch.optim.lr_scheduler.StepLR(other, 2)
+        )
     with pytest.raises(UserError, match="optax schedule"):
-        tpuedge.cloud.train_step(model, F.cross_entropy, optax.sgd(0.1), (x, y), scheduler=torch.optim.lr_scheduler.StepLR(opt, 2))
+        tpuedge.cloud.train_step(
+            model, F.cross_entropy, optax.sgd(0.1), (x, y), scheduler=torch.optim.lr_scheduler.StepLR(opt, 2)
+        )
     step = tpuedge.cloud.train_step(
-        model, F.cross_entropy, opt, (x, y), scheduler=torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=3)
+        model,
+        F.cross_entropy,
+        opt,
+        (x, y),
+        scheduler=torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=3),
     )
     with pytest.raises(UserError, match="scheduler"):
         step.set_learning_rate(0.5)

@@ -159,7 +159,9 @@ def test_dropout_batch_split_and_learning_rate():
 
     model = TwoInputs()
     x1, x2, y = torch.randn(32, 8), torch.randn(32, 4), torch.randint(0, 3, (32,))
-    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2), ((x1, x2), (y,)))
+    step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2), ((x1, x2), (y,))
+    )
     losses = [float(step((x1, x2), (y,))) for _ in range(30)]
     assert losses[-1] < 0.7 * losses[0]
     assert len(set(np.round(losses[:5], 6))) == 5  # a fresh dropout mask each step

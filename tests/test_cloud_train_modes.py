@@ -63,7 +63,9 @@ def test_training_mode_module_runs_batchnorm_and_dropout_as_torch_train_mode():
             once(x)
     mean = step.state["buffers"]["model.bn.running_mean"]
     np.testing.assert_allclose(np.asarray(mean), once.bn.running_mean.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(step.state["buffers"]["model.bn.running_var"]), once.bn.running_var.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(step.state["buffers"]["model.bn.running_var"]), once.bn.running_var.numpy(), rtol=1e-5
+    )
     text = step.lower().as_text()
     assert "threefry" in text  # dropout's random bits are in the compiled step
 
@@ -129,7 +131,9 @@ def test_bf16_trains_like_torch_autocast(name):
     assert any(heavy in line and "bf16" in line for line in text.splitlines()), heavy
     # ... while the master weights and the optimizer state stay f32
     leaves = list(step.state["params"].values()) + [
-        v for v in __import__("jax").tree_util.tree_leaves(step.state["opt_state"]) if np.issubdtype(v.dtype, np.floating)
+        v
+        for v in __import__("jax").tree_util.tree_leaves(step.state["opt_state"])
+        if np.issubdtype(v.dtype, np.floating)
     ]
     assert {str(v.dtype) for v in leaves} == {"float32"}
 
@@ -140,14 +144,23 @@ def test_unknown_precision_is_a_user_error():
     model = MLP()
     with pytest.raises(UserError, match="bf16"):
         tpuedge.cloud.train_step(
-            model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1), (torch.randn(4, 32), torch.randint(0, 10, (4,))), precision="fp8"
+            model,
+            F.cross_entropy,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            (torch.randn(4, 32), torch.randint(0, 10, (4,))),
+            precision="fp8",
         )
 
 
 # ---- speed: the max-pool gradient --------------------------------------------------------------
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, dilation=2), dict(kernel_size=3, stride=2, ceil_mode=True)],
+    [
+        dict(kernel_size=2),
+        dict(kernel_size=3, stride=2, padding=1),
+        dict(kernel_size=2, dilation=2),
+        dict(kernel_size=3, stride=2, ceil_mode=True),
+    ],
     ids=["2x2", "3x3-s2-p1", "dilated", "ceil"],
 )
 def test_max_pool_gradient_goes_to_the_first_maximum_as_torch(kwargs):

@@ -63,8 +63,21 @@ def test_direct_lowerings_write_the_bridges_flatbuffer(forms_program):
         direct = _flatbuffer(forms_program, direct=True)
     taken = {c.args[1][0] for c in call.call_args_list}
     bridged = _flatbuffer(forms_program, direct=False)
-    every = {"add", "subtract", "multiply", "divide", "permute", "identity", "reshape", "relu", "clamp", "sigmoid",
-             "dot", "unsqueeze", "expand"}
+    every = {
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "permute",
+        "identity",
+        "reshape",
+        "relu",
+        "clamp",
+        "sigmoid",
+        "dot",
+        "unsqueeze",
+        "expand",
+    }
     assert every <= taken, f"not taken: {sorted(every - taken)} (the test would not compare them)"
     assert direct == bridged
 
@@ -74,8 +87,12 @@ class _Reductions(nn.Module):
     dims, all dims; padding, ceil mode, dilation)."""
 
     def forward(self, x):
-        pools = (F.max_pool2d(x, 2).sum() + F.max_pool2d(x, 3, 2, 1).mean() + F.max_pool2d(x, 3, 2, ceil_mode=True).mean()
-                 + F.max_pool2d(x, 2, 1, dilation=2).sum())
+        pools = (
+            F.max_pool2d(x, 2).sum()
+            + F.max_pool2d(x, 3, 2, 1).mean()
+            + F.max_pool2d(x, 3, 2, ceil_mode=True).mean()
+            + F.max_pool2d(x, 2, 1, dilation=2).sum()
+        )
         means = x.mean((2, 3), keepdim=True).flatten() + x.mean([3, -2]).flatten() + x.mean()
         return pools + means, x.mean(-1), torch.softmax(x, 1), torch.softmax(x, -1)
 
@@ -108,8 +125,16 @@ class _Sequences(nn.Module):
         a, b, c = torch.split(s, [1, 2, 3], dim=-1)
         w = torch.tanh(a) + torch.sqrt(b.abs()).sum(-1, keepdim=True) + c[:, 1:, ::2].mean()
         clipped = F.relu6(x) + F.hardtanh(x) + F.hardtanh(x, -2.5, 0.5)  # hardtanh: clamp's form
-        return (y[:, -1], w, F.pad(x, (1, 2, 0, 3), value=0.5), F.pad(x, (3, 3)).sum(), s[:, 2:-1], s[0], x[:, :, ::3],
-                clipped)
+        return (
+            y[:, -1],
+            w,
+            F.pad(x, (1, 2, 0, 3), value=0.5),
+            F.pad(x, (3, 3)).sum(),
+            s[:, 2:-1],
+            s[0],
+            x[:, :, ::3],
+            clipped,
+        )
 
 
 def test_slices_splits_pads_and_unary_ops_write_the_bridges_flatbuffer():

@@ -12,7 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".cfg", ".json", ".cc", ".h", ""}
 SKIP_DIRS = {".git", ".venv", "build", "dist", "__pycache__", "results", ".ruff_cache", ".pytest_cache"}
 # Notes kept outside the repo (the maintainers' stack and design notes) and machine paths.
-OUTSIDE = re.compile("|".join([r"\bSTACK" + r"\.md\b", r"\bARCHITECTURE" + r"\.md\b", r"/wor" + r"k/", r"notes/" + r"PREAMBLE"]))
+OUTSIDE = re.compile(
+    "|".join([r"\bSTACK" + r"\.md\b", r"\bARCHITECTURE" + r"\.md\b", r"/wor" + r"k/", r"notes/" + r"PREAMBLE"])
+)
 
 
 def _repo_text_files():
@@ -64,8 +66,14 @@ class _DocsRun:
             for needed in NEEDS.get(page, ()):
                 self.run(needed)
             self.done[page] = [
-                subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=self.folder, env=self.env,
-                               capture_output=True, text=True, timeout=900)
+                subprocess.run(
+                    ["bash", "-e", "-o", "pipefail", "-c", block],
+                    cwd=self.folder,
+                    env=self.env,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 for block in bash_blocks(page)
             ]
         return self.done[page]
@@ -85,7 +93,9 @@ def test_every_target_page_exists_and_has_commands():
 @pytest.mark.parametrize("page", PAGES)
 def test_the_commands_on_the_page_run(docs_run, page):
     for block, proc in zip(bash_blocks(page), docs_run.run(page)):
-        assert proc.returncode == 0, f"docs/{page}:\n{block}\nexit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        assert proc.returncode == 0, (
+            f"docs/{page}:\n{block}\nexit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        )
         assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
 
@@ -95,7 +105,11 @@ def test_what_the_pages_promise_is_on_disk(docs_run):
         docs_run.run(page)
     folder = docs_run.folder
     assert sorted(p.name for p in (folder / "build/digits/mcu").iterdir()) == [
-        "manifest.json", "model.tflite", "model_data.cc", "model_data.h", "op_resolver.h"
+        "manifest.json",
+        "model.tflite",
+        "model_data.cc",
+        "model_data.h",
+        "op_resolver.h",
     ]
     assert {"model.stablehlo.mlir", "model.jaxexport", "model.safetensors", "manifest.json"} <= {
         p.name for p in (folder / "build/mlp/cloud-tpu").iterdir()

@@ -58,12 +58,18 @@ _QUANTIZE = textwrap.dedent(
 
 def _child(float_tflite, width: int, verbose: bool):
     env = {k: v for k, v in os.environ.items() if k != "TPUEDGE_VERBOSE"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tpuedge.__path__[0]).rsplit("/", 1)[0], env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(tpuedge.__path__[0]).rsplit("/", 1)[0], env.get("PYTHONPATH")) if p
+    )
     env["TPUEDGE_NO_CACHE"] = "1"  # a cached calibration would skip the quantizer's interpreter
     if verbose:
         env["TPUEDGE_VERBOSE"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-c", _QUANTIZE, str(float_tflite), str(width)], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", _QUANTIZE, str(float_tflite), str(width)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
@@ -99,9 +105,20 @@ def _cli_build(tmp_path, verbose: bool) -> subprocess.CompletedProcess:
     model = Path(__file__).resolve().parents[1] / "examples" / "models.py"
     out = tmp_path / ("verbose" if verbose else "quiet")
     return subprocess.run(
-        [str(exe), "build", f"{model}:build_mlp", "--target", "android", "--out", str(out),
-         "--no-cache"],  # a cached float model would skip the converter and its log
-        capture_output=True, text=True, env=env, timeout=600,
+        [
+            str(exe),
+            "build",
+            f"{model}:build_mlp",
+            "--target",
+            "android",
+            "--out",
+            str(out),
+            "--no-cache",
+        ],  # a cached float model would skip the converter and its log
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
 
 
@@ -158,7 +175,9 @@ def test_the_every_op_float_recipe_overwrites_no_entry_of_its_own(caplog):
     from tpuedge.edge.quantizer_recipes import every_op_group, quantizer_recipe
     from tpuedge.quantize.config import QuantConfig
 
-    group, scopes = every_op_group([("FULLY_CONNECTED", "FULLY_CONNECTED", 2), ("CONV_2D", "CONV_2D", 1), ("ADD", "ADD", 1)])
+    group, scopes = every_op_group(
+        [("FULLY_CONNECTED", "FULLY_CONNECTED", 2), ("CONV_2D", "CONV_2D", 1), ("ADD", "ADD", 1)]
+    )
     with caplog.at_level(logging.WARNING, logger="absl"):
         recipe = quantizer_recipe(QuantConfig(scheme="int8"), {group.key: "float"}, {group.key: scopes})
     assert not [r for r in caplog.records if "Overwrite" in r.getMessage()]

@@ -25,7 +25,11 @@ class _Outliers(torch.nn.Module):
     def __init__(self, gather: bool = False):
         super().__init__()
         self.gather = gather
-        self.fc1, self.fc2, self.fc3 = torch.nn.Linear(16, 24), torch.nn.Linear(48 if gather else 24, 24), torch.nn.Linear(24, 16)
+        self.fc1, self.fc2, self.fc3 = (
+            torch.nn.Linear(16, 24),
+            torch.nn.Linear(48 if gather else 24, 24),
+            torch.nn.Linear(24, 16),
+        )
         with torch.no_grad():
             self.fc2.weight[0] *= 400.0
             if not gather:
@@ -66,7 +70,9 @@ def test_every_op_in_float_on_android_where_no_group_reaches_the_budget(tmp_path
     model = tmp_path / "int8" / "model.tflite"
     assert "int16" not in _dtypes(model)
     summary = summarize_tflite(model.read_bytes())
-    assert summary.float_ops.get("FULLY_CONNECTED") == 3 and summary.weight_dtypes["int8"] >= 16 * 24 + 24 * 24 + 24 * 16
+    assert (
+        summary.float_ops.get("FULLY_CONNECTED") == 3 and summary.weight_dtypes["int8"] >= 16 * 24 + 24 * 24 + 24 * 16
+    )
 
 
 def test_an_op_type_the_board_refuses_at_16_bits_stays_int8(tmp_path, monkeypatch):
@@ -87,8 +93,11 @@ def test_an_op_type_the_board_refuses_at_16_bits_stays_int8(tmp_path, monkeypatc
 
 def test_the_rung_is_not_measured_where_the_search_reached_its_target(tmp_path):
     torch.manual_seed(0)
-    program = tpuedge.export(torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval(),
-                             (torch.zeros(1, 16),), name="plain")
+    program = tpuedge.export(
+        torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval(),
+        (torch.zeros(1, 16),),
+        name="plain",
+    )
     rng = np.random.default_rng(0)
     calibration = [(rng.standard_normal((1, 16)).astype(np.float32),) for _ in range(16)]
     art = tpuedge.build(program, "android", tmp_path / "plain", quantize="int8", calibration=calibration)

@@ -73,7 +73,10 @@ def test_float32_weights_for_the_costly_tensor_meet_the_budget(tmp_path, monkeyp
     rung = recipe["float_weights"]
     assert rung["kept"] and rung["top"][0]["weight"] == "fc1.weight" and rung["start_score"] < 0.99
     assert rung["prefixes_tried"][0]["weights"] == 1 and rung["cosine"] >= 0.999
-    assert [(o["group"], o["precision"]) for o in recipe["non_int8_ops"]] == [("every_op", "float"), ("weights:fc1.weight", "float32")]
+    assert [(o["group"], o["precision"]) for o in recipe["non_int8_ops"]] == [
+        ("every_op", "float"),
+        ("weights:fc1.weight", "float32"),
+    ]
     assert art.manifest["accuracy_budget"]["met"]  # on the 8 samples calibration did not see
     summary = summarize_tflite((tmp_path / "int8" / "model.tflite").read_bytes())
     assert summary.weight_dtypes.get("float32", 0) >= 32 * 16 * 4  # fc1's weights
@@ -103,15 +106,24 @@ def test_dynamic_int8_gives_the_costly_tensor_float32_measured_on_held_out_sampl
     rung = recipe["float_weights"]
     assert rung["kept"] and rung["start_score"] < 0.99 <= rung["cosine"]
     assert [(o["group"], o["precision"]) for o in recipe["non_int8_ops"]] == [("weights:fc1.weight", "float32")]
-    assert manifest["calibration"]["held_out_for_accuracy"] > 0 and manifest["accuracy"]["inputs"] == "held out from calibration"
+    assert (
+        manifest["calibration"]["held_out_for_accuracy"] > 0
+        and manifest["accuracy"]["inputs"] == "held out from calibration"
+    )
     assert manifest["accuracy_budget"]["met"]
 
 
 def test_dynamic_int8_does_not_search_on_the_samples_its_budget_reads(tmp_path):
     """Too few calibration samples to hold any out: the budget reads them all, so no rung runs."""
     program, calibration = _program_and_samples()
-    art = tpuedge.build(program, "android", tmp_path / "dyn", quantize="dynamic-int8", calibration=calibration[:3],
-                        allow_below_budget=True)
+    art = tpuedge.build(
+        program,
+        "android",
+        tmp_path / "dyn",
+        quantize="dynamic-int8",
+        calibration=calibration[:3],
+        allow_below_budget=True,
+    )
     assert art.manifest["recipe"].get("float_weights") is None
     assert art.manifest["calibration"]["held_out_for_accuracy"] == 0
 
@@ -146,7 +158,9 @@ def test_weights_are_found_in_the_float_model_by_value_else_by_their_module():
     assert [g.key for g in weight_groups(base, changed, elements_cap=10_000)[0]] == ["weights:fc1.weight"]
     lost = [dataclasses.replace(w, values=w.values * 2, scope="Elsewhere") for w in ranking]
     assert weight_groups(base, lost, elements_cap=10_000)[0] == []
-    assert [g.key for g in weight_groups(base, ranking, elements_cap=300)[0]] == ["weights:fc2.weight"]  # fc1's 512 over the cap
+    assert [g.key for g in weight_groups(base, ranking, elements_cap=300)[0]] == [
+        "weights:fc2.weight"
+    ]  # fc1's 512 over the cap
 
 
 @pytest.mark.parametrize("scheme", ["int8", "dynamic-int8"])

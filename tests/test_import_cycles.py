@@ -12,7 +12,13 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FOLDERS = {"tpuedge": "tpuedge", "shared_ir": "tpuedge.shared_ir", "cloud": "tpuedge.cloud", "edge": "tpuedge.edge", "quantize": "tpuedge.quantize"}
+FOLDERS = {
+    "tpuedge": "tpuedge",
+    "shared_ir": "tpuedge.shared_ir",
+    "cloud": "tpuedge.cloud",
+    "edge": "tpuedge.edge",
+    "quantize": "tpuedge.quantize",
+}
 BACKENDS = ("tpuedge.shared_ir", "tpuedge.cloud", "tpuedge.edge", "tpuedge.quantize")
 # Cycles wholly inside tpuedge.verify (compare <-> report, the package <-> compare) are being
 # untangled by verify's owner; any cycle that reaches outside it fails here.
@@ -120,5 +126,12 @@ def test_backends_never_import_the_top_level_package():
 
 def test_the_scan_sees_a_cycle_when_there_is_one():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    from .y import z\n")
-    assert _imports(tree, "tpuedge.shared_ir.m", False) == ["typing.TYPE_CHECKING", "typing", "tpuedge.shared_ir.y.z", "tpuedge.shared_ir.y"]
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    from .y import z\n"
+    )
+    assert _imports(tree, "tpuedge.shared_ir.m", False) == [
+        "typing.TYPE_CHECKING",
+        "typing",
+        "tpuedge.shared_ir.y.z",
+        "tpuedge.shared_ir.y",
+    ]

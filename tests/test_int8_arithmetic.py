@@ -69,12 +69,18 @@ def test_kernels_are_read_off_the_ir():
     program = tpuedge.export(ResidualCNN().eval(), (torch.zeros(1, 1, 8, 8),))
     kernels = quant_points(program).kernels
     assert {p: (k.kind, k.clamp) for p, k in kernels.items()} == {
-        "relu": ("weighted", (0.0, None)), "relu_1": ("weighted", (0.0, None)), "conv2d_2": ("weighted", None),
-        "relu_2": ("add", (0.0, None)), "mean": ("mean", None), "linear": ("weighted", None),
+        "relu": ("weighted", (0.0, None)),
+        "relu_1": ("weighted", (0.0, None)),
+        "conv2d_2": ("weighted", None),
+        "relu_2": ("add", (0.0, None)),
+        "mean": ("mean", None),
+        "linear": ("weighted", None),
     }
     assert kernels["relu_2"].grids == ("relu", "conv2d_2") and kernels["mean"].dims == (2, 3)
     assert kernels["linear"].channel_axis == -1 and kernels["linear"].bias == "head.bias"
-    pooled = tpuedge.export(nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1)).eval(), (torch.zeros(1, 1, 8, 8),))
+    pooled = tpuedge.export(
+        nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1)).eval(), (torch.zeros(1, 1, 8, 8),)
+    )
     pool = quant_points(pooled).kernels["adaptive_avg_pool2d"]
     assert (pool.kind, pool.dims, pool.grids) == ("mean", (2, 3), ("relu",))
 
@@ -91,8 +97,11 @@ def test_ops_on_constants_alone_are_not_quantization_points():
     projection = next(k for k in plan.kernels.values() if k.kind == "weighted" and k.bias in nodes)
     assert projection.bias not in plan.points  # the folded bias, read as it is
     params = {s.arg.name for s in program.exported_program.graph_signature.input_specs if s.arg.name != "input"}
-    assert not [p for p in plan.points if p in nodes and nodes[p].op == "call_function"
-                and all(a.name in params for a in nodes[p].all_input_nodes)]
+    assert not [
+        p
+        for p in plan.points
+        if p in nodes and nodes[p].op == "call_function" and all(a.name in params for a in nodes[p].all_input_nodes)
+    ]
 
 
 def test_what_an_integer_input_reaches_is_quantized():
@@ -122,7 +131,9 @@ def test_qat_eval_predicts_tflite_micro_value_for_value(tmp_path):
     torch.manual_seed(0)
     model = ResidualCNN()
     example = (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
-    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-3), example, quantize="int8")
+    step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-3), example, quantize="int8"
+    )
     for _ in range(3):
         for i in range(0, len(x_train) - 63, 64):
             step(x_train[i : i + 64], y_train[i : i + 64])
@@ -133,4 +144,6 @@ def test_qat_eval_predicts_tflite_micro_value_for_value(tmp_path):
     tflm = np.concatenate([artifact.run(x_test[i : i + 1].transpose(0, 2, 3, 1))[0] for i in range(n)])
     scale, _ = int8_affine(*program.activation_ranges.ranges["linear"])
     steps_off = np.abs(tflm - predicted) / scale
-    assert (steps_off < 1e-3).mean() >= 0.999, f"identical on {(steps_off < 1e-3).mean():.4f}, max {steps_off.max():.1f} steps"
+    assert (steps_off < 1e-3).mean() >= 0.999, (
+        f"identical on {(steps_off < 1e-3).mean():.4f}, max {steps_off.max():.1f} steps"
+    )

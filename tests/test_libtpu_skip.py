@@ -19,10 +19,24 @@ def test_libtpu_tests_skip_with_the_reason_when_libtpu_is_missing():
     # TPUEDGE_LIBTPU=off is the build's own switch: it answers as a machine without libtpu does
     env = {**os.environ, "TPUEDGE_LIBTPU": "off"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:randomly", "tests/test_cloud_build.py", "-k", " or ".join(NEEDS_LIBTPU)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:randomly",
+            "tests/test_cloud_build.py",
+            "-k",
+            " or ".join(NEEDS_LIBTPU),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert f"{len(NEEDS_LIBTPU)} skipped" in proc.stdout, proc.stdout[-3000:]
     assert proc.stdout.count("needs libtpu: libtpu switched off by TPUEDGE_LIBTPU=off") == len(NEEDS_LIBTPU)
-

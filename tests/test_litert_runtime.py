@@ -10,7 +10,6 @@ import sys
 from tflm_single_op import single_op_model
 
 
-
 def _load_in_a_child(model: bytes, tmp_path) -> subprocess.CompletedProcess:
     path = tmp_path / "model.tflite"
     path.write_bytes(model)

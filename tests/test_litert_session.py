@@ -69,7 +69,11 @@ def test_an_edge_build_never_flips_x64_for_a_cloud_thread(repo_root):
 
     env = {**os.environ, "TPUEDGE_NO_CACHE": "1"}  # a cached float model would skip litert-torch
     proc = subprocess.run(
-        [sys.executable, "-c", _TWO_THREADS, str(repo_root / "examples")], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-c", _TWO_THREADS, str(repo_root / "examples")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -117,7 +121,11 @@ def test_an_edge_lowering_starts_no_jax_backend(repo_root):
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     env["TPUEDGE_NO_CACHE"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-c", _NO_BACKEND, str(repo_root / "examples")], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-c", _NO_BACKEND, str(repo_root / "examples")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -32,7 +32,9 @@ def bundle(folder):
 @pytest.fixture(scope="module")
 def float_build(folder, tmp_path_factory):
     out = tmp_path_factory.mktemp("float") / "android"
-    code, stdout, err = run_cli("build", str(folder), "--target", "android", "--quantize", "none", *CAPTURE, "--out", str(out))
+    code, stdout, err = run_cli(
+        "build", str(folder), "--target", "android", "--quantize", "none", *CAPTURE, "--out", str(out)
+    )
     assert code == 0, err
     return out, stdout
 
@@ -81,8 +83,9 @@ def test_generate_refuses_what_the_cache_cannot_hold_and_models_that_are_not_lms
 def test_verify_measures_token_agreement(float_build, folder, tmp_path):
     out, _ = float_build
     report = tmp_path / "verify.json"
-    code, stdout, err = run_cli("verify", str(out), "--model", str(folder), *CAPTURE[:0], "--min-top1", "0.99",
-                                "--json", str(report))
+    code, stdout, err = run_cli(
+        "verify", str(out), "--model", str(folder), *CAPTURE[:0], "--min-top1", "0.99", "--json", str(report)
+    )
     assert code == 0, err + stdout
     result = json.loads(report.read_text())["results"][0]
     assert result["token_agreement"]["top1_agreement"] == 1.0 and result["passed"]
@@ -90,8 +93,9 @@ def test_verify_measures_token_agreement(float_build, folder, tmp_path):
 
 
 def test_dynamic_int8_is_a_quarter_of_the_float_file_and_measured_on_held_out_text(bundle, float_build, tmp_path):
-    artifact = tpuedge.build(bundle, "android", tmp_path / "int8", quantize="dynamic-int8", min_top1=0.5,
-                             max_perplexity_increase=1.0)
+    artifact = tpuedge.build(
+        bundle, "android", tmp_path / "int8", quantize="dynamic-int8", min_top1=0.5, max_perplexity_increase=1.0
+    )
     sizes = artifact.manifest["sizes"]
     assert sizes["weight_bytes"] <= 1.1 * bundle.parameter_count  # one byte a weight (and its scales), each once
     assert sizes["tflite_bytes"] < 0.5 * (float_build[0] / "model.tflite").stat().st_size
@@ -109,7 +113,9 @@ def test_a_build_below_its_budget_writes_nothing(bundle, tmp_path):
 
 
 def test_auto_keeps_the_smallest_candidate_meeting_the_budget(bundle, tmp_path):
-    artifact = tpuedge.build(bundle, "android", tmp_path / "auto", quantize="auto", min_top1=0.9, max_perplexity_increase=0.2)
+    artifact = tpuedge.build(
+        bundle, "android", tmp_path / "auto", quantize="auto", min_top1=0.9, max_perplexity_increase=0.2
+    )
     recipe = artifact.manifest["recipe"]
     tried = recipe["auto"]["tried"]
     assert tried[-1]["scheme"].startswith(recipe["scheme"])
@@ -121,15 +127,27 @@ def test_auto_keeps_the_smallest_candidate_meeting_the_budget(bundle, tmp_path):
 def test_litertlm_bundle_generates_the_same_greedy_text_in_the_litert_lm_runtime(folder, bundle, tmp_path):
     litert_lm = pytest.importorskip("litert_lm")
     out = tmp_path / "lm"
-    code, _, err = run_cli("build", str(folder), "--target", "android", "--quantize", "none", *CAPTURE, "--bundle",
-                           "litertlm", "--out", str(out))
+    code, _, err = run_cli(
+        "build",
+        str(folder),
+        "--target",
+        "android",
+        "--quantize",
+        "none",
+        *CAPTURE,
+        "--bundle",
+        "litertlm",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     assert (out / "model.litertlm").is_file()
     prompt = "The capital of France is"
     ours = tpuedge.load(out).generate(prompt, 12).text
     engine = litert_lm.Engine(str(out / "model.litertlm"), backend=litert_lm.Backend.CPU())
-    session = engine.create_session(apply_prompt_template=False, sampler_config=litert_lm.SamplerConfig(top_k=1),
-                                    max_output_tokens=12)
+    session = engine.create_session(
+        apply_prompt_template=False, sampler_config=litert_lm.SamplerConfig(top_k=1), max_output_tokens=12
+    )
     session.run_prefill([prompt])
     theirs = "".join(session.run_decode().texts)
     assert theirs == ours and np.isfinite(len(theirs))

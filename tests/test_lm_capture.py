@@ -129,8 +129,9 @@ def test_transformers_static_cache_wrapper_is_captured_with_the_explicit_cache()
     from tpuedge.model_spec import decoder_of
 
     lm = tiny_lms.model("llama")
-    lm.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
-                                            cache_config={"batch_size": 1, "max_cache_len": 32})
+    lm.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static", cache_config={"batch_size": 1, "max_cache_len": 32}
+    )
     wrapper = TorchExportableModuleWithStaticCache(lm, batch_size=1, max_cache_len=32)
     assert decoder_of(wrapper) is lm
     assert decoder_of((wrapper, (torch.zeros(1, 1, dtype=torch.long),))) is lm

@@ -146,7 +146,9 @@ def test_tensor_parallel_and_data_parallel_meshes_give_one_devices_tokens():
 def cloud_build(tmp_path_factory):
     folder = tiny_lms.write_folder(tmp_path_factory.mktemp("tiny-llama") / "tiny-llama")
     out = tmp_path_factory.mktemp("cloud") / "lm"
-    code, stdout, err = run_cli("build", str(folder), "--target", "cloud-tpu", "--batch", "4", *CAPTURE, "--out", str(out))
+    code, stdout, err = run_cli(
+        "build", str(folder), "--target", "cloud-tpu", "--batch", "4", *CAPTURE, "--out", str(out)
+    )
     assert code == 0, err
     return folder, out, stdout
 
@@ -167,7 +169,11 @@ def test_cloud_build_writes_each_step_and_measures_it_on_xla(cloud_build):
     if plan["status"] == "compiled":  # libtpu installed: the decode step compiled for v5e:2x2 without a TPU
         report = json.loads((out / "tpu_plan.json").read_text())
         step = report["decode_step"]
-        assert step["batch"] == 4 and step["hbm_per_device"]["total_bytes"] >= step["weight_bytes_per_device"] + step["cache_bytes_per_device"]
+        assert (
+            step["batch"] == 4
+            and step["hbm_per_device"]["total_bytes"]
+            >= step["weight_bytes_per_device"] + step["cache_bytes_per_device"]
+        )
         assert report["largest_batch"]["fits"] and report["largest_batch"]["batch"] > 4
         assert "largest batch that fits" in stdout
 
@@ -195,6 +201,8 @@ def test_cloud_build_generates_the_float_irs_tokens(cloud_build):
 
 def test_cloud_build_of_a_language_model_refuses_training_options(cloud_build):
     folder, out, _ = cloud_build
-    code, _, err = run_cli("build", str(folder), "--target", "cloud-tpu", "--train-step", *CAPTURE, "--out", str(out.parent / "x"))
+    code, _, err = run_cli(
+        "build", str(folder), "--target", "cloud-tpu", "--train-step", *CAPTURE, "--out", str(out.parent / "x")
+    )
     assert code == 2 and "--train-step does not apply to a language model" in err
     assert not (out.parent / "x").exists()

@@ -28,7 +28,7 @@ class _Recorder:
         self.calls.append((entry, tokens[0].tolist(), input_pos.tolist()))
         written = cache[0].copy()
         start = min(int(input_pos[0]), self.cache_length - len(input_pos))  # dynamic_update_slice's clamp
-        written[start:start + len(input_pos)] = tokens[0]
+        written[start : start + len(input_pos)] = tokens[0]
         logits = np.zeros((1, len(input_pos), self.vocab), np.float32)
         logits[0, np.arange(len(input_pos)), (input_pos + 1) % self.vocab] = 1.0
         return (logits if entry == "decode" else None), [written]

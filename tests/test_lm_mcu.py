@@ -49,11 +49,15 @@ def test_the_char_lm_is_small_and_trained(bundle):
     assert example.WEIGHTS.stat().st_size < 500_000
     # trained: on the corpus it was trained on, ~1.07 nats a character (uniform would be ln 82 = 4.4)
     model = example.build()
-    ids = torch.tensor([model.tokenizer.encode(example.corpus_text()[:4 * 129])]).reshape(4, 129)
+    ids = torch.tensor([model.tokenizer.encode(example.corpus_text()[: 4 * 129])]).reshape(4, 129)
     with torch.no_grad():
-        loss = torch.nn.functional.cross_entropy(model.sequence_logits(ids[:, :-1]).reshape(-1, 82), ids[:, 1:].reshape(-1))
+        loss = torch.nn.functional.cross_entropy(
+            model.sequence_logits(ids[:, :-1]).reshape(-1, 82), ids[:, 1:].reshape(-1)
+        )
     assert float(loss) < 1.3
-    assert bundle.tokenizer is not None and bundle.tokenizer.decode(bundle.tokenizer.encode("Hi, sea!\n")) == "Hi, sea!\n"
+    assert (
+        bundle.tokenizer is not None and bundle.tokenizer.decode(bundle.tokenizer.encode("Hi, sea!\n")) == "Hi, sea!\n"
+    )
 
 
 def test_the_decode_step_is_one_int8_subgraph_with_the_kv_cache_in_the_arena(built):
@@ -70,19 +74,26 @@ def test_the_decode_step_is_one_int8_subgraph_with_the_kv_cache_in_the_arena(bui
     assert parse_c_array((out / "model_data.cc").read_text()) == data and m["flash_bytes"] == len(data)
     graph = model.subgraphs[0]
     used = {int(i) for op in graph.operators for i in [*op.inputs, *op.outputs]} | {int(i) for i in graph.inputs}
-    floats = [tflite_file.text(graph.tensors[i].name) for i in sorted(used - {-1})
-              if tflite_file.dtype_name(graph.tensors[i].type) == "float32"]
+    floats = [
+        tflite_file.text(graph.tensors[i].name)
+        for i in sorted(used - {-1})
+        if tflite_file.dtype_name(graph.tensors[i].type) == "float32"
+    ]
     assert floats == []  # every tensor an op reads or writes is integer, I/O included
     ops = {o["op"] for o in m["tflm_ops"]}
     assert "FULLY_CONNECTED" not in ops and {"CONV_2D", "DYNAMIC_UPDATE_SLICE", "BATCH_MATMUL"} <= ops
     resolver = (out / "op_resolver.h").read_text()
     assert "AddDynamicUpdateSlice" in resolver and f"kOpCount = {len(ops)}" in resolver
     io = decode_step_io(data, artifact.decoder_spec)  # caches int8, each output with its input's scale and zero point
-    assert [t["dtype"] for t in io["inputs"]] == ["int32", "int32"] + ["int8"] * 6 and io["outputs"][0]["dtype"] == "int8"
+    assert [t["dtype"] for t in io["inputs"]] == ["int32", "int32"] + ["int8"] * 6 and io["outputs"][0][
+        "dtype"
+    ] == "int8"
     # the KV cache is the step's inputs and outputs: inside the arena, which the board's RAM holds
     arena, board = m["arena"], m["board_check"]
     assert m["sizes"]["kv_cache_bytes"] == arena["kv_cache_bytes"] == KV_CACHE_BYTES
-    assert KV_CACHE_BYTES < arena["measured_bytes"] <= arena["recommended_bytes"] <= board["ram_budget_bytes"] == 196_608
+    assert (
+        KV_CACHE_BYTES < arena["measured_bytes"] <= arena["recommended_bytes"] <= board["ram_budget_bytes"] == 196_608
+    )
     assert m["flash_bytes"] <= board["flash_budget_bytes"] and board["fits"]
     assert m["estimate_before_conversion"]["arena_bytes_at_least"] <= arena["measured_bytes"]
     assert m["sizes"]["parameter_count"] < m["flash_bytes"] < 1.5 * m["sizes"]["parameter_count"]  # a byte a weight
@@ -132,7 +143,9 @@ def test_fully_connected_as_conv_makes_tflm_compute_as_litert_does():
     quantize = run_quantizer(base)
     recipe = quantizer_recipe(QuantConfig(scheme="int8", io_dtype="integer", strict_int8=True, float_islands=False))
     name = LiteRTRunner(base).inputs[0].name
-    quantize.calibrate(recipe, [{name: np.random.default_rng(i).standard_normal((1, 1, 96)).astype(np.float32)} for i in range(32)])
+    quantize.calibrate(
+        recipe, [{name: np.random.default_rng(i).standard_normal((1, 1, 96)).astype(np.float32)} for i in range(32)]
+    )
     fc = quantize(recipe)
     model = tflite_file.read_model(fc)
     assert fully_connected_as_conv(model) == 2
@@ -156,7 +169,9 @@ def test_fully_connected_as_conv_makes_tflm_compute_as_litert_does():
     before, fc_outputs = differing(fc)
     after, conv_outputs = differing(conv)
     assert before > 0 and after == 0
-    assert {o.name for o in ops_used(fc)} >= {"FULLY_CONNECTED"} and "FULLY_CONNECTED" not in {o.name for o in ops_used(conv)}
+    assert {o.name for o in ops_used(fc)} >= {"FULLY_CONNECTED"} and "FULLY_CONNECTED" not in {
+        o.name for o in ops_used(conv)
+    }
     # TFLite-Micro computes the same layers: its outputs at most 1 LSB from the FULLY_CONNECTED model's
     assert max(int(np.abs(a.astype(int) - b.astype(int)).max()) for a, b in zip(fc_outputs, conv_outputs)) <= 1
 
@@ -179,7 +194,10 @@ def test_verify_measures_the_mcu_build_against_the_float_ir(built, tmp_path):
     assert code == 0, err + stdout
     result = json.loads(report.read_text())["results"][0]
     assert result["passed"] and result["runtime"] == "TFLite-Micro (mcu)"
-    assert result["token_agreement"]["top1_agreement"] == artifact.manifest["accuracy"]["runtime_vs_float_ir"]["top1_agreement"]
+    assert (
+        result["token_agreement"]["top1_agreement"]
+        == artifact.manifest["accuracy"]["runtime_vs_float_ir"]["top1_agreement"]
+    )
 
 
 def test_an_lm_over_the_board_is_refused_before_any_conversion(bundle, tmp_path):
@@ -196,8 +214,9 @@ def test_an_lm_over_the_board_is_refused_before_any_conversion(bundle, tmp_path)
 def test_a_bigger_kv_cache_is_refused_on_ram_by_the_cli(tmp_path):
     folder = tiny_lms.write_folder(tmp_path / "tiny-llama")
     out = tmp_path / "out"
-    code, _, err = run_cli("build", str(folder), "--target", "mcu", "--cache-length", "512", "--board", "cortex-m0plus",
-                           "--out", str(out))
+    code, _, err = run_cli(
+        "build", str(folder), "--target", "mcu", "--cache-length", "512", "--board", "cortex-m0plus", "--out", str(out)
+    )
     assert code == 2 and "Traceback" not in err and not out.exists()
     assert "(RAM over)" in err and "98,624 bytes of flash" in err and "the int8 KV cache alone is 65,536" in err
 
@@ -209,8 +228,11 @@ def test_the_measured_arena_is_held_to_the_board_with_the_kv_cache_named():
     estimate = LMEstimate(222_432, 222_432, KV_CACHE_BYTES, 1024, "the cache")
     board = resolve_board(None, 1024, 60)  # the estimate fits its 46,080 bytes of RAM; the measured arena does not
     check_measured_fit("char_lm", board, 284_920, 46_080, estimate)
-    with pytest.raises(UserError, match=r"\(RAM over\): its int8 decode step is 284,920 bytes of flash and its tensor arena, "
-                                        r"measured in TFLite-Micro, 112,640 bytes of RAM, of which the KV cache is 36,864"):
+    with pytest.raises(
+        UserError,
+        match=r"\(RAM over\): its int8 decode step is 284,920 bytes of flash and its tensor arena, "
+        r"measured in TFLite-Micro, 112,640 bytes of RAM, of which the KV cache is 36,864",
+    ):
         check_measured_fit("char_lm", board, 284_920, 112_640, estimate)
 
 

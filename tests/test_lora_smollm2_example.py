@@ -39,7 +39,7 @@ def test_held_out_pairs_are_disjoint_and_sequences_fit():
     assert answer[-1] == tokenizer.eos_token_ids[0]
     assert list(ids[0, : len(prompt) + len(answer)]) == prompt + answer
     assert tokenizer.decode(labels[0][labels[0] >= 0][:-1]) == " " + train[0].answer  # the loss reads only the answer
-    assert (labels[0, : len(prompt)] == -100).all() and (labels[0, len(prompt) + len(answer):] == -100).all()
+    assert (labels[0, : len(prompt)] == -100).all() and (labels[0, len(prompt) + len(answer) :] == -100).all()
     assert example.is_exact(tokenizer, train[0], answer) and not example.is_exact(tokenizer, train[0], answer[:-1])
 
 

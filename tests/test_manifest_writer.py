@@ -57,7 +57,9 @@ def test_an_unrolled_recurrent_layer_lists_each_op_once_with_its_count(tmp_path)
     rng = np.random.default_rng(0)
     cal = [(rng.standard_normal((1, 12, 4)).astype(np.float32),) for _ in range(16)]
     art = tpuedge.build(program, "android", tmp_path / "rnn", quantize="int8", calibration=cal)
-    lists = [d["ops"] for d in art.manifest["recipe"]["decisions"]] + [d["ops"] for d in art.manifest["recipe"]["non_int8_ops"]]
+    lists = [d["ops"] for d in art.manifest["recipe"]["decisions"]] + [
+        d["ops"] for d in art.manifest["recipe"]["non_int8_ops"]
+    ]
     assert lists and any("\u00d7" in op for ops in lists for op in ops)
     for ops in lists:
         names = [op.rsplit(" \u00d7", 1)[0] for op in ops]

@@ -125,7 +125,7 @@ def test_model_data_cc_compiles_and_holds_the_model(digits_mcu, tmp_path):
     check = tmp_path / "check.cc"
     check.write_text(
         '#include "model_data.h"\n'
-        "static_assert(alignof(decltype(g_digits_model_data[0])) >= 1, \"\");\n"
+        'static_assert(alignof(decltype(g_digits_model_data[0])) >= 1, "");\n'
         "int main() { return (reinterpret_cast<unsigned long>(g_digits_model_data) % 16 == 0 && "
         "g_digits_model_data_len > 0) ? 0 : 1; }\n"
     )
@@ -168,7 +168,9 @@ def test_over_budget_exits_2_with_numbers_and_writes_nothing(digits_mcu, tmp_pat
     out = tmp_path / "tiny"
     small = art.manifest["flash_bytes"] // 1024  # flash budget below the model size
     with pytest.raises(tpuedge.UserError, match="flash"):
-        tpuedge.build(lowered.program, "mcu", out, calibration=digits.calibration(64), flash_kb=small, ram_kb=256, eval="none")
+        tpuedge.build(
+            lowered.program, "mcu", out, calibration=digits.calibration(64), flash_kb=small, ram_kb=256, eval="none"
+        )
     assert not out.exists()
 
 
@@ -177,7 +179,5 @@ def test_evaluation_data_is_only_what_eval_names(digits_program, repo_root):
     spec = repo_root / "examples" / "digits" / "model.py"
     implicit = digits_program.lower("mcu", calibration=f"{spec}:calibration")
     assert implicit.evaluation is None and len(implicit.held_out) == 50 and len(implicit.calibration) == 150
-    explicit = digits_program.lower(
-        "mcu", calibration=f"{spec}:calibration", eval=f"{spec}:evaluation"
-    )
+    explicit = digits_program.lower("mcu", calibration=f"{spec}:calibration", eval=f"{spec}:evaluation")
     assert explicit.evaluation is not None and explicit.held_out == [] and len(explicit.calibration) == 200

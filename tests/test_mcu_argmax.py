@@ -115,8 +115,11 @@ def test_mcu_builds_comparisons_in_int8_with_the_int8_values_own_answers(tmp_pat
     decided = 0
     for (x,) in cal:
         over, below, y = art.run(x)
-        xq = affine.dequantize(affine.quantize(x, x_in["scale"], x_in["zero_point"], "int8", ties="away"),
-                               x_in["scale"], x_in["zero_point"])
+        xq = affine.dequantize(
+            affine.quantize(x, x_in["scale"], x_in["zero_point"], "int8", ties="away"),
+            x_in["scale"],
+            x_in["zero_point"],
+        )
         # each mask is the comparison of the int8 values TFLite-Micro holds, the constant exact
         np.testing.assert_array_equal(over > 0.5, y > 0.3)
         np.testing.assert_array_equal(below > 0.5, xq <= y)

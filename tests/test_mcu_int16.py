@@ -57,8 +57,13 @@ def test_int16_where_int8_misses_the_budget_and_strict_int8_fails_loudly(outlier
     dtypes = {tflite_file.dtype_name(t.type) for t in model.subgraphs[0].tensors}
     assert "int16" in dtypes and not dtypes & {"float32", "float16"}
     # the 16x8 FULLY_CONNECTED's int64 bias, like every bias, without its unread scale table
-    biases = [t for t in model.subgraphs[0].tensors if tflite_file.dtype_name(t.type) in ("int32", "int64")
-              and tflite_file.is_constant(model, t) and len(t.shape) == 1]
+    biases = [
+        t
+        for t in model.subgraphs[0].tensors
+        if tflite_file.dtype_name(t.type) in ("int32", "int64")
+        and tflite_file.is_constant(model, t)
+        and len(t.shape) == 1
+    ]
     assert "int64" in {tflite_file.dtype_name(t.type) for t in biases}
     assert all(tflite_file.tensor_quantization(t)[0].size == 0 for t in biases)
     assert art.run(calibration[-1][0])[0].shape == (1, 4)  # runs in TFLite-Micro
@@ -165,7 +170,10 @@ def test_int16_candidates_of_a_model_with_an_embedding_run_in_tflite_micro(monke
     model = tflite_file.read_model(tflm_model)
     graph, names = model.subgraphs[0], tflite_file.operator_names(model)
     lookup = next(op for op in graph.operators if names[op.opcodeIndex] == "EMBEDDING_LOOKUP")
-    assert [tflite_file.dtype_name(graph.tensors[int(t)].type) for t in (lookup.inputs[1], lookup.outputs[0])] == ["int8", "int8"]
+    assert [tflite_file.dtype_name(graph.tensors[int(t)].type) for t in (lookup.inputs[1], lookup.outputs[0])] == [
+        "int8",
+        "int8",
+    ]
     ids = np.random.default_rng(5).integers(0, 64, (1, 8)).astype(np.int32)
     litert = LiteRTRunner(candidate).run([ids])[0]  # the candidate as scored, its float table
     tflm = TflmRunner(tflm_model, 1 << 20).run([ids])[0]
@@ -179,7 +187,9 @@ class _WideLayers(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 16384) if i % 2 == 0 else torch.nn.Linear(16384, 4) for i in range(20)])
+        self.layers = torch.nn.ModuleList(
+            [torch.nn.Linear(4, 16384) if i % 2 == 0 else torch.nn.Linear(16384, 4) for i in range(20)]
+        )
 
     def forward(self, x):
         for layer in self.layers:
@@ -220,8 +230,9 @@ def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
     calibration = [(rng.standard_normal((1, 16)).astype(np.float32),) for _ in range(32)]
 
     free_build = tpuedge.build(program, "mcu", tmp_path / "free", calibration=calibration, min_cosine=0.98)
-    strict_build = tpuedge.build(program, "mcu", tmp_path / "strict", calibration=calibration, min_cosine=0.98,
-                                 strict_int8=True)
+    strict_build = tpuedge.build(
+        program, "mcu", tmp_path / "strict", calibration=calibration, min_cosine=0.98, strict_int8=True
+    )
     free, strict = free_build.manifest, strict_build.manifest
     int16_arena, int8_arena = free["arena"]["recommended_bytes"], strict["arena"]["recommended_bytes"]
     assert free["quantization"]["recipe"]["non_int8_ops"] and int16_arena > int8_arena
@@ -232,8 +243,9 @@ def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
     ram_kb = -(-int8_arena * 4 // 3 // 1024)  # 75% of it is the arena budget: all-int8 fits, int16 does not
     assert int8_arena <= ram_kb * 1024 * 0.75 < int16_arena
 
-    fitted_build = tpuedge.build(program, "mcu", tmp_path / "fitted", calibration=calibration, min_cosine=0.98,
-                                 flash_kb=1024, ram_kb=ram_kb)
+    fitted_build = tpuedge.build(
+        program, "mcu", tmp_path / "fitted", calibration=calibration, min_cosine=0.98, flash_kb=1024, ram_kb=ram_kb
+    )
     fitted = fitted_build.manifest
     assert "int16 dropped" in fitted_build.report()
     assert fitted["quantization"]["recipe"]["non_int8_ops"] == []
@@ -246,15 +258,29 @@ def test_int16_that_would_not_fit_the_board_gives_way_to_all_int8(tmp_path):
     # the int16 one, twice that, once the budget was met), as TFLite-Micro's allocator took it for
     # the search's first candidate, at most what the probe measured, before any int16 candidate
     with pytest.raises(UserError, match=r"with every activation int8, .* allocator takes ([\d,]+) bytes") as err:
-        tpuedge.build(program, "mcu", tmp_path / "neither", calibration=calibration, min_cosine=0.98,
-                      flash_kb=1024, ram_kb=int8_arena // 1024 // 2)
+        tpuedge.build(
+            program,
+            "mcu",
+            tmp_path / "neither",
+            calibration=calibration,
+            min_cosine=0.98,
+            flash_kb=1024,
+            ram_kb=int8_arena // 1024 // 2,
+        )
     allocated = int(re.search(r"allocator takes ([\d,]+) bytes", str(err.value)).group(1).replace(",", ""))
     assert (int8_arena // 1024 // 2) * 1024 * 0.75 < allocated <= strict["arena"]["measured_bytes"]
     assert not (tmp_path / "neither").exists()
     # below its budget (strict int8 at 0.98) and over the board: the board's answer, not the budget's
     with pytest.raises(UserError, match="does not fit"):
-        tpuedge.build(program, "mcu", tmp_path / "both", calibration=calibration, strict_int8=True,
-                      flash_kb=1024, ram_kb=int8_arena // 1024 // 2)
+        tpuedge.build(
+            program,
+            "mcu",
+            tmp_path / "both",
+            calibration=calibration,
+            strict_int8=True,
+            flash_kb=1024,
+            ram_kb=int8_arena // 1024 // 2,
+        )
 
 
 def test_a_candidate_that_aborts_tflite_micro_is_refused_and_the_build_lives_on():
@@ -359,8 +385,7 @@ def test_quiet_audio_is_heard_in_16_bits_on_mcu(tmp_path):
     program = tpuedge.export(_LearnedSpectrum().eval(), (torch.zeros(1, 104),), name="spectrum")
     rng = np.random.default_rng(0)
     clips = [(rng.standard_normal((1, 104)) * 10 ** rng.uniform(-3, 0)).astype(np.float32) for _ in range(40)]
-    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=[(c,) for c in clips],
-                        board="nrf52840")
+    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=[(c,) for c in clips], board="nrf52840")
     assert {r["pass"] for r in art.manifest["rewrites"]} >= {"pad-as-slices", "magnitude-as-projections"}
     assert "GATHER_ND" not in {o["op"] for o in art.manifest["tflm_ops"]}
     from tpuedge.edge import tflite_file
@@ -384,8 +409,15 @@ def test_int8_io_keeps_int8_ends_where_every_op_runs_at_16_bits(tmp_path):
     program = tpuedge.export(_LearnedSpectrum().eval(), (torch.zeros(1, 104),), name="spectrum")
     rng = np.random.default_rng(0)
     clips = [(rng.standard_normal((1, 104)) * 10 ** rng.uniform(-3, 0)).astype(np.float32) for _ in range(40)]
-    art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=[(c,) for c in clips], board="nrf52840",
-                        io_dtype="int8", allow_below_budget=True)
+    art = tpuedge.build(
+        program,
+        "mcu",
+        tmp_path / "mcu",
+        calibration=[(c,) for c in clips],
+        board="nrf52840",
+        io_dtype="int8",
+        allow_below_budget=True,
+    )
     graph = tflite_file.read_model((art.directory / "model.tflite").read_bytes()).subgraphs[0]
     assert [tflite_file.dtype_name(graph.tensors[i].type) for i in [*graph.inputs, *graph.outputs]] == ["int8", "int8"]
     assert "int16" in {tflite_file.dtype_name(t.type) for t in graph.tensors}  # the search's 16-bit ops stay inside
@@ -405,5 +437,5 @@ def test_the_search_scores_a_candidate_that_aborts_tflite_micro_as_failed_and_li
     sample = [np.ones((1, 4), np.float32), np.ones((1, 4), np.float32)]
     with pytest.raises(TflmError, match=r"TFLite-Micro crashed running it \(exit"):
         tflm_candidate_outputs(single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0)), [sample])
-    (out,), = tflm_candidate_outputs(single_op_model("ADD", n_inputs=2), [sample])
+    ((out,),) = tflm_candidate_outputs(single_op_model("ADD", n_inputs=2), [sample])
     np.testing.assert_allclose(out, np.full((1, 4), 2.0))

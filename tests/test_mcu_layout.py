@@ -91,8 +91,10 @@ def test_mcu_artifact_takes_the_models_own_layout(cnn, tmp_path):
     assert [list(s.shape) for s in art.ir_inputs] == [[1, 3, 8, 8]]
     header = (tmp_path / "mcu" / "model_data.h").read_text()  # the device's side, documented where it is used
     x_io = art.manifest["quantization"]["io"]["inputs"][0]
-    assert (f"// input 0 ({x_io['name']}): int8[1, 8, 8, 3], NHWC (the model was exported NCHW [1, 3, 8, 8]: "
-            f"transpose before quantizing), real = scale * (q - zero_point) with scale {x_io['scale']:.9g}") in header
+    assert (
+        f"// input 0 ({x_io['name']}): int8[1, 8, 8, 3], NHWC (the model was exported NCHW [1, 3, 8, 8]: "
+        f"transpose before quantizing), real = scale * (q - zero_point) with scale {x_io['scale']:.9g}"
+    ) in header
     assert "// output 0 (" in header and "int8[1, 5]" in header
     x = cal[1][0]
     from_nchw = art.run(x)[0]

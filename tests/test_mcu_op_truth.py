@@ -21,6 +21,7 @@ from tpuedge.edge.tflm_ops import aten_to_tflm
 from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
 from tpuedge.shared_ir.op_registry import op_key
 
+
 class _AllProbes(torch.nn.Module):
     """Probe i applied to input i: no two branches share a tensor, so the converter can't merge
     them (it did: a softmax next to a log_softmax lost its SOFTMAX fusion to a shared max/exp)."""
@@ -35,7 +36,8 @@ class _AllProbes(torch.nn.Module):
 
 def _sample(rng, names):
     return [
-        rng.integers(0, 10, (1, 6)).astype(np.int64) if PROBES[n][0] == "idx"
+        rng.integers(0, 10, (1, 6)).astype(np.int64)
+        if PROBES[n][0] == "idx"
         else rng.standard_normal(INPUT_SHAPES[PROBES[n][0]]).astype(np.float32)
         for n in names
     ]
@@ -99,8 +101,14 @@ def _runs_in_tflm(branch: bytes) -> tuple[bool, str]:
     try:
         runner = TflmRunner(branch, 1 << 20)
         rng = np.random.default_rng(0)
-        runner.run_raw([rng.integers(-100, 100, d["shape"]).astype(d["dtype"]) if d["dtype"] != np.int32
-                        else rng.integers(0, 10, d["shape"]).astype(np.int32) for d in runner.input_details])
+        runner.run_raw(
+            [
+                rng.integers(-100, 100, d["shape"]).astype(d["dtype"])
+                if d["dtype"] != np.int32
+                else rng.integers(0, 10, d["shape"]).astype(np.int32)
+                for d in runner.input_details
+            ]
+        )
         return True, ""
     except TflmError as exc:
         failure = classify_tflm_error(exc)
@@ -127,7 +135,12 @@ def probe_results():
 
     captured = [a | b for a, b in zip(captured, _branch_op_keys(ExplicitPad()(program.exported_program)[0]))]
     config = QuantConfig(  # the mcu build's own settings (NHWC image inputs), strict: each op's own int8 form
-        scheme="int8", io_dtype="int8", strict_int8=True, float_islands=False, per_channel=True, channels_last=True,
+        scheme="int8",
+        io_dtype="int8",
+        strict_int8=True,
+        float_islands=False,
+        per_channel=True,
+        channels_last=True,
         min_calibration_samples=16,
     )
     _, tflite, _ = integer_tflite(Program(ep, name="probes"), config, [_sample(rng, names) for _ in range(16)])
@@ -163,7 +176,9 @@ def test_check_verdict_equals_the_real_build_for_every_op(probe_results):
         for name, r in probe_results.items()
         if r["check_ok"] != r["build_ok"]
     }
-    assert disagree == {}, "\n".join(f"{n}: check {c}, build {b} ({why}; {ops})" for n, (c, b, why, ops) in disagree.items())
+    assert disagree == {}, "\n".join(
+        f"{n}: check {c}, build {b} ({why}; {ops})" for n, (c, b, why, ops) in disagree.items()
+    )
     # Both verdicts occur: the probes exercise the rule, they don't all pass or all fail.
     verdicts = {r["build_ok"] for r in probe_results.values()}
     assert verdicts == {True, False}

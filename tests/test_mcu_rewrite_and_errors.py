@@ -40,7 +40,7 @@ def test_transformer_with_gelu_builds_and_runs_in_tflm(tmp_path):
     assert held_out["tflm_vs_litert_max_lsb"] <= 2  # measured 2 LSB on this block; the README says within 2
 
 
-MODEL_WITH_EXP_ABS = '''
+MODEL_WITH_EXP_ABS = """
 import torch, torch.nn as nn
 class Net(nn.Module):
     def __init__(self):
@@ -53,7 +53,7 @@ def calibration():
     import numpy as np
     rng = np.random.default_rng(0)
     return [(rng.standard_normal((1, 8)).astype(np.float32),) for _ in range(32)]
-'''
+"""
 
 
 def test_check_and_build_agree_an_op_without_int8_path_exits_2(tmp_path, capsys):
@@ -88,7 +88,9 @@ def test_a_kernel_failure_is_reported_as_the_op_not_as_arena_size():
         measure_arena(single_op_model("NEG"), [np.array([[-40, -3, 5, 60]], np.int8)])
     text = str(err.value)
     assert "NEG" in text and "kernel" in text and "too large" not in text and "arena" not in text
-MODEL_WITH_POW = '''
+
+
+MODEL_WITH_POW = """
 import torch, torch.nn as nn
 class Net(nn.Module):
     def __init__(self):
@@ -97,7 +99,7 @@ class Net(nn.Module):
         return self.conv(x).pow(2.5)  # no product form (x**2, x**3 and x**0.5 have one)
 def build():
     return Net().eval(), (torch.zeros(1, 1, 8, 8),)
-'''
+"""
 
 
 def test_unsupported_op_exits_2_before_any_file(tmp_path, capsys):
@@ -107,7 +109,18 @@ def test_unsupported_op_exits_2_before_any_file(tmp_path, capsys):
     model.write_text(MODEL_WITH_POW)
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
-        main(["build", f"{model}:build", "--target", "mcu", "--calibration", str(tmp_path / "none.npz"), "--out", str(out)])
+        main(
+            [
+                "build",
+                f"{model}:build",
+                "--target",
+                "mcu",
+                "--calibration",
+                str(tmp_path / "none.npz"),
+                "--out",
+                str(out),
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "aten.pow" in err and "POW" in err and "cube.py" in err
@@ -179,8 +192,11 @@ def test_a_model_whose_activations_fit_no_board_is_told_so_before_converting(tmp
 
     program = tpuedge.export(Wide().eval(), (torch.zeros(1, 3, 160, 160),), name="wide")
     calibration = [[np.zeros((1, 3, 160, 160), np.float32)]] * 16
-    with pytest.raises(UserError, match=r"does not fit any built-in board: its aten.conv2d.default conv2d at "
-                                        r"\S*test_mcu_rewrite_and_errors.py:\d+ .* holds at least 486,400 bytes"):
+    with pytest.raises(
+        UserError,
+        match=r"does not fit any built-in board: its aten.conv2d.default conv2d at "
+        r"\S*test_mcu_rewrite_and_errors.py:\d+ .* holds at least 486,400 bytes",
+    ):
         program.lower("mcu", calibration=calibration)
     with pytest.raises(UserError, match=r"does not fit rp2040: .* rp2040 leaves 202,752 bytes of RAM"):
         program.lower("mcu", board="rp2040", calibration=calibration)
@@ -203,8 +219,9 @@ def test_an_all_int8_arena_over_the_board_ends_the_build_before_the_search(tmp_p
         def __init__(self):
             super().__init__()
             self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
-            self.branch = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
-                                              torch.nn.Conv2d(16, 16, 3, padding=1))
+            self.branch = torch.nn.Sequential(
+                torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1)
+            )
 
         def forward(self, x):
             x = torch.relu(self.stem(x))
@@ -214,8 +231,9 @@ def test_an_all_int8_arena_over_the_board_ends_the_build_before_the_search(tmp_p
     program = tpuedge.export(Residual().eval(), (torch.zeros(1, 3, 32, 32),), name="residual")
     rng = np.random.default_rng(0)
     calibration = [(rng.standard_normal((1, 3, 32, 32)).astype(np.float32),) for _ in range(16)]
-    measured = tpuedge.build(program, "mcu", tmp_path / "roomy", calibration=calibration, flash_kb=1024,
-                             ram_kb=1024).manifest["arena"]["measured_bytes"]
+    measured = tpuedge.build(
+        program, "mcu", tmp_path / "roomy", calibration=calibration, flash_kb=1024, ram_kb=1024
+    ).manifest["arena"]["measured_bytes"]
     lower_bound, _ = activation_lower_bound(program)
     ram_kb = -(-int((lower_bound + 4096) / (1 - RESERVE)) // 1024)  # the check before conversion passes
     assert lower_bound < ram_kb * 1024 * (1 - RESERVE) < measured
@@ -224,8 +242,11 @@ def test_an_all_int8_arena_over_the_board_ends_the_build_before_the_search(tmp_p
     real_outputs = tflm_candidates.tflm_candidate_outputs
     monkeypatch.setattr(tflm_candidates, "tflm_candidate_outputs", lambda *a: scored.append(a) or real_outputs(*a))
     out = tmp_path / "tight"
-    with pytest.raises(UserError, match=r"residual does not fit custom: .* allocator takes ([\d,]+) bytes of tensor "
-                                        r"arena.* the int8 search was not run") as err:
+    with pytest.raises(
+        UserError,
+        match=r"residual does not fit custom: .* allocator takes ([\d,]+) bytes of tensor "
+        r"arena.* the int8 search was not run",
+    ) as err:
         tpuedge.build(program, "mcu", out, calibration=calibration, flash_kb=1024, ram_kb=ram_kb)
     allocated = int(re.search(r"allocator takes ([\d,]+) bytes", str(err.value)).group(1).replace(",", ""))
     assert ram_kb * 1024 * (1 - RESERVE) < allocated <= measured  # a lower bound of the measured arena
@@ -244,7 +265,12 @@ def test_arena_probe_survives_a_size_that_crashes_tflite_micro(tmp_path):
 
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(64, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 10)
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 4),
+        torch.nn.ReLU(),
+        torch.nn.Linear(4, 4),
+        torch.nn.ReLU(),
+        torch.nn.Linear(4, 10),
     ).eval()
     rng = np.random.default_rng(0)
     calibration = [(rng.random((1, 1, 8, 8), dtype=np.float32),) for _ in range(40)]
@@ -297,7 +323,9 @@ def test_a_layer_calibrated_near_zero_is_a_user_error_naming_it(tmp_path):
     program = tpuedge.export(Faint().eval(), (torch.zeros(1, 3, 8, 8),), name="faint")
     rng = np.random.default_rng(0)
     calibration = [(rng.standard_normal((1, 3, 8, 8)).astype(np.float32),) for _ in range(24)]
-    with pytest.raises(UserError, match=r"can't run: .*nothing was written\. Its CONV_2D \(op 0\) was calibrated to outputs of about"):
+    with pytest.raises(
+        UserError, match=r"can't run: .*nothing was written\. Its CONV_2D \(op 0\) was calibrated to outputs of about"
+    ):
         tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=calibration)
     assert not (tmp_path / "mcu").exists()
 
@@ -326,7 +354,7 @@ def test_the_mcu_check_of_a_dynamic_program_reports_its_shapes_and_does_not_cras
     assert "aten.col2im.default" in {p.subject for p in problems if p.kind == "op"}  # left as it was
 
 
-MODEL_ENDING_IN_LOG_SOFTMAX = '''
+MODEL_ENDING_IN_LOG_SOFTMAX = """
 import torch, torch.nn as nn, torch.nn.functional as F
 class Net(nn.Module):
     def __init__(self):
@@ -335,7 +363,7 @@ class Net(nn.Module):
         return F.log_softmax(self.fc(x), dim=1)  # as PyTorch's MNIST example ends
 def build():
     return Net().eval(), (torch.zeros(1, 16),)
-'''
+"""
 
 
 def test_a_classifier_ending_in_log_softmax_is_told_to_return_its_logits(tmp_path, capsys):

@@ -77,14 +77,17 @@ def _ids_and_masks(n: int, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     mask = np.ones((n, 8), np.int64)
     for row, pad in zip(mask, rng.integers(0, 4, n)):
-        row[8 - pad:] = 0
+        row[8 - pad :] = 0
     return {"ids": rng.integers(0, VOCAB, (n, 8)), "mask": mask}
 
 
 def test_a_masked_text_model_builds_for_mcu_and_meets_its_budget(tmp_path):
     torch.manual_seed(0)
-    program = tpuedge.export(_MaskedEncoder().eval(), (torch.zeros(1, 8, dtype=torch.long), torch.ones(1, 8, dtype=torch.long)),
-                             name="masked")
+    program = tpuedge.export(
+        _MaskedEncoder().eval(),
+        (torch.zeros(1, 8, dtype=torch.long), torch.ones(1, 8, dtype=torch.long)),
+        name="masked",
+    )
     assert program.check("mcu") == []  # embedding, the bool gather and the equal-shape where all pass now
     np.savez(tmp_path / "cal.npz", **_ids_and_masks(48, 1))
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=str(tmp_path / "cal.npz"))
@@ -158,10 +161,14 @@ class _MaskCast(torch.nn.Module):
 
 def test_a_cast_of_integer_input_builds_as_check_says(tmp_path):
     """check passed it, and the build refused the CAST as float compute (DeBERTa-v2's mask)."""
-    program = tpuedge.export(_MaskCast().eval(), (torch.randn(1, 8, 4), torch.ones(1, 8, dtype=torch.long)), name="mask_cast")
+    program = tpuedge.export(
+        _MaskCast().eval(), (torch.randn(1, 8, 4), torch.ones(1, 8, dtype=torch.long)), name="mask_cast"
+    )
     assert program.check("mcu") == []
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "cal.npz", x=rng.standard_normal((32, 8, 4)).astype(np.float32), mask=rng.integers(0, 2, (32, 8)))
+    np.savez(
+        tmp_path / "cal.npz", x=rng.standard_normal((32, 8, 4)).astype(np.float32), mask=rng.integers(0, 2, (32, 8))
+    )
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=str(tmp_path / "cal.npz"))
     assert "CAST" in {o["op"] for o in art.manifest["tflm_ops"]}
     assert art.manifest["accuracy_budget"]["met"]

@@ -26,7 +26,9 @@ def test_build_summary_and_verify_give_the_same_numbers_for_the_same_samples():
     reference = [[rng.normal(size=(1, 10))] for _ in range(12)]  # what a batch-1 build collects
     candidate = [[r[0] + rng.normal(scale=0.3, size=(1, 10))] for r in reference]
     summary = compare_outputs(reference, candidate)
-    verify = compare_output("logits", stack_samples([r[0] for r in reference]), stack_samples([c[0] for c in candidate]))
+    verify = compare_output(
+        "logits", stack_samples([r[0] for r in reference]), stack_samples([c[0] for c in candidate])
+    )
     assert verify.shape == (12, 10)
     assert summary.cosine == verify.cosine and summary.centered_cosine == verify.centered_cosine
     assert summary.max_abs_error == verify.max_abs_error and summary.top1_agreement == verify.top1_agreement
@@ -48,7 +50,10 @@ def test_task_accuracy_and_the_worst_output_rule():
     assert task_accuracy(scores[:, :1], np.array([0, 0, 0, 0])) is None
     # two outputs, the first exact, the second with its argmax flipped on sample 0: the summary
     # reports the worse output (what verify's per-output check would fail on), not a blend
-    reference = [[np.array([[1.0, 2.0, 3.0]]), np.array([[1.0, -1.0]])], [np.array([[3.0, 2.0, 1.0]]), np.array([[-1.0, 1.0]])]]
+    reference = [
+        [np.array([[1.0, 2.0, 3.0]]), np.array([[1.0, -1.0]])],
+        [np.array([[3.0, 2.0, 1.0]]), np.array([[-1.0, 1.0]])],
+    ]
     candidate = [[reference[0][0], np.array([[-1.0, 1.0]])], reference[1]]
     summary = compare_outputs(reference, candidate)
     second = compare_output("1", np.array([[1.0, -1.0], [-1.0, 1.0]]), np.array([[-1.0, 1.0], [-1.0, 1.0]]))
@@ -60,7 +65,9 @@ def test_task_accuracy_and_the_worst_output_rule():
 def test_there_is_one_metrics_module():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("tpuedge.verify.metrics")
-    definitions = re.compile(r"^def (cosine|centered_cosine|snr_db|compare_outputs?|top1_agreement|task_accuracy)\(", re.M)
+    definitions = re.compile(
+        r"^def (cosine|centered_cosine|snr_db|compare_outputs?|top1_agreement|task_accuracy)\(", re.M
+    )
     defined = sorted(
         str(p.relative_to(ROOT))
         for folder in ("shared_ir", "edge", "cloud", "quantize", "tpuedge", "bench")

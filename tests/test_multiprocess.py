@@ -26,11 +26,24 @@ JOB_TIMEOUT_S = 400
 
 
 def _start(processes: int, devices: int, out: Path, *args: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "tpuedge.cloud.launch", "--processes", str(processes), "--devices-per-process",
-               str(devices), "--timeout", str(JOB_TIMEOUT_S - 20), str(JOB), str(out), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "tpuedge.cloud.launch",
+        "--processes",
+        str(processes),
+        "--devices-per-process",
+        str(devices),
+        "--timeout",
+        str(JOB_TIMEOUT_S - 20),
+        str(JOB),
+        str(out),
+        *args,
+    ]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, str]:
@@ -54,8 +67,9 @@ def _run(processes: int, devices: int, out: Path, *args: str) -> dict:
 
 def _same_within(a: dict, b: dict, rtol: float) -> None:
     assert a["losses"].keys() == b["losses"].keys()
-    np.testing.assert_allclose([a["losses"][k] for k in sorted(a["losses"])],
-                               [b["losses"][k] for k in sorted(b["losses"])], rtol=rtol)
+    np.testing.assert_allclose(
+        [a["losses"][k] for k in sorted(a["losses"])], [b["losses"][k] for k in sorted(b["losses"])], rtol=rtol
+    )
     for name, value in a["params"].items():
         np.testing.assert_allclose(b["params"][name], value, rtol=rtol, atol=1e-6, err_msg=name)
 
@@ -63,8 +77,19 @@ def _same_within(a: dict, b: dict, rtol: float) -> None:
 def test_two_processes_train_as_one_device_and_their_checkpoint_restores_on_one(tmp_path):
     """2 processes x 2 devices with FSDP (parameters sharded across the processes) give one
     device's losses; the checkpoint they write restores onto one device and goes on."""
-    job = _run(2, 2, tmp_path / "job", "--mesh", "fsdp:4", "--steps", "4", "--resume", str(tmp_path / "ck"),
-               "--save-every", "4")
+    job = _run(
+        2,
+        2,
+        tmp_path / "job",
+        "--mesh",
+        "fsdp:4",
+        "--steps",
+        "4",
+        "--resume",
+        str(tmp_path / "ck"),
+        "--save-every",
+        "4",
+    )
     assert (job["processes"], job["devices"], job["local_devices"]) == (2, 4, 2)
 
     alone = build_step(None)
@@ -79,8 +104,12 @@ def test_two_processes_train_as_one_device_and_their_checkpoint_restores_on_one(
 
 
 def test_the_launcher_refuses_a_missing_script(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "tpuedge.cloud.launch", "--processes", "2", str(tmp_path / "none.py")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "tpuedge.cloud.launch", "--processes", "2", str(tmp_path / "none.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "does not exist" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -141,9 +170,25 @@ print("built")
 def test_uneven_example_shares_are_refused_in_every_process(tmp_path):
     script = tmp_path / "uneven.py"
     script.write_text(UNEVEN)
-    proc = subprocess.Popen([sys.executable, "-m", "tpuedge.cloud.launch", "--processes", "2", "--devices-per-process",
-                             "2", "--timeout", "300", str(script)], env=dict(os.environ, JAX_PLATFORMS="cpu"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tpuedge.cloud.launch",
+            "--processes",
+            "2",
+            "--devices-per-process",
+            "2",
+            "--timeout",
+            "300",
+            str(script),
+        ],
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     code, err = _finish(proc)
     assert code == 2, err[-4000:]
     assert "different shapes (process 0: [[8, 4], [8]])" in err and "different shapes (process 1: [[7, 4], [7]])" in err

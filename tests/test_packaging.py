@@ -98,14 +98,33 @@ def test_a_wheel_holds_every_module_under_the_tpuedge_namespace(tmp_path):
     new_subpackage.mkdir()
     (new_subpackage / "__init__.py").write_text("")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(source)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("tpuedge-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {n.split("/")[0] for n in names} == {"tpuedge", f"tpuedge-{_project()['version']}.dist-info"}
-    folders = {"tpuedge": "tpuedge", "shared_ir": "tpuedge/shared_ir", "cloud": "tpuedge/cloud", "edge": "tpuedge/edge", "quantize": "tpuedge/quantize"}
+    folders = {
+        "tpuedge": "tpuedge",
+        "shared_ir": "tpuedge/shared_ir",
+        "cloud": "tpuedge/cloud",
+        "edge": "tpuedge/edge",
+        "quantize": "tpuedge/quantize",
+    }
     expected = {
         f"{folders[folder]}/{path.relative_to(source / folder).as_posix()}"
         for folder in LIBRARY_FOLDERS
@@ -118,11 +137,19 @@ def test_a_wheel_holds_every_module_under_the_tpuedge_namespace(tmp_path):
     # came from must agree, or a CLI run from the checkout and one from the install miss each
     # other's entries (CI, a non-editable install, once failed test_cache_builds this way).
     zipfile.ZipFile(wheel).extractall(tmp_path / "installed")
-    digest = "from tpuedge.shared_ir.cache_keys import _source_digest as d; import tpuedge; print(tpuedge.__file__, d())"
+    digest = (
+        "from tpuedge.shared_ir.cache_keys import _source_digest as d; import tpuedge; print(tpuedge.__file__, d())"
+    )
 
     def digest_from(path):
-        out = subprocess.run([sys.executable, "-c", digest], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                             env={**os.environ, "PYTHONPATH": str(path)})
+        out = subprocess.run(
+            [sys.executable, "-c", digest],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(path)},
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         where, value = out.stdout.split()
         assert where.startswith(str(path)), where  # each run imports the copy it was pointed at

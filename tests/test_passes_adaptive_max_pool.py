@@ -62,7 +62,7 @@ def test_uneven_windows_and_read_indices_are_left_alone():
     class Left(torch.nn.Module):
         def forward(self, x):
             values, indices = F.adaptive_max_pool2d(x, 2, return_indices=True)
-            return F.adaptive_max_pool2d(x, 3) , values, indices  # 8 rows into 3 windows: they overlap
+            return F.adaptive_max_pool2d(x, 3), values, indices  # 8 rows into 3 windows: they overlap
 
     program = tpuedge.export(Left().eval(), (torch.zeros(1, 2, 8, 8),), name="left")
     ep, result = AdaptiveMaxPoolAsPool()(program.exported_program)

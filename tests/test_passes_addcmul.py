@@ -21,7 +21,10 @@ class _AffineAndGrn(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.alpha, self.beta = torch.nn.Parameter(torch.rand(16) + 0.5), torch.nn.Parameter(torch.randn(16))
-        self.gamma, self.bias = torch.nn.Parameter(torch.randn(1, 1, 1, 16)), torch.nn.Parameter(torch.randn(1, 1, 1, 16))
+        self.gamma, self.bias = (
+            torch.nn.Parameter(torch.randn(1, 1, 1, 16)),
+            torch.nn.Parameter(torch.randn(1, 1, 1, 16)),
+        )
         self.fc = torch.nn.Linear(16, 4)
 
     def forward(self, x):  # x: [N, H, W, C]
@@ -51,4 +54,6 @@ def test_addcmul_addcdiv_and_square_become_products_and_the_mcu_check_passes():
 
 def test_the_affine_and_grn_block_runs_in_tflite_micro_within_budget(tmp_path):
     program = _program()
-    assert_builds_for_mcu_within_budget(program, (1, 4, 4, 16), {"addcmul-as-mul-add", "powers-as-products"}, tmp_path / "mcu")
+    assert_builds_for_mcu_within_budget(
+        program, (1, 4, 4, 16), {"addcmul-as-mul-add", "powers-as-products"}, tmp_path / "mcu"
+    )

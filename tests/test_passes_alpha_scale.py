@@ -18,8 +18,13 @@ class WithAlpha(torch.nn.Module):
 
     def forward(self, x):
         y = self.linear(x)
-        return (torch.add(x, y, alpha=2), torch.sub(y, self.shift, alpha=0.5), torch.rsub(y, 1.0, alpha=3),
-                torch.add(y, 2.0, alpha=0.25), torch.add(x, y))
+        return (
+            torch.add(x, y, alpha=2),
+            torch.sub(y, self.shift, alpha=0.5),
+            torch.rsub(y, 1.0, alpha=3),
+            torch.add(y, 2.0, alpha=0.25),
+            torch.add(x, y),
+        )
 
 
 def test_alpha_is_moved_onto_its_operand_and_android_builds():

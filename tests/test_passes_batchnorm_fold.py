@@ -98,9 +98,14 @@ class _ConvNet(torch.nn.Module):
         super().__init__()
         nn = torch.nn
         self.body = nn.Sequential(
-            nn.Conv2d(3, 16, 3, stride=2, bias=False), nn.BatchNorm2d(16), nn.ReLU6(),
-            nn.Conv2d(16, 16, 3, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU6(),
-            nn.Conv2d(16, 24, 1, bias=False), nn.BatchNorm2d(24),
+            nn.Conv2d(3, 16, 3, stride=2, bias=False),
+            nn.BatchNorm2d(16),
+            nn.ReLU6(),
+            nn.Conv2d(16, 16, 3, groups=16, bias=False),
+            nn.BatchNorm2d(16),
+            nn.ReLU6(),
+            nn.Conv2d(16, 24, 1, bias=False),
+            nn.BatchNorm2d(24),
         )
         self.head = nn.Linear(24, 10)
 

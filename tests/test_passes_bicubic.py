@@ -26,8 +26,9 @@ class _Resize(torch.nn.Module):
         return self.conv(F.interpolate(x, mode="bicubic", **self.resize))
 
 
-@pytest.mark.parametrize("resize", [dict(size=(11, 14)), dict(scale_factor=2.5, align_corners=True),
-                                    dict(scale_factor=(0.5, 1.5))])
+@pytest.mark.parametrize(
+    "resize", [dict(size=(11, 14)), dict(scale_factor=2.5, align_corners=True), dict(scale_factor=(0.5, 1.5))]
+)
 def test_a_bicubic_resize_becomes_two_products_with_the_same_numbers(resize):
     torch.manual_seed(0)
     program = tpuedge.export(_Resize(**resize).eval(), (torch.zeros(1, 3, 8, 9),), name="resize")

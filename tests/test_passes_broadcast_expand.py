@@ -87,7 +87,7 @@ class _RelativeLogits(torch.nn.Module):
         n, h, w, _ = q.shape
         rel = rel_k.shape[0]
         x = (q @ rel_k.transpose(-1, -2)).reshape(-1, w, rel)
-        x = F.pad(F.pad(x, [0, 1]).flatten(1), [0, rel - w]).reshape(-1, w + 1, rel)[:, :w, self.window - 1:]
+        x = F.pad(F.pad(x, [0, 1]).flatten(1), [0, rel - w]).reshape(-1, w + 1, rel)[:, :w, self.window - 1 :]
         return x.reshape(n, h, 1, w, self.window).expand(-1, -1, self.window, -1, -1).permute(order)
 
     def forward(self, q):

@@ -42,7 +42,9 @@ def _samples(n, seed=0):
 
 def test_noop_casts_vanish_and_dtype_casts_become_one_op():
     program = _casts_program()
-    assert {"aten.to.dtype", "aten.to.dtype_layout", "aten._assert_tensor_metadata.default"} <= set(program.op_histogram)
+    assert {"aten.to.dtype", "aten.to.dtype_layout", "aten._assert_tensor_metadata.default"} <= set(
+        program.op_histogram
+    )
     ep, results = PassManager([CanonicalCasts(), FoldConstants()]).run(program.exported_program)
     rewritten = Program(ep, name="casts")
     hist = rewritten.op_histogram
@@ -84,7 +86,11 @@ def test_fold_leaves_parameters_and_large_expansions_alone():
 def test_bert_encoder_passes_the_mcu_check_and_builds(tmp_path):
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
         max_position_embeddings=16,
     )
     torch.manual_seed(0)
@@ -99,7 +105,7 @@ def test_bert_encoder_passes_the_mcu_check_and_builds(tmp_path):
     rng = np.random.default_rng(1)
     mask = np.ones((40, 16), np.int64)
     for row, pad in zip(mask, rng.integers(0, 6, 40)):
-        row[16 - pad:] = 0  # padded sentences: the mask matters
+        row[16 - pad :] = 0  # padded sentences: the mask matters
     np.savez(tmp_path / "cal.npz", input_ids=rng.integers(0, 100, (40, 16)), attention_mask=mask)
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=str(tmp_path / "cal.npz"))
     assert "EMBEDDING_LOOKUP" in {o["op"] for o in art.manifest["tflm_ops"]}

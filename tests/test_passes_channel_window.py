@@ -43,8 +43,9 @@ def test_the_channel_window_becomes_a_convolution_exactly(dims):
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
     assert result.changed == 1 and not {"aten.avg_pool3d.default", "aten.avg_pool2d.default"} & targets
     for seed in range(3):
-        np.testing.assert_allclose(Program(ep, name="lrn").run(_x(seed, shape))[0], program.run(_x(seed, shape))[0],
-                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            Program(ep, name="lrn").run(_x(seed, shape))[0], program.run(_x(seed, shape))[0], rtol=1e-6, atol=1e-6
+        )
 
 
 def test_other_average_pools_are_left():
@@ -56,7 +57,7 @@ def test_other_average_pools_are_left():
 def test_fractional_powers_become_square_roots():
     class Powers(torch.nn.Module):
         def forward(self, x):
-            return x ** 0.75 + x ** 0.25
+            return x**0.75 + x**0.25
 
     x = np.random.default_rng(0).uniform(0.5, 4.0, (2, 6)).astype(np.float32)
     program = tpuedge.export(Powers(), (torch.from_numpy(x),), name="powers")

@@ -30,8 +30,10 @@ def _program():
 
 def _samples(count, seed=0):
     rng = np.random.default_rng(seed)
-    return [[rng.standard_normal((1, 5, 6)).astype(np.float32), (rng.random((1, 5, 1)) > 0.3).astype(np.float32)]
-            for _ in range(count)]
+    return [
+        [rng.standard_normal((1, 5, 6)).astype(np.float32), (rng.random((1, 5, 1)) > 0.3).astype(np.float32)]
+        for _ in range(count)
+    ]
 
 
 def test_clamps_are_rewritten_and_the_fused_bounds_stay():

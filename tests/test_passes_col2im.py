@@ -29,9 +29,15 @@ class _Outlook(torch.nn.Module):
         return self.conv(F.fold(cols * torch.sigmoid(cols), (self.side, self.side), **self.geometry))
 
 
-@pytest.mark.parametrize("geometry", [dict(kernel=3, stride=2, padding=1), dict(kernel=3, stride=1, padding=1, side=7),
-                                      dict(kernel=2, stride=2, padding=0),
-                                      dict(kernel=(2, 3), stride=(1, 2), padding=(1, 0), dilation=(2, 1), side=9)])
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        dict(kernel=3, stride=2, padding=1),
+        dict(kernel=3, stride=1, padding=1, side=7),
+        dict(kernel=2, stride=2, padding=0),
+        dict(kernel=(2, 3), stride=(1, 2), padding=(1, 0), dilation=(2, 1), side=9),
+    ],
+)
 def test_fold_becomes_sums_of_placed_taps_with_the_same_numbers(geometry):
     side = geometry.get("side", 8)
     program = tpuedge.export(_Outlook(**geometry).eval(), (torch.zeros(1, 2, side, side),), name="outlook")
@@ -74,7 +80,9 @@ def test_a_float_model_litert_refuses_is_a_user_error_naming_the_node(tmp_path):
     from tpuedge.shared_ir.errors import BudgetError, UserError
 
     torch.manual_seed(0)
-    program = tpuedge.export(_Outlook(kernel=8, stride=4, padding=0, side=16).eval(), (torch.zeros(1, 2, 16, 16),), name="wide")
+    program = tpuedge.export(
+        _Outlook(kernel=8, stride=4, padding=0, side=16).eval(), (torch.zeros(1, 2, 16, 16),), name="wide"
+    )
     out = tmp_path / "android"
     with pytest.raises(UserError) as raised:
         tpuedge.build(program, "android", out, quantize="none")

@@ -22,11 +22,13 @@ class ConstantMinusConv(torch.nn.Module):
 
     def forward(self, x):
         y = self.conv(x)
-        return (1.0 - y,                                  # rsub.Scalar
-                self.offset - self.depthwise(y),          # sub.Tensor(buffer, depthwise)
-                0.5 - torch.relu(self.norm(y) * 2.0),     # through what the converter fuses
-                3.0 - F.avg_pool2d(x, 2),                 # no convolution at all
-                2.0 - F.interpolate(y, scale_factor=2))
+        return (
+            1.0 - y,  # rsub.Scalar
+            self.offset - self.depthwise(y),  # sub.Tensor(buffer, depthwise)
+            0.5 - torch.relu(self.norm(y) * 2.0),  # through what the converter fuses
+            3.0 - F.avg_pool2d(x, 2),  # no convolution at all
+            2.0 - F.interpolate(y, scale_factor=2),
+        )
 
 
 class ConstantMinusOther(torch.nn.Module):
@@ -61,8 +63,9 @@ def test_constant_minus_convolution_converts_with_its_sign():
 
 
 def test_other_subtractions_are_left_alone():  # a tensor minus anything, integers, constants alone
-    program = tpuedge.export(ConstantMinusOther().eval(), (torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.int64)),
-                             name="other")
+    program = tpuedge.export(
+        ConstantMinusOther().eval(), (torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.int64)), name="other"
+    )
     ep, result = ConstantMinusAsNegAdd()(program.exported_program)
     assert result.changed == 0 and ep is program.exported_program
 

@@ -42,7 +42,9 @@ def planted():
     for _ in range(4):
         for i in range(0, len(x_train), 64):
             optimizer.zero_grad()
-            F.cross_entropy(model(torch.from_numpy(x_train[i : i + 64])), torch.from_numpy(y_train[i : i + 64])).backward()
+            F.cross_entropy(
+                model(torch.from_numpy(x_train[i : i + 64])), torch.from_numpy(y_train[i : i + 64])
+            ).backward()
             optimizer.step()
     with torch.no_grad():  # channel i of c1's output times k_i, c2's input channel i divided by it
         k = torch.logspace(-2, 2, 16)
@@ -77,10 +79,14 @@ def test_a_build_whose_all_int8_misses_takes_the_equalized_program(planted, tmp_
     """Old code: all-int8 scored 0.27 on the search's samples, and strict int8 (mcu's) stayed there."""
     program, calibration, evaluation = planted
     for target, options in (("android", {"quantize": "int8", "strict_int8": True}), ("mcu", {})):
-        artifact = tpuedge.build(program, target, tmp_path / target, calibration=calibration, eval=evaluation, **options)
+        artifact = tpuedge.build(
+            program, target, tmp_path / target, calibration=calibration, eval=evaluation, **options
+        )
         recipe = artifact.manifest.get("recipe") or artifact.manifest["quantization"]["recipe"]
         report = recipe["cross_layer_equalization"]
         assert report["kept"] and report["all_int8_cosine_before"] < 0.5 < 0.999 < report["all_int8_cosine_equalized"]
         assert artifact.manifest["accuracy_budget"]["met"]
-    result = tpuedge.verify(tmp_path / "android", program, [(x,) for x in evaluation[0][:8, None]], per_layer=True, layer_samples=4)
+    result = tpuedge.verify(
+        tmp_path / "android", program, [(x,) for x in evaluation[0][:8, None]], per_layer=True, layer_samples=4
+    )
     assert min(l.snr_db for l in result.layers.layers) > 25  # compared against the equalized IR the build converted

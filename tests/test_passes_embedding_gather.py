@@ -46,6 +46,9 @@ def test_static_int8_stores_the_table_in_int8(tmp_path):
     """Old code: 500 KiB of float32 table in the int8 model (1.00x the float model)."""
     artifact = tpuedge.build(_program(), "android", tmp_path / "a", quantize="int8", calibration=_ids(32))
     sizes = artifact.manifest["sizes"]
-    assert sizes["weight_bytes"] < 0.3 * VOCAB * DIM * 4 and sizes["tflite_bytes"] < 1.1 * (VOCAB * DIM + 8 * DIM) + 32 * 1024
+    assert (
+        sizes["weight_bytes"] < 0.3 * VOCAB * DIM * 4
+        and sizes["tflite_bytes"] < 1.1 * (VOCAB * DIM + 8 * DIM) + 32 * 1024
+    )
     assert artifact.manifest["accuracy_budget"]["met"]
     assert [r["pass"] for r in artifact.manifest["recipe"]["ir_rewrites"]] == ["embedding-as-gather"]

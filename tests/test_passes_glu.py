@@ -40,7 +40,9 @@ def test_glu_becomes_a_sigmoid_gate_exactly():
     targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
     assert result.changed == 2 and "aten.glu.default" not in targets and targets.count("aten.sigmoid.default") == 2
     for seed in range(3):
-        np.testing.assert_allclose(Program(ep, name="gated").run(_x(seed))[0], program.run(_x(seed))[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            Program(ep, name="gated").run(_x(seed))[0], program.run(_x(seed))[0], rtol=1e-6, atol=1e-7
+        )
 
 
 def test_mcu_builds_a_gated_convolution():

@@ -113,10 +113,15 @@ def test_a_permute_no_merge_brings_to_5d_becomes_swaps_and_builds_for_mcu(tmp_pa
     sample = _samples((2, 3, 4, 5, 6, 7), 1)[0]
     for got, want in zip(rewritten.run(*sample), program.run(*sample)):
         np.testing.assert_array_equal(got, want)
-    assert all(len(n.meta["val"].shape) <= 5 for n in ep.graph.nodes if n.op == "call_function" and n.target == torch.ops.aten.permute.default)
+    assert all(
+        len(n.meta["val"].shape) <= 5
+        for n in ep.graph.nodes
+        if n.op == "call_function" and n.target == torch.ops.aten.permute.default
+    )
     assert program.check("mcu") == [] and program.check("android") == []
-    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=_samples((2, 3, 4, 5, 6, 7), 24),
-                             board="esp32s3")
+    artifact = tpuedge.build(
+        program, "mcu", tmp_path / "mcu", calibration=_samples((2, 3, 4, 5, 6, 7), 24), board="esp32s3"
+    )
     assert min(artifact.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
 
 

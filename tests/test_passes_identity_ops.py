@@ -82,7 +82,11 @@ def test_in_place_eval_dropout_vanishes_too():
     class Head(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.fc1, self.drop, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Dropout(0.2, inplace=True), torch.nn.Linear(16, 3)
+            self.fc1, self.drop, self.fc2 = (
+                torch.nn.Linear(8, 16),
+                torch.nn.Dropout(0.2, inplace=True),
+                torch.nn.Linear(16, 3),
+            )
 
         def forward(self, x):
             return self.fc2(self.drop(torch.nn.functional.hardswish(self.fc1(x))))

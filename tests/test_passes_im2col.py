@@ -27,10 +27,14 @@ class _Patches(torch.nn.Module):
         return self.fc(patches.transpose(1, 2))
 
 
-@pytest.mark.parametrize("kernel,stride,padding,dilation", [(4, 4, 0, 1), (3, 1, 1, 1), ((2, 3), (1, 2), (1, 0), (2, 1))])
+@pytest.mark.parametrize(
+    "kernel,stride,padding,dilation", [(4, 4, 0, 1), (3, 1, 1, 1), ((2, 3), (1, 2), (1, 0), (2, 1))]
+)
 def test_unfold_becomes_a_depthwise_convolution_with_the_same_numbers(kernel, stride, padding, dilation):
     torch.manual_seed(0)
-    program = tpuedge.export(_Patches(kernel, stride, padding, dilation).eval(), (torch.zeros(1, 3, 12, 12),), name="patches")
+    program = tpuedge.export(
+        _Patches(kernel, stride, padding, dilation).eval(), (torch.zeros(1, 3, 12, 12),), name="patches"
+    )
     ep, result = Im2colAsConv()(program.exported_program)
     assert result.changed == 1
     assert "aten.im2col.default" not in Program(ep, name="patches").op_histogram

@@ -43,7 +43,9 @@ def test_instance_norm_becomes_a_group_norm():
     assert result.changed == 2
     assert "aten.instance_norm.default" not in Program(ep, name="styled").op_histogram
     for seed in range(3):
-        np.testing.assert_allclose(Program(ep, name="styled").run(_x(seed))[0], program.run(_x(seed))[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            Program(ep, name="styled").run(_x(seed))[0], program.run(_x(seed))[0], rtol=1e-5, atol=1e-5
+        )
 
 
 def test_mcu_builds_an_instance_norm_network():

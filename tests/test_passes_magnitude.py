@@ -48,13 +48,16 @@ class _AudioMagnitudes(torch.nn.Module):
 
     def forward(self, x, gain):
         re, im = x[:, :8], x[:, 8:]
-        return torch.cat([
-            torch.sqrt(re ** 2 + im ** 2 + 1e-6),
-            torch.sqrt(torch.clamp(re * re + im * im, min=1e-4)),
-            torch.sqrt(re ** 2 + im ** 2 + x[:, 4:12] ** 2),
-            torch.sqrt(x[:, :8] * x[:, :8] + x[:, 8:] * x[:, 8:]),
-            torch.sqrt(re ** 2 + gain ** 2),
-        ], dim=1)
+        return torch.cat(
+            [
+                torch.sqrt(re**2 + im**2 + 1e-6),
+                torch.sqrt(torch.clamp(re * re + im * im, min=1e-4)),
+                torch.sqrt(re**2 + im**2 + x[:, 4:12] ** 2),
+                torch.sqrt(x[:, :8] * x[:, :8] + x[:, 8:] * x[:, 8:]),
+                torch.sqrt(re**2 + gain**2),
+            ],
+            dim=1,
+        )
 
 
 def test_the_forms_audio_front_ends_write_become_projections_too():

@@ -23,8 +23,13 @@ def _bert(attention: str, initializer_range: float = 0.3):
     # weights wider than BERT's 0.02 init, so attention is peaked as in a trained model (with
     # 0.02 every logit is ~0, attention is uniform and the mask's range costs nothing)
     config = transformers.BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=TOKENS, initializer_range=initializer_range,
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=TOKENS,
+        initializer_range=initializer_range,
     )
     config._attn_implementation = attention
     torch.manual_seed(0)
@@ -37,7 +42,7 @@ def _samples(count: int, seed: int) -> list[list[np.ndarray]]:
     for _ in range(count):
         ids = rng.integers(0, 100, (1, TOKENS)).astype(np.int64)
         mask = np.ones((1, TOKENS), np.int64)
-        mask[0, rng.integers(4, TOKENS):] = 0  # padded sentences: some positions masked
+        mask[0, rng.integers(4, TOKENS) :] = 0  # padded sentences: some positions masked
         out.append([ids, mask])
     return out
 
@@ -48,8 +53,13 @@ def _export(attention: str) -> Program:
 
 
 def _scalar_args(ep) -> list[float]:
-    return [a for n in ep.graph.nodes if n.op == "call_function" for a in n.args
-            if isinstance(a, float) and (math.isinf(a) or abs(a) >= EXTREME)]
+    return [
+        a
+        for n in ep.graph.nodes
+        if n.op == "call_function"
+        for a in n.args
+        if isinstance(a, float) and (math.isinf(a) or abs(a) >= EXTREME)
+    ]
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
@@ -91,8 +101,9 @@ def test_android_int8_bert_follows_float_on_held_out_sentences(tmp_path):
     # 24 calibration samples: 16 set the ranges, the build holds 8 out for its own budget check;
     # the budget is this test's bound (a random 2-layer BERT, not a product claim)
     calibration, held_out = _samples(24, 0), _samples(8, 1)
-    artifact = tpuedge.build(program, "android", tmp_path / "android", quantize="int8", calibration=calibration,
-                             min_cosine=0.95)
+    artifact = tpuedge.build(
+        program, "android", tmp_path / "android", quantize="int8", calibration=calibration, min_cosine=0.95
+    )
     accuracy = compare_outputs([program.run(*s) for s in held_out], [artifact.run(*s) for s in held_out])
     assert accuracy.centered_cosine >= 0.95, accuracy
 
@@ -146,7 +157,9 @@ class _CausalSdpa(torch.nn.Module):
 
     def forward(self, x):
         q, k, v = (t.view(1, 12, 4, 8).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(1, 12, 32)
+        return (
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(1, 12, 32)
+        )
 
 
 def test_a_causal_attention_gets_an_additive_mask_and_full_int8_follows_float():
@@ -160,8 +173,9 @@ def test_a_causal_attention_gets_an_additive_mask_and_full_int8_follows_float():
     rng = np.random.default_rng(0)
     samples = [[rng.standard_normal((1, 12, 32)).astype(np.float32)] for _ in range(17)]
     np.testing.assert_allclose(Program(bounded, name="b").run(*samples[-1])[0], program.run(*samples[-1])[0], atol=1e-6)
-    artifact = tpuedge.build(program, "android", None, quantize="int8", strict_int8=True, calibration=samples[:16],
-                             allow_below_budget=True)
+    artifact = tpuedge.build(
+        program, "android", None, quantize="int8", strict_int8=True, calibration=samples[:16], allow_below_budget=True
+    )
     ours, reference = artifact.run(*samples[-1])[0], program.run(*samples[-1])[0]
     assert cosine(ours, reference) > 0.98
 

@@ -112,7 +112,9 @@ def test_a_division_litert_refuses_in_int8_is_a_failed_recipe_not_a_crash(tmp_pa
     torch.manual_seed(0)
     program = tpuedge.export(_Shares().eval(), (torch.zeros(1, 8, 16),), name="shares")
     with pytest.raises(BudgetError) as caught:
-        tpuedge.build(program, "android", tmp_path / "out", quantize="int8", calibration=_tokens(48, 0), strict_int8=True)
+        tpuedge.build(
+            program, "android", tmp_path / "out", quantize="int8", calibration=_tokens(48, 0), strict_int8=True
+        )
     text = str(caught.value)
     assert "stops LiteRT" in text or "LiteRT refused to run it" in text.split("Recipes tried", 1)[1], text
     assert not (tmp_path / "out").exists()

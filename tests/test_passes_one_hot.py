@@ -45,7 +45,10 @@ def test_android_and_cloud_build_a_one_hot_model():
     """Old code: both checks refused aten._assert_async.msg, the bounds check of one_hot's decomposition."""
     program = _program()
     assert program.check("android") == [] and program.check("cloud-tpu") == []
-    for artifact in (tpuedge.build(program, "android", None, quantize="none"), tpuedge.build(program, "cloud-tpu", None)):
+    for artifact in (
+        tpuedge.build(program, "android", None, quantize="none"),
+        tpuedge.build(program, "cloud-tpu", None),
+    ):
         for seed in range(2):
             ours, reference = artifact.run(_ids(seed)), program.run(_ids(seed))
             np.testing.assert_allclose(ours[0], reference[0], rtol=1e-5, atol=1e-6)

@@ -69,7 +69,13 @@ def test_android_int8_takes_1d_pools():
     without its CanonicalizePass, reverted) avg_pool1d lowered to STABLEHLO_REDUCE_WINDOW and
     ai-edge-quantizer stopped on it: bytes had matched on seven zoo models, not on this one."""
     program = _program()
-    android = tpuedge.build(program, "android", None, quantize="int8", calibration=[[_x(seed)] for seed in range(10, 26)],
-                            allow_below_budget=True)
+    android = tpuedge.build(
+        program,
+        "android",
+        None,
+        quantize="int8",
+        calibration=[[_x(seed)] for seed in range(10, 26)],
+        allow_below_budget=True,
+    )
     for ours, reference in zip(android.run(_x(1)), program.run(_x(1))):
         assert cosine(ours, reference) > 0.98

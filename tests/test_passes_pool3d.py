@@ -19,7 +19,9 @@ POOLS = {
     "max-cube-ceil": lambda x: F.max_pool3d(x, 3, 2, 1, ceil_mode=True),
     "max-time-stride": lambda x: F.max_pool3d(x, (2, 1, 1), (2, 1, 1)),
     "avg-counted-pad": lambda x: F.avg_pool3d(x, (2, 3, 3), (1, 2, 2), (1, 1, 1)),
-    "avg-valid-only-ceil": lambda x: F.avg_pool3d(x, (3, 2, 2), (2, 2, 2), (1, 1, 0), ceil_mode=True, count_include_pad=False),
+    "avg-valid-only-ceil": lambda x: F.avg_pool3d(
+        x, (3, 2, 2), (2, 2, 2), (1, 1, 0), ceil_mode=True, count_include_pad=False
+    ),
 }
 
 
@@ -43,7 +45,9 @@ def test_a_3d_pool_becomes_2d_pools_with_torchs_numbers(form):
 
 
 def test_a_dilated_3d_max_pool_is_left_alone():
-    program = tpuedge.export(_Pool(lambda x: F.max_pool3d(x, 2, dilation=2)), (torch.zeros(1, 2, 5, 5, 5),), name="dilated")
+    program = tpuedge.export(
+        _Pool(lambda x: F.max_pool3d(x, 2, dilation=2)), (torch.zeros(1, 2, 5, 5, 5),), name="dilated"
+    )
     assert Pool3dAs2d()(program.exported_program)[1].changed == 0
 
 

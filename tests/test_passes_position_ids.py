@@ -105,7 +105,7 @@ def test_roberta_style_embeddings_build_for_mcu(tmp_path):
 
     def sample():
         ids = rng.integers(2, 40, size=(1, 12))
-        ids[0, rng.integers(6, 12):] = PAD  # padded at the end, as a tokenizer pads
+        ids[0, rng.integers(6, 12) :] = PAD  # padded at the end, as a tokenizer pads
         return (ids.astype(np.int64),)
 
     program = tpuedge.export(_Embeddings().eval(), (torch.from_numpy(sample()[0]),), name="embeddings")

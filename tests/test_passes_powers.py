@@ -24,7 +24,7 @@ class _Magnitude(torch.nn.Module):
 
     def forward(self, x):
         magnitude = torch.sqrt(self.re(x) ** 2 + self.im(x) ** 2)
-        energy = (magnitude ** 0.5 + 0.1 * magnitude ** 3) * (magnitude + 1.0) ** -0.5
+        energy = (magnitude**0.5 + 0.1 * magnitude**3) * (magnitude + 1.0) ** -0.5
         return F.normalize(self.fc(energy.flatten(1)), dim=-1), torch.linalg.vector_norm(energy, 2, dim=(1, 2))
 
 
@@ -54,7 +54,7 @@ def test_powers_roots_and_norms_become_products_with_the_same_numbers():
 def test_other_exponents_stay_for_the_check_to_report():
     class Cube(torch.nn.Module):
         def forward(self, x):
-            return x ** 2.5
+            return x**2.5
 
     program = tpuedge.export(Cube(), (torch.ones(1, 4),), name="odd_power")
     ep, result = PowersAsProducts()(program.exported_program)

@@ -52,8 +52,14 @@ def test_lstm_cell_decomposes_exactly(bias):
     assert result.changed == 1
     hist = rewritten.op_histogram
     assert "aten.lstm_cell.default" not in hist
-    assert set(hist) <= {"aten.linear.default", "aten.add.Tensor", "aten.slice.Tensor", "aten.sigmoid.default",
-                         "aten.tanh.default", "aten.mul.Tensor"}
+    assert set(hist) <= {
+        "aten.linear.default",
+        "aten.add.Tensor",
+        "aten.slice.Tensor",
+        "aten.sigmoid.default",
+        "aten.tanh.default",
+        "aten.mul.Tensor",
+    }
     for sample in _samples(8, seed=1):
         for a, b in zip(program.run(*sample), rewritten.run(*sample)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)

@@ -18,7 +18,9 @@ class _Seq(torch.nn.Module):
         super().__init__()
         kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(cell, torch.nn.RNN)
         options = {"nonlinearity": cell.removeprefix("rnn_")} if cell.startswith("rnn") else {}
-        self.rnn = kind(6, 5, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias, **options)
+        self.rnn = kind(
+            6, 5, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias, **options
+        )
         self.cell, self.with_state, self.batch_first = cell, with_state, batch_first
         self.states = layers * (2 if bidirectional else 1)
 
@@ -43,9 +45,18 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("cell,layers,bidirectional,batch_first,with_state,bias", CASES,
-                         ids=["lstm", "lstm-2layer-bidir-state", "gru-state", "gru-2layer-bidir-nobias",
-                              "rnn-tanh-2layer-bidir-state", "rnn-relu"])
+@pytest.mark.parametrize(
+    "cell,layers,bidirectional,batch_first,with_state,bias",
+    CASES,
+    ids=[
+        "lstm",
+        "lstm-2layer-bidir-state",
+        "gru-state",
+        "gru-2layer-bidir-nobias",
+        "rnn-tanh-2layer-bidir-state",
+        "rnn-relu",
+    ],
+)
 def test_unrolled_layer_gives_torchs_numbers(cell, layers, bidirectional, batch_first, with_state, bias):
     torch.manual_seed(0)
     module = _Seq(cell, layers, bidirectional, batch_first, with_state, bias).eval()
@@ -151,11 +162,18 @@ def test_an_android_int8_recurrent_layer_stores_one_gate_bias_not_one_per_step(t
     cal = [[x] for x in np.random.default_rng(0).standard_normal((32, 1, 9, 6)).astype(np.float32)]
     artifact = tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=cal)
     assert artifact.manifest["accuracy_budget"]["met"]
-    assert [r["pass"] for r in artifact.manifest["recipe"]["ir_rewrites"]] == ["unroll-recurrent-layers", "select-from-stack"]
+    assert [r["pass"] for r in artifact.manifest["recipe"]["ir_rewrites"]] == [
+        "unroll-recurrent-layers",
+        "select-from-stack",
+    ]
     model = tflite_file.read_model((tmp_path / "int8" / "model.tflite").read_bytes())
-    gate_biases = [t for t in model.subgraphs[0].tensors
-                   if tflite_file.dtype_name(t.type) == "int32" and list(t.shape) == [gates * 8]
-                   and tflite_file.is_constant(model, t)]
+    gate_biases = [
+        t
+        for t in model.subgraphs[0].tensors
+        if tflite_file.dtype_name(t.type) == "int32"
+        and list(t.shape) == [gates * 8]
+        and tflite_file.is_constant(model, t)
+    ]
     assert len(gate_biases) == 1
 
 

@@ -120,6 +120,8 @@ def test_a_converter_failure_is_one_paragraph_naming_the_ir_node(tmp_path, monke
     message = str(caught.value)
     assert caught.value.exit_code == 2 and "\n" not in message
     assert "failed to convert gated_unet_unrewritten for android at IR node add" in message
-    assert "(aten.add.Tensor) from" in message and "test_passes_repeat_expand.py" in message and "(x = x + x3)" in message
+    assert (
+        "(aten.add.Tensor) from" in message and "test_passes_repeat_expand.py" in message and "(x = x + x3)" in message
+    )
     assert "Attempting to broadcast" in message and "internal error" not in message
     assert not (tmp_path / "android").exists()

@@ -43,7 +43,9 @@ def test_rms_norm_is_written_out_exactly():
     assert result.changed == 2
     assert "aten.rms_norm.default" not in Program(ep, name="b").op_histogram
     for seed in range(3):
-        np.testing.assert_allclose(Program(ep, name="b").run(_x(seed))[0], program.run(_x(seed))[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            Program(ep, name="b").run(_x(seed))[0], program.run(_x(seed))[0], rtol=1e-5, atol=1e-5
+        )
 
 
 def test_mcu_builds_an_rms_norm_block():

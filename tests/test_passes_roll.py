@@ -51,9 +51,14 @@ class _ShiftedWindows(torch.nn.Module):
         count = 0
         for h in ((0, -w), (-w, -k), (-k, None)):
             for v in ((0, -w), (-w, -k), (-k, None)):
-                mask[h[0]:h[1], v[0]:v[1]] = count
+                mask[h[0] : h[1], v[0] : v[1]] = count
                 count += 1
-        windows = lambda t: t.view(-1, s // w, w, s // w, w, t.shape[-1]).permute(0, 1, 3, 2, 4, 5).reshape(-1, w * w, t.shape[-1])  # noqa: E731
+
+        def windows(t):
+            return (
+                t.view(-1, s // w, w, s // w, w, t.shape[-1]).permute(0, 1, 3, 2, 4, 5).reshape(-1, w * w, t.shape[-1])
+            )
+
         ids = windows(mask[None, :, :, None]).squeeze(-1)
         bias = (ids[:, None, :] != ids[:, :, None]).float() * -100.0
         q, k_, v_ = self.qkv(windows(x)).chunk(3, dim=-1)

@@ -41,7 +41,9 @@ def _stacks(program) -> int:
     return sum(n for op, n in program.op_histogram.items() if op.startswith("aten.stack"))
 
 
-@pytest.mark.parametrize("cell,bidirectional,layers", [("gru", False, 1), ("lstm", True, 2)], ids=["gru", "lstm-2layer-bidir"])
+@pytest.mark.parametrize(
+    "cell,bidirectional,layers", [("gru", False, 1), ("lstm", True, 2)], ids=["gru", "lstm-2layer-bidir"]
+)
 def test_the_last_step_is_read_from_that_step(cell, bidirectional, layers):
     torch.manual_seed(0)
     program = tpuedge.export(_LastStep(cell, bidirectional, layers).eval(), (torch.zeros(2, 8, 8),), name="last")
@@ -52,8 +54,13 @@ def test_the_last_step_is_read_from_that_step(cell, bidirectional, layers):
     # layer 2 reads layer 1 step by step (recurrent_layers.py), and the last layer's stacks go:
     # none is left, and no select reads a stack or cat any more
     assert _stacks(picked) == 0, picked.op_histogram
-    assert not [n for n in ep.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.select.int
-                and getattr(n.args[0], "target", None) in (torch.ops.aten.stack.default, torch.ops.aten.cat.default)]
+    assert not [
+        n
+        for n in ep.graph.nodes
+        if n.op == "call_function"
+        and n.target is torch.ops.aten.select.int
+        and getattr(n.args[0], "target", None) in (torch.ops.aten.stack.default, torch.ops.aten.cat.default)
+    ]
     x = np.random.default_rng(1).standard_normal((2, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(picked.run(x)[0], program.run(x)[0], rtol=1e-5, atol=1e-6)
 
@@ -79,4 +86,7 @@ def test_an_int8_gru_classifier_stacks_nothing(tmp_path):
         model = tflite_file.read_model((tmp_path / target / "model.tflite").read_bytes())
         ops = [tflite_file.operator_names(model)[op.opcodeIndex] for op in model.subgraphs[0].operators]
         assert "CONCATENATION" not in ops and "PACK" not in ops, (target, sorted(set(ops)))
-        assert ops.count("QUANTIZE") <= (0 if target == "mcu" else 1), (target, ops.count("QUANTIZE"))  # android: float input
+        assert ops.count("QUANTIZE") <= (0 if target == "mcu" else 1), (
+            target,
+            ops.count("QUANTIZE"),
+        )  # android: float input

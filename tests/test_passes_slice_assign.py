@@ -71,8 +71,15 @@ def test_hf_rwkv_recurrence_converts_for_android(tmp_path):
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.RwkvConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, attention_hidden_size=16,
-                                     intermediate_size=32, context_length=6, use_cache=False)
+    config = transformers.RwkvConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        attention_hidden_size=16,
+        intermediate_size=32,
+        context_length=6,
+        use_cache=False,
+    )
 
     class Logits(torch.nn.Module):
         def __init__(self):

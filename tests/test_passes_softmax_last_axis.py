@@ -49,7 +49,9 @@ def test_a_softmax_over_another_axis_moves_to_the_last_exactly():
 def test_android_int8_runs_them_as_softmax(tmp_path):
     """Old code: REDUCE_MAX, SUB, EXP, SUM and DIV, left in float by the quantizer."""
     calibration = [[_x(seed)] for seed in range(10, 26)]
-    artifact = tpuedge.build(_program(), "android", tmp_path / "out", quantize="int8", calibration=calibration, strict_int8=True)
+    artifact = tpuedge.build(
+        _program(), "android", tmp_path / "out", quantize="int8", calibration=calibration, strict_int8=True
+    )
     histogram = artifact.manifest["op_histogram"]
     assert histogram.get("SOFTMAX") == 2 and "EXP" not in histogram
 
@@ -108,7 +110,14 @@ def test_a_convolutions_softmax_over_its_last_axis_builds_for_mcu():
 def test_android_int8_runs_a_convolutions_softmax_as_softmax(tmp_path):
     """Old code: EXP and REDUCE_MAX beside one SOFTMAX (the attention scores')."""
     calibration = [[_image(seed)] for seed in range(10, 26)]
-    artifact = tpuedge.build(_spatial_program(), "android", tmp_path / "out", quantize="int8", calibration=calibration,
-                             strict_int8=True, channels_last=True)
+    artifact = tpuedge.build(
+        _spatial_program(),
+        "android",
+        tmp_path / "out",
+        quantize="int8",
+        calibration=calibration,
+        strict_int8=True,
+        channels_last=True,
+    )
     histogram = artifact.manifest["op_histogram"]
     assert histogram.get("SOFTMAX") == 2 and "EXP" not in histogram

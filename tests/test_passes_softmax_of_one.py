@@ -25,8 +25,10 @@ class _OneKey(torch.nn.Module):
 
 def _samples(count: int):
     rng = np.random.default_rng(0)
-    return [(rng.standard_normal((1, 4, 8)).astype(np.float32), rng.standard_normal((1, 1, 8)).astype(np.float32))
-            for _ in range(count)]
+    return [
+        (rng.standard_normal((1, 4, 8)).astype(np.float32), rng.standard_normal((1, 1, 8)).astype(np.float32))
+        for _ in range(count)
+    ]
 
 
 def test_a_softmax_over_one_key_is_ones_and_mcu_builds_it(tmp_path):

@@ -12,8 +12,13 @@ from tpuedge.shared_ir.program import Program
 
 class Sorts(torch.nn.Module):
     def forward(self, x):
-        return (x.argsort(-1), torch.sort(x, 0, descending=True).values, x.topk(2).values,  # top-k pooling
-                torch.sort(x, stable=True)[1], x.topk(3, 0, largest=False))  # both read: left as it is
+        return (
+            x.argsort(-1),
+            torch.sort(x, 0, descending=True).values,
+            x.topk(2).values,  # top-k pooling
+            torch.sort(x, stable=True)[1],
+            x.topk(3, 0, largest=False),
+        )  # both read: left as it is
 
 
 def _x(seed: int) -> np.ndarray:

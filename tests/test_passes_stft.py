@@ -32,7 +32,9 @@ class Readers(torch.nn.Module):
     """Every reader of the complex result the pass takes, a window made in forward, normalized, one signal."""
 
     def forward(self, audio):
-        spec = torch.stft(audio, 32, 8, window=torch.hann_window(32), return_complex=True, normalized=True, center=False)
+        spec = torch.stft(
+            audio, 32, 8, window=torch.hann_window(32), return_complex=True, normalized=True, center=False
+        )
         return spec.abs(), torch.view_as_real(spec), spec.real, spec.imag
 
 

@@ -28,7 +28,9 @@ def eval_data(digits_model):
 
 
 def test_assert_runtime_close_returns_the_numbers_when_close(android_dynamic, digits_program, eval_data):
-    result = assert_runtime_close(android_dynamic, digits_program, eval_data, min_cosine=0.999, labels="label", max_drop=1.0)
+    result = assert_runtime_close(
+        android_dynamic, digits_program, eval_data, min_cosine=0.999, labels="label", max_drop=1.0
+    )
     assert result.passed and result.layers is None  # layers are only worked out on failure
     out = result.outputs[0]
     assert out.cosine >= 0.999 and out.top1_agreement >= 0.98

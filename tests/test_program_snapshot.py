@@ -20,7 +20,6 @@ from tpuedge.shared_ir.cache_keys import build_session, read_cache_line
 from tpuedge.shared_ir.program import Program
 
 
-
 def _load(path: Path) -> tuple[Program, list[str]]:
     """The program and the "program" stage's outcomes of one load."""
     with build_session() as session:
@@ -120,8 +119,17 @@ def test_a_damaged_snapshot_is_loaded_again_not_served(tmp_path, cache_dir):
 
 def _mcu_build_in_child(pt2: Path, calibration: Path, out: Path) -> tuple[str, bool]:
     """(stdout, whether torch._dynamo was imported) of an mcu `tpuedge build` in a fresh process."""
-    return run_cli_in_child("build", str(pt2), "--target", "mcu", "--calibration", str(calibration), "--out", str(out),
-                            watch="torch._dynamo")
+    return run_cli_in_child(
+        "build",
+        str(pt2),
+        "--target",
+        "mcu",
+        "--calibration",
+        str(calibration),
+        "--out",
+        str(out),
+        watch="torch._dynamo",
+    )
 
 
 def test_an_mcu_build_after_android_imports_no_torch_dynamo(tmp_path, cache_dir, monkeypatch):
@@ -134,8 +142,17 @@ def test_an_mcu_build_after_android_imports_no_torch_dynamo(tmp_path, cache_dir,
     (spec,) = program.inputs
     np.savez(calibration, **{spec.name: np.random.default_rng(0).standard_normal((24, *spec.shape)).astype(np.float32)})
     clear_float_cache()
-    code, _, err = run_cli("build", str(pt2), "--target", "android", "--quantize", "none", "--channels-last",
-                           "--out", str(tmp_path / "android"))
+    code, _, err = run_cli(
+        "build",
+        str(pt2),
+        "--target",
+        "android",
+        "--quantize",
+        "none",
+        "--channels-last",
+        "--out",
+        str(tmp_path / "android"),
+    )
     assert code == 0, err
     stdout, dynamo = _mcu_build_in_child(pt2, calibration, tmp_path / "mcu")
     outcomes = read_cache_line(next(line for line in stdout.splitlines() if line.startswith("cache:")))

@@ -29,9 +29,24 @@ def _build(tmp_path: Path, calibration: Path, progress: str | None) -> subproces
         env["TPUEDGE_PROGRESS"] = progress
     out = tmp_path / f"out_{progress}"
     return subprocess.run(
-        [sys.executable, "-m", "tpuedge.cli", "build", f"{ROOT}/examples/models.py:build_cnn", "--target", "android",
-         "--calibration", str(calibration), "--out", str(out), "--no-cache"],
-        capture_output=True, text=True, timeout=600, env={**env, "PYTHONPATH": str(ROOT)},
+        [
+            sys.executable,
+            "-m",
+            "tpuedge.cli",
+            "build",
+            f"{ROOT}/examples/models.py:build_cnn",
+            "--target",
+            "android",
+            "--calibration",
+            str(calibration),
+            "--out",
+            str(out),
+            "--no-cache",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**env, "PYTHONPATH": str(ROOT)},
     )
 
 

@@ -62,7 +62,9 @@ def test_fake_quant_activation_is_quantize_then_dequantize():
 
 
 def test_fake_quant_weight_is_per_channel_symmetric_and_straight_through():
-    w = jnp.asarray(np.random.default_rng(1).normal(size=(3, 5)).astype(np.float32) * np.array([[0.1], [1.0], [10.0]], np.float32))
+    w = jnp.asarray(
+        np.random.default_rng(1).normal(size=(3, 5)).astype(np.float32) * np.array([[0.1], [1.0], [10.0]], np.float32)
+    )
     q = np.asarray(fake_quant_weight(w))
     scales = np.abs(np.asarray(w)).max(axis=1, keepdims=True) / 127
     steps = q / scales
@@ -86,14 +88,21 @@ def test_ranges_start_at_the_first_batch_then_move_by_ema():
     model = SmallCNN()
     x1, x2 = torch.rand(8, 1, 8, 8), 3 * torch.rand(8, 1, 8, 8)
     y = torch.randint(0, 10, (8,))
-    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.0), (x1, y), quantize="int8")
+    step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.0), (x1, y), quantize="int8"
+    )
     step(x1, y)
     assert step.ranges["x"] == pytest.approx((float(x1.min()), float(x1.max())), rel=1e-6)
     step(x2, y)
     expected_hi = 0.99 * float(x1.max()) + 0.01 * float(x2.max())
     assert step.ranges["x"][1] == pytest.approx(expected_hi, rel=1e-5)
-    fast = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.0), (x1, y),
-                                    quantize=tpuedge.cloud.QatConfig(ema_decay=0.5))
+    fast = tpuedge.cloud.train_step(
+        model,
+        F.cross_entropy,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        (x1, y),
+        quantize=tpuedge.cloud.QatConfig(ema_decay=0.5),
+    )
     fast(x1, y)
     fast(x2, y)
     assert fast.ranges["x"][1] == pytest.approx(0.5 * float(x1.max()) + 0.5 * float(x2.max()), rel=1e-5)
@@ -108,13 +117,17 @@ def test_quantize_option_is_checked():
     model = SmallCNN()
     batch = (torch.zeros(4, 1, 8, 8), torch.zeros(4, dtype=torch.long))
     with pytest.raises(UserError, match="int8"):
-        tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1), batch, quantize="fp16")
+        tpuedge.cloud.train_step(
+            model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1), batch, quantize="fp16"
+        )
     with pytest.raises(UserError, match="ema_decay"):
         tpuedge.cloud.QatConfig(ema_decay=1.0)
     # a BatchNorm after a Linear has no convolution to fold into
     lone_bn = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10))
     with pytest.raises(UserError, match="follows no convolution"):
-        tpuedge.cloud.train_step(lone_bn, F.cross_entropy, torch.optim.SGD(lone_bn.parameters(), lr=0.1), batch, quantize="int8")
+        tpuedge.cloud.train_step(
+            lone_bn, F.cross_entropy, torch.optim.SGD(lone_bn.parameters(), lr=0.1), batch, quantize="int8"
+        )
 
 
 class BatchNormCNN(nn.Module):
@@ -141,12 +154,16 @@ def test_batchnorm_is_folded_into_its_convolution_and_trained_there(tmp_path):
     torch.manual_seed(0)
     model = BatchNormCNN()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    float_step = tpuedge.cloud.train_step(model, F.cross_entropy, optimizer, (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64])))
+    float_step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, optimizer, (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
+    )
     for i in range(0, len(x_train) - 63, 64):
         float_step(x_train[i : i + 64], y_train[i : i + 64])
     float_step.sync_to(model)
     example = (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
-    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-3), example, quantize="int8")
+    step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-3), example, quantize="int8"
+    )
     assert step.folded_batchnorm == [("conv1", "bn1"), ("conv2", "bn2")]
     assert "model.conv1.bias" in step.trainable  # made by folding; trained as bn1.bias was
     start = np.asarray(step.state["params"]["model.conv1.bias"]).copy()
@@ -189,10 +206,14 @@ def trained(tmp_path_factory):
             for i in range(0, len(order) - 63, 64):
                 step(x_train[order[i : i + 64]], y_train[order[i : i + 64]])
 
-    float_step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-3), example)
+    float_step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-3), example
+    )
     epochs(float_step, 6)
     float_step.sync_to(model)
-    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-3), example, quantize="int8")
+    step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-3), example, quantize="int8"
+    )
     epochs(step, 2)
     return step, step.program(batch_size=1), x_test, y_test
 
@@ -210,7 +231,9 @@ def test_trained_program_builds_for_mcu_without_calibration_and_matches_fake_qua
     fake_quant = np.concatenate([step.quantized_outputs(x_test[i : i + 64])[0] for i in range(0, n, 64)])
     tflm = np.concatenate([artifact.run(x_test[i : i + 1].transpose(0, 2, 3, 1))[0] for i in range(n)])
     lsb = _steps_off(tflm, fake_quant, program)
-    assert (lsb < 1e-3).mean() >= 0.999, f"identical on {(lsb < 1e-3).mean():.4f}, max {lsb.max():.2f} LSB"  # the kernels' arithmetic
+    assert (lsb < 1e-3).mean() >= 0.999, (
+        f"identical on {(lsb < 1e-3).mean():.4f}, max {lsb.max():.2f} LSB"
+    )  # the kernels' arithmetic
     assert (tflm.argmax(1) == y_test[:n]).mean() > 0.9
 
 
@@ -263,7 +286,9 @@ def test_qat_trains_on_the_graph_mcu_builds(tmp_path):
     torch.manual_seed(0)
     model = RowLSTM()
     example = (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
-    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2), example, quantize="int8")
+    step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=1e-2), example, quantize="int8"
+    )
     for i in range(0, 640, 64):
         step(x_train[i : i + 64], y_train[i : i + 64])
     assert {r for p, r in step.jax_program.plan.fixed.items() if p.startswith("sigmoid")} == {(0.0, 255 / 256)}
@@ -290,7 +315,9 @@ def test_learned_ranges_train_and_deploy_within_one_step(tmp_path):
     model = SmallCNN()
     example = (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
     config = tpuedge.cloud.QatConfig(ranges="learned", range_lr=1e-2)
-    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-3), example, quantize=config)
+    step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-3), example, quantize=config
+    )
     start = dict(step.ranges)
     assert start["x"] == pytest.approx((float(x_train[:64].min()), float(x_train[:64].max())))
     for _ in range(3):

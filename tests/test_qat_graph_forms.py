@@ -82,11 +82,15 @@ def test_qat_program_of_the_model_builds_for_mcu_with_every_range_trained(model_
     x_train, y_train, x_test, y_test = data()
     model = _float_trained(model_class, x_train, y_train)
     example = (torch.from_numpy(x_train[:64]), torch.from_numpy(y_train[:64]))
-    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-4), example, quantize="int8")
+    step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-4), example, quantize="int8"
+    )
     for i in range(0, len(x_train) - 63, 64):  # one epoch of QAT
         step(x_train[i : i + 64], y_train[i : i + 64])
     program = step.program(batch_size=1)
-    artifact = tpuedge.build(program, "mcu", tmp_path / "mcu", eval=(x_test[:256], y_test[:256]), allow_below_budget=True)
+    artifact = tpuedge.build(
+        program, "mcu", tmp_path / "mcu", eval=(x_test[:256], y_test[:256]), allow_below_budget=True
+    )
     recipe = json.loads((tmp_path / "mcu" / "manifest.json").read_text())["quantization"]["recipe"]
     assert recipe["activation_ranges"]["tensors_without"] == []
     fake_quant = np.concatenate([step.quantized_outputs(x_test[i : i + 64])[0] for i in range(0, 256, 64)])

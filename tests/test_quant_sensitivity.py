@@ -190,12 +190,18 @@ def test_auto_measures_its_int8_candidate_without_the_ranking(outlier_program, t
 def test_merge_by_kind_gives_every_group_of_a_kind_its_kinds_precision():
     from tpuedge.quantize.recipes import merge_by_kind
 
-    groups = [SensitiveGroup("layer_norm:a", "layer_norm", ("ADD a",)), SensitiveGroup("softmax:op3", "softmax", ("SOFTMAX",)),
-              SensitiveGroup("layer_norm:b", "layer_norm", ("ADD b",))]
+    groups = [
+        SensitiveGroup("layer_norm:a", "layer_norm", ("ADD a",)),
+        SensitiveGroup("softmax:op3", "softmax", ("SOFTMAX",)),
+        SensitiveGroup("layer_norm:b", "layer_norm", ("ADD b",)),
+    ]
     merged, expand = merge_by_kind(groups)
     assert [(g.key, g.ops) for g in merged] == [("kind:layer_norm", ("ADD a", "ADD b")), ("kind:softmax", ("SOFTMAX",))]
     assert expand({"kind:layer_norm": "int16", "kind:softmax": "int8"}) == {
-        "layer_norm:a": "int16", "layer_norm:b": "int16", "softmax:op3": "int8"}
+        "layer_norm:a": "int16",
+        "layer_norm:b": "int16",
+        "softmax:op3": "int8",
+    }
     assert expand({"ranked:x": "float"}) == {"ranked:x": "float"}  # keys of no kind pass through
 
 
@@ -228,8 +234,11 @@ def test_a_ranked_point_finds_its_ops_in_the_float_model_by_module_scope():
 def test_upgrade_ranked_without_float_islands_leaves_output_companions_int8():
     """mcu: a ranked point's op that writes a model output stays int8 (no float island); the
     ranked points themselves still go int16, a prefix at a time."""
-    groups = [SensitiveGroup("ranked:a", "ranked"), SensitiveGroup("ranked:a:output", "ranked_output"),
-              SensitiveGroup("ranked:b", "ranked")]
+    groups = [
+        SensitiveGroup("ranked:a", "ranked"),
+        SensitiveGroup("ranked:a:output", "ranked_output"),
+        SensitiveGroup("ranked:b", "ranked"),
+    ]
     seen: list[dict] = []
 
     def evaluate(assignment):
@@ -285,17 +294,24 @@ def test_an_op_in_a_float_island_and_an_int16_group_computes_in_float(outlier_pr
     data = (tmp_path / "float" / "model.tflite").read_bytes()
     model = tflite_file.read_model(data)
     graph, names = model.subgraphs[0], tflite_file.operator_names(model)
-    fc = [(tfl.get_op_scope(op, graph.tensors), names[op.opcodeIndex]) for op in graph.operators
-          if names[op.opcodeIndex] == "FULLY_CONNECTED"][0]
+    fc = [
+        (tfl.get_op_scope(op, graph.tensors), names[op.opcodeIndex])
+        for op in graph.operators
+        if names[op.opcodeIndex] == "FULLY_CONNECTED"
+    ][0]
     scopes = {"a_island": [fc], "ranked:fc": [fc]}  # the island's key sorts first
     quantize = run_quantizer(data)
     recipe = quantizer_recipe(QuantConfig(scheme="int8"))
     quantize.calibrate(recipe, [{"x": s[0]} for s in _samples(8, 0)])
-    quantized = tflite_file.read_model(quantize(quantizer_recipe(QuantConfig(scheme="int8"),
-                                                                 {"a_island": "float", "ranked:fc": "int16"}, scopes)))
+    quantized = tflite_file.read_model(
+        quantize(quantizer_recipe(QuantConfig(scheme="int8"), {"a_island": "float", "ranked:fc": "int16"}, scopes))
+    )
     graph, names = quantized.subgraphs[0], tflite_file.operator_names(quantized)
-    outputs = [tflite_file.dtype_name(graph.tensors[op.outputs[0]].type) for op in graph.operators
-               if names[op.opcodeIndex] == "FULLY_CONNECTED"]
+    outputs = [
+        tflite_file.dtype_name(graph.tensors[op.outputs[0]].type)
+        for op in graph.operators
+        if names[op.opcodeIndex] == "FULLY_CONNECTED"
+    ]
     assert outputs[0] == "float32", outputs
 
 

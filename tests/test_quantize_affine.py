@@ -13,7 +13,9 @@ from tpuedge.quantize.affine import dequantize, quantize
 SCALE, ZERO = 0.1, -3
 # exact ties after a float32 division (0.05/0.1 = 0.5, 0.25/0.1 = 2.5, 0.35/0.1 = 3.5 in float32,
 # though 3.4999... in float64), saturation, zero, and a value just under a tie
-X = np.array([0.05, 0.15, -0.05, -0.15, 0.25, -0.25, 0.35, 1000.0, -1000.0, 0.0, 12.5, -12.5, 0.049999997, 0.3], np.float32)
+X = np.array(
+    [0.05, 0.15, -0.05, -0.15, 0.25, -0.25, 0.35, 1000.0, -1000.0, 0.0, 12.5, -12.5, 0.049999997, 0.3], np.float32
+)
 
 
 def _one_op_model(op: int, in_type: int, out_type: int, shape, in_q=None, out_q=None) -> bytes:
@@ -24,7 +26,11 @@ def _one_op_model(op: int, in_type: int, out_type: int, shape, in_q=None, out_q=
         t.name, t.type, t.shape, t.buffer = name.encode(), dtype, list(shape), buffer
         if q is not None:
             t.quantization = schema.QuantizationParametersT()
-            t.quantization.scale, t.quantization.zeroPoint, t.quantization.quantizedDimension = list(q[0]), list(q[1]), q[2]
+            t.quantization.scale, t.quantization.zeroPoint, t.quantization.quantizedDimension = (
+                list(q[0]),
+                list(q[1]),
+                q[2],
+            )
         return t
 
     model = schema.ModelT()
@@ -62,7 +68,9 @@ def _tflm(model: bytes, x: np.ndarray) -> np.ndarray:
     return np.array(it.get_output(0))
 
 
-QUANTIZE_INT8 = dict(op=schema.BuiltinOperator.QUANTIZE, in_type=schema.TensorType.FLOAT32, out_type=schema.TensorType.INT8)
+QUANTIZE_INT8 = dict(
+    op=schema.BuiltinOperator.QUANTIZE, in_type=schema.TensorType.FLOAT32, out_type=schema.TensorType.INT8
+)
 
 
 def test_quantize_rounds_as_each_runtimes_kernel():
@@ -86,7 +94,11 @@ def test_per_channel_dequantize_matches_litert_dequantize(axis):
     channels = q.shape[axis]
     scales, zeros = [0.5, 0.25, 0.125, 0.0625][:channels], [0, 1, -2, 5][:channels]
     model = _one_op_model(
-        schema.BuiltinOperator.DEQUANTIZE, schema.TensorType.INT8, schema.TensorType.FLOAT32, q.shape, in_q=(scales, zeros, axis)
+        schema.BuiltinOperator.DEQUANTIZE,
+        schema.TensorType.INT8,
+        schema.TensorType.FLOAT32,
+        q.shape,
+        in_q=(scales, zeros, axis),
     )
     got = dequantize(q, scales, zeros, axis=axis)
     assert got.dtype == np.float32
@@ -119,7 +131,11 @@ def test_runners_feed_int8_inputs_as_their_runtime_quantizes():
     from tpuedge.edge.tflm_runtime import TflmRunner
 
     int8_input = _one_op_model(
-        schema.BuiltinOperator.DEQUANTIZE, schema.TensorType.INT8, schema.TensorType.FLOAT32, X.shape, in_q=([SCALE], [ZERO], 0)
+        schema.BuiltinOperator.DEQUANTIZE,
+        schema.TensorType.INT8,
+        schema.TensorType.FLOAT32,
+        X.shape,
+        in_q=([SCALE], [ZERO], 0),
     )
     quantize_op = _one_op_model(**QUANTIZE_INT8, shape=X.shape, out_q=([SCALE], [ZERO], 0))
     expected_litert = (_litert(quantize_op, X).astype(np.float64) - ZERO) * SCALE

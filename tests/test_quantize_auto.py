@@ -18,7 +18,10 @@ def _c(scheme, size, ms, met=True):
 
 
 def test_rule_takes_the_smallest_that_meets_the_budget():
-    assert choose_recipe([_c("int8", 100, 1.0, met=False), _c("dynamic-int8", 120, 1.0), _c("none", 400, 1.0)]).scheme == "dynamic-int8"
+    assert (
+        choose_recipe([_c("int8", 100, 1.0, met=False), _c("dynamic-int8", 120, 1.0), _c("none", 400, 1.0)]).scheme
+        == "dynamic-int8"
+    )
     assert choose_recipe([_c("int8", 100, 1.0, met=False), _c("none", 400, 0.1, met=False)]) is None
 
 
@@ -46,7 +49,9 @@ def outlier(tmp_path_factory):
 
 
 def _build(work, out, *extra):
-    return run_cli("build", f"{work / 'outlier.py'}:build", "--target", "android", "--out", str(out), "--no-cache", *extra)
+    return run_cli(
+        "build", f"{work / 'outlier.py'}:build", "--target", "android", "--out", str(out), "--no-cache", *extra
+    )
 
 
 def test_default_build_skips_the_int8_recipes_that_miss_and_writes_a_smaller_one_that_meets(outlier):
@@ -57,7 +62,9 @@ def test_default_build_skips_the_int8_recipes_that_miss_and_writes_a_smaller_one
     auto = manifest["recipe"]["auto"]
     rows = {c["scheme"]: c for c in auto["candidates"]}
     assert list(rows) == ["int8", "dynamic-int8", "fp16", "none"]
-    assert not rows["int8"]["met_budget"] and rows["int8"]["sample_cosine_per_output"][0] < 0.99  # measured, not assumed (0.97 with every op int16)
+    assert (
+        not rows["int8"]["met_budget"] and rows["int8"]["sample_cosine_per_output"][0] < 0.99
+    )  # measured, not assumed (0.97 with every op int16)
     chosen = rows[auto["chosen"]]
     assert chosen["met_budget"] and manifest["recipe"]["scheme"] == auto["chosen"]
     assert chosen["bytes"] == (outlier / "a" / "model.tflite").stat().st_size  # the row is the file written

@@ -39,7 +39,13 @@ def test_config_is_frozen_and_validated():
     assert cfg.needs_calibration and cfg.granularity == "per-tensor"
     assert QuantConfig().scheme == "auto" and not QuantConfig().needs_calibration and QuantConfig().uses_calibration
     assert QuantConfig(io_dtype="int8").needs_calibration and QuantConfig(strict_int8=True).integer_only
-    for bad in (dict(scheme="int4"), dict(io_dtype="uint8"), dict(scheme="fp16", io_dtype="int8"), dict(scheme="none", io_dtype="integer"), dict(scheme="none", strict_int8=True)):
+    for bad in (
+        dict(scheme="int4"),
+        dict(io_dtype="uint8"),
+        dict(scheme="fp16", io_dtype="int8"),
+        dict(scheme="none", io_dtype="integer"),
+        dict(scheme="none", strict_int8=True),
+    ):
         with pytest.raises(UserError):
             QuantConfig(**bad)
 
@@ -65,7 +71,9 @@ def test_npy_folder_function_and_objects(tmp_path, single_program):
     assert len(load_calibration(data.reshape(24, 4), single_program)) == 12
     assert len(load_calibration({single_program.input_names[0]: data}, single_program)) == 12
     module = tmp_path / "calib_src.py"
-    module.write_text("import numpy as np\ndef samples():\n    return [(np.ones((2, 4), np.float32) * i,) for i in range(9)]\n")
+    module.write_text(
+        "import numpy as np\ndef samples():\n    return [(np.ones((2, 4), np.float32) * i,) for i in range(9)]\n"
+    )
     from_fn = load_calibration(f"{module}:samples", single_program)
     assert len(from_fn) == 9 and from_fn[3][0][0, 0] == 3.0
     assert len(load_calibration([d for d in data], single_program)) == 12
@@ -136,10 +144,18 @@ def test_compare_outputs_numbers():
 
 
 def test_precision_search_uses_measurements():
-    groups = [SensitiveGroup("softmax:a", "softmax"), SensitiveGroup("gelu:b", "gelu"), SensitiveGroup("layer_norm:c", "layer_norm")]
+    groups = [
+        SensitiveGroup("softmax:a", "softmax"),
+        SensitiveGroup("gelu:b", "gelu"),
+        SensitiveGroup("layer_norm:c", "layer_norm"),
+    ]
     # a synthetic measured model: softmax costs 0.05 in int8 (int16 recovers all), gelu costs
     # 0.02 and only float recovers it, layer_norm costs nothing
-    cost = {"softmax:a": {"int8": 0.05, "int16": 0.0, "float": 0.0}, "gelu:b": {"int8": 0.02, "int16": 0.015, "float": 0.0}, "layer_norm:c": {"int8": 0.0, "int16": 0.0, "float": 0.0}}
+    cost = {
+        "softmax:a": {"int8": 0.05, "int16": 0.0, "float": 0.0},
+        "gelu:b": {"int8": 0.02, "int16": 0.015, "float": 0.0},
+        "layer_norm:c": {"int8": 0.0, "int16": 0.0, "float": 0.0},
+    }
     calls = []
 
     def evaluate(assignment):
@@ -191,22 +207,27 @@ def _bad_calibration_file(tmp_path, case):
     return path
 
 
-@pytest.mark.parametrize("case, needle", [
-    ("corrupt_zip", "is not a readable .npz archive: the archive is corrupt or truncated: member 'x'"),
-    ("truncated_zip", "is not a readable .npz archive: the archive is corrupt or truncated"),
-    ("garbage_member", "its member 'x' is not a .npy array (it is a text file"),
-    ("text", "is not a readable .npz archive: it is a text file (it starts with 'x,y')"),
-    ("text_npy", "is not a readable .npy array: it is a text file (it starts with 'x,y')"),
-    ("empty", "is not a readable .npz archive: it is empty (0 bytes)"),
-    ("npy_named_npz", "it is a single .npy array, not an .npz archive (rename it to .npy)"),
-    ("wrong_key", "has arrays ['images'] but the model's inputs are ['x'] (missing: ['x']) (unknown: ['images'])"),
-])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("corrupt_zip", "is not a readable .npz archive: the archive is corrupt or truncated: member 'x'"),
+        ("truncated_zip", "is not a readable .npz archive: the archive is corrupt or truncated"),
+        ("garbage_member", "its member 'x' is not a .npy array (it is a text file"),
+        ("text", "is not a readable .npz archive: it is a text file (it starts with 'x,y')"),
+        ("text_npy", "is not a readable .npy array: it is a text file (it starts with 'x,y')"),
+        ("empty", "is not a readable .npz archive: it is empty (0 bytes)"),
+        ("npy_named_npz", "it is a single .npy array, not an .npz archive (rename it to .npy)"),
+        ("wrong_key", "has arrays ['images'] but the model's inputs are ['x'] (missing: ['x']) (unknown: ['images'])"),
+    ],
+)
 def test_bad_calibration_files_are_one_paragraph_exit_2_and_write_nothing(tmp_path, case, needle):
     from cli_runner import run_cli
 
     path = _bad_calibration_file(tmp_path, case)
     out = tmp_path / "out"
-    code, _, err = run_cli("build", MLP, "--target", "android", "--quantize", "int8", "--calibration", str(path), "--out", str(out))
+    code, _, err = run_cli(
+        "build", MLP, "--target", "android", "--quantize", "int8", "--calibration", str(path), "--out", str(out)
+    )
     assert code == 2, err
     assert needle in err, err
     assert "Traceback" not in err and "pickle" not in err and err.count("\n") == 1

@@ -41,13 +41,14 @@ def test_the_mse_range_is_the_pair_of_ends_with_the_least_error(shape):
 
     rng = np.random.default_rng(len(shape))
     values = rng.standard_normal(20_000) * 3
-    values = {"positive": np.abs(values), "negative": -np.abs(values),
-              "outlier": np.append(values, 300.0)}.get(shape, values)
+    values = {"positive": np.abs(values), "negative": -np.abs(values), "outlier": np.append(values, 300.0)}.get(
+        shape, values
+    )
     h = _histogram(values.astype(np.float32))
     centers, counts = h.centers(), h.counts.astype(np.float64)
     best, best_error = None, np.inf
-    for low in (h.low * _FRACTIONS if h.low < 0 else [0.0]):
-        for high in (h.high * _FRACTIONS if h.high > 0 else [0.0]):
+    for low in h.low * _FRACTIONS if h.low < 0 else [0.0]:
+        for high in h.high * _FRACTIONS if h.high > 0 else [0.0]:
             inside = (centers >= low) & (centers <= high)
             clipped = np.where(centers < low, low - centers, 0) ** 2 + np.where(centers > high, centers - high, 0) ** 2
             error = (counts * (clipped + inside * ((high - low) / (LEVELS - 1)) ** 2 / 12)).sum()

@@ -50,7 +50,7 @@ def test_the_search_does_not_keep_every_candidate_in_memory(tmp_path, monkeypatc
         tracemalloc.stop()
     # the second half of the search: range estimation and its histograms are done, so what grows
     # is what each candidate leaves behind (old code: its whole model, 8 x 0.36 MB here)
-    later = held[len(held) // 2:]
+    later = held[len(held) // 2 :]
     assert len(later) >= 5, held
     size = max(n for n, _ in later)
     growth = later[-1][1] - later[0][1]

@@ -39,8 +39,13 @@ def test_search_prefers_a_single_upgrade_that_beats_the_greedy_combination():
 
     def evaluate(assignment):
         up = frozenset(k for k, v in assignment.items() if v != "int8")
-        score = {frozenset(): 0.90, frozenset({"gelu:a"}): 0.95, frozenset({"gelu:b"}): 0.93,
-                 frozenset({"gelu:c"}): 0.92, frozenset({"gelu:a", "gelu:b"}): 0.94}.get(up, 0.91)
+        score = {
+            frozenset(): 0.90,
+            frozenset({"gelu:a"}): 0.95,
+            frozenset({"gelu:b"}): 0.93,
+            frozenset({"gelu:c"}): 0.92,
+            frozenset({"gelu:a", "gelu:b"}): 0.94,
+        }.get(up, 0.91)
         seen[up] = score
         return score
 
@@ -111,8 +116,11 @@ def test_a_layer_named_after_the_norm_before_it_stays_out_of_the_norm_group():
     program = Program(torch.export.export(Block().eval(), (torch.randn(1, 4, 16),)), name="norm_then_linear")
     model = tflite_file.read_model(float_tflite(program))
     graph, names = model.subgraphs[0], tflite_file.operator_names(model)
-    norm_name = next(tflite_file.text(graph.tensors[int(op.outputs[0])].name) for op in graph.operators
-                     if names[op.opcodeIndex] == "MEAN")
+    norm_name = next(
+        tflite_file.text(graph.tensors[int(op.outputs[0])].name)
+        for op in graph.operators
+        if names[op.opcodeIndex] == "MEAN"
+    )
     (fc,) = [op for op in graph.operators if names[op.opcodeIndex] == "FULLY_CONNECTED"]
     out = graph.tensors[int(fc.outputs[0])]
     out.name = (norm_name.split(";")[0] + ";;" + tflite_file.text(out.name)).encode()  # the converter's fused name
@@ -218,8 +226,15 @@ def test_the_search_score_follows_the_top1_target_where_a_budget_sets_one():
     from tpuedge.quantize.metrics import AccuracySummary
 
     def summary(top1):
-        return AccuracySummary(max_abs_error=0.1, output_range=8.0, cosine=0.999998, centered_cosine=0.999998,
-                               top1_agreement=top1, samples=16, sample_cosine=0.999998)
+        return AccuracySummary(
+            max_abs_error=0.1,
+            output_range=8.0,
+            cosine=0.999998,
+            centered_cosine=0.999998,
+            top1_agreement=top1,
+            samples=16,
+            sample_cosine=0.999998,
+        )
 
     assert search_score(summary(0.75)) == 0.999998
     assert search_score(summary(0.75), 0.99) == pytest.approx(0.999998 * 0.75 / 0.99)

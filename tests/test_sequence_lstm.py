@@ -18,9 +18,13 @@ from tpuedge.shared_ir.program import Program
 
 
 class _Tagger(torch.nn.Module):
-    def __init__(self, features=6, hidden=16, layers=2, bidirectional=True, batch_first=True, with_state=False, bias=True):
+    def __init__(
+        self, features=6, hidden=16, layers=2, bidirectional=True, batch_first=True, with_state=False, bias=True
+    ):
         super().__init__()
-        self.lstm = torch.nn.LSTM(features, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias)
+        self.lstm = torch.nn.LSTM(
+            features, hidden, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias
+        )
         self.head = torch.nn.Linear(hidden * (2 if bidirectional else 1), 3)
         self.with_state, self.states, self.hidden = with_state, layers * (2 if bidirectional else 1), hidden
 
@@ -48,8 +52,11 @@ def _ops(data: bytes) -> list[str]:
     return [names[op.opcodeIndex] for op in model.subgraphs[0].operators]
 
 
-@pytest.mark.parametrize("batch_first,bidirectional,bias", [(True, True, True), (False, False, True), (True, False, False)],
-                         ids=["batch-first-bidir", "time-major", "no-bias"])
+@pytest.mark.parametrize(
+    "batch_first,bidirectional,bias",
+    [(True, True, True), (False, False, True), (True, False, False)],
+    ids=["batch-first-bidir", "time-major", "no-bias"],
+)
 def test_the_fused_program_gives_torchs_numbers_in_torch(batch_first, bidirectional, bias):
     """The rewritten program (a clearing step, then the sequence) computes what the layer does,
     output and h_n, in torch: the reference a build's budget reads."""
@@ -73,7 +80,11 @@ def test_a_layer_the_fused_op_cannot_compute_is_left_for_the_unrolling(module):
     assert result.changed == 0 and ep is program.exported_program
 
 
-@pytest.mark.parametrize("options", [{"scheme": "dynamic-int8"}, {"scheme": "int8", "strict_int8": True}], ids=["dynamic-int8", "strict-int8"])
+@pytest.mark.parametrize(
+    "options",
+    [{"scheme": "dynamic-int8"}, {"scheme": "int8", "strict_int8": True}],
+    ids=["dynamic-int8", "strict-int8"],
+)
 def test_a_scheme_asking_for_integer_compute_keeps_the_layer_for_the_unrolling(options):
     """The fused op computes in float: dynamic-int8's written-out layers run LiteRT's hybrid
     kernels (faster), --strict-int8 allows no float op."""
@@ -86,7 +97,9 @@ def test_a_scheme_asking_for_integer_compute_keeps_the_layer_for_the_unrolling(o
 
 
 @pytest.mark.parametrize("batch_first", [True, False], ids=["batch-first", "time-major"])
-def test_an_android_float_lstm_is_one_op_per_layer_and_direction_and_answers_alike_on_every_invoke(tmp_path, batch_first):
+def test_an_android_float_lstm_is_one_op_per_layer_and_direction_and_answers_alike_on_every_invoke(
+    tmp_path, batch_first
+):
     """Old code: the layers written out over 12 steps (LOGISTIC, TANH, MUL, ... per step). The fused
     op keeps its states in variable tensors an invoke leaves behind: without the clearing step a
     second invoke on the same input answered differently (3e-4 on these 16 units)."""
@@ -165,8 +178,14 @@ def test_the_plan_keeps_float32_the_weights_whose_int8_costs_too_much():
     program = tpuedge.export(_Stretched().eval(), (torch.zeros(1, 10, 8),), name="stretched")
     float_model, _ = _float_model(program)
     rng = np.random.default_rng(0)
-    samples = [[np.concatenate([rng.standard_normal((1, 10, 1)) * 1e-3, rng.standard_normal((1, 10, 7))], -1).astype(np.float32)]
-               for _ in range(8)]
+    samples = [
+        [
+            np.concatenate([rng.standard_normal((1, 10, 1)) * 1e-3, rng.standard_normal((1, 10, 7))], -1).astype(
+                np.float32
+            )
+        ]
+        for _ in range(8)
+    ]
     every_int8 = plan_fused_lstm_weights(float_model, samples, 1.0)
     assert every_int8.float32 == frozenset() and len(every_int8.names) == 8
     plan = plan_fused_lstm_weights(float_model, samples, 1e-4)

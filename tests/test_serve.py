@@ -48,8 +48,20 @@ def cloud_build(folder, tmp_path_factory):
 @pytest.fixture(scope="module")
 def android_build(folder, tmp_path_factory):
     out = tmp_path_factory.mktemp("android") / "android"
-    code, _, err = run_cli("build", str(folder), "--target", "android", "--quantize", "none", "--prefill-lengths", "8",
-                           "--cache-length", str(CACHE), "--out", str(out))
+    code, _, err = run_cli(
+        "build",
+        str(folder),
+        "--target",
+        "android",
+        "--quantize",
+        "none",
+        "--prefill-lengths",
+        "8",
+        "--cache-length",
+        str(CACHE),
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     return out
 
@@ -105,25 +117,38 @@ def cloud(cloud_build):
     running.close()
 
 
-def expected(artifact, prompt, max_tokens: int, *, chat_messages=None, skip_special_tokens=True) -> tuple[str, str, int, int]:
+def expected(
+    artifact, prompt, max_tokens: int, *, chat_messages=None, skip_special_tokens=True
+) -> tuple[str, str, int, int]:
     """(text, finish_reason, prompt tokens, completion tokens) of the artifact's own greedy generate."""
     tokenizer = artifact.tokenizer
     ids = tokenizer.encode(tokenizer.render_chat(chat_messages)) if chat_messages else artifact.encode_prompt(prompt)
     generation = artifact.generate(ids, max_tokens).generation
     new = generation.new_ids
     text_ids = new[:-1] if generation.stopped_by == "eos" else new
-    return tokenizer.decode(text_ids, skip_special_tokens=skip_special_tokens), ("stop" if generation.stopped_by == "eos" else "length"), len(ids), len(new)
+    return (
+        tokenizer.decode(text_ids, skip_special_tokens=skip_special_tokens),
+        ("stop" if generation.stopped_by == "eos" else "length"),
+        len(ids),
+        len(new),
+    )
 
 
 def test_a_completion_is_the_artifacts_greedy_text_with_its_usage(cloud):
     text, finish, prompt_tokens, new_tokens = expected(cloud.artifact, PROMPT, 24)
-    status, body = cloud.call("POST", "/v1/completions", {"model": "tiny-llama", "prompt": PROMPT, "max_tokens": 24,
-                                                          "temperature": 0, "user": "ignored"})
+    status, body = cloud.call(
+        "POST",
+        "/v1/completions",
+        {"model": "tiny-llama", "prompt": PROMPT, "max_tokens": 24, "temperature": 0, "user": "ignored"},
+    )
     assert status == 200, body
     assert body["object"] == "text_completion" and body["model"] == "tiny-llama"
     assert body["choices"][0]["text"] == text and body["choices"][0]["finish_reason"] == finish
-    assert body["usage"] == {"prompt_tokens": prompt_tokens, "completion_tokens": new_tokens,
-                             "total_tokens": prompt_tokens + new_tokens}
+    assert body["usage"] == {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": new_tokens,
+        "total_tokens": prompt_tokens + new_tokens,
+    }
     ids = cloud.artifact.encode_prompt(PROMPT)
     status, by_ids = cloud.call("POST", "/v1/completions", {"prompt": ids, "max_tokens": 24, "temperature": 0})
     assert status == 200 and by_ids["choices"][0]["text"] == text
@@ -131,8 +156,11 @@ def test_a_completion_is_the_artifacts_greedy_text_with_its_usage(cloud):
     with_special = expected(cloud.artifact, "Once upon a time", 16, skip_special_tokens=False)[0]
     assert "<|end|>" in with_special
     assert with_special.replace("<|end|>", "") == expected(cloud.artifact, "Once upon a time", 16)[0]
-    status, body = cloud.call("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0,
-                                                          "skip_special_tokens": False})
+    status, body = cloud.call(
+        "POST",
+        "/v1/completions",
+        {"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0, "skip_special_tokens": False},
+    )
     assert status == 200 and body["choices"][0]["text"] == with_special
     status, models = cloud.call("GET", "/v1/models")
     assert status == 200 and [m["id"] for m in models["data"]] == ["tiny-llama"]
@@ -140,8 +168,10 @@ def test_a_completion_is_the_artifacts_greedy_text_with_its_usage(cloud):
 
 def test_a_stream_gives_the_same_text_in_pieces_ending_with_done(cloud):
     text, finish, prompt_tokens, new_tokens = expected(cloud.artifact, PROMPT, 24)
-    events = cloud.stream("/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0,
-                                              "stream_options": {"include_usage": True}})
+    events = cloud.stream(
+        "/v1/completions",
+        {"prompt": PROMPT, "max_tokens": 24, "temperature": 0, "stream_options": {"include_usage": True}},
+    )
     assert events[-1] == "[DONE]"
     chunks, usage = events[:-2], events[-2]
     assert len(chunks) > 3 and all(c["object"] == "text_completion" for c in chunks)
@@ -151,8 +181,16 @@ def test_a_stream_gives_the_same_text_in_pieces_ending_with_done(cloud):
 
 
 def test_eight_concurrent_clients_each_get_the_tokens_they_get_alone(cloud):
-    prompts = [PROMPT, "Once upon a time", "tpuedge builds one model for", "a", "The weights are stored once",
-               "Hello", "Quantization is a transform of the IR, and", "x y z"]
+    prompts = [
+        PROMPT,
+        "Once upon a time",
+        "tpuedge builds one model for",
+        "a",
+        "The weights are stored once",
+        "Hello",
+        "Quantization is a transform of the IR, and",
+        "x y z",
+    ]
     wanted = [expected(cloud.artifact, p, 20 + i) for i, p in enumerate(prompts)]
     got: list = [None] * len(prompts)
     start = threading.Barrier(len(prompts))
@@ -177,8 +215,11 @@ def test_eight_concurrent_clients_each_get_the_tokens_they_get_alone(cloud):
 
 def test_a_client_that_leaves_mid_stream_frees_its_row(cloud):
     connection = cloud.connect()
-    connection.request("POST", "/v1/completions", body=json.dumps(
-        {"prompt": PROMPT, "max_tokens": 240, "temperature": 0, "ignore_eos": True, "stream": True}))
+    connection.request(
+        "POST",
+        "/v1/completions",
+        body=json.dumps({"prompt": PROMPT, "max_tokens": 240, "temperature": 0, "ignore_eos": True, "stream": True}),
+    )
     response = connection.getresponse()
     assert response.readline().startswith(b"data: ")  # the first two events arrive...
     response.readline()
@@ -205,12 +246,18 @@ def test_bad_requests_get_a_clear_400_or_404_and_the_server_keeps_serving(cloud)
     assert f"max_tokens at most {room}" in body["error"]["message"]
     status, body = cloud.call("POST", "/v1/completions", raw=b'{"prompt": "x",')
     assert status == 400 and "not valid JSON" in body["error"]["message"]
-    for request, param in (({"prompt": PROMPT, "n": 2}, "n"), ({"prompt": PROMPT, "top_p": 0.9}, "top_p"),
-                           ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": [1, 10_000]}, "prompt"),
-                           ({"max_tokens": 3}, "prompt")):
+    for request, param in (
+        ({"prompt": PROMPT, "n": 2}, "n"),
+        ({"prompt": PROMPT, "top_p": 0.9}, "top_p"),
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": [1, 10_000]}, "prompt"),
+        ({"max_tokens": 3}, "prompt"),
+    ):
         status, body = cloud.call("POST", "/v1/completions", request)
         assert status == 400 and body["error"]["param"] == param, body
-    status, body = cloud.call("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})
+    status, body = cloud.call(
+        "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
+    )
     assert status == 400 and "text" in body["error"]["message"]
     assert cloud.call("GET", "/v1/nothing")[0] == 404
     assert cloud.call("GET", "/v1/completions")[0] == 405
@@ -220,11 +267,19 @@ def test_bad_requests_get_a_clear_400_or_404_and_the_server_keeps_serving(cloud)
 
 
 def test_chat_renders_the_messages_with_the_models_template(cloud):
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the capital of France?"}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
     text, finish, prompt_tokens, _ = expected(cloud.artifact, None, 16, chat_messages=messages)
-    status, body = cloud.call("POST", "/v1/chat/completions", {"messages": messages, "max_tokens": 16, "temperature": 0})
+    status, body = cloud.call(
+        "POST", "/v1/chat/completions", {"messages": messages, "max_tokens": 16, "temperature": 0}
+    )
     assert status == 200, body
-    assert body["object"] == "chat.completion" and body["choices"][0]["message"] == {"role": "assistant", "content": text}
+    assert body["object"] == "chat.completion" and body["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": text,
+    }
     assert body["choices"][0]["finish_reason"] == finish and body["usage"]["prompt_tokens"] == prompt_tokens
     events = cloud.stream("/v1/chat/completions", {"messages": messages, "max_completion_tokens": 16, "temperature": 0})
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -235,11 +290,13 @@ def test_chat_renders_the_messages_with_the_models_template(cloud):
 def test_a_stop_string_ends_the_text_before_it(cloud):
     full = expected(cloud.artifact, PROMPT, 24)[0]
     stop = full[8:10]
-    status, body = cloud.call("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0, "stop": [stop]})
-    assert status == 200 and body["choices"][0]["text"] == full[:full.index(stop)]
+    status, body = cloud.call(
+        "POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0, "stop": [stop]}
+    )
+    assert status == 200 and body["choices"][0]["text"] == full[: full.index(stop)]
     assert body["choices"][0]["finish_reason"] == "stop" and body["usage"]["completion_tokens"] < 24
     events = cloud.stream("/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0, "stop": stop})
-    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == full[:full.index(stop)]
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == full[: full.index(stop)]
 
 
 def test_sampling_with_a_seed_repeats_and_differs_from_greedy(cloud):
@@ -262,7 +319,7 @@ def test_text_pieces_hold_back_split_characters_and_stop_prefixes():
     assert "".join(pieces) == tokenizer.decode(ids) and not any("\ufffd" in p for p in pieces)
     stopping = TextStream(tokenizer, ("END",))
     pieces = [stopping.push(i) for i in ids] + [stopping.finish()]
-    assert "".join(pieces) == text[:text.index("END")] and stopping.stopped
+    assert "".join(pieces) == text[: text.index("END")] and stopping.stopped
 
 
 def test_an_android_build_serves_one_request_at_a_time_with_litert_generates_tokens(android_build):
@@ -274,7 +331,9 @@ def test_an_android_build_serves_one_request_at_a_time_with_litert_generates_tok
         got = [None] * 3
 
         def client(i):
-            got[i] = android.call("POST", "/v1/completions", {"prompt": prompts[i], "max_tokens": 12, "temperature": 0})[1]
+            got[i] = android.call(
+                "POST", "/v1/completions", {"prompt": prompts[i], "max_tokens": 12, "temperature": 0}
+            )[1]
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
         for t in threads:
@@ -295,8 +354,13 @@ def test_the_command_serves_until_ctrl_c_and_refuses_what_it_cannot_serve(androi
         holder.listen()
         code, _, err = run_cli("serve", str(android_build), "--port", str(holder.getsockname()[1]))
     assert code == 2 and "choose another --port" in err
-    child = subprocess.Popen([sys.executable, "-m", "tpuedge.cli", "serve", str(android_build), "--port", "0"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tpuedge.cli", "serve", str(android_build), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     try:
         line = ""
         while "serving" not in line:
@@ -318,6 +382,10 @@ def test_the_command_serves_until_ctrl_c_and_refuses_what_it_cannot_serve(androi
 def test_a_chat_template_that_refuses_the_messages_says_so():
     template = "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start with a user turn') }}{% endif %}"
     tokenizer = Tokenizer(tiny_lms.tokenizer_json(), chat_template=template + tiny_lms.CHAT_TEMPLATE)
-    assert tokenizer.render_chat([{"role": "user", "content": "hi"}]) == tokenizer.chat_prompt("hi") == "<|user|>hi<|end|><|assistant|>"
+    assert (
+        tokenizer.render_chat([{"role": "user", "content": "hi"}])
+        == tokenizer.chat_prompt("hi")
+        == "<|user|>hi<|end|><|assistant|>"
+    )
     with pytest.raises(UserError, match="must start with a user turn"):
         tokenizer.render_chat([{"role": "assistant", "content": "hi"}])

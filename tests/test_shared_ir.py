@@ -15,6 +15,7 @@ import tpuedge
 from models import build_cnn, build_lstm, build_mlp, build_transformer
 from tpuedge.shared_ir.errors import UserError
 
+
 def _line_of(snippet: str) -> int:
     import bad_models
 

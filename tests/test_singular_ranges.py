@@ -48,7 +48,7 @@ def test_a_magnitude_that_is_zero_in_calibration_quantizes_on_mcu(tmp_path, monk
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=_samples(24, rng))
     recipe = art.manifest["quantization"]["recipe"]
     assert recipe["capped_ranges"], "the RSQRT output's range was not capped"
-    (before, after), = recipe["capped_ranges"].values()
+    ((before, after),) = recipe["capped_ranges"].values()
     assert before > 1e6 and after < 100
     cosine = art.manifest["verification"]["held_out"]["tflm_vs_float"]["sample_cosine"]
     assert cosine >= 0.99

@@ -19,8 +19,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def _timed_build(tmp_path: Path, target: str) -> tuple[dict, float]:
     times = tmp_path / "stages.json"
     env = {**os.environ, "TPUEDGE_STAGE_TIMES": str(times), "TPUEDGE_NO_CACHE": "1", "JAX_PLATFORMS": "cpu"}
-    command = [sys.executable, "-m", "tpuedge.cli", "build", f"{ROOT}/examples/models.py:build_mlp", "--target", target,
-               "--out", str(tmp_path / "out")]
+    command = [
+        sys.executable,
+        "-m",
+        "tpuedge.cli",
+        "build",
+        f"{ROOT}/examples/models.py:build_mlp",
+        "--target",
+        target,
+        "--out",
+        str(tmp_path / "out"),
+    ]
     started = time.perf_counter()
     proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     wall = time.perf_counter() - started
@@ -39,8 +48,14 @@ def test_cloud_tpu_stage_times_add_up_to_the_wall_time_and_name_the_tpu_compile(
     # against the wall time measured from outside (it adds only fork/exec and the exit)
     assert counted > 0.85 * wall - 0.5, (counted, wall, stages)
     assert stages[START_UP] > 0
-    for stage in ("import jax", "lower to JAX (ATen->JAX interpreter, decompositions)", "check on XLA:CPU against Program.run",
-                  "TPU: load libtpu, describe the topology", "TPU: XLA:TPU compile (libtpu, deviceless)", "write the folder"):
+    for stage in (
+        "import jax",
+        "lower to JAX (ATen->JAX interpreter, decompositions)",
+        "check on XLA:CPU against Program.run",
+        "TPU: load libtpu, describe the topology",
+        "TPU: XLA:TPU compile (libtpu, deviceless)",
+        "write the folder",
+    ):
         assert stages.get(stage, 0) > 0, (stage, stages)
     # what the named stages miss is a small part of the build
     assert stages[UNNAMED] < 0.15 * counted, stages
@@ -48,9 +63,11 @@ def test_cloud_tpu_stage_times_add_up_to_the_wall_time_and_name_the_tpu_compile(
 
 def test_a_plain_factory_is_checked_for_a_language_model_without_importing_transformers():
     # a non-transformers module cannot be a transformers model; importing transformers to ask took 5-15 s per build
-    code = ("import sys, torch\nfrom tpuedge.model_spec import decoder_of\n"
-            "assert decoder_of((torch.nn.Linear(2, 2), (torch.zeros(1, 2),))) is None\n"
-            "print('transformers' in sys.modules)")
+    code = (
+        "import sys, torch\nfrom tpuedge.model_spec import decoder_of\n"
+        "assert decoder_of((torch.nn.Linear(2, 2), (torch.zeros(1, 2),))) is None\n"
+        "print('transformers' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "False"

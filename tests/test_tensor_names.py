@@ -37,7 +37,10 @@ def test_a_tensor_the_quantizer_added_is_read_in_its_source_scope():
     assert scopes.scopes("blocks.0.act/ReLU_quantized") == {"blocks.0.act/ReLU"}
     assert scopes.name("blocks.1.act/ReLU_quantized") == "blocks.1.act/ReLU_quantized"
     assert scopes.name("blocks.0.conv/Conv2d;12_dequant") == "blocks.0.conv/Conv2d_dequant"
-    assert scopes.scopes("blocks.0.conv/Conv2d;blocks.0.act/ReLU;3_dequant") == {"blocks.0.conv/Conv2d", "blocks.0.act/ReLU"}
+    assert scopes.scopes("blocks.0.conv/Conv2d;blocks.0.act/ReLU;3_dequant") == {
+        "blocks.0.conv/Conv2d",
+        "blocks.0.act/ReLU",
+    }
     assert scopes.name("serving_default_output_0_output_dequant") == "serving_default_output_0_output_dequant"
 
 
@@ -139,8 +142,14 @@ def test_repeated_scopes_get_the_first_free_suffix_and_a_short_named_model_is_no
     scopes = ScopeNames(program.exported_program)
     scope = "test_tensor_names._Net/torch.nn.modules.linear.Linear_head"
     names = [scope, f"{scope};7", "head/Linear;2", scope, "serving_default_x", scope]
-    assert _unique_names(names, scopes) == ["head/Linear", "head/Linear;1", "head/Linear;2", "head/Linear;3",
-                                            "serving_default_x", "head/Linear;4"]
+    assert _unique_names(names, scopes) == [
+        "head/Linear",
+        "head/Linear;1",
+        "head/Linear;2",
+        "head/Linear;3",
+        "serving_default_x",
+        "head/Linear;4",
+    ]
 
     tpuedge.build(program, "android", tmp_path / "float", quantize="none")
     data = (tmp_path / "float" / "model.tflite").read_bytes()

@@ -48,12 +48,15 @@ def _damaged(built, tmp_path):
     return paths
 
 
-@pytest.mark.parametrize("kind, problem", [
-    ("empty", "it is empty (0 bytes)"),
-    ("truncated", "points outside its"),
-    ("random", "lacks the TFLite file identifier 'TFL3'"),
-    ("text", "lacks the TFLite file identifier 'TFL3'"),
-])
+@pytest.mark.parametrize(
+    "kind, problem",
+    [
+        ("empty", "it is empty (0 bytes)"),
+        ("truncated", "points outside its"),
+        ("random", "lacks the TFLite file identifier 'TFL3'"),
+        ("text", "lacks the TFLite file identifier 'TFL3'"),
+    ],
+)
 def test_inspect_a_damaged_tflite_is_one_paragraph_exit_2(built, tmp_path, kind, problem):
     path = _damaged(built, tmp_path)[kind]
     code, out, err = run_cli("inspect", str(path))
@@ -77,7 +80,9 @@ def test_a_damaged_model_in_a_build_folder_is_a_user_error(built, tmp_path):
     # the manifest's checksum then matches, as for a build whose writer itself was cut short
     manifest = (folder / "manifest.json").read_text()
     old, new = hashlib.sha256(data).hexdigest(), hashlib.sha256(cut).hexdigest()
-    (folder / "manifest.json").write_text(manifest.replace(old, new).replace(f'"bytes": {len(data)}', f'"bytes": {len(cut)}'))
+    (folder / "manifest.json").write_text(
+        manifest.replace(old, new).replace(f'"bytes": {len(data)}', f'"bytes": {len(cut)}')
+    )
     code, _, err = run_cli("inspect", str(folder))
     assert code == 2 and "model.tflite is not a valid .tflite model" in err, err
     artifact = tpuedge.load(folder)
@@ -113,7 +118,14 @@ def test_one_dtype_table_and_op_names(built):
     model = tflite_file.read_model((built / "model.tflite").read_bytes())
     assert tflite_file.operator_names(model) == ["FULLY_CONNECTED"]
     assert {tflite_file.DTYPE_NAMES[c] for c in (0, 1, 2, 3, 7, 9, 10)} == {
-        "float32", "float16", "int32", "uint8", "int16", "int8", "float64"}
+        "float32",
+        "float16",
+        "int32",
+        "uint8",
+        "int16",
+        "int8",
+        "float64",
+    }
     assert all(np.dtype(tflite_file.DTYPE_NAMES[c]) for c in (0, 1, 2, 3, 4, 6, 7, 9, 10, 12, 15, 16))
 
 
@@ -161,7 +173,7 @@ def test_a_rewritten_model_keeps_its_outside_buffers_outside(built):
     rewritten = tflite_file.write_model(model, external_from=outside)
     assert external_buffers(rewritten) == [index]
     buf = tflite_file.read_model(rewritten).buffers[index]
-    assert buf.offset % 16 == 0 and rewritten[buf.offset:buf.offset + buf.size] == payload.tobytes()
+    assert buf.offset % 16 == 0 and rewritten[buf.offset : buf.offset + buf.size] == payload.tobytes()
     x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
     assert np.array_equal(LiteRTRunner(rewritten).run([x])[0], LiteRTRunner(data).run([x])[0])
 
@@ -174,8 +186,16 @@ def test_every_view_reads_the_same_tensors(built):
     data = (built / "model.tflite").read_bytes()
     summary, io, graph = summarize_tflite(data), io_quantization(data), read_graph(data)
     assert [o.name for o in ops_used(data)] == list(summary.op_histogram) == [op.name for op in graph.ops]
-    assert [t.dtype for t in summary.inputs] == [d["dtype"] for d in io["inputs"]] == [graph.tensors[i].dtype for i in graph.inputs]
-    assert [list(t.shape) for t in summary.outputs] == [d["shape"] for d in io["outputs"]] == [list(graph.tensors[i].shape) for i in graph.outputs]
+    assert (
+        [t.dtype for t in summary.inputs]
+        == [d["dtype"] for d in io["inputs"]]
+        == [graph.tensors[i].dtype for i in graph.inputs]
+    )
+    assert (
+        [list(t.shape) for t in summary.outputs]
+        == [d["shape"] for d in io["outputs"]]
+        == [list(graph.tensors[i].shape) for i in graph.outputs]
+    )
 
 
 def test_tflite_micro_runner_checks_the_file_first(built):
@@ -225,8 +245,9 @@ def test_writing_a_model_holds_about_two_copies_and_gives_the_same_bytes(built):
     assert data == bytes(builder.Output())
     stock = flatbuffers.Builder(1024)  # and the buffers are the stock builder's, byte for byte
     stock.Finish(model.Pack(stock), file_identifier=tflite_file.FILE_IDENTIFIER)
-    assert [bytes(b.data) for b in tflite_file.read_model(data).buffers if b.data is not None] == \
-        [bytes(b.data) for b in tflite_file.read_model(bytes(stock.Output())).buffers if b.data is not None]
+    assert [bytes(b.data) for b in tflite_file.read_model(data).buffers if b.data is not None] == [
+        bytes(b.data) for b in tflite_file.read_model(bytes(stock.Output())).buffers if b.data is not None
+    ]
     assert peak < 2.6 * size, f"packing {size / 2**20:.0f} MiB of weights held {peak / 2**20:.0f} MiB"
 
 
@@ -266,8 +287,10 @@ class _Channels(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.convs = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
-            torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.ReLU(),
+            torch.nn.Conv2d(3, 16, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 16, 3, padding=1, groups=16),
+            torch.nn.ReLU(),
             torch.nn.Conv2d(16, 16, 1),
         )
 
@@ -303,7 +326,9 @@ def test_equal_vectors_are_written_once_and_the_model_runs_the_same(tmp_path):
 
     for (x,) in calibration[:3]:
         np.testing.assert_array_equal(builtin_output(data, x), builtin_output(separate, x))
-        np.testing.assert_array_equal(TflmRunner(data, 100_000).run_raw([x])[0], TflmRunner(separate, 100_000).run_raw([x])[0])
+        np.testing.assert_array_equal(
+            TflmRunner(data, 100_000).run_raw([x])[0], TflmRunner(separate, 100_000).run_raw([x])[0]
+        )
 
 
 def test_equal_names_and_tables_are_written_once_and_the_model_runs_the_same(tmp_path):
@@ -322,7 +347,10 @@ def test_equal_names_and_tables_are_written_once_and_the_model_runs_the_same(tmp
     program = tpuedge.export(LSTMTagger(4, 8, 3).eval(), (torch.zeros(1, 6, 4),), name="recurrent")
     rng = np.random.default_rng(0)
     calibration = [(rng.standard_normal((1, 6, 4)).astype(np.float32),) for _ in range(16)]
-    for target, options in (("android", {"quantize": "int8", "strict_int8": True}), ("mcu", {"board": "esp32s3", "eval": "none"})):
+    for target, options in (
+        ("android", {"quantize": "int8", "strict_int8": True}),
+        ("mcu", {"board": "esp32s3", "eval": "none"}),
+    ):
         tpuedge.build(program, target, tmp_path / target, calibration=calibration, allow_below_budget=True, **options)
         data = (tmp_path / target / "model.tflite").read_bytes()
         names = tflite_file.tensor_names(data)[0]
@@ -338,7 +366,11 @@ def test_equal_names_and_tables_are_written_once_and_the_model_runs_the_same(tmp
                 tables.setdefault(key, set()).add(q._tab.Pos)
         assert all(len(at) == 1 for at in tables.values())  # equal tables: one copy
         assert sum(1 for _ in tables) < graph.TensorsLength() - 20
-        options = {graph.Operators(i).BuiltinOptions().Pos for i in range(graph.OperatorsLength()) if graph.Operators(i).BuiltinOptions()}
+        options = {
+            graph.Operators(i).BuiltinOptions().Pos
+            for i in range(graph.OperatorsLength())
+            if graph.Operators(i).BuiltinOptions()
+        }
         assert len(options) < graph.OperatorsLength() // 4, (len(options), graph.OperatorsLength())
 
         model = tflite_file.read_model(data)
@@ -348,10 +380,15 @@ def test_equal_names_and_tables_are_written_once_and_the_model_runs_the_same(tmp
         assert len(separate) > len(data) + 30 * graph.TensorsLength() // 2, (len(separate), len(data))
         assert tflite_file.compact_model(separate) == data  # one writer, one layout
         for (x,) in calibration[:3]:
-            x = x if graph.Tensors(graph.Inputs(0)).Type() == tflite_file.schema.TensorType.FLOAT32 else \
-                np.clip(np.round(x * 40), -128, 127).astype(np.int8)  # the raw int8 ends strict int8 and mcu give
+            x = (
+                x
+                if graph.Tensors(graph.Inputs(0)).Type() == tflite_file.schema.TensorType.FLOAT32
+                else np.clip(np.round(x * 40), -128, 127).astype(np.int8)
+            )  # the raw int8 ends strict int8 and mcu give
             np.testing.assert_array_equal(builtin_output(data, x), builtin_output(separate, x))
-            np.testing.assert_array_equal(TflmRunner(data, 200_000).run_raw([x])[0], TflmRunner(separate, 200_000).run_raw([x])[0])
+            np.testing.assert_array_equal(
+                TflmRunner(data, 200_000).run_raw([x])[0], TflmRunner(separate, 200_000).run_raw([x])[0]
+            )
 
 
 def test_tensors_are_renamed_where_they_lie(built):
@@ -366,7 +403,9 @@ def test_tensors_are_renamed_where_they_lie(built):
     model = tflite_file.read_model(outside)
     tensors = model.subgraphs[0].tensors
     assert len(tensors) >= 4
-    old = ["shared", "shared", "a fairly long name from the converter", "short"] + [tflite_file.text(t.name) for t in tensors[4:]]
+    old = ["shared", "shared", "a fairly long name from the converter", "short"] + [
+        tflite_file.text(t.name) for t in tensors[4:]
+    ]
     for tensor, name in zip(tensors, old):
         tensor.name = name.encode()
     source = tflite_file.write_model(model, external_from=outside)
@@ -376,12 +415,13 @@ def test_tensors_are_renamed_where_they_lie(built):
     assert [n for graph in tflite_file.tensor_names(renamed) for n in graph] == new
     assert len(source) < len(renamed) < len(source) + 128  # two names appended, nothing else moved
     buffer = tflite_file.read_model(renamed).buffers[index]
-    assert renamed[buffer.offset:buffer.offset + buffer.size] == payload.tobytes()
+    assert renamed[buffer.offset : buffer.offset + buffer.size] == payload.tobytes()
     expected = tflite_file.read_model(source)
     for tensor, name in zip(expected.subgraphs[0].tensors, new):
         tensor.name = name.encode()
-    assert tflite_file.write_model(tflite_file.read_model(renamed), external_from=renamed) == \
-        tflite_file.write_model(expected, external_from=source)
+    assert tflite_file.write_model(tflite_file.read_model(renamed), external_from=renamed) == tflite_file.write_model(
+        expected, external_from=source
+    )
     x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
     assert np.array_equal(LiteRTRunner(renamed).run([x])[0], LiteRTRunner(data).run([x])[0])
     assert tflite_file.renamed_tensors(source, old) == source

@@ -126,13 +126,22 @@ def test_quantizer_int8_list_is_ai_edge_quantizers_own():
     names = {code: name for name, code in vars(_schema().BuiltinOperator).items() if not name.startswith("_")}
     # the quantizer's own op names, as builtins: its CONV_2D_TRANSPOSE is TRANSPOSE_CONV (the name
     # match alone left transposed convolutions out, and mcu refused them)
-    builtins = {names[TFL_OP_NAME_TO_CODE[qtyping.TFLOperationName(op)]] for op in policy
-                if op in qtyping.TFLOperationName.__members__ and qtyping.TFLOperationName(op) in TFL_OP_NAME_TO_CODE}
+    builtins = {
+        names[TFL_OP_NAME_TO_CODE[qtyping.TFLOperationName(op)]]
+        for op in policy
+        if op in qtyping.TFLOperationName.__members__ and qtyping.TFLOperationName(op) in TFL_OP_NAME_TO_CODE
+    }
     assert sorted(tflm_data()["quantizer_int8"]) == sorted(builtins)
 
 
-_COMPARISONS = {"EQUAL": np.equal, "NOT_EQUAL": np.not_equal, "LESS": np.less, "LESS_EQUAL": np.less_equal,
-                "GREATER": np.greater, "GREATER_EQUAL": np.greater_equal}
+_COMPARISONS = {
+    "EQUAL": np.equal,
+    "NOT_EQUAL": np.not_equal,
+    "LESS": np.less,
+    "LESS_EQUAL": np.less_equal,
+    "GREATER": np.greater,
+    "GREATER_EQUAL": np.greater_equal,
+}
 
 
 @pytest.mark.parametrize("op", sorted(_COMPARISONS))

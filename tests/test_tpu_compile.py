@@ -18,7 +18,13 @@ MLP_MATMUL_FLOPS = 2 * 8 * (32 * 64 + 64 * 64 + 64 * 10)
 
 @pytest.mark.parametrize(
     "text, name, chips",
-    [("v5e", "v5e:2x2", 4), ("v5e:2x4", "v5e:2x4", 8), ("V6E:2x2", "v6e:2x2", 4), ("v5p", "v5p:2x2x1", 4), ("v4:2x2x1", "v4:2x2x1", 4)],
+    [
+        ("v5e", "v5e:2x2", 4),
+        ("v5e:2x4", "v5e:2x4", 8),
+        ("V6E:2x2", "v6e:2x2", 4),
+        ("v5p", "v5p:2x2x1", 4),
+        ("v4:2x2x1", "v4:2x2x1", 4),
+    ],
 )
 def test_topology_names(text, name, chips):
     choice = parse_topology(text)
@@ -34,7 +40,12 @@ def test_bad_topology_names_list_the_valid_ones(text):
 
 def test_published_chip_figures():
     # bf16 peak FLOP/s and HBM per chip from cloud.google.com/tpu/docs/<chip>
-    assert {n: c.peak_bf16_flops for n, c in CHIPS.items()} == {"v4": 275e12, "v5e": 197e12, "v5p": 459e12, "v6e": 918e12}
+    assert {n: c.peak_bf16_flops for n, c in CHIPS.items()} == {
+        "v4": 275e12,
+        "v5e": 197e12,
+        "v5p": 459e12,
+        "v6e": 918e12,
+    }
     assert {n: c.hbm_bytes // 2**30 for n, c in CHIPS.items()} == {"v4": 32, "v5e": 16, "v5p": 95, "v6e": 32}
 
 
@@ -67,7 +78,13 @@ def mlp8_report(mlp8, tmp_path_factory):
 @needs_libtpu
 def test_forward_compile_report_has_the_real_compilers_numbers(mlp8_report):
     r = mlp8_report
-    assert (r["topology"], r["chip"], r["device_kind"], r["chips"], r["devices"]) == ("v5e:2x2", "v5e", "TPU v5 lite", 4, 4)
+    assert (r["topology"], r["chip"], r["device_kind"], r["chips"], r["devices"]) == (
+        "v5e:2x2",
+        "v5e",
+        "TPU v5 lite",
+        4,
+        4,
+    )
     fwd = r["programs"]["forward"]
     assert fwd["mesh"] == {"data": 4} and fwd["note"] == ""
     # 8 samples over 4 chips: each chip does a quarter of the matmuls (plus bias adds and ReLUs)
@@ -103,7 +120,9 @@ def test_train_step_compile_is_data_parallel_over_the_slice(mlp8_report):
 
 
 @needs_libtpu
-@pytest.mark.parametrize("topology, kind, per_chip", [("v4", "TPU v4", 2), ("v6e", "TPU v6 lite", 1), ("v5p", "TPU v5", 1)])
+@pytest.mark.parametrize(
+    "topology, kind, per_chip", [("v4", "TPU v4", 2), ("v6e", "TPU v6 lite", 1), ("v5p", "TPU v5", 1)]
+)
 def test_other_chips_compile(mlp8, topology, kind, per_chip):
     from tpuedge.cloud.stablehlo_export import forward_export
 
@@ -130,7 +149,9 @@ def test_a_users_train_step_compiles_for_a_topology(mlp8):
 
     module, _ = mlp8
     x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
-    step = tpuedge.cloud.train_step(module, F.cross_entropy, torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9), (x, y))
+    step = tpuedge.cloud.train_step(
+        module, F.cross_entropy, torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9), (x, y)
+    )
     report = tpu_compile.compile_step_for_topology(step, "v6e:2x2")
     train = report["programs"]["train_step"]
     assert report["device_kind"] == "TPU v6 lite" and train["mesh"] == {"data": 4}
@@ -163,12 +184,16 @@ def test_a_compile_failure_names_the_ir_node_and_the_users_line():
     export = forward_export(program)
     hlo = jax.jit(export.function).lower(*export.abstract_arguments()).as_text(dialect="hlo", debug_info=True)
     softmax = next(n.name for n in export.jax_program.exported_program.graph.nodes if "softmax" in str(n.target))
-    assert f'/{softmax}/' in hlo  # the node's name in XLA's op metadata
-    text = (f"INTERNAL: during context [post-layout]: Expected instruction to have shape equal to f32[4,1]\n"
-            f'%reduce.2 = f32[1,4]{{1,0}} reduce(%x), metadata={{op_name="jit(attention_forward)/{softmax}/reduce_max"}}')
+    assert f"/{softmax}/" in hlo  # the node's name in XLA's op metadata
+    text = (
+        f"INTERNAL: during context [post-layout]: Expected instruction to have shape equal to f32[4,1]\n"
+        f'%reduce.2 = f32[1,4]{{1,0}} reduce(%x), metadata={{op_name="jit(attention_forward)/{softmax}/reduce_max"}}'
+    )
     message = " ".join(str(tpu_compile.compiler_error("v5e:2x2", text, export.jax_program)).split())
     assert "compiler bug" in message and "dtypes" not in message, message
     assert f"IR node {softmax} (aten._softmax.default) at " in message and "test_tpu_compile.py" in message
     assert "softmax(dim=-1)" in message, message
-    rejected = " ".join(str(tpu_compile.compiler_error("v5e:2x2", "UNIMPLEMENTED: f64 dot", export.jax_program)).split())
+    rejected = " ".join(
+        str(tpu_compile.compiler_error("v5e:2x2", "UNIMPLEMENTED: f64 dot", export.jax_program)).split()
+    )
     assert "rejected the program" in rejected and "dtypes" in rejected and "IR node" not in rejected

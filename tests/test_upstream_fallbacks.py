@@ -56,20 +56,31 @@ def _build(pt2, target, out, **options) -> dict[str, bytes]:
 
     clear_float_cache()  # the last float models, kept in memory: each build converts its own
     Program.load(pt2)  # the first load writes the snapshot the next one reads (on the fast path)
-    tpuedge.build(Program.load(pt2), target, out, calibration=_calibration(), eval="none",
-                  allow_below_budget=True, **options)
+    tpuedge.build(
+        Program.load(pt2), target, out, calibration=_calibration(), eval="none", allow_below_budget=True, **options
+    )
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.suffix in (".tflite", ".cc", ".h")}
 
 
-_EDGE = {"program snapshot", "pytree", "composite-implicit op walk", "in-place decomposition", "layout pass functions",
-         "direct lowerings", "large weights sliced"}
+_EDGE = {
+    "program snapshot",
+    "pytree",
+    "composite-implicit op walk",
+    "in-place decomposition",
+    "layout pass functions",
+    "direct lowerings",
+    "large weights sliced",
+}
 
 
-@pytest.mark.parametrize("target,options,fast_paths", [
-    # NHWC inputs: their tensor metadata; a convolution's NHWC wrapper: the kernel lookup
-    ("mcu", {}, _EDGE | {"tensor metadata", "composite-implicit kernel lookup"}),
-    pytest.param("android", {"quantize": "int8"}, _EDGE, marks=pytest.mark.slow),  # the same lowering, NCHW
-])
+@pytest.mark.parametrize(
+    "target,options,fast_paths",
+    [
+        # NHWC inputs: their tensor metadata; a convolution's NHWC wrapper: the kernel lookup
+        ("mcu", {}, _EDGE | {"tensor metadata", "composite-implicit kernel lookup"}),
+        pytest.param("android", {"quantize": "int8"}, _EDGE, marks=pytest.mark.slow),  # the same lowering, NCHW
+    ],
+)
 def test_public_routes_give_the_same_artifact_bytes(target, options, fast_paths, tmp_path, monkeypatch):
     """Which fast paths a build takes is checked too: each named one fell back, so the build
     really ran its public route."""

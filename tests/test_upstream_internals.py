@@ -97,8 +97,7 @@ class _Scan(ast.NodeVisitor):
 
     def visit_Attribute(self, node) -> None:
         chain = _chain(node)
-        if (chain is not None and self._bound(chain[0]) and not self._ops(chain)
-                and any(_private(p) for p in chain[1:])):
+        if chain is not None and self._bound(chain[0]) and not self._ops(chain) and any(_private(p) for p in chain[1:]):
             self.found.append((node.lineno, ".".join(chain)))
             return
         self.generic_visit(node)
@@ -144,7 +143,12 @@ class _Scan(ast.NodeVisitor):
                 self.found.append((node.lineno, f"{chain[0]} on {'.'.join(first)}"))
         elif chain is not None and self._bound(chain[0]) and len(chain) > 2 and chain[-2:] == ["config", "update"]:
             self.found.append((node.lineno, "jax.config.update"))
-        elif chain is not None and self._bound(chain[0]) and len(chain) > 1 and chain[-1] in ("update", "pop", "setdefault", "clear"):
+        elif (
+            chain is not None
+            and self._bound(chain[0])
+            and len(chain) > 1
+            and chain[-1] in ("update", "pop", "setdefault", "clear")
+        ):
             self.found.append((node.lineno, f"mutates {'.'.join(chain[:-1])}"))
         self.generic_visit(node)
 
@@ -169,7 +173,7 @@ def test_no_upstream_internals_outside_the_compat_modules():
 
 def test_the_scan_finds_what_it_is_for():
     """The scanner itself: each kind of internal it must catch, caught (lazy imports too)."""
-    source = '''
+    source = """
 import torch
 def f(op):
     from torch._export import utils as export_utils
@@ -186,13 +190,20 @@ def f(op):
     setattr(jax.config, "update", None)
     jax.config.update("jax_enable_x64", True)
     return isinstance(op, torch._ops.OpOverload), "litert_torch._convert.fx_passes."
-'''
+"""
     scan = _Scan()
     scan.visit(ast.parse(source))
     what = [w for _, w in scan.found]
     assert what == [
-        "from torch._export import utils", "import litert_torch._convert.core", "patches export_utils.walk",
-        "patches module.uniform_quantize", "patches ops", "mutates ops", "patches jax.config.update",
+        "from torch._export import utils",
+        "import litert_torch._convert.core",
+        "patches export_utils.walk",
+        "patches module.uniform_quantize",
+        "patches ops",
+        "mutates ops",
+        "patches jax.config.update",
         "setattr on jax.config",
-        "jax.config.update", "torch._ops.OpOverload", "litert_torch._convert.fx_passes.",
+        "jax.config.update",
+        "torch._ops.OpOverload",
+        "litert_torch._convert.fx_passes.",
     ], what

@@ -48,7 +48,9 @@ def calibration():
 
 @pytest.fixture(scope="module")
 def android_int8(digits_program, calibration, tmp_path_factory):
-    return tpuedge.build(digits_program, "android", tmp_path_factory.mktemp("a") / "android", quantize="int8", calibration=calibration)
+    return tpuedge.build(
+        digits_program, "android", tmp_path_factory.mktemp("a") / "android", quantize="int8", calibration=calibration
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +75,16 @@ def outlier_program(digits_model):
 @pytest.fixture(scope="module")
 def outlier_android(outlier_program, calibration, tmp_path_factory):
     return tpuedge.build(
-        outlier_program, "android", tmp_path_factory.mktemp("o") / "android", quantize="int8",
+        outlier_program,
+        "android",
+        tmp_path_factory.mktemp("o") / "android",
+        quantize="int8",
         # broken on purpose, verify must catch it: per-tensor weights, and strict int8 so the search
         # can't rescue the outlier channel with an int16 or float island
-        calibration=calibration, per_channel=False, strict_int8=True, allow_below_budget=True,
+        calibration=calibration,
+        per_channel=False,
+        strict_int8=True,
+        allow_below_budget=True,
     )
 
 
@@ -154,8 +162,13 @@ def test_data_errors_name_the_input_and_the_expected_shape(digits_program, digit
 def test_good_int8_build_passes_with_real_numbers(android_int8, digits_program, digits_model):
     _, _, _, x_test, y_test = digits_model
     result = tpuedge.verify(
-        android_int8, digits_program, {"image": x_test, "label": y_test}, labels="label",
-        min_cosine=0.99, min_top1=0.97, max_drop=1.5,
+        android_int8,
+        digits_program,
+        {"image": x_test, "label": y_test},
+        labels="label",
+        min_cosine=0.99,
+        min_top1=0.97,
+        max_drop=1.5,
     )
     assert result.passed and len(result.checks) == 3
     out = result.outputs[0]
@@ -210,8 +223,19 @@ def test_cli_exit_0_then_exit_1_with_the_failing_check_named(
     android_int8, digits_pt2, eval_npz, eval_small_npz, tmp_path, capsys
 ):
     code, out, _ = _cli(
-        [android_int8.directory, "--model", digits_pt2, "--data", eval_npz, "--labels", "label",
-         "--min-cosine", "0.99", "--max-drop", "1.5"],
+        [
+            android_int8.directory,
+            "--model",
+            digits_pt2,
+            "--data",
+            eval_npz,
+            "--labels",
+            "label",
+            "--min-cosine",
+            "0.99",
+            "--max-drop",
+            "1.5",
+        ],
         capsys,
     )
     assert code == 0, out
@@ -219,8 +243,21 @@ def test_cli_exit_0_then_exit_1_with_the_failing_check_named(
 
     report = tmp_path / "verify.json"
     code, out, _ = _cli(
-        [android_int8.directory, "--model", digits_pt2, "--data", eval_small_npz, "--labels", "label",
-         "--min-cosine", "1.0", "--min-top1", "0.5", "--json", report],
+        [
+            android_int8.directory,
+            "--model",
+            digits_pt2,
+            "--data",
+            eval_small_npz,
+            "--labels",
+            "label",
+            "--min-cosine",
+            "1.0",
+            "--min-top1",
+            "0.5",
+            "--json",
+            report,
+        ],
         capsys,
     )
     assert code == 1
@@ -250,7 +287,9 @@ def test_cli_exit_2_for_bad_input(android_int8, digits_pt2, outlier_program, eva
     code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", eval_npz, "--max-drop", "1"], capsys)
     assert code == 2 and "needs labels" in err
 
-    code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", eval_npz, "--labels", "answer"], capsys)
+    code, _, err = _cli(
+        [android_int8.directory, "--model", digits_pt2, "--data", eval_npz, "--labels", "answer"], capsys
+    )
     assert code == 2 and "no array 'answer' for the labels (it has: image, label)" in err
 
     code, _, err = _cli([android_int8.directory, "--model", digits_pt2, "--data", tmp_path / "missing.npz"], capsys)
@@ -281,7 +320,9 @@ def test_cli_states_the_default_threshold_and_fails_when_nothing_is_checked(
     pt2 = outlier_program.save(tmp_path / "outlier.pt2")
     code, out, _ = _cli([outlier_android.directory, "--model", pt2, "--data", eval_small_npz], capsys)
     assert code == 1 and "FAIL cosine of output" in out and "required 0.99" in out
-    code, out, _ = _cli([outlier_android.directory, "--model", pt2, "--data", eval_small_npz, "--min-cosine", "-1"], capsys)
+    code, out, _ = _cli(
+        [outlier_android.directory, "--model", pt2, "--data", eval_small_npz, "--min-cosine", "-1"], capsys
+    )
     assert code == 1 and "verify checked nothing" in out
 
 
@@ -289,8 +330,13 @@ def test_cli_states_the_default_threshold_and_fails_when_nothing_is_checked(
 def test_per_layer_ranks_the_planted_outlier_layer_first(outlier_android, outlier_program, digits_model, tmp_path):
     _, _, _, x_test, y_test = digits_model
     result = tpuedge.verify(
-        outlier_android, outlier_program, {"image": x_test, "label": y_test}, labels="label",
-        min_cosine=0.99, per_layer=True, layer_samples=32,
+        outlier_android,
+        outlier_program,
+        {"image": x_test, "label": y_test},
+        labels="label",
+        min_cosine=0.99,
+        per_layer=True,
+        layer_samples=32,
     )
     assert not result.passed  # per-tensor int8 can't hold one channel 1000x louder than the rest
     assert result.accuracy.drop > 20.0
@@ -331,9 +377,26 @@ def test_cli_per_layer_across_android_mcu_and_cloud(
     cloud = cloud_digits
     report = root / "report"
     code, out, _ = _cli(
-        [android_int8.directory, mcu.directory, cloud.directory, "--model", digits_pt2, "--data", eval_small_npz,
-         "--labels", "label", "--min-top1", "0.97", "--per-layer", "--report-dir", report,
-         "--layer-samples", "8", "--json", root / "v.json"],
+        [
+            android_int8.directory,
+            mcu.directory,
+            cloud.directory,
+            "--model",
+            digits_pt2,
+            "--data",
+            eval_small_npz,
+            "--labels",
+            "label",
+            "--min-top1",
+            "0.97",
+            "--per-layer",
+            "--report-dir",
+            report,
+            "--layer-samples",
+            "8",
+            "--json",
+            root / "v.json",
+        ],
         capsys,
     )
     assert code == 0, out
@@ -346,7 +409,9 @@ def test_cli_per_layer_across_android_mcu_and_cloud(
     # TFLM and LiteRT run the same int8 math: within a few LSB of each other
     assert abs(by_target["mcu"]["outputs"][0]["cosine"] - by_target["android"]["outputs"][0]["cosine"]) < 0.01
     cloud_layers = by_target["cloud-tpu"]["layers"]["layers"]
-    assert by_target["cloud-tpu"]["layers"]["counterparts"] == by_target["cloud-tpu"]["layers"]["ir_layers"]  # all, by name
+    assert (
+        by_target["cloud-tpu"]["layers"]["counterparts"] == by_target["cloud-tpu"]["layers"]["ir_layers"]
+    )  # all, by name
     assert len(cloud_layers) == 9 and min(l["snr_db"] for l in cloud_layers) > 90.0
     md = (report / "report.md").read_text()
     assert md.count("### ") == 3 and "![SNR per layer](snr_per_layer.png)" in md
@@ -400,7 +465,11 @@ def test_per_layer_reaches_inside_a_bert_encoder(tmp_path):
 
     torch.manual_seed(0)
     config = BertConfig(
-        vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        vocab_size=100,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
         max_position_embeddings=32,
     )
 

@@ -29,9 +29,14 @@ def test_per_layer_verify_compares_the_layers_of_a_conv1d_net(tmp_path):
     program = tpuedge.export(_AudioNet().eval(), (torch.zeros(1, 1, 64),), name="audio")
     rng = np.random.default_rng(0)
     calibration = [[rng.standard_normal((1, 1, 64)).astype(np.float32)] for _ in range(16)]
-    for scheme, options in (("none", {}), ("int8", {"calibration": calibration, "strict_int8": True, "allow_below_budget": True})):
+    for scheme, options in (
+        ("none", {}),
+        ("int8", {"calibration": calibration, "strict_int8": True, "allow_below_budget": True}),
+    ):
         artifact = tpuedge.build(program, "android", tmp_path / scheme, quantize=scheme, **options)
-        result = tpuedge.verify(artifact, program, [calibration[0][0]] * 2, per_layer=True, layer_samples=2, min_cosine=0.0)
+        result = tpuedge.verify(
+            artifact, program, [calibration[0][0]] * 2, per_layer=True, layer_samples=2, min_cosine=0.0
+        )
         compared = {layer.node: layer for layer in result.layers.layers if not layer.is_input}
         # each convolution's output, its ReLU fused in (old code: the Linear head only)
         assert {"relu", "relu_1", "relu_2"} <= set(compared), (scheme, sorted(compared))

@@ -31,4 +31,8 @@ def test_built_in_artifacts_declare_how_they_are_read():
     from tpuedge.edge.artifact import LiteRTArtifact
     from tpuedge.edge.mcu_artifact import McuArtifact
 
-    assert (LiteRTArtifact.layer_runtime, McuArtifact.layer_runtime, CloudArtifact.layer_runtime) == ("litert", "tflite-micro", "xla")
+    assert (LiteRTArtifact.layer_runtime, McuArtifact.layer_runtime, CloudArtifact.layer_runtime) == (
+        "litert",
+        "tflite-micro",
+        "xla",
+    )

@@ -73,8 +73,9 @@ def test_pretrained_face_detector_int8_android_and_cloud(tmp_path):
     assert float_accuracy >= 0.9  # the shipped weights are real: it finds the face
 
     # 24 samples: the build calibrates on 16 and holds the last 8 out to measure itself
-    android = tpuedge.build(program, "android", tmp_path / "android", quantize="int8",
-                            calibration=entry.samples(24, 1)[0])
+    android = tpuedge.build(
+        program, "android", tmp_path / "android", quantize="int8", calibration=entry.samples(24, 1)[0]
+    )
     got = _run(android, samples)
     assert entry.eval_accuracy(got, labels) >= float_accuracy - 0.05
     assert compare_outputs(reference, got).cosine >= 0.995  # the worst of its three outputs
@@ -106,8 +107,9 @@ def test_digits_gru_int8_android(tmp_path):
     entry, module, program, samples, labels, reference = _prepare("digits_gru")
     float_accuracy = entry.eval_accuracy(reference, labels)
     assert float_accuracy >= 0.85  # trained here on scikit-learn's digits, scored on the test split
-    android = tpuedge.build(program, "android", tmp_path / "android", quantize="int8",
-                            calibration=entry.samples(16, 1)[0])
+    android = tpuedge.build(
+        program, "android", tmp_path / "android", quantize="int8", calibration=entry.samples(16, 1)[0]
+    )
     got = _run(android, samples)
     assert entry.eval_accuracy(got, labels) >= float_accuracy - 0.05
     assert compare_outputs(reference, got).centered_cosine >= 0.99

@@ -22,7 +22,18 @@ if (_checkout / "pyproject.toml").is_file() and (_checkout / "shared_ir" / "__in
 
 from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, UserError
 
-__all__ = ["export", "load", "build", "verify", "Program", "cache_write", "UserError", "InternalError", "Problem", "ProblemsError"]
+__all__ = [
+    "export",
+    "load",
+    "build",
+    "verify",
+    "Program",
+    "cache_write",
+    "UserError",
+    "InternalError",
+    "Problem",
+    "ProblemsError",
+]
 __version__ = "0.1.0"
 
 

@@ -43,7 +43,9 @@ def resolve_build_options(target_name: str, given: dict, config) -> dict:
     wrong = sorted(k for k, v in given.items() if v is not None and k not in accepted)
     if wrong:
         flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
-        raise UserError(f"{flags} is not an option of target {target_name}; drop it or choose the target it belongs to.")
+        raise UserError(
+            f"{flags} is not an option of target {target_name}; drop it or choose the target it belongs to."
+        )
     from_config = config.target_options(target_name)
     unknown = sorted(set(from_config) - set(accepted))
     if unknown:
@@ -64,7 +66,9 @@ def _target_params() -> list[click.Parameter]:
     """`--target` and every implemented target's options, read from the target registry."""
     targets = implemented_targets()
     params: list[click.Parameter] = [
-        click.Option(["--target", "-t"], type=click.Choice(list(targets)) if targets else str, help="Target to build for."),
+        click.Option(
+            ["--target", "-t"], type=click.Choice(list(targets)) if targets else str, help="Target to build for."
+        ),
     ]
     return params + [_click_option(opt, owners) for opt, owners in _options_by_name(targets).values()]
 
@@ -82,8 +86,16 @@ class _BuildCommand(click.Command):
 def make_build_command() -> click.Command:
     params: list[click.Parameter] = [
         click.Argument(["model"], required=False),
-        click.Option(["--out", "-o"], type=click.Path(file_okay=False, path_type=Path), help="Output folder (default build/<model>/<target>)."),
-        click.Option(["--no-cache", "no_cache"], is_flag=True, help="Build every stage cold: neither read nor write the build cache (any target)."),
+        click.Option(
+            ["--out", "-o"],
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Output folder (default build/<model>/<target>).",
+        ),
+        click.Option(
+            ["--no-cache", "no_cache"],
+            is_flag=True,
+            help="Build every stage cold: neither read nor write the build cache (any target).",
+        ),
     ]
 
     def run(model, target, out, no_cache, **given):
@@ -129,14 +141,18 @@ def make_build_command() -> click.Command:
                 program = export_factory_at_batch(spec, options["batch"])
             else:
                 program = load_program(spec, {k: options.get(k) for k in CAPTURE_OPTIONS})
-            lowering = {k: v for k, v in options.items() if k not in CAPTURE_OPTIONS or not isinstance(program, ProgramBundle)}
+            lowering = {
+                k: v for k, v in options.items() if k not in CAPTURE_OPTIONS or not isinstance(program, ProgramBundle)
+            }
             artifact = program.lower(target, **lowering).compile(Path(out))
         console = _console()
         report = artifact.report() if hasattr(artifact, "report") else repr(artifact)
         console.print(report)
         if key:
             build_replay.remember(key, Path(out), report, limit)
-        console.print(cache.describe(), soft_wrap=True)  # not in the manifest: a hit gives the same bytes as a cold build
+        console.print(
+            cache.describe(), soft_wrap=True
+        )  # not in the manifest: a hit gives the same bytes as a cold build
         console.print(f"wrote {out}")
 
     return _BuildCommand(

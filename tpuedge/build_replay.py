@@ -77,6 +77,10 @@ def replay(key: str, out: Path, limit=None) -> str | None:
 
 def remember(key: str, out: Path, report: str, limit=None) -> None:
     """Store the folder a build just wrote, with its report, under `key`."""
-    files = {p.relative_to(out).as_posix(): base64.b64encode(p.read_bytes()).decode() for p in sorted(out.rglob("*")) if p.is_file()}
+    files = {
+        p.relative_to(out).as_posix(): base64.b64encode(p.read_bytes()).decode()
+        for p in sorted(out.rglob("*"))
+        if p.is_file()
+    }
     payload = json.dumps({"files": files, "report": report, "out": str(out)}, sort_keys=True).encode()
     _cache(limit).put(key, payload, stage=STAGE)

@@ -15,7 +15,14 @@ import click
 from tpuedge.command_inputs import console as _console
 from tpuedge.command_inputs import model_arg as _model_arg
 from tpuedge.command_inputs import target_arg as _target_arg
-from tpuedge.shared_ir.errors import EXIT_BELOW_BUDGET, EXIT_USER_ERROR, BudgetError, InternalError, ProblemsError, UserError
+from tpuedge.shared_ir.errors import (
+    EXIT_BELOW_BUDGET,
+    EXIT_USER_ERROR,
+    BudgetError,
+    InternalError,
+    ProblemsError,
+    UserError,
+)
 
 __all__ = ["main", "cli"]
 
@@ -42,9 +49,15 @@ def cli() -> None:
 
 def _capture_options(function):
     """--prefill-lengths / --cache-length (a decoder LM) and --buckets: how a model is captured (check, export)."""
-    function = click.option("--buckets", help="One entry point per size of an input's axis: INPUT:AXIS=SIZES, e.g. input_ids:1=16,32,64.")(function)
-    function = click.option("--cache-length", type=click.IntRange(min=2), help="A decoder LM's KV cache, in positions.")(function)
-    return click.option("--prefill-lengths", help="A decoder LM's prefill entry points, tokens each, e.g. 32,128.")(function)
+    function = click.option(
+        "--buckets", help="One entry point per size of an input's axis: INPUT:AXIS=SIZES, e.g. input_ids:1=16,32,64."
+    )(function)
+    function = click.option(
+        "--cache-length", type=click.IntRange(min=2), help="A decoder LM's KV cache, in positions."
+    )(function)
+    return click.option("--prefill-lengths", help="A decoder LM's prefill entry points, tokens each, e.g. 32,128.")(
+        function
+    )
 
 
 @cli.command()
@@ -52,8 +65,14 @@ def _capture_options(function):
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Where to write the .pt2.")
 @click.option("--name", help="Program name (default: from the model spec).")
 @_capture_options
-def export(model: str | None, output: Path | None, name: str | None, prefill_lengths: str | None,
-           cache_length: int | None, buckets: str | None) -> None:
+def export(
+    model: str | None,
+    output: Path | None,
+    name: str | None,
+    prefill_lengths: str | None,
+    cache_length: int | None,
+    buckets: str | None,
+) -> None:
     """Capture MODEL with torch.export into the shared IR and save it as a .pt2."""
     from tpuedge.model_spec import load_program, spec_name
     from tpuedge.shared_ir.generative.bundle import ProgramBundle
@@ -78,15 +97,17 @@ def export(model: str | None, output: Path | None, name: str | None, prefill_len
 @click.argument("model", required=False)
 @click.option("--target", "-t", help="Target to check against.")
 @_capture_options
-def check(model: str | None, target: str | None, prefill_lengths: str | None, cache_length: int | None,
-          buckets: str | None) -> None:
+def check(
+    model: str | None, target: str | None, prefill_lengths: str | None, cache_length: int | None, buckets: str | None
+) -> None:
     """Report every problem TARGET has with MODEL (exit 0 clean, 2 with problems)."""
     from tpuedge.model_spec import load_program
     from tpuedge.shared_ir.targets import all_targets
 
     target = _target_arg(target, list(all_targets()))
-    program = load_program(_model_arg(model), {"prefill_lengths": prefill_lengths, "cache_length": cache_length,
-                                               "buckets": buckets})
+    program = load_program(
+        _model_arg(model), {"prefill_lengths": prefill_lengths, "cache_length": cache_length, "buckets": buckets}
+    )
     problems = program.check(target)
     if problems:
         raise ProblemsError(
@@ -125,7 +146,11 @@ def ops(target: str | None, show_all: bool) -> None:
     rewritten = sum(r.rewritten for r in rows)
     console.print(
         f"{target}: {sum(r.supported for r in rows)} ops supported"
-        + (f", {rewritten} more rewritten on the IR into supported ones (some forms only: see their notes)" if rewritten else "")
+        + (
+            f", {rewritten} more rewritten on the IR into supported ones (some forms only: see their notes)"
+            if rewritten
+            else ""
+        )
         + f"; core ATen coverage {sum(r.supported for r in core)}/{len(core)}."
     )
 
@@ -189,9 +214,25 @@ def _report_problem(exc: UserError) -> None:
 # Libraries whose import-time and deprecation chatter says nothing about the user's model.
 # Filtered by the module a warning is attributed to, so the user's own code keeps its warnings.
 THIRD_PARTY_MODULES = (
-    "torch", "torchao", "torchvision", "litert_torch", "litert_converter", "ai_edge_litert",
-    "ai_edge_quantizer", "tflite_micro", "jax", "jaxlib", "optax", "flax", "flatbuffers",
-    "google", "transformers", "numpy", "absl", "ml_dtypes", "safetensors",
+    "torch",
+    "torchao",
+    "torchvision",
+    "litert_torch",
+    "litert_converter",
+    "ai_edge_litert",
+    "ai_edge_quantizer",
+    "tflite_micro",
+    "jax",
+    "jaxlib",
+    "optax",
+    "flax",
+    "flatbuffers",
+    "google",
+    "transformers",
+    "numpy",
+    "absl",
+    "ml_dtypes",
+    "safetensors",
 )
 _THIRD_PARTY_RE = r"(" + "|".join(THIRD_PARTY_MODULES) + r")(\.|$)"
 

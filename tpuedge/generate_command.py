@@ -16,12 +16,23 @@ __all__ = ["generate_command"]
 @click.option("--prompt-ids", help="The prompt as token ids, e.g. 1,2,3 (for a model built without a tokenizer).")
 @click.option("--max-new-tokens", "-n", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True, help="0: greedy.")
-@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="Sample among the k most likely (0: all).")
+@click.option(
+    "--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="Sample among the k most likely (0: all)."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling.")
 @click.option("--chat", is_flag=True, help="Wrap the prompt as one user turn in the model's chat template.")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Runtime threads (LiteRT).")
-def generate_command(artifact: Path, prompt: str | None, prompt_ids: str | None, max_new_tokens: int, temperature: float,
-                     top_k: int, seed: int, chat: bool, threads: int) -> None:
+def generate_command(
+    artifact: Path,
+    prompt: str | None,
+    prompt_ids: str | None,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    seed: int,
+    chat: bool,
+    threads: int,
+) -> None:
     """Generate text from a language model built by `tpuedge build` (android, mcu or cloud-tpu)."""
     from tpuedge.command_inputs import console
     from tpuedge.shared_ir.artifact import load
@@ -32,17 +43,22 @@ def generate_command(artifact: Path, prompt: str | None, prompt_ids: str | None,
         raise UserError("Give the prompt as --prompt TEXT or --prompt-ids 1,2,3 (one of them).")
     built = load(artifact)
     if not isinstance(built, GeneratingArtifact):
-        raise UserError(f"{artifact} is not a language model build (it has no prefill and decode entry points); "
-                        "`tpuedge generate` runs models built from a decoder LM. Use `tpuedge verify` for other models.")
+        raise UserError(
+            f"{artifact} is not a language model build (it has no prefill and decode entry points); "
+            "`tpuedge generate` runs models built from a decoder LM. Use `tpuedge verify` for other models."
+        )
     if prompt_ids is not None:
         try:
             given = [int(t) for t in prompt_ids.split(",") if t.strip()]
         except ValueError:
-            raise UserError(f"--prompt-ids takes integers separated by commas, e.g. 1,2,3; got {prompt_ids!r}.") from None
+            raise UserError(
+                f"--prompt-ids takes integers separated by commas, e.g. 1,2,3; got {prompt_ids!r}."
+            ) from None
     else:
         given = prompt
-    result = built.generate(given, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, chat=chat,
-                            num_threads=threads)
+    result = built.generate(
+        given, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, chat=chat, num_threads=threads
+    )
     out = console()
     g = result.generation
     if result.text is not None:

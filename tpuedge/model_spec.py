@@ -26,14 +26,18 @@ __all__ = ["load_factory", "load_module_and_inputs", "load_program", "spec_name"
 # build options read when the model is captured, not when it is lowered
 CAPTURE_OPTIONS = ("prefill_lengths", "cache_length", "buckets")
 
-_FORMAT_HELP = ("MODEL is `path/to/file.py:factory`, `package.module:factory`, a `.pt2` saved by `tpuedge export`, or "
-                "a transformers causal-LM folder")
+_FORMAT_HELP = (
+    "MODEL is `path/to/file.py:factory`, `package.module:factory`, a `.pt2` saved by `tpuedge export`, or "
+    "a transformers causal-LM folder"
+)
 _GENERIC_STEMS = {"model", "models", "__init__", "main", "net", "build"}
 
 
 def _split(spec: str) -> tuple[str, str]:
     if ":" not in spec:
-        raise UserError(f"Model spec {spec!r} names no factory function. {_FORMAT_HELP}, e.g. `examples/digits/model.py:build`.")
+        raise UserError(
+            f"Model spec {spec!r} names no factory function. {_FORMAT_HELP}, e.g. `examples/digits/model.py:build`."
+        )
     where, factory = spec.rsplit(":", 1)
     if not where or not factory.isidentifier():
         raise UserError(f"Model spec {spec!r} is malformed. {_FORMAT_HELP}.")
@@ -54,8 +58,8 @@ def spec_name(spec: str) -> str:
     if stem not in _GENERIC_STEMS:
         return stem
     for prefix in ("build_", "make_", "get_", "create_"):
-        if factory.startswith(prefix) and factory[len(prefix):]:
-            return factory[len(prefix):]
+        if factory.startswith(prefix) and factory[len(prefix) :]:
+            return factory[len(prefix) :]
     if is_path:
         return Path(where).resolve().parent.name
     parts = where.split(".")
@@ -198,8 +202,9 @@ def _load_hf_folder(folder: str):
     try:
         from transformers import AutoModelForCausalLM
     except ImportError as exc:
-        raise UserError(f"{folder} is a transformers model folder, and transformers is not installed: "
-                        "`pip install transformers`.") from exc
+        raise UserError(
+            f"{folder} is a transformers model folder, and transformers is not installed: `pip install transformers`."
+        ) from exc
     with timed("load the transformers model"):
         try:
             return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
@@ -228,13 +233,17 @@ def load_program(spec: str, capture: dict | None = None):
     decoder = decoder_of(result)
     if decoder is not None:
         if capture.get("buckets"):
-            raise UserError("--buckets is for a model with one variable axis; a decoder LM takes --prefill-lengths and "
-                            "--cache-length instead.")
+            raise UserError(
+                "--buckets is for a model with one variable axis; a decoder LM takes --prefill-lengths and "
+                "--cache-length instead."
+            )
         return _capture_decoder(decoder, spec, capture)
     module, inputs = _module_and_inputs(spec, result)
     if capture.get("prefill_lengths") or capture.get("cache_length"):
-        raise UserError(f"--prefill-lengths and --cache-length capture a decoder language model, and {spec} is not one "
-                        "(a transformers causal LM, or a module following tpuedge's decoder protocol); drop them.")
+        raise UserError(
+            f"--prefill-lengths and --cache-length capture a decoder language model, and {spec} is not one "
+            "(a transformers causal LM, or a module following tpuedge's decoder protocol); drop them."
+        )
     if capture.get("buckets"):
         from tpuedge.shared_ir.generative.buckets import export_buckets
 
@@ -250,6 +259,9 @@ def _capture_decoder(decoder, spec: str, capture: dict):
 
     limit = position_limit(decoder)
     cache_length = capture.get("cache_length") or min(DEFAULT_CACHE_LENGTH, limit or DEFAULT_CACHE_LENGTH)
-    lengths = parse_lengths(capture.get("prefill_lengths"), "--prefill-lengths") or \
-        tuple(n for n in DEFAULT_PREFILL_LENGTHS if n <= cache_length) or (cache_length,)
+    lengths = (
+        parse_lengths(capture.get("prefill_lengths"), "--prefill-lengths")
+        or tuple(n for n in DEFAULT_PREFILL_LENGTHS if n <= cache_length)
+        or (cache_length,)
+    )
     return export_decoder(decoder.eval(), prefill_lengths=lengths, cache_length=int(cache_length), name=spec_name(spec))

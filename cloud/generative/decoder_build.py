@@ -38,19 +38,33 @@ class CloudDecoderLowered:
         self.bundle, self.topology, self.batch, self.budget, self.eval_file = bundle, topology, batch, budget, eval_file
 
     @classmethod
-    def create(cls, bundle, /, *, topology, batch: int | None = None, eval: Any = None,  # noqa: A002
-               min_top1: float | None = None, max_perplexity_increase: float | None = None,
-               allow_below_budget: bool = False) -> "CloudDecoderLowered":
+    def create(
+        cls,
+        bundle,
+        /,
+        *,
+        topology,
+        batch: int | None = None,
+        eval: Any = None,  # noqa: A002
+        min_top1: float | None = None,
+        max_perplexity_increase: float | None = None,
+        allow_below_budget: bool = False,
+    ) -> "CloudDecoderLowered":
         from tpuedge.quantize.lm_budget import LMBudget
         from tpuedge.shared_ir.errors import ProblemsError
 
         problems = bundle.check("cloud-tpu")
         if problems:
-            raise ProblemsError(f"{bundle.name} has {len(problems)} problem(s) for cloud-tpu; nothing was written:", problems)
+            raise ProblemsError(
+                f"{bundle.name} has {len(problems)} problem(s) for cloud-tpu; nothing was written:", problems
+            )
         if batch is not None and int(batch) < 1:
-            raise UserError(f"--batch {batch}: a language model's TPU memory plan needs a batch of at least 1 sequence.")
-        budget = LMBudget.from_options(min_top1=min_top1, max_perplexity_increase=max_perplexity_increase,
-                                       allow_below_budget=allow_below_budget)
+            raise UserError(
+                f"--batch {batch}: a language model's TPU memory plan needs a batch of at least 1 sequence."
+            )
+        budget = LMBudget.from_options(
+            min_top1=min_top1, max_perplexity_increase=max_perplexity_increase, allow_below_budget=allow_below_budget
+        )
         return cls(bundle, topology, int(batch or DEFAULT_PLAN_BATCH), budget, eval)
 
     def as_text(self) -> str:
@@ -73,12 +87,27 @@ def _measure(lowered, steps) -> Any:
 
     bundle = lowered.bundle
     spec = bundle.decoder
-    held_out = evaluation_text(bundle.tokenizer, half=HELD_OUT, sequence_length=min(EVAL_SEQUENCE, spec.cache_length),
-                               vocab_size=spec.vocab_size, positions=EVAL_POSITIONS, text_file=lowered.eval_file)
-    return choose_lm_scheme(name=bundle.name, target="cloud-tpu", reference=bundle.reference(), build=lambda scheme: None,
-                            runner_of=lambda _: steps.step_runner(), scheme=lm_scheme("none"), budget=lowered.budget,
-                            search_text=held_out, eval_text=held_out,
-                            prompts=prompt_ids(bundle.tokenizer, spec.vocab_size, GREEDY_PROMPTS), greedy_tokens=GREEDY_TOKENS)
+    held_out = evaluation_text(
+        bundle.tokenizer,
+        half=HELD_OUT,
+        sequence_length=min(EVAL_SEQUENCE, spec.cache_length),
+        vocab_size=spec.vocab_size,
+        positions=EVAL_POSITIONS,
+        text_file=lowered.eval_file,
+    )
+    return choose_lm_scheme(
+        name=bundle.name,
+        target="cloud-tpu",
+        reference=bundle.reference(),
+        build=lambda scheme: None,
+        runner_of=lambda _: steps.step_runner(),
+        scheme=lm_scheme("none"),
+        budget=lowered.budget,
+        search_text=held_out,
+        eval_text=held_out,
+        prompts=prompt_ids(bundle.tokenizer, spec.vocab_size, GREEDY_PROMPTS),
+        greedy_tokens=GREEDY_TOKENS,
+    )
 
 
 def write_decoder_artifact(lowered, out: Path):
@@ -103,8 +132,14 @@ def write_decoder_artifact(lowered, out: Path):
     tensors = weight_tensors(decoder)
     params, buffers = split_weights(tensors)
     # what is measured is what is written: the steps read back from their serialized bytes
-    steps = ExportedSteps(bundle.decoder, {n: jax.export.deserialize(bytearray(b)) for n, b in blobs.items()}, params,
-                          buffers, bundle.name, bundle.tokenizer)
+    steps = ExportedSteps(
+        bundle.decoder,
+        {n: jax.export.deserialize(bytearray(b)) for n, b in blobs.items()},
+        params,
+        buffers,
+        bundle.name,
+        bundle.tokenizer,
+    )
     with timed("token accuracy (XLA:CPU vs the float IR in torch)"):
         choice = _measure(lowered, steps)
     with timed("TPU memory plan (XLA:TPU compile, no TPU)"):
@@ -122,14 +157,29 @@ def write_decoder_artifact(lowered, out: Path):
         if plan is not None:
             (stage / TPU_PLAN_FILE).write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
         manifest = decoder_manifest(
-            "cloud-tpu", bundle, stage, files=files, tools=TOOLS, accuracy=choice.accuracy,
-            accuracy_budget=choice.budget_entry, tpu_plan=plan_status,
-            jax_export={"steps": sorted(blobs), "batch": "symbolic (b)", "platforms": list(steps.platforms),
-                        "calling_convention": {"decode": "call(params, buffers, cache, tokens [b, 1], input_pos [b, 1]) -> "
-                                                         "(logits [b, vocab], greedy [b], cache)",
-                                               "prefill_<n> / decode_row": "call(params, buffers, cache, slot, tokens [1, n], "
-                                                                           "input_pos [1, n]) -> cache"}},
-            sizes={"weight_bytes": int(sum(v.nbytes for v in params.values())), "parameter_count": bundle.parameter_count},
+            "cloud-tpu",
+            bundle,
+            stage,
+            files=files,
+            tools=TOOLS,
+            accuracy=choice.accuracy,
+            accuracy_budget=choice.budget_entry,
+            tpu_plan=plan_status,
+            jax_export={
+                "steps": sorted(blobs),
+                "batch": "symbolic (b)",
+                "platforms": list(steps.platforms),
+                "calling_convention": {
+                    "decode": "call(params, buffers, cache, tokens [b, 1], input_pos [b, 1]) -> "
+                    "(logits [b, vocab], greedy [b], cache)",
+                    "prefill_<n> / decode_row": "call(params, buffers, cache, slot, tokens [1, n], "
+                    "input_pos [1, n]) -> cache",
+                },
+            },
+            sizes={
+                "weight_bytes": int(sum(v.nbytes for v in params.values())),
+                "parameter_count": bundle.parameter_count,
+            },
         )
         manifest = write_build_manifest(stage, manifest)
     return CloudDecoderArtifact(out, manifest)

@@ -54,7 +54,9 @@ def export_steps(decoder, platforms: tuple[str, ...] | None = None) -> dict[str,
 class ExportedSteps:
     """Exported steps with their weights: JaxDecoder's interface on one device."""
 
-    def __init__(self, spec, exports: dict[str, Any], params: dict, buffers: dict[str, dict], name: str, tokenizer=None):
+    def __init__(
+        self, spec, exports: dict[str, Any], params: dict, buffers: dict[str, dict], name: str, tokenizer=None
+    ):
         self.spec = spec
         self.name = name
         self.tokenizer = tokenizer
@@ -74,14 +76,22 @@ class ExportedSteps:
     def new_cache(self, batch: int) -> tuple:
         dtype = jnp.dtype(self.spec.cache_dtype)
         # committed, as the steps' outputs are: the next call reuses their compile
-        return tuple(jax.device_put(jnp.zeros((batch, *shape[1:]), dtype), jax.devices()[0]) for shape in self.spec.cache_shapes)
+        return tuple(
+            jax.device_put(jnp.zeros((batch, *shape[1:]), dtype), jax.devices()[0]) for shape in self.spec.cache_shapes
+        )
 
     def prefill(self, cache: tuple, slot: int, entry: str, tokens, input_pos) -> tuple:
         step, buffers = (DECODE_ROW, DECODE) if entry == DECODE else (entry, entry)
-        return tuple(self._calls[step](self.params, self.buffers[buffers], cache, jnp.int32(slot), _ints(tokens), _ints(input_pos)))
+        return tuple(
+            self._calls[step](
+                self.params, self.buffers[buffers], cache, jnp.int32(slot), _ints(tokens), _ints(input_pos)
+            )
+        )
 
     def decode(self, cache: tuple, tokens, input_pos):
-        logits, greedy, cache = self._calls[DECODE](self.params, self.buffers[DECODE], cache, _ints(tokens), _ints(input_pos))
+        logits, greedy, cache = self._calls[DECODE](
+            self.params, self.buffers[DECODE], cache, _ints(tokens), _ints(input_pos)
+        )
         return logits, greedy, tuple(cache)
 
     def step_runner(self):

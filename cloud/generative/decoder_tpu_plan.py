@@ -29,7 +29,7 @@ def _sharded_bytes(shape: tuple[int, ...], itemsize: int, spec, mesh) -> int:
     size = itemsize * int(np.prod(shape))
     ways = 1
     for axes in spec:
-        for axis in (axes if isinstance(axes, tuple) else (axes,)):
+        for axis in axes if isinstance(axes, tuple) else (axes,):
             if axis is not None:
                 ways *= int(mesh.shape[axis])
     return size // ways
@@ -51,15 +51,24 @@ def _compile_decode(target, decoder, mesh, batch: int) -> dict[str, Any]:
 
     params = {n: placed(v.shape, v.dtype, weight_spec(mesh, n, tuple(v.shape))) for n, v in decoder.params.items()}
     buffers = {n: placed(v.shape, v.dtype, PartitionSpec()) for n, v in decoder.buffers[DECODE].items()}
-    caches = tuple(placed((batch, *s[1:]), np.dtype(spec.cache_dtype), cache_spec(mesh, (batch, *s[1:])))
-                   for s in spec.cache_shapes)
+    caches = tuple(
+        placed((batch, *s[1:]), np.dtype(spec.cache_dtype), cache_spec(mesh, (batch, *s[1:])))
+        for s in spec.cache_shapes
+    )
     rows = placed((batch, 1), np.int32, PartitionSpec())
-    report = compile_on_topology(target, lambda: jax.jit(step, donate_argnums=(2,)).lower(params, buffers, caches, rows, rows),
-                                 decoder.programs[DECODE])
-    weights = sum(_sharded_bytes(tuple(v.shape), v.dtype.itemsize, weight_spec(mesh, n, tuple(v.shape)), mesh)
-                  for n, v in decoder.params.items())
-    cache = sum(_sharded_bytes((batch, *s[1:]), np.dtype(spec.cache_dtype).itemsize, cache_spec(mesh, (batch, *s[1:])), mesh)
-                for s in spec.cache_shapes)
+    report = compile_on_topology(
+        target,
+        lambda: jax.jit(step, donate_argnums=(2,)).lower(params, buffers, caches, rows, rows),
+        decoder.programs[DECODE],
+    )
+    weights = sum(
+        _sharded_bytes(tuple(v.shape), v.dtype.itemsize, weight_spec(mesh, n, tuple(v.shape)), mesh)
+        for n, v in decoder.params.items()
+    )
+    cache = sum(
+        _sharded_bytes((batch, *s[1:]), np.dtype(spec.cache_dtype).itemsize, cache_spec(mesh, (batch, *s[1:])), mesh)
+        for s in spec.cache_shapes
+    )
     report.update(batch=batch, weight_bytes_per_device=weights, cache_bytes_per_device=cache)
     return report
 
@@ -73,8 +82,10 @@ def decoder_tpu_plan(decoder, choice, batch: int) -> tuple[dict | None, dict]:
     status = {"topology": choice.name, "batch": batch, "context_length": decoder.spec.cache_length}
     reason = tpu_compile.libtpu_unavailable_reason()
     if reason:
-        print(f"tpuedge: no TPU memory plan for {choice.name} ({reason}); the portable artifacts are still written.",
-              file=sys.stderr)
+        print(
+            f"tpuedge: no TPU memory plan for {choice.name} ({reason}); the portable artifacts are still written.",
+            file=sys.stderr,
+        )
         return None, {**status, "status": f"skipped: {reason}"}
     target = tpu_compile.CompileTarget(choice)
     mesh = Mesh(np.array(target.devices), ("model",))
@@ -88,13 +99,14 @@ def decoder_tpu_plan(decoder, choice, batch: int) -> tuple[dict | None, dict]:
         "device_hbm_bytes": device_hbm,
         "decode_step": at_batch,
         "largest_batch": largest,
-        "notes": ("Per-device figures of the decode step compiled by XLA:TPU without a TPU, tensor-parallel over the "
-                  "slice's devices (weights and KV heads split). total_bytes = arguments + outputs - donated aliases + "
-                  "temporaries + code. largest_batch: the largest batch whose compiled total fits the device's HBM "
-                  "(per_sequence_bytes from compiles at the stated batch and twice it, confirmed by its own compile). Compile times vary between builds."),
+        "notes": (
+            "Per-device figures of the decode step compiled by XLA:TPU without a TPU, tensor-parallel over the "
+            "slice's devices (weights and KV heads split). total_bytes = arguments + outputs - donated aliases + "
+            "temporaries + code. largest_batch: the largest batch whose compiled total fits the device's HBM "
+            "(per_sequence_bytes from compiles at the stated batch and twice it, confirmed by its own compile). Compile times vary between builds."
+        ),
     }
-    return plan, {**status, "status": "compiled", "report": TPU_PLAN_FILE,
-                  "largest_batch": largest.get("batch")}
+    return plan, {**status, "status": "compiled", "report": TPU_PLAN_FILE, "largest_batch": largest.get("batch")}
 
 
 def _largest_batch(target, decoder, mesh, at_batch: dict, device_hbm: int) -> dict:
@@ -114,13 +126,25 @@ def _largest_batch(target, decoder, mesh, at_batch: dict, device_hbm: int) -> di
         if used <= device_hbm and (best is None or estimate > best[0]):
             best = (estimate, used)
         following = min(_BATCH_CAP, max(1, math.floor(estimate * device_hbm / used)))
-        if following in tried or (best is not None and following <= best[0]) or used / device_hbm > 0.98 and used <= device_hbm:
+        if (
+            following in tried
+            or (best is not None and following <= best[0])
+            or used / device_hbm > 0.98
+            and used <= device_hbm
+        ):
             break
         estimate = following
     if best is None:
         return {"batch": None, "fits": False, "note": "no batch found to fit within four compiles"}
-    return {"batch": best[0], "fits": True, "capped": best[0] == _BATCH_CAP, "total_bytes": best[1],
-            "fraction_of_device_hbm": best[1] / device_hbm, "per_sequence_bytes": int(per_sequence), "fixed_bytes": int(fixed)}
+    return {
+        "batch": best[0],
+        "fits": True,
+        "capped": best[0] == _BATCH_CAP,
+        "total_bytes": best[1],
+        "fraction_of_device_hbm": best[1] / device_hbm,
+        "per_sequence_bytes": int(per_sequence),
+        "fixed_bytes": int(fixed),
+    }
 
 
 def describe_decoder_tpu_plan(plan: dict | None, status: dict) -> list[str]:
@@ -130,12 +154,16 @@ def describe_decoder_tpu_plan(plan: dict | None, status: dict) -> list[str]:
     hbm = step["hbm_per_device"]
     largest = plan["largest_batch"]
     mib = 2**20
-    lines = [f"  TPU memory plan for {plan['topology']} ({plan['chips']} x {plan['device_kind']}, tensor-parallel over "
-             f"{plan['devices']} device(s), context {plan['context_length']}):",
-             f"    decode at batch {step['batch']}: weights {step['weight_bytes_per_device'] / mib:.2f} MiB + KV cache "
-             f"{step['cache_bytes_per_device'] / mib:.2f} MiB per device; compiled total {hbm['total_bytes'] / mib:.2f} MiB "
-             f"({100 * hbm['fraction_of_device_hbm']:.2f}% of {plan['device_hbm_bytes'] / 2**30:.1f} GiB)"]
+    lines = [
+        f"  TPU memory plan for {plan['topology']} ({plan['chips']} x {plan['device_kind']}, tensor-parallel over "
+        f"{plan['devices']} device(s), context {plan['context_length']}):",
+        f"    decode at batch {step['batch']}: weights {step['weight_bytes_per_device'] / mib:.2f} MiB + KV cache "
+        f"{step['cache_bytes_per_device'] / mib:.2f} MiB per device; compiled total {hbm['total_bytes'] / mib:.2f} MiB "
+        f"({100 * hbm['fraction_of_device_hbm']:.2f}% of {plan['device_hbm_bytes'] / 2**30:.1f} GiB)",
+    ]
     if largest.get("batch"):
         at_least = "at least " if largest.get("capped") else ""
-        lines.append(f"    largest batch that fits: {at_least}{largest['batch']} ({100 * largest['fraction_of_device_hbm']:.1f}% of HBM)")
+        lines.append(
+            f"    largest batch that fits: {at_least}{largest['batch']} ({100 * largest['fraction_of_device_hbm']:.1f}% of HBM)"
+        )
     return lines

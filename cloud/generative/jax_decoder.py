@@ -57,7 +57,7 @@ def batched_step(jax_program, entry: str, aliases: dict[str, str] | None = None)
     def one(params, buffers, tokens, input_pos, cache):
         params = {**params, **{alias: params[name] for alias, name in (aliases or {}).items()}}
         _, outputs = jax_program(params, buffers, tokens[None], input_pos, *(c[None] for c in cache))
-        new_cache = tuple(c[0] for c in outputs[-len(cache):])
+        new_cache = tuple(c[0] for c in outputs[-len(cache) :])
         return (outputs[0][0] if entry == DECODE else None), new_cache
 
     return jax.vmap(one, in_axes=(None, None, 0, 0, 0))
@@ -114,8 +114,10 @@ class JaxDecoder:
             return params
         from jax.sharding import NamedSharding
 
-        return {name: jax.device_put(value, NamedSharding(self.mesh, weight_spec(self.mesh, name, tuple(value.shape))))
-                for name, value in params.items()}
+        return {
+            name: jax.device_put(value, NamedSharding(self.mesh, weight_spec(self.mesh, name, tuple(value.shape))))
+            for name, value in params.items()
+        }
 
     def _replicate(self, tree: dict) -> dict:
         if self.mesh is None:
@@ -127,15 +129,19 @@ class JaxDecoder:
     def _cache_shardings(self, batch: int):
         from jax.sharding import NamedSharding
 
-        return tuple(NamedSharding(self.mesh, cache_spec(self.mesh, (batch, *shape[1:]))) for shape in self.spec.cache_shapes)
+        return tuple(
+            NamedSharding(self.mesh, cache_spec(self.mesh, (batch, *shape[1:]))) for shape in self.spec.cache_shapes
+        )
 
     def _row_shardings(self):
         if self.mesh is None:
             return None
         from jax.sharding import NamedSharding
 
-        return tuple(NamedSharding(self.mesh, cache_spec(self.mesh, (1, *shape[1:]), split_batch=False))
-                     for shape in self.spec.cache_shapes)
+        return tuple(
+            NamedSharding(self.mesh, cache_spec(self.mesh, (1, *shape[1:]), split_batch=False))
+            for shape in self.spec.cache_shapes
+        )
 
     def new_cache(self, batch: int) -> tuple:
         """Zero caches for `batch` sequences: [batch, kv_heads, positions, head_dim] each."""
@@ -170,11 +176,19 @@ class JaxDecoder:
         return self._jitted[key]
 
     def prefill(self, cache: tuple, slot: int, entry: str, tokens, input_pos) -> tuple:
-        return self._step("slot", entry)(self.params, self.buffers[entry], cache, jnp.int32(slot),
-                                         self.rows(tokens, split=False), self.rows(input_pos, split=False))
+        return self._step("slot", entry)(
+            self.params,
+            self.buffers[entry],
+            cache,
+            jnp.int32(slot),
+            self.rows(tokens, split=False),
+            self.rows(input_pos, split=False),
+        )
 
     def decode(self, cache: tuple, tokens, input_pos):
-        return self._step("batch", DECODE)(self.params, self.buffers[DECODE], cache, self.rows(tokens), self.rows(input_pos))
+        return self._step("batch", DECODE)(
+            self.params, self.buffers[DECODE], cache, self.rows(tokens), self.rows(input_pos)
+        )
 
     # ---- what the exporter and the memory plan need ------------------------------------------
     def pure_steps(self) -> dict[str, Any]:

@@ -42,8 +42,10 @@ def parse_serving_mesh(spec: Any, devices: Any = None):
     if isinstance(spec, Mesh):
         bad = [a for a in spec.axis_names if a not in SERVING_AXES]
         if bad:
-            raise UserError(f"Mesh axes {bad} are not understood for serving; name them 'data' (batch split) and/or 'model' "
-                            "(weights and KV heads split), e.g. Mesh(devices, ('model',)).")
+            raise UserError(
+                f"Mesh axes {bad} are not understood for serving; name them 'data' (batch split) and/or 'model' "
+                "(weights and KV heads split), e.g. Mesh(devices, ('model',))."
+            )
         return spec
     if not isinstance(spec, str):
         raise UserError(f"mesh must be None, a string like 'model:8' or a jax Mesh; got {type(spec).__name__}.")
@@ -51,15 +53,19 @@ def parse_serving_mesh(spec: Any, devices: Any = None):
     for part in spec.replace(" ", "").split(","):
         name, _, size = part.partition(":")
         if name not in SERVING_AXES or name in names or not size.isdigit() or int(size) < 1:
-            raise UserError(f"Mesh spec {spec!r} is not understood; write axis:size pairs with the axes 'data' and/or 'model', "
-                            "e.g. 'model:8' or 'data:2,model:4'.")
+            raise UserError(
+                f"Mesh spec {spec!r} is not understood; write axis:size pairs with the axes 'data' and/or 'model', "
+                "e.g. 'model:8' or 'data:2,model:4'."
+            )
         names.append(name)
         sizes.append(int(size))
     devices = list(jax.devices() if devices is None else devices)
     need = int(np.prod(sizes))
     if need > len(devices):
-        raise UserError(f"Mesh {spec!r} needs {need} devices but JAX sees {len(devices)} ({devices[0].platform}). Use a "
-                        "smaller mesh, or on CPU start Python with XLA_FLAGS=--xla_force_host_platform_device_count=8.")
+        raise UserError(
+            f"Mesh {spec!r} needs {need} devices but JAX sees {len(devices)} ({devices[0].platform}). Use a "
+            "smaller mesh, or on CPU start Python with XLA_FLAGS=--xla_force_host_platform_device_count=8."
+        )
     return Mesh(np.array(devices[:need]).reshape(sizes), tuple(names))
 
 
@@ -92,8 +98,10 @@ def batch_spec(mesh, batch: int, rank: int, what: str = "the batch"):
 
     ways = _ways(mesh, "data")
     if batch % ways:
-        raise UserError(f"{what} holds {batch} sequences, which do not split over the mesh's {ways} data devices; "
-                        f"use a multiple of {ways}.")
+        raise UserError(
+            f"{what} holds {batch} sequences, which do not split over the mesh's {ways} data devices; "
+            f"use a multiple of {ways}."
+        )
     return PartitionSpec("data" if ways > 1 else None, *([None] * (rank - 1)))
 
 

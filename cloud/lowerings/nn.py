@@ -58,6 +58,7 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     dims = lax.conv_dimension_numbers(x.shape, weight.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
     stride, padding, dilation = (list(v) * n if len(v) == 1 else list(v) for v in (stride, padding, dilation))
     if not transposed:
+
         def as_written(x, weight):
             return lax.conv_general_dilated(
                 x,
@@ -85,8 +86,7 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
         w = jnp.swapaxes(w, 1, 2).reshape((groups * c_out_g, c_in // groups) + kernel)
         w = jnp.flip(w, axis=tuple(range(2, 2 + n)))
         pads = [
-            (d * (k - 1) - p, d * (k - 1) - p + op)
-            for k, p, d, op in zip(kernel, padding, dilation, output_padding)
+            (d * (k - 1) - p, d * (k - 1) - p + op) for k, p, d, op in zip(kernel, padding, dilation, output_padding)
         ]
         dims = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
         out = lax.conv_general_dilated(
@@ -336,8 +336,10 @@ def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
     if interpolation_mode not in (0, 1):
         from tpuedge.shared_ir.errors import UserError
 
-        raise UserError("cloud-tpu's grid_sample takes mode='bilinear' or 'nearest'; bicubic has no lowering. "
-                        "Use one of those two in F.grid_sample.")
+        raise UserError(
+            "cloud-tpu's grid_sample takes mode='bilinear' or 'nearest'; bicubic has no lowering. "
+            "Use one of those two in F.grid_sample."
+        )
     h, w = x.shape[-2:]
     ix = _source_coordinate(grid[..., 0], w, align_corners, padding_mode)
     iy = _source_coordinate(grid[..., 1], h, align_corners, padding_mode)
@@ -345,5 +347,9 @@ def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
         return _taps(x, jnp.round(iy), jnp.round(ix))
     x0, y0 = jnp.floor(ix), jnp.floor(iy)
     wx, wy = (ix - x0)[:, None], (iy - y0)[:, None]
-    return (_taps(x, y0, x0) * (1 - wx) * (1 - wy) + _taps(x, y0, x0 + 1) * wx * (1 - wy)
-            + _taps(x, y0 + 1, x0) * (1 - wx) * wy + _taps(x, y0 + 1, x0 + 1) * wx * wy)
+    return (
+        _taps(x, y0, x0) * (1 - wx) * (1 - wy)
+        + _taps(x, y0, x0 + 1) * wx * (1 - wy)
+        + _taps(x, y0 + 1, x0) * (1 - wx) * wy
+        + _taps(x, y0 + 1, x0 + 1) * wx * wy
+    )

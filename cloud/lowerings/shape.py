@@ -300,8 +300,12 @@ for _n in (1, 2, 3):
     lowering(f"aten.replication_pad{_n}d.default")(_spatial_pad("edge"))
 
 
-@lowering("aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten._assert_async.msg",
-          "aten._assert_async.default")
+@lowering(
+    "aten._assert_tensor_metadata.default",
+    "aten._assert_scalar.default",
+    "aten._assert_async.msg",
+    "aten._assert_async.default",
+)
 def assert_metadata(*args, **kwargs):
     # shape/dtype asserts torch.export leaves in the graph (static shapes make them true), and the
     # data-dependent range checks of decompositions (F.one_hot's index bounds), which a jitted

@@ -47,8 +47,13 @@ def space_to_depth_conv(x, weight, stride, padding, folds):
     unit = [i for i in range(weight.ndim - 2) if x.shape[2 + i] == 1 and weight.shape[2 + i] == 1 and not folds[i]]
     if unit:
         keep = [i for i in range(weight.ndim - 2) if i not in unit]
-        out = space_to_depth_conv(jnp.squeeze(x, [2 + i for i in unit]), jnp.squeeze(weight, [2 + i for i in unit]),
-                                  [stride[i] for i in keep], [0] * len(keep), [folds[i] for i in keep])
+        out = space_to_depth_conv(
+            jnp.squeeze(x, [2 + i for i in unit]),
+            jnp.squeeze(weight, [2 + i for i in unit]),
+            [stride[i] for i in keep],
+            [0] * len(keep),
+            [folds[i] for i in keep],
+        )
         return jnp.expand_dims(out, [2 + i for i in unit])
     n = weight.ndim - 2
     strides = list(stride)
@@ -63,8 +68,8 @@ def space_to_depth_conv(x, weight, stride, padding, folds):
         strides[i] = 1
         extra += 1
     folded = 1 + extra
-    x = x.reshape(x.shape[:1] + (math.prod(x.shape[1:folded + 1]),) + x.shape[folded + 1 :])
-    weight = weight.reshape(weight.shape[:1] + (math.prod(weight.shape[1:folded + 1]),) + weight.shape[folded + 1 :])
+    x = x.reshape(x.shape[:1] + (math.prod(x.shape[1 : folded + 1]),) + x.shape[folded + 1 :])
+    weight = weight.reshape(weight.shape[:1] + (math.prod(weight.shape[1 : folded + 1]),) + weight.shape[folded + 1 :])
     sp = "DHW"[3 - n :]
     dims = lax.conv_dimension_numbers(x.shape, weight.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
     return lax.conv_general_dilated(x, weight, window_strides=strides, padding=[(0, 0)] * n, dimension_numbers=dims)

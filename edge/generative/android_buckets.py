@@ -31,9 +31,19 @@ class AndroidBucketsLowered:
     budget: Any
 
     @classmethod
-    def create(cls, bundle, /, *, quantize: str | None = None, min_cosine: float | None = None, min_top1: float | None = None,
-               allow_below_budget: bool = False, per_channel: bool = True, eval: Any = None,  # noqa: A002
-               **unknown: Any) -> "AndroidBucketsLowered":
+    def create(
+        cls,
+        bundle,
+        /,
+        *,
+        quantize: str | None = None,
+        min_cosine: float | None = None,
+        min_top1: float | None = None,
+        allow_below_budget: bool = False,
+        per_channel: bool = True,
+        eval: Any = None,  # noqa: A002
+        **unknown: Any,
+    ) -> "AndroidBucketsLowered":
         from tpuedge.quantize.budget import AccuracyBudget
         from tpuedge.shared_ir.errors import ProblemsError
 
@@ -41,14 +51,22 @@ class AndroidBucketsLowered:
             raise UserError(f"android builds in buckets take no option(s) {', '.join(sorted(unknown))}.")
         scheme = quantize or "auto"
         if scheme not in (*BUCKET_SCHEMES, "auto"):
-            raise UserError(f"--quantize {scheme} is not offered for a model built in buckets; choose one of "
-                            f"{', '.join((*BUCKET_SCHEMES, 'auto'))} (they need no calibration data).")
+            raise UserError(
+                f"--quantize {scheme} is not offered for a model built in buckets; choose one of "
+                f"{', '.join((*BUCKET_SCHEMES, 'auto'))} (they need no calibration data)."
+            )
         if eval is not None:
-            raise UserError("--eval is not read by a build in buckets yet: it measures each bucket on generated inputs; drop --eval.")
+            raise UserError(
+                "--eval is not read by a build in buckets yet: it measures each bucket on generated inputs; drop --eval."
+            )
         problems = bundle.check("android")
         if problems:
-            raise ProblemsError(f"{bundle.name} has {len(problems)} problem(s) for android; nothing was written:", problems)
-        budget = AccuracyBudget.from_options(min_cosine=min_cosine, min_top1=min_top1, allow_below_budget=allow_below_budget)
+            raise ProblemsError(
+                f"{bundle.name} has {len(problems)} problem(s) for android; nothing was written:", problems
+            )
+        budget = AccuracyBudget.from_options(
+            min_cosine=min_cosine, min_top1=min_top1, allow_below_budget=allow_below_budget
+        )
         return cls(bundle, scheme, budget)
 
     def as_text(self) -> str:
@@ -77,11 +95,23 @@ class AndroidBucketsLowered:
         for scheme in BUCKET_SCHEMES if self.scheme == "auto" else (self.scheme,):
             with timed("quantization (bucket scheme)"):
                 data = float_tflite if scheme == "none" else quantizer(quantizer_recipe(QuantConfig(scheme=scheme)))
-            results = {entry: check_budget(self.budget, reference[entry], _run_entry(data, entry, inputs),
-                                           inputs=f"{SAMPLES} generated inputs (a smoke check: no evaluation data)")
-                       for entry, inputs in samples.items()}
-            tried.append({"scheme": scheme, "bytes": len(data), "passed": all(r.passed for r in results.values()),
-                          "cosine_by_entry": {e: [round(c, 6) for c in r.sample_cosine] for e, r in results.items()}})
+            results = {
+                entry: check_budget(
+                    self.budget,
+                    reference[entry],
+                    _run_entry(data, entry, inputs),
+                    inputs=f"{SAMPLES} generated inputs (a smoke check: no evaluation data)",
+                )
+                for entry, inputs in samples.items()
+            }
+            tried.append(
+                {
+                    "scheme": scheme,
+                    "bytes": len(data),
+                    "passed": all(r.passed for r in results.values()),
+                    "cosine_by_entry": {e: [round(c, 6) for c in r.sample_cosine] for e, r in results.items()},
+                }
+            )
             if all(r.passed for r in results.values()):
                 break
         failed = [(entry, r) for entry, r in results.items() if not r.passed]
@@ -131,13 +161,25 @@ def _manifest(bundle, stage: Path, scheme: str, tried: list, results: dict, floa
 
     first = next(iter(bundle.entries.values()))
     return {
-        "target": "android", "model_name": bundle.name, "ir_fingerprint": bundle.fingerprint,
-        "inputs": [s.to_json() for s in first.inputs], "outputs": [s.to_json() for s in first.outputs],
-        "buckets": {**bundle.buckets, "entries": {e: {"inputs": [s.to_json() for s in p.inputs],
-                                                      "outputs": [s.to_json() for s in p.outputs]}
-                                                  for e, p in bundle.entries.items()}},
-        "files": {MODEL_FILE: file_entry(stage / MODEL_FILE)}, "tool_versions": tool_versions(*TOOLS),
+        "target": "android",
+        "model_name": bundle.name,
+        "ir_fingerprint": bundle.fingerprint,
+        "inputs": [s.to_json() for s in first.inputs],
+        "outputs": [s.to_json() for s in first.outputs],
+        "buckets": {
+            **bundle.buckets,
+            "entries": {
+                e: {"inputs": [s.to_json() for s in p.inputs], "outputs": [s.to_json() for s in p.outputs]}
+                for e, p in bundle.entries.items()
+            },
+        },
+        "files": {MODEL_FILE: file_entry(stage / MODEL_FILE)},
+        "tool_versions": tool_versions(*TOOLS),
         "recipe": {"scheme": scheme, "tried": tried},
         "accuracy_budget": {entry: r.to_json(written_below=not r.passed) for entry, r in results.items()},
-        "sizes": {"tflite_bytes": len(data), "float_tflite_bytes": len(float_tflite), "parameter_count": bundle.parameter_count},
+        "sizes": {
+            "tflite_bytes": len(data),
+            "float_tflite_bytes": len(float_tflite),
+            "parameter_count": bundle.parameter_count,
+        },
     }

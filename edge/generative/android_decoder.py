@@ -29,37 +29,61 @@ BUNDLES = ("none", "litertlm")
 
 class AndroidDecoderLowered:
     def __init__(self, bundle, scheme, budget, eval_file, bundle_format: str):
-        self.bundle, self.scheme, self.budget, self.eval_file, self.bundle_format = bundle, scheme, budget, eval_file, bundle_format
+        self.bundle, self.scheme, self.budget, self.eval_file, self.bundle_format = (
+            bundle,
+            scheme,
+            budget,
+            eval_file,
+            bundle_format,
+        )
 
     @classmethod
-    def create(cls, lm, /, *, quantize: str | None = None, embedding_bits: int | None = None, eval: Any = None,  # noqa: A002
-               min_top1: float | None = None, max_perplexity_increase: float | None = None,
-               allow_below_budget: bool = False, bundle: str | None = None, **unknown: Any) -> "AndroidDecoderLowered":
+    def create(
+        cls,
+        lm,
+        /,
+        *,
+        quantize: str | None = None,
+        embedding_bits: int | None = None,
+        eval: Any = None,  # noqa: A002
+        min_top1: float | None = None,
+        max_perplexity_increase: float | None = None,
+        allow_below_budget: bool = False,
+        bundle: str | None = None,
+        **unknown: Any,
+    ) -> "AndroidDecoderLowered":
         from tpuedge.quantize.lm_budget import LMBudget
         from tpuedge.quantize.lm_schemes import lm_scheme
         from tpuedge.shared_ir.errors import ProblemsError
 
         if unknown:
-            raise UserError(f"android builds of a language model take no option(s) {', '.join(sorted(unknown))}; "
-                            "see `tpuedge build --help`.")
+            raise UserError(
+                f"android builds of a language model take no option(s) {', '.join(sorted(unknown))}; "
+                "see `tpuedge build --help`."
+            )
         scheme = lm_scheme(quantize, embedding_bits=embedding_bits)
         if bundle not in (None, *BUNDLES):
             raise UserError(f"--bundle takes {' or '.join(BUNDLES)}, got {bundle!r}.")
         if bundle == "litertlm" and lm.tokenizer is None:
-            raise UserError(f"--bundle litertlm needs the model's tokenizer, and {lm.name} was captured without one: "
-                            "give the model as a transformers folder with its tokenizer.json, or drop --bundle.")
+            raise UserError(
+                f"--bundle litertlm needs the model's tokenizer, and {lm.name} was captured without one: "
+                "give the model as a transformers folder with its tokenizer.json, or drop --bundle."
+            )
         problems = lm.check("android")
         if problems:
             raise ProblemsError(f"{lm.name} has {len(problems)} problem(s) for android; nothing was written:", problems)
-        budget = LMBudget.from_options(min_top1=min_top1, max_perplexity_increase=max_perplexity_increase,
-                                       allow_below_budget=allow_below_budget)
+        budget = LMBudget.from_options(
+            min_top1=min_top1, max_perplexity_increase=max_perplexity_increase, allow_below_budget=allow_below_budget
+        )
         return cls(lm, scheme, budget, eval, bundle or "none")
 
     def as_text(self) -> str:
         spec = self.bundle.decoder
-        return (f"# android decoder: {self.bundle.name} (bundle {self.bundle.fingerprint[:16]}), entries "
-                f"{', '.join(self.bundle.entry_names)}, cache {spec.cache_length}, scheme "
-                f"{self.scheme if isinstance(self.scheme, str) else self.scheme.name}\n")
+        return (
+            f"# android decoder: {self.bundle.name} (bundle {self.bundle.fingerprint[:16]}), entries "
+            f"{', '.join(self.bundle.entry_names)}, cache {spec.cache_length}, scheme "
+            f"{self.scheme if isinstance(self.scheme, str) else self.scheme.name}\n"
+        )
 
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.generative.decoder_artifact import LiteRTDecoderArtifact
@@ -76,10 +100,18 @@ class AndroidDecoderLowered:
         out = Path(out_dir) if out_dir is not None else Path("build") / bundle.name / "android"
         with timed("litert-torch lowering (every entry point)"):
             float_tflite = float_bundle_tflite(bundle)
-        chosen = choose_and_measure(bundle, float_tflite, self.scheme, self.budget, eval_file=self.eval_file,
-                                    eval_positions=EVAL_POSITIONS, search_positions=SEARCH_POSITIONS,
-                                    sequence_length=min(EVAL_SEQUENCE, bundle.decoder.cache_length),
-                                    greedy_prompts=GREEDY_PROMPTS, greedy_tokens=GREEDY_TOKENS)
+        chosen = choose_and_measure(
+            bundle,
+            float_tflite,
+            self.scheme,
+            self.budget,
+            eval_file=self.eval_file,
+            eval_positions=EVAL_POSITIONS,
+            search_positions=SEARCH_POSITIONS,
+            sequence_length=min(EVAL_SEQUENCE, bundle.decoder.cache_length),
+            greedy_prompts=GREEDY_PROMPTS,
+            greedy_tokens=GREEDY_TOKENS,
+        )
         summary = summarize_tflite(chosen.tflite)
         with timed("writing"), atomic_output_dir(out) as stage:
             (stage / MODEL_FILE).write_bytes(chosen.tflite)
@@ -90,10 +122,22 @@ class AndroidDecoderLowered:
                 from tpuedge.edge.generative.litertlm import write_litertlm
 
                 files.append(write_litertlm(stage, MODEL_FILE, bundle))
-            manifest = decoder_manifest("android", bundle, stage, files=files, tools=TOOLS, recipe=chosen.recipe,
-                                        accuracy=chosen.accuracy, accuracy_budget=chosen.budget_entry,
-                                        sizes={"tflite_bytes": len(chosen.tflite), "float_tflite_bytes": len(float_tflite),
-                                               "weight_bytes": summary.weight_bytes, "graph_bytes": summary.graph_bytes,
-                                               "parameter_count": bundle.parameter_count})
+            manifest = decoder_manifest(
+                "android",
+                bundle,
+                stage,
+                files=files,
+                tools=TOOLS,
+                recipe=chosen.recipe,
+                accuracy=chosen.accuracy,
+                accuracy_budget=chosen.budget_entry,
+                sizes={
+                    "tflite_bytes": len(chosen.tflite),
+                    "float_tflite_bytes": len(float_tflite),
+                    "weight_bytes": summary.weight_bytes,
+                    "graph_bytes": summary.graph_bytes,
+                    "parameter_count": bundle.parameter_count,
+                },
+            )
             manifest = write_build_manifest(stage, manifest)
         return LiteRTDecoderArtifact(out, manifest)

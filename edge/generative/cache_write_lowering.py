@@ -28,8 +28,9 @@ def register_cache_write_lowering() -> None:
         @lower(CACHE_WRITE)
         def _cache_write(lctx, cache, update, input_pos, dim: int):
             i32 = ir.IntegerType.get_signless(32)
-            first = stablehlo.slice(input_pos, ir.DenseI64ArrayAttr.get([0]), ir.DenseI64ArrayAttr.get([1]),
-                                    ir.DenseI64ArrayAttr.get([1]))
+            first = stablehlo.slice(
+                input_pos, ir.DenseI64ArrayAttr.get([0]), ir.DenseI64ArrayAttr.get([1]), ir.DenseI64ArrayAttr.get([1])
+            )
             start = stablehlo.reshape(ir.RankedTensorType.get([], first.type.element_type), first)
             if first.type.element_type != i32:
                 start = stablehlo.convert(ir.RankedTensorType.get([], i32), start)

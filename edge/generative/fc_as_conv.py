@@ -82,8 +82,13 @@ def fully_connected_as_conv(model) -> int:
         for op in graph.operators:
             weights = graph.tensors[int(op.inputs[1])] if names[op.opcodeIndex] == "FULLY_CONNECTED" else None
             x = graph.tensors[int(op.inputs[0])] if weights is not None else None
-            if (weights is None or x.type != schema.TensorType.INT8 or weights.type != schema.TensorType.INT8
-                    or len(weights.shape) != 2 or not tflite_file.is_constant(model, weights)):
+            if (
+                weights is None
+                or x.type != schema.TensorType.INT8
+                or weights.type != schema.TensorType.INT8
+                or len(weights.shape) != 2
+                or not tflite_file.is_constant(model, weights)
+            ):
                 operators.append(op)
                 continue
             y = graph.tensors[int(op.outputs[0])]
@@ -92,10 +97,20 @@ def fully_connected_as_conv(model) -> int:
             base = tflite_file.text(y.name)
             x4 = _tensor(model, graph, x, f"{base}/conv_input", [1, 1, rows, in_features])
             y4 = _tensor(model, graph, y, f"{base}/conv_output", [1, 1, rows, out_features])
-            filt = _tensor(model, graph, weights, f"{tflite_file.text(weights.name)}/filter", [out_features, 1, 1, in_features],
-                           buffer=weights.buffer)
-            shape_in = _tensor(model, graph, None, f"{base}/conv_input_shape", [4], data=np.array([1, 1, rows, in_features]))
-            shape_out = _tensor(model, graph, None, f"{base}/conv_output_shape", [len(y.shape)], data=np.asarray(y.shape))
+            filt = _tensor(
+                model,
+                graph,
+                weights,
+                f"{tflite_file.text(weights.name)}/filter",
+                [out_features, 1, 1, in_features],
+                buffer=weights.buffer,
+            )
+            shape_in = _tensor(
+                model, graph, None, f"{base}/conv_input_shape", [4], data=np.array([1, 1, rows, in_features])
+            )
+            shape_out = _tensor(
+                model, graph, None, f"{base}/conv_output_shape", [len(y.shape)], data=np.asarray(y.shape)
+            )
             conv = schema.Conv2DOptionsT()
             conv.padding, conv.strideW, conv.strideH = schema.Padding.VALID, 1, 1
             conv.dilationWFactor = conv.dilationHFactor = 1
@@ -104,15 +119,30 @@ def fully_connected_as_conv(model) -> int:
                 bias = int(op.inputs[2])
             else:  # LiteRT's int8 CONV_2D requires a bias: zeros, one tensor per width
                 if out_features not in zeros:
-                    zeros[out_features] = _tensor(model, graph, None, f"zero_bias_{out_features}", [out_features],
-                                                  data=np.zeros(out_features, np.int32))
+                    zeros[out_features] = _tensor(
+                        model,
+                        graph,
+                        None,
+                        f"zero_bias_{out_features}",
+                        [out_features],
+                        data=np.zeros(out_features, np.int32),
+                    )
                 bias = zeros[out_features]
             reshape = _opcode(model, schema.BuiltinOperator.RESHAPE, 1)
             operators += [
-                _operator(reshape, [int(op.inputs[0]), shape_in], [x4], options.ReshapeOptions, schema.ReshapeOptionsT()),
-                _operator(_opcode(model, schema.BuiltinOperator.CONV_2D, _CONV_VERSION), [x4, filt, bias], [y4],
-                          options.Conv2DOptions, conv),
-                _operator(reshape, [y4, shape_out], [int(op.outputs[0])], options.ReshapeOptions, schema.ReshapeOptionsT()),
+                _operator(
+                    reshape, [int(op.inputs[0]), shape_in], [x4], options.ReshapeOptions, schema.ReshapeOptionsT()
+                ),
+                _operator(
+                    _opcode(model, schema.BuiltinOperator.CONV_2D, _CONV_VERSION),
+                    [x4, filt, bias],
+                    [y4],
+                    options.Conv2DOptions,
+                    conv,
+                ),
+                _operator(
+                    reshape, [y4, shape_out], [int(op.outputs[0])], options.ReshapeOptions, schema.ReshapeOptionsT()
+                ),
             ]
             rewritten += 1
         graph.operators = operators

@@ -68,7 +68,9 @@ class _Recording:
         return logits, cache
 
 
-def decode_step_samples(reference, sequences: list[list[int]]) -> tuple[list[list[np.ndarray]], list[tuple[float, float]]]:
+def decode_step_samples(
+    reference, sequences: list[list[int]]
+) -> tuple[list[list[np.ndarray]], list[tuple[float, float]]]:
     """(each decode step's inputs as the float IR runs `sequences` teacher-forced, each cache's
     (min, max) over them and their outputs, 0 included)."""
     from tpuedge.shared_ir.generative.generation import teacher_forced_logits
@@ -87,20 +89,27 @@ def cache_write_pairs(float_tflite: bytes, cache_inputs: list[str]) -> list[tupl
     model = tflite_file.read_model(float_tflite)
     graph = model.subgraphs[0]
     names = tflite_file.operator_names(model)
-    writes = {int(op.inputs[0]): int(op.outputs[0]) for op in graph.operators if names[op.opcodeIndex] == "DYNAMIC_UPDATE_SLICE"}
+    writes = {
+        int(op.inputs[0]): int(op.outputs[0])
+        for op in graph.operators
+        if names[op.opcodeIndex] == "DYNAMIC_UPDATE_SLICE"
+    }
     pairs = []
     for index, cache in zip((int(i) for i in graph.inputs[2:]), cache_inputs):  # after tokens, input_pos
         name = tflite_file.text(graph.tensors[index].name)
         if not name.endswith(cache) or index not in writes:
-            raise InternalError(f"input {name} of the float decode step is not cache {cache} written by a DYNAMIC_UPDATE_SLICE")
+            raise InternalError(
+                f"input {name} of the float decode step is not cache {cache} written by a DYNAMIC_UPDATE_SLICE"
+            )
         pairs.append((name, tflite_file.text(graph.tensors[writes[index]].name)))
     if len(pairs) != len(cache_inputs):
         raise InternalError(f"the float decode step has {len(pairs)} cache inputs for {len(cache_inputs)} caches")
     return pairs
 
 
-def int8_decode_step(program, samples: list[list[np.ndarray]], cache_ranges: list[tuple[float, float]],
-                     cache_names: list[str]) -> Int8DecodeStep:
+def int8_decode_step(
+    program, samples: list[list[np.ndarray]], cache_ranges: list[tuple[float, float]], cache_names: list[str]
+) -> Int8DecodeStep:
     """The decode `program` (mcu passes applied) as a strict int8 .tflite; see the module docstring."""
     from tpuedge.edge import tflite_file
     from tpuedge.edge.bias_quantization import drop_bias_quantization
@@ -120,8 +129,10 @@ def int8_decode_step(program, samples: list[list[np.ndarray]], cache_ranges: lis
     infos = LiteRTRunner(base).inputs  # the signature's input names, which the calibrator is fed by
     feed = [{info.name: np.asarray(x).astype(info.dtype) for info, x in zip(infos, sample)} for sample in samples]
     quantize = run_quantizer(base)
-    with timed("calibration (decode steps of the float IR)"), \
-            stage_progress(f"{program.name}: calibration on {len(feed)} decode step(s)"):
+    with (
+        timed("calibration (decode steps of the float IR)"),
+        stage_progress(f"{program.name}: calibration on {len(feed)} decode step(s)"),
+    ):
         quantize.calibrate(entries, feed)
     tied = {}
     for (cache_in, written), (low, high) in zip(cache_write_pairs(base, cache_names), cache_ranges):
@@ -132,7 +143,9 @@ def int8_decode_step(program, samples: list[list[np.ndarray]], cache_ranges: lis
     moved = external_buffers(quantized)
     data = inline_buffers(quantized)
     if external_buffers(data):
-        raise InternalError(f"{program.name}: buffers {external_buffers(data)} are still outside the flatbuffer after inlining")
+        raise InternalError(
+            f"{program.name}: buffers {external_buffers(data)} are still outside the flatbuffer after inlining"
+        )
     data, forms = tflm_forms(data)
     model = tflite_file.read_model(data)
     convolutions = fully_connected_as_conv(model)  # TFLite-Micro's and LiteRT's FULLY_CONNECTED round apart
@@ -146,8 +159,11 @@ def int8_decode_step(program, samples: list[list[np.ndarray]], cache_ranges: lis
         "quantizer_recipe": entries,
         "calibration": {"source": "decode steps of the float IR over text (teacher-forced)", "steps": len(samples)},
         "tied_cache_ranges": {name: [round(lo, 6), round(hi, 6)] for name, (lo, hi) in zip(cache_names, cache_ranges)},
-        **({"capped_ranges": {k: [float(a), float(b)] for k, (a, b) in quantize.capped_ranges.items()}}
-           if quantize.capped_ranges else {}),
+        **(
+            {"capped_ranges": {k: [float(a), float(b)] for k, (a, b) in quantize.capped_ranges.items()}}
+            if quantize.capped_ranges
+            else {}
+        ),
         **({"tflm_forms": forms} if forms else {}),
         "fully_connected_as_conv_2d": convolutions,
     }
@@ -167,9 +183,23 @@ def _check_runs_on_tflm(name: str, tflite: bytes) -> None:
 
     ops = {o.name: o.count for o in ops_used(tflite)}
     known = tflm_ops()
-    problems = [Problem("op", op, tflm_missing().get(op) or f"TFLite-Micro has no {op} kernel", _FIX, count)
-                for op, count in sorted(ops.items()) if op not in known]
-    problems += [Problem("op", op, "ai-edge-quantizer has no int8 recipe for it, so it stayed float, and TFLite-Micro runs "
-                         "only integer graphs", _FIX, count) for op, count in sorted(float_compute_ops(tflite).items())]
+    problems = [
+        Problem("op", op, tflm_missing().get(op) or f"TFLite-Micro has no {op} kernel", _FIX, count)
+        for op, count in sorted(ops.items())
+        if op not in known
+    ]
+    problems += [
+        Problem(
+            "op",
+            op,
+            "ai-edge-quantizer has no int8 recipe for it, so it stayed float, and TFLite-Micro runs "
+            "only integer graphs",
+            _FIX,
+            count,
+        )
+        for op, count in sorted(float_compute_ops(tflite).items())
+    ]
     if problems:
-        raise ProblemsError(f"{name}: the int8 decode step has ops TFLite-Micro can't run; nothing was written:", problems)
+        raise ProblemsError(
+            f"{name}: the int8 decode step has ops TFLite-Micro can't run; nothing was written:", problems
+        )

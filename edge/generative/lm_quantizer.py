@@ -63,8 +63,10 @@ class DecoderQuantizer:
             return None
         widths = sorted({width for width, _ in self.widths.values() if width % scheme.block_size})
         if widths:
-            return (f"its matrices' input widths {', '.join(map(str, widths))} are not multiples of the int4 block "
-                    f"size {scheme.block_size}; use a block size that divides them (int4-block32)")
+            return (
+                f"its matrices' input widths {', '.join(map(str, widths))} are not multiples of the int4 block "
+                f"size {scheme.block_size}; use a block size that divides them (int4-block32)"
+            )
         return None
 
     def _recipe(self, scheme: LMScheme):
@@ -80,7 +82,8 @@ class DecoderQuantizer:
             # int4 blocks need the dynamic kernels: ai-edge-quantizer has no weight-only blockwise recipe
             dynamic = scheme.activations == "dynamic" or granularity.name.startswith("BLOCKWISE")
             (manager.add_dynamic_config if dynamic else manager.add_weight_only_config)(
-                regex, ops[kind], num_bits=bits, granularity=granularity)
+                regex, ops[kind], num_bits=bits, granularity=granularity
+            )
 
         # later entries win: every matrix, then the embedding table, then tied tables and overrides by op
         add(".*", _FC, scheme.weight_bits, True)

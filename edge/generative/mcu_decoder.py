@@ -44,10 +44,21 @@ class McuDecoderLowered:
         self.budget, self.eval_file, self.estimate, self.pass_results = budget, eval_file, estimate, pass_results
 
     @classmethod
-    def create(cls, lm, /, *, board: str | None = None, flash_kb: int | None = None, ram_kb: int | None = None,
-               symbol: str | None = None, eval: Any = None, min_top1: float | None = None,  # noqa: A002
-               max_perplexity_increase: float | None = None, allow_below_budget: bool = False,
-               **unknown: Any) -> "McuDecoderLowered":
+    def create(
+        cls,
+        lm,
+        /,
+        *,
+        board: str | None = None,
+        flash_kb: int | None = None,
+        ram_kb: int | None = None,
+        symbol: str | None = None,
+        eval: Any = None,
+        min_top1: float | None = None,  # noqa: A002
+        max_perplexity_increase: float | None = None,
+        allow_below_budget: bool = False,
+        **unknown: Any,
+    ) -> "McuDecoderLowered":
         from tpuedge.edge.boards import resolve_board
         from tpuedge.edge.c_array import symbols_for
         from tpuedge.edge.generative.mcu_lm_budget import check_estimate_fits, estimate_lm
@@ -58,19 +69,25 @@ class McuDecoderLowered:
         from tpuedge.shared_ir.stage_times import timed
 
         if unknown:
-            raise UserError(f"mcu builds of a language model take no option(s) {', '.join(sorted(unknown))}; "
-                            "see `tpuedge build --help`.")
+            raise UserError(
+                f"mcu builds of a language model take no option(s) {', '.join(sorted(unknown))}; "
+                "see `tpuedge build --help`."
+            )
         resolved = resolve_board(board, flash_kb, ram_kb)
         symbols = symbols_for(lm.name, symbol)
-        budget = LMBudget.from_options(min_top1=min_top1, max_perplexity_increase=max_perplexity_increase,
-                                       allow_below_budget=allow_below_budget)
+        budget = LMBudget.from_options(
+            min_top1=min_top1, max_perplexity_increase=max_perplexity_increase, allow_below_budget=allow_below_budget
+        )
         decode = lm.entries[DECODE]
         estimate = estimate_lm(lm, decode)
         check_estimate_fits(lm.name, resolved, estimate)  # the budget answers before any op or conversion
         problems = decode.check("mcu")  # the decode step is all an mcu build converts
         if problems:
-            raise ProblemsError(f"{lm.name}'s decode step has {len(problems)} problem(s) for TFLite-Micro (target mcu); "
-                                "nothing was written:", problems)
+            raise ProblemsError(
+                f"{lm.name}'s decode step has {len(problems)} problem(s) for TFLite-Micro (target mcu); "
+                "nothing was written:",
+                problems,
+            )
         with timed("mcu IR passes"):
             ep, results = mcu_passes().run(decode.exported_program)
         program = Program(ep, name=f"{lm.name}.decode") if any(r.changed for r in results) else decode
@@ -78,9 +95,11 @@ class McuDecoderLowered:
 
     def as_text(self) -> str:
         spec = self.bundle.decoder
-        return (f"# mcu decoder: {self.bundle.name} (bundle {self.bundle.fingerprint[:16]}), the decode step alone, "
-                f"cache {spec.cache_length}, int8 (KV cache {self.estimate.cache_bytes:,} bytes, in the arena), board "
-                f"{self.board.name if self.board else 'none'}\n")
+        return (
+            f"# mcu decoder: {self.bundle.name} (bundle {self.bundle.fingerprint[:16]}), the decode step alone, "
+            f"cache {spec.cache_length}, int8 (KV cache {self.estimate.cache_bytes:,} bytes, in the arena), board "
+            f"{self.board.name if self.board else 'none'}\n"
+        )
 
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.arena_probe import measure_arena
@@ -90,7 +109,12 @@ class McuDecoderLowered:
         from tpuedge.shared_ir.generative.decoder_manifest import decoder_manifest
         from tpuedge.edge.generative.mcu_decoder_artifact import McuDecoderArtifact
         from tpuedge.edge.generative.mcu_lm_budget import check_measured_fit
-        from tpuedge.edge.generative.tflm_steps import LiteRTIntegerStepRunner, TflmStepRunner, decode_step_io, zero_cache
+        from tpuedge.edge.generative.tflm_steps import (
+            LiteRTIntegerStepRunner,
+            TflmStepRunner,
+            decode_step_io,
+            zero_cache,
+        )
         from tpuedge.edge.generative.tflm_vs_litert import Lockstep, runtimes_report
         from tpuedge.edge.op_resolver import op_resolver_h
         from tpuedge.edge.tflm_model import io_quantization, ops_used
@@ -110,11 +134,14 @@ class McuDecoderLowered:
         check_measured_fit(bundle.name, self.board, len(tflite), arena.recommended_bytes, self.estimate)  # exit 2
         board_check = budget_check(self.board, len(tflite), arena.recommended_bytes)
         # TFLite-Micro runs every measured step, LiteRT the same inputs beside it (edge/generative/tflm_vs_litert.py)
-        lockstep = Lockstep(TflmStepRunner(tflite, spec, arena.recommended_bytes), LiteRTIntegerStepRunner(tflite, spec))
+        lockstep = Lockstep(
+            TflmStepRunner(tflite, spec, arena.recommended_bytes), LiteRTIntegerStepRunner(tflite, spec)
+        )
         choice = self._measured(lockstep)  # BudgetError (exit 1) below the budget
         with timed("TFLite-Micro vs LiteRT (greedy)"):
-            runtimes = runtimes_report(bundle.name, lockstep, prompt_ids(bundle.tokenizer, spec.vocab_size, RUNTIME_PROMPTS),
-                                       RUNTIME_TOKENS)
+            runtimes = runtimes_report(
+                bundle.name, lockstep, prompt_ids(bundle.tokenizer, spec.vocab_size, RUNTIME_PROMPTS), RUNTIME_TOKENS
+            )
         ops = ops_used(tflite)
         sections = {
             "entries": [DECODE],
@@ -123,13 +150,20 @@ class McuDecoderLowered:
             "rewrites": [r.to_json() for r in self.pass_results if r.changed],
             "tflm_ops": [{"op": o.name, "version": o.version, "count": o.count} for o in ops],
             "flash_bytes": len(tflite),
-            "arena": {**arena.to_json(), "kv_cache_bytes": self.estimate.cache_bytes,
-                      "kv_cache": "inside the arena: the caches are the decode step's inputs and outputs"},
+            "arena": {
+                **arena.to_json(),
+                "kv_cache_bytes": self.estimate.cache_bytes,
+                "kv_cache": "inside the arena: the caches are the decode step's inputs and outputs",
+            },
             "estimate_before_conversion": self.estimate.to_json(),
             "board_check": board_check,
             "c_symbols": {"array": self.symbols.array, "length": self.symbols.length},
-            "sizes": {"tflite_bytes": len(tflite), "float_tflite_bytes": len(step.float_tflite),
-                      "parameter_count": bundle.parameter_count, "kv_cache_bytes": self.estimate.cache_bytes},
+            "sizes": {
+                "tflite_bytes": len(tflite),
+                "float_tflite_bytes": len(step.float_tflite),
+                "parameter_count": bundle.parameter_count,
+                "kv_cache_bytes": self.estimate.cache_bytes,
+            },
             "accuracy": {**choice.accuracy, "runtime": "TFLite-Micro host interpreter"},
             "accuracy_budget": choice.budget_entry,
             "tflm_vs_litert": runtimes,
@@ -151,9 +185,17 @@ class McuDecoderLowered:
 
         spec = self.bundle.decoder
         length = min(EVAL_SEQUENCE, spec.cache_length)
-        return {half: evaluation_text(self.bundle.tokenizer, half=half, sequence_length=length, vocab_size=spec.vocab_size,
-                                      positions=CALIBRATION_POSITIONS if half == SEARCH else EVAL_POSITIONS,
-                                      text_file=self.eval_file) for half in (SEARCH, HELD_OUT)}
+        return {
+            half: evaluation_text(
+                self.bundle.tokenizer,
+                half=half,
+                sequence_length=length,
+                vocab_size=spec.vocab_size,
+                positions=CALIBRATION_POSITIONS if half == SEARCH else EVAL_POSITIONS,
+                text_file=self.eval_file,
+            )
+            for half in (SEARCH, HELD_OUT)
+        }
 
     def _int8_step(self):
         from tpuedge.edge.generative.int8_decode_step import decode_step_samples, int8_decode_step
@@ -175,8 +217,15 @@ class McuDecoderLowered:
         texts = self._texts
         with timed("token accuracy (TFLite-Micro vs the float IR in torch)"):
             return choose_lm_scheme(
-                name=self.bundle.name, target="mcu", reference=self.bundle.reference(), build=lambda scheme: None,
-                runner_of=lambda _: lockstep, scheme=STATIC_INT8, budget=self.budget, search_text=texts[SEARCH],
-                eval_text=texts[HELD_OUT], prompts=prompt_ids(self.bundle.tokenizer, spec.vocab_size, GREEDY_PROMPTS),
+                name=self.bundle.name,
+                target="mcu",
+                reference=self.bundle.reference(),
+                build=lambda scheme: None,
+                runner_of=lambda _: lockstep,
+                scheme=STATIC_INT8,
+                budget=self.budget,
+                search_text=texts[SEARCH],
+                eval_text=texts[HELD_OUT],
+                prompts=prompt_ids(self.bundle.tokenizer, spec.vocab_size, GREEDY_PROMPTS),
                 greedy_tokens=GREEDY_TOKENS,
             )

@@ -55,19 +55,25 @@ class McuDecoderArtifact(GeneratingArtifact, Artifact):
         arena, board = m["arena"], m["board_check"]
         lines.append(f"  TFLite-Micro ops ({len(m['tflm_ops'])}): {ops}")
         lines.append(f"  flash: {m['flash_bytes']:,} bytes (model array, every weight int8)")
-        lines.append(f"  arena: {arena['measured_bytes']:,} bytes measured (TFLite-Micro, to {arena['bisection_step_bytes']} B), "
-                     f"recommended {arena['recommended_bytes']:,}; it holds the int8 KV cache ({arena['kv_cache_bytes']:,} "
-                     "bytes: the decode step's inputs and outputs)")
+        lines.append(
+            f"  arena: {arena['measured_bytes']:,} bytes measured (TFLite-Micro, to {arena['bisection_step_bytes']} B), "
+            f"recommended {arena['recommended_bytes']:,}; it holds the int8 KV cache ({arena['kv_cache_bytes']:,} "
+            "bytes: the decode step's inputs and outputs)"
+        )
         runtimes = m["tflm_vs_litert"]
         greedy = runtimes["greedy"]
         counts = ", ".join(f"{r['matching']}/{r['tokens']}" for r in greedy["matching"])
-        lines.append(f"  TFLite-Micro vs LiteRT (reference kernels), same file: fed the same inputs at "
-                     f"{runtimes['steps_fed_the_same_inputs']} steps, the same next token at "
-                     f"{100 * runtimes['same_next_token']:.2f}%, int8 logits at most {runtimes['max_logit_lsb']} LSB apart; "
-                     f"greedy tokens matching on {greedy['prompts']} prompts: {counts}")
+        lines.append(
+            f"  TFLite-Micro vs LiteRT (reference kernels), same file: fed the same inputs at "
+            f"{runtimes['steps_fed_the_same_inputs']} steps, the same next token at "
+            f"{100 * runtimes['same_next_token']:.2f}%, int8 logits at most {runtimes['max_logit_lsb']} LSB apart; "
+            f"greedy tokens matching on {greedy['prompts']} prompts: {counts}"
+        )
         if board.get("board"):
-            lines.append(f"  board {board['board']['name']}: fits (flash {m['flash_bytes']:,}/{board['flash_budget_bytes']:,}, "
-                         f"RAM {board['arena_ram_bytes']:,}/{board['ram_budget_bytes']:,} bytes, {board['reserve_for_application']} "
-                         "reserved)")
+            lines.append(
+                f"  board {board['board']['name']}: fits (flash {m['flash_bytes']:,}/{board['flash_budget_bytes']:,}, "
+                f"RAM {board['arena_ram_bytes']:,}/{board['ram_budget_bytes']:,} bytes, {board['reserve_for_application']} "
+                "reserved)"
+            )
         lines.append(f"  fits built-in boards: {', '.join(board['fits_builtin_boards']) or 'none'}")
         return "\n".join(lines)

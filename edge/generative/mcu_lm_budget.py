@@ -42,8 +42,12 @@ class LMEstimate:
         return self.cache_bytes + self.activation_bytes
 
     def to_json(self) -> dict:
-        return {"flash_bytes_at_least": self.flash_bytes, "arena_bytes_at_least": self.ram_bytes,
-                "kv_cache_bytes": self.cache_bytes, "activation_bytes_at_least": self.activation_bytes}
+        return {
+            "flash_bytes_at_least": self.flash_bytes,
+            "arena_bytes_at_least": self.ram_bytes,
+            "kv_cache_bytes": self.cache_bytes,
+            "activation_bytes_at_least": self.activation_bytes,
+        }
 
 
 def estimate_lm(bundle, decode_program) -> LMEstimate:
@@ -51,8 +55,11 @@ def estimate_lm(bundle, decode_program) -> LMEstimate:
 
     spec = bundle.decoder
     _, heads, positions, head_dim = spec.cache_shapes[0]
-    shape = (f"{spec.layers} layers x keys and values x {heads} KV heads x {positions} positions x {head_dim} "
-             "values" if len(set(spec.cache_shapes)) == 1 else f"{spec.layers} layers' keys and values")
+    shape = (
+        f"{spec.layers} layers x keys and values x {heads} KV heads x {positions} positions x {head_dim} values"
+        if len(set(spec.cache_shapes)) == 1
+        else f"{spec.layers} layers' keys and values"
+    )
     held, _ = activation_lower_bound(decode_program)
     return LMEstimate(bundle.parameter_count, bundle.parameter_count, int8_cache_bytes(spec), int(held), shape)
 
@@ -68,7 +75,9 @@ def check_estimate_fits(name: str, board: Board | None, estimate: LMEstimate) ->
     raise UserError(_message(name, board, estimate.flash_bytes, estimate.ram_bytes, estimate, measured=False))
 
 
-def check_measured_fit(name: str, board: Board | None, flash_bytes: int, arena_bytes: int, estimate: LMEstimate) -> None:
+def check_measured_fit(
+    name: str, board: Board | None, flash_bytes: int, arena_bytes: int, estimate: LMEstimate
+) -> None:
     """Exit 2, nothing written, when the built model's file or measured arena is over the named board."""
     if board is None or fits(board, flash_bytes, arena_bytes):
         return
@@ -85,17 +94,23 @@ def _message(name: str, board: Board | None, flash: int, ram: int, estimate: LME
         where = "any built-in board"
         flash_budget = max(b.flash_budget for b in BOARDS.values())
         ram_budget = max(b.ram_budget for b in BOARDS.values())
-        leaves = (f"the built-in boards leave at most {flash_budget:,} bytes of flash and {ram_budget:,} of RAM "
-                  f"({reserve} of each kept for firmware, stack and buffers)")
+        leaves = (
+            f"the built-in boards leave at most {flash_budget:,} bytes of flash and {ram_budget:,} of RAM "
+            f"({reserve} of each kept for firmware, stack and buffers)"
+        )
     over = [what for what, need, budget in (("flash", flash, flash_budget), ("RAM", ram, ram_budget)) if need > budget]
     if measured:
-        needs = (f"its int8 decode step is {flash:,} bytes of flash and its tensor arena, measured in TFLite-Micro, "
-                 f"{ram:,} bytes of RAM, of which the KV cache is {estimate.cache_bytes:,}")
+        needs = (
+            f"its int8 decode step is {flash:,} bytes of flash and its tensor arena, measured in TFLite-Micro, "
+            f"{ram:,} bytes of RAM, of which the KV cache is {estimate.cache_bytes:,}"
+        )
         done = "Nothing was written"
     else:
-        needs = (f"its {estimate.parameters:,} parameters take at least {flash:,} bytes of flash as int8 weights, and its "
-                 f"tensor arena at least {ram:,} bytes of RAM: the int8 KV cache alone is {estimate.cache_bytes:,} "
-                 f"({estimate.cache_shape})")
+        needs = (
+            f"its {estimate.parameters:,} parameters take at least {flash:,} bytes of flash as int8 weights, and its "
+            f"tensor arena at least {ram:,} bytes of RAM: the int8 KV cache alone is {estimate.cache_bytes:,} "
+            f"({estimate.cache_shape})"
+        )
         done = "Nothing was converted or written"
     fitting = boards_that_fit(flash, ram)
     bigger = f"a bigger board ({', '.join(fitting)})" if fitting else "a bigger part (--flash-kb/--ram-kb)"

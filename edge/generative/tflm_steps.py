@@ -30,16 +30,27 @@ def decode_step_io(tflite: bytes, spec) -> dict:
     io = io_quantization(tflite)
     names = ["tokens", "input_pos", *spec.cache_names]
     ins, outs = io["inputs"], io["outputs"]
-    wrong = [f"input {i} is {t['name']}, not {want}" for i, (t, want) in enumerate(zip(ins, names)) if not t["name"].endswith(want)]
-    wrong += [f"output {i} is {t['name']}, not {want}" for i, (t, want) in enumerate(zip(outs, ["logits", *spec.cache_names]))
-              if not t["name"].endswith((want, want + "_output"))]  # the converter names outputs "<name>_output"
+    wrong = [
+        f"input {i} is {t['name']}, not {want}"
+        for i, (t, want) in enumerate(zip(ins, names))
+        if not t["name"].endswith(want)
+    ]
+    wrong += [
+        f"output {i} is {t['name']}, not {want}"
+        for i, (t, want) in enumerate(zip(outs, ["logits", *spec.cache_names]))
+        if not t["name"].endswith((want, want + "_output"))
+    ]  # the converter names outputs "<name>_output"
     if len(ins) != len(names) or len(outs) != len(names) - 1 or wrong:
-        raise InternalError(f"the decode step's I/O is not tokens, input_pos, the caches -> logits, the caches: {wrong or io}")
+        raise InternalError(
+            f"the decode step's I/O is not tokens, input_pos, the caches -> logits, the caches: {wrong or io}"
+        )
     for cache_in, cache_out in zip(ins[2:], outs[1:]):
         keys = ("shape", "dtype", "scale", "zero_point")
         if cache_in["dtype"] != "int8" or any(cache_in[k] != cache_out[k] for k in keys):
-            raise InternalError(f"cache {cache_in['name']} is not int8 with its output's scale and zero point "
-                                f"({[cache_in[k] for k in keys]} vs {[cache_out[k] for k in keys]})")
+            raise InternalError(
+                f"cache {cache_in['name']} is not int8 with its output's scale and zero point "
+                f"({[cache_in[k] for k in keys]} vs {[cache_out[k] for k in keys]})"
+            )
     return io
 
 
@@ -66,8 +77,9 @@ class IntegerStepRunner:
 
     def raw_step(self, tokens, input_pos, cache) -> list[np.ndarray]:
         """The step's raw outputs: int8 logits, then the int8 caches."""
-        return self._run_raw([np.asarray(tokens, np.int32).reshape(1, 1), np.asarray(input_pos, np.int32).reshape(1),
-                              *cache])
+        return self._run_raw(
+            [np.asarray(tokens, np.int32).reshape(1, 1), np.asarray(input_pos, np.int32).reshape(1), *cache]
+        )
 
     def run(self, entry: str, tokens, input_pos, cache):
         return self.outputs(entry, tokens, self.raw_step(tokens, input_pos, cache))
@@ -75,7 +87,9 @@ class IntegerStepRunner:
     def outputs(self, entry: str, tokens, raw: list[np.ndarray]):
         """(logits float32 [1, 1, vocab], the int8 caches) from a step's raw outputs."""
         if entry != DECODE or np.asarray(tokens).size != 1:
-            raise InternalError(f"an mcu decoder runs one token of `decode` a step, not {entry} of {np.asarray(tokens).size}")
+            raise InternalError(
+                f"an mcu decoder runs one token of `decode` a step, not {entry} of {np.asarray(tokens).size}"
+            )
         logits, *new_cache = raw
         if self._logits is not None:
             scale, zero = self._logits
@@ -105,13 +119,17 @@ class LiteRTIntegerStepRunner(IntegerStepRunner):
 
         self._bytes = bytes(tflite)  # the interpreter reads the model from these bytes: kept alive with it
         with held_tool_output("LiteRT"):
-            self.interpreter = Interpreter(model_content=self._bytes, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+            self.interpreter = Interpreter(
+                model_content=self._bytes, experimental_op_resolver_type=OpResolverType.BUILTIN_REF
+            )
             self.interpreter.allocate_tensors()
         self._in, self._out = self.interpreter.get_input_details(), self.interpreter.get_output_details()
         super().__init__(tflite, spec, self._run_raw_litert)
 
     def _run_raw_litert(self, inputs):
         for detail, x in zip(self._in, inputs):
-            self.interpreter.set_tensor(detail["index"], np.ascontiguousarray(x, detail["dtype"]).reshape(detail["shape"]))
+            self.interpreter.set_tensor(
+                detail["index"], np.ascontiguousarray(x, detail["dtype"]).reshape(detail["shape"])
+            )
         self.interpreter.invoke()
         return [np.array(self.interpreter.get_tensor(d["index"])) for d in self._out]

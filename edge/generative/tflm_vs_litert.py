@@ -50,10 +50,13 @@ class Lockstep:
         return self.tflm.outputs(entry, tokens, ours)
 
     def to_json(self) -> dict:
-        return {"litert_kernels": "reference (BUILTIN_REF), of which TFLite-Micro's are ports",
-                "steps_fed_the_same_inputs": self.steps,
-                "same_next_token": round(self.same_token / max(self.steps, 1), 6),
-                "max_logit_lsb": self.max_lsb, "max_logit_lsb_allowed": MAX_LOGIT_LSB}
+        return {
+            "litert_kernels": "reference (BUILTIN_REF), of which TFLite-Micro's are ports",
+            "steps_fed_the_same_inputs": self.steps,
+            "same_next_token": round(self.same_token / max(self.steps, 1), 6),
+            "max_logit_lsb": self.max_lsb,
+            "max_logit_lsb_allowed": MAX_LOGIT_LSB,
+        }
 
 
 def runtimes_report(name: str, lockstep: Lockstep, prompts: list[list[int]], tokens: int) -> dict:
@@ -70,8 +73,15 @@ def runtimes_report(name: str, lockstep: Lockstep, prompts: list[list[int]], tok
             continue
         ours, theirs = generate(lockstep, ids, count).new_ids, generate(lockstep.litert, ids, count).new_ids
         rows.append({"prompt_tokens": len(ids), "tokens": count, "matching": matching_prefix(theirs, ours)})
-    report = {**lockstep.to_json(), "greedy": {"prompts": len(rows), "tokens_each": tokens, "matching": rows,
-                                               "all_identical": all(r["matching"] == r["tokens"] for r in rows)}}
+    report = {
+        **lockstep.to_json(),
+        "greedy": {
+            "prompts": len(rows),
+            "tokens_each": tokens,
+            "matching": rows,
+            "all_identical": all(r["matching"] == r["tokens"] for r in rows),
+        },
+    }
     counts = ", ".join(f"{r['matching']}/{r['tokens']}" for r in rows)
     if lockstep.max_lsb > MAX_LOGIT_LSB or not report["greedy"]["all_identical"]:
         raise InternalError(

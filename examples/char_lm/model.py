@@ -210,13 +210,17 @@ def train(config: CharConfig = CharConfig(), log=None) -> tuple[CharLM, float]:
         generator = torch.Generator().manual_seed(config.seed)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
         warmup = max(1, config.steps // 20)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * 0.5 * (
-            1 + math.cos(math.pi * min(step, config.steps) / config.steps)))
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: (
+                min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(step, config.steps) / config.steps))
+            ),
+        )
         window = config.max_positions + 1
         recent = []
         for step in range(config.steps):
             starts = torch.randint(0, len(data) - window, (config.batch,), generator=generator)
-            batch = torch.stack([data[s: s + window] for s in starts.tolist()])
+            batch = torch.stack([data[s : s + window] for s in starts.tolist()])
             logits = model.sequence_logits(batch[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, model.vocab_size), batch[:, 1:].reshape(-1))
             optimizer.zero_grad()

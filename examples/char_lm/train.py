@@ -35,8 +35,9 @@ def greedy_text(model, prompt: str, count: int) -> str:
     with torch.no_grad():
         for position in range(len(ids) + count - 1):
             token = ids[position] if position < len(ids) else out[-1]
-            logits, *cache = model(torch.tensor([[token]], dtype=torch.int32), torch.tensor([position], dtype=torch.int32),
-                                   *cache)
+            logits, *cache = model(
+                torch.tensor([[token]], dtype=torch.int32), torch.tensor([position], dtype=torch.int32), *cache
+            )
             if position >= len(ids) - 1:
                 out.append(int(logits[0, -1].argmax()))
     return tok.decode(out)
@@ -54,9 +55,15 @@ def main() -> None:
     m.save(model)
     model = m.build(config)  # as builds read it: the float16 weights
     params = sum(p.numel() for p in model.parameters())
-    print(f"{params:,} parameters, vocabulary {model.vocab_size}; final loss {loss:.3f} nats/char; "
-          f"trained in {seconds:.1f} s (1 thread)")
-    for prompt in ("The sun rises in the", "Once upon a time, in a small village by the river,", "Dear Sam, thank you for"):
+    print(
+        f"{params:,} parameters, vocabulary {model.vocab_size}; final loss {loss:.3f} nats/char; "
+        f"trained in {seconds:.1f} s (1 thread)"
+    )
+    for prompt in (
+        "The sun rises in the",
+        "Once upon a time, in a small village by the river,",
+        "Dear Sam, thank you for",
+    ):
         print(f"  {prompt!r} -> {greedy_text(model, prompt, 48)!r}")
     print(f"weights: {m.WEIGHTS} ({m.WEIGHTS.stat().st_size:,} bytes)")
 

@@ -37,8 +37,24 @@ import torch.nn.functional as F
 from tpuedge.cloud.causal_lm import CausalLMLogits
 
 HERE = Path(__file__).resolve().parent
-COLORS = ("red", "blue", "green", "yellow", "purple", "orange", "pink", "brown",
-          "black", "white", "gray", "silver", "gold", "navy", "teal", "olive")
+COLORS = (
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "purple",
+    "orange",
+    "pink",
+    "brown",
+    "black",
+    "white",
+    "gray",
+    "silver",
+    "gold",
+    "navy",
+    "teal",
+    "olive",
+)
 NUMBERS = range(100)
 MAX_TOKENS = 32  # per training sequence: prompt, answer, end-of-text and padding
 MAX_NEW_TOKENS = 16  # greedy tokens per held-out prompt (an answer takes at most 10 with its end token)
@@ -89,7 +105,7 @@ def training_arrays(tokenizer, examples: list[Example]) -> tuple[np.ndarray, np.
     labels = np.full((len(rows), length), -100, np.int64)
     for i, (prompt, answer) in enumerate(rows):
         ids[i, : len(prompt) + len(answer)] = prompt + answer
-        labels[i, len(prompt): len(prompt) + len(answer)] = answer
+        labels[i, len(prompt) : len(prompt) + len(answer)] = answer
     return ids, labels
 
 
@@ -140,12 +156,16 @@ def load_model(spec: str):
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2", help="smollm2, or a transformers causal-LM folder with tokenizer.json")
+    parser.add_argument(
+        "--model", default="smollm2", help="smollm2, or a transformers causal-LM folder with tokenizer.json"
+    )
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--eval", type=int, default=32, help="held-out prompts")
-    parser.add_argument("--quantize", default="dynamic-int8", help="android LM scheme: dynamic-int8, weight-only-int8, auto, ...")
+    parser.add_argument(
+        "--quantize", default="dynamic-int8", help="android LM scheme: dynamic-int8, weight-only-int8, auto, ..."
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("build/lora_smollm2"))
     args = parser.parse_args(argv)
@@ -166,21 +186,26 @@ def main(argv: list[str] | None = None) -> dict:
     train, held_out = split_task(args.eval, args.seed)
     ids, labels = training_arrays(tokenizer, train + held_out)  # one length for both (training reads only train)
     ids, labels = ids[: len(train)], labels[: len(train)]
-    print(f"{model_name}: {len(train)} training pairs, {len(held_out)} held out; sequences of {ids.shape[1]} tokens, "
-          f"e.g. {held_out[0].prompt!r} -> {' ' + held_out[0].answer!r}")
+    print(
+        f"{model_name}: {len(train)} training pairs, {len(held_out)} held out; sequences of {ids.shape[1]} tokens, "
+        f"e.g. {held_out[0].prompt!r} -> {' ' + held_out[0].answer!r}"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
 
     def capture(model):
-        return export_decoder(model, prefill_lengths=PREFILL_LENGTHS, cache_length=CACHE_LENGTH, name="lora_smollm2",
-                              tokenizer=tokenizer)
+        return export_decoder(
+            model, prefill_lengths=PREFILL_LENGTHS, cache_length=CACHE_LENGTH, name="lora_smollm2", tokenizer=tokenizer
+        )
 
     # ---- the base model, greedy in JAX ----------------------------------------------------------
     mark = time.perf_counter()
     base_ids = jax_answers(capture(lm), tokenizer, held_out)
     times["base_capture_and_jax_eval_s"] = time.perf_counter() - mark
     base_exact = [is_exact(tokenizer, e, t) for e, t in zip(held_out, base_ids)]
-    print(f"base model in JAX: exact match {sum(base_exact)}/{len(held_out)}; e.g. "
-          f"{held_out[0].prompt!r} -> {tokenizer.decode(base_ids[0])!r}")
+    print(
+        f"base model in JAX: exact match {sum(base_exact)}/{len(held_out)}; e.g. "
+        f"{held_out[0].prompt!r} -> {tokenizer.decode(base_ids[0])!r}"
+    )
 
     # ---- LoRA training on the cloud backend -----------------------------------------------------
     mark = time.perf_counter()
@@ -188,8 +213,9 @@ def main(argv: list[str] | None = None) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
     first = torch.from_numpy(ids[: args.batch]), torch.from_numpy(labels[: args.batch])
-    step = tpuedge.cloud.train_step(model, AnswerLoss(), optimizer, first, scheduler=schedule, seed=args.seed,
-                                    lora=LoraConfig(**LORA))
+    step = tpuedge.cloud.train_step(
+        model, AnswerLoss(), optimizer, first, scheduler=schedule, seed=args.seed, lora=LoraConfig(**LORA)
+    )
     times["train_capture_s"] = time.perf_counter() - mark
     order = np.random.default_rng(args.seed + 1)
     losses = []
@@ -234,30 +260,58 @@ def main(argv: list[str] | None = None) -> dict:
     litert_exact = [is_exact(tokenizer, e, t) for e, t in zip(held_out, litert_ids)]
     same = [a == b for a, b in zip(tuned_ids, litert_ids)]
     manifest = artifact.manifest
-    print(f"android {manifest['recipe']['scheme']} on LiteRT: exact match {sum(litert_exact)}/{len(held_out)}; "
-          f"greedy tokens identical to JAX on {sum(same)}/{len(held_out)} prompts")
+    print(
+        f"android {manifest['recipe']['scheme']} on LiteRT: exact match {sum(litert_exact)}/{len(held_out)}; "
+        f"greedy tokens identical to JAX on {sum(same)}/{len(held_out)} prompts"
+    )
     times["total_s"] = time.perf_counter() - begin
 
     held = manifest["accuracy"]["runtime_vs_float_ir"]
     per_step = (times["train_s"] - times["first_step_s"]) / max(args.steps - 1, 1)
     results = {
         "model": model_name,
-        "task": {"prompt": Example("blue", 17).prompt, "answer": " " + Example("blue", 17).answer,
-                 "train_pairs": len(train), "held_out_pairs": len(held_out), "sequence_tokens": int(ids.shape[1])},
-        "training": {"steps": args.steps, "batch": args.batch, "lr": args.lr, "schedule": "cosine to 0",
-                     "lora": {**LORA, "targets": list(LORA["targets"])}, "losses": losses,
-                     "seconds_per_step_after_the_first": round(per_step, 3)},
-        "exact_match": {"base_jax": sum(base_exact) / len(held_out), "finetuned_jax": sum(tuned_exact) / len(held_out),
-                        "android_litert": sum(litert_exact) / len(held_out)},
+        "task": {
+            "prompt": Example("blue", 17).prompt,
+            "answer": " " + Example("blue", 17).answer,
+            "train_pairs": len(train),
+            "held_out_pairs": len(held_out),
+            "sequence_tokens": int(ids.shape[1]),
+        },
+        "training": {
+            "steps": args.steps,
+            "batch": args.batch,
+            "lr": args.lr,
+            "schedule": "cosine to 0",
+            "lora": {**LORA, "targets": list(LORA["targets"])},
+            "losses": losses,
+            "seconds_per_step_after_the_first": round(per_step, 3),
+        },
+        "exact_match": {
+            "base_jax": sum(base_exact) / len(held_out),
+            "finetuned_jax": sum(tuned_exact) / len(held_out),
+            "android_litert": sum(litert_exact) / len(held_out),
+        },
         "litert_tokens_equal_jax": {"prompts": sum(same), "of": len(held_out)},
-        "android": {"scheme": manifest["recipe"]["scheme"], "tflite_bytes": manifest["sizes"]["tflite_bytes"],
-                    "budget_met": budget_failure is None, "budget_failure": budget_failure,
-                    "corpus_top1_agreement_vs_float_ir": held["top1_agreement"],
-                    "corpus_perplexity_increase": held["perplexity_increase"]},
+        "android": {
+            "scheme": manifest["recipe"]["scheme"],
+            "tflite_bytes": manifest["sizes"]["tflite_bytes"],
+            "budget_met": budget_failure is None,
+            "budget_failure": budget_failure,
+            "corpus_top1_agreement_vs_float_ir": held["top1_agreement"],
+            "corpus_perplexity_increase": held["perplexity_increase"],
+        },
         "seconds": {k: round(v, 1) for k, v in times.items()},
-        "prompts": [{"prompt": e.prompt, "expected": e.answer, "base_jax": answer_of(tokenizer, b),
-                     "finetuned_jax": answer_of(tokenizer, t), "litert": answer_of(tokenizer, r), "tokens_equal": s}
-                    for e, b, t, r, s in zip(held_out, base_ids, tuned_ids, litert_ids, same)],
+        "prompts": [
+            {
+                "prompt": e.prompt,
+                "expected": e.answer,
+                "base_jax": answer_of(tokenizer, b),
+                "finetuned_jax": answer_of(tokenizer, t),
+                "litert": answer_of(tokenizer, r),
+                "tokens_equal": s,
+            }
+            for e, b, t, r, s in zip(held_out, base_ids, tuned_ids, litert_ids, same)
+        ],
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out / 'results.json'} ({times['total_s']:.0f} s in all)")

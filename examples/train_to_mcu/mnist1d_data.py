@@ -17,8 +17,12 @@ def mnist1d_split():
     from mnist1d.data import get_dataset_args, make_dataset
 
     data = make_dataset(get_dataset_args())
-    return (data["x"].astype(np.float32)[:, None], data["y"].astype(np.int64),
-            data["x_test"].astype(np.float32)[:, None], data["y_test"].astype(np.int64))
+    return (
+        data["x"].astype(np.float32)[:, None],
+        data["y"].astype(np.int64),
+        data["x_test"].astype(np.float32)[:, None],
+        data["y_test"].astype(np.int64),
+    )
 
 
 @lru_cache(maxsize=1)

@@ -60,7 +60,9 @@ class SwishDSCNN(nn.Module):
     def __init__(self, width: int = 32, blocks: int = 3):
         super().__init__()
         self.stem = nn.Conv1d(1, width, 5, padding=2)
-        self.depthwise = nn.ModuleList(nn.Conv1d(width, width, 3, stride=2, padding=1, groups=width) for _ in range(blocks))
+        self.depthwise = nn.ModuleList(
+            nn.Conv1d(width, width, 3, stride=2, padding=1, groups=width) for _ in range(blocks)
+        )
         self.pointwise = nn.ModuleList(nn.Conv1d(width, width, 1) for _ in range(blocks))
         self.classifier = nn.Linear(width, 10)
 
@@ -119,8 +121,12 @@ def main(argv=None) -> dict:
 
     torch.manual_seed(args.seed)
     model = SwishDSCNN()
-    step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-3), example, mesh="data:8")
-    print(f"float training on {len(step.mesh.devices.flat)} devices: final loss {train(step, x_train, y_train, FLOAT_EPOCHS, args.seed):.4f}")
+    step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=3e-3), example, mesh="data:8"
+    )
+    print(
+        f"float training on {len(step.mesh.devices.flat)} devices: final loss {train(step, x_train, y_train, FLOAT_EPOCHS, args.seed):.4f}"
+    )
     step.sync_to(model)
     model.eval()
     with torch.no_grad():
@@ -130,15 +136,24 @@ def main(argv=None) -> dict:
         shutil.rmtree(args.out)
     float_program = tpuedge.export(model, (torch.zeros(1, 1, 40),), name="swish_ds_cnn")
     calibration = [(x_train[i : i + 1],) for i in range(CALIBRATION)]
-    ptq = tpuedge.build(float_program, "mcu", args.out / "ptq_mcu", calibration=calibration,
-                        eval=(x_test, y_test), allow_below_budget=True)
+    ptq = tpuedge.build(
+        float_program,
+        "mcu",
+        args.out / "ptq_mcu",
+        calibration=calibration,
+        eval=(x_test, y_test),
+        allow_below_budget=True,
+    )
     ptq_accuracy, _ = tflm_accuracy(ptq, x_test, y_test)
 
-    qat_step = tpuedge.cloud.train_step(model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=QAT_LR), example,
-                                        mesh="data:8", quantize="int8")
+    qat_step = tpuedge.cloud.train_step(
+        model, F.cross_entropy, torch.optim.Adam(model.parameters(), lr=QAT_LR), example, mesh="data:8", quantize="int8"
+    )
     validation = qat_epochs(qat_step, x_train, y_train, x_val, y_val, args.qat_epochs, args.seed + 1)
     chosen = int(np.argmax(validation)) + 1
-    print(f"QAT: int8 validation accuracy by epoch {', '.join(f'{100 * v:.1f}%' for v in validation)}; keeping epoch {chosen}")
+    print(
+        f"QAT: int8 validation accuracy by epoch {', '.join(f'{100 * v:.1f}%' for v in validation)}; keeping epoch {chosen}"
+    )
     qat_program = qat_step.program(batch_size=1)
     qat_program.save(args.out / "qat_program.pt2")
     qat = tpuedge.build(qat_program, "mcu", args.out / "qat_mcu", eval=(x_test, y_test))  # no calibration
@@ -151,7 +166,9 @@ def main(argv=None) -> dict:
 
     step_size, _ = int8_affine(*qat_program.activation_ranges.ranges[_output_point(qat_program)])
     lsb = np.abs(tflm_outputs[:usable] - fake_quant) / step_size
-    verified = tpuedge.verify(args.out / "qat_mcu", qat_program, [(x,) for x in x_test[:, None]], labels=y_test, max_drop=0.3)
+    verified = tpuedge.verify(
+        args.out / "qat_mcu", qat_program, [(x,) for x in x_test[:, None]], labels=y_test, max_drop=0.3
+    )
 
     results = {
         "test_samples": len(x_test),
@@ -177,12 +194,16 @@ def main(argv=None) -> dict:
     print(f"  {'float (XLA, cloud backend)':<28}{100 * float_accuracy:>9.2f}%{'':>16}")
     print(f"  {'PTQ int8 on TFLite-Micro':<28}{100 * ptq_accuracy:>9.2f}%{results['ptq_loss_points']:>16.2f}")
     print(f"  {'QAT int8 on TFLite-Micro':<28}{100 * qat_accuracy:>9.2f}%{results['qat_loss_points']:>16.2f}")
-    print(f"  {'(QAT int8 eval on XLA)':<28}{100 * results['qat_fake_quant_accuracy']:>9.2f}%   on the first {usable} signals")
-    print(f"  on {len(x_test)} held-out test signals; TFLite-Micro vs the QAT int8 eval on XLA: "
-          f"{100 * results['tflm_vs_fake_quant_identical']:.1f}% of output values identical, "
-          f"{100 * results['tflm_vs_fake_quant_within_1_lsb']:.1f}% within 1 LSB "
-          f"(max {results['tflm_vs_fake_quant_max_lsb']:.2f}), same top-1 on "
-          f"{100 * results['tflm_vs_fake_quant_top1_agreement']:.1f}%")
+    print(
+        f"  {'(QAT int8 eval on XLA)':<28}{100 * results['qat_fake_quant_accuracy']:>9.2f}%   on the first {usable} signals"
+    )
+    print(
+        f"  on {len(x_test)} held-out test signals; TFLite-Micro vs the QAT int8 eval on XLA: "
+        f"{100 * results['tflm_vs_fake_quant_identical']:.1f}% of output values identical, "
+        f"{100 * results['tflm_vs_fake_quant_within_1_lsb']:.1f}% within 1 LSB "
+        f"(max {results['tflm_vs_fake_quant_max_lsb']:.2f}), same top-1 on "
+        f"{100 * results['tflm_vs_fake_quant_top1_agreement']:.1f}%"
+    )
     print(verified)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results

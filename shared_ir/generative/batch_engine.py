@@ -90,7 +90,7 @@ class BatchEngine:
         ids = request.prompt_ids[:-1]
         for entry, taken, length in plan_chunks(len(ids), 0, self.spec.prefill_lengths, self.spec.cache_length):
             tokens = np.zeros((1, length), np.int32)
-            tokens[0, :taken] = ids[position: position + taken]
+            tokens[0, :taken] = ids[position : position + taken]
             input_pos = np.arange(position, position + length, dtype=np.int32)[None]
             self.cache = self.steps.prefill(self.cache, free, entry, tokens, input_pos)
             position += taken
@@ -120,7 +120,9 @@ class BatchEngine:
         finished = []
         now = time.perf_counter()
         for request in active:
-            token = request._choose(rows[request.slot]) if request.sampling.temperature > 0 else int(greedy[request.slot])
+            token = (
+                request._choose(rows[request.slot]) if request.sampling.temperature > 0 else int(greedy[request.slot])
+            )
             request.new_ids.append(token)
             request.first_token_s = request.first_token_s or now
             request._token, request._position = token, request._position + 1
@@ -153,8 +155,15 @@ class BatchEngine:
         return done
 
 
-def generate_batch(steps, prompts: list[list[int]], max_new_tokens: int, *, slots: int | None = None,
-                   sampling: Sampling = Sampling(), stop_ids: tuple[int, ...] = ()) -> list[list[int]]:
+def generate_batch(
+    steps,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    *,
+    slots: int | None = None,
+    sampling: Sampling = Sampling(),
+    stop_ids: tuple[int, ...] = (),
+) -> list[list[int]]:
     """New tokens for each prompt, the prompts decoded together (ragged lengths welcome)."""
     engine = BatchEngine(steps, slots or len(prompts))
     requests = [Request(list(p), max_new_tokens, sampling, tuple(stop_ids)) for p in prompts]

@@ -27,7 +27,7 @@ def bucket_entry(name: str, size: int) -> str:
 
 
 def parse_buckets(text: str) -> tuple[str, int, tuple[int, ...]]:
-    """"input_ids:1=16,32,64" -> ("input_ids", 1, (16, 32, 64))."""
+    """ "input_ids:1=16,32,64" -> ("input_ids", 1, (16, 32, 64))."""
     found = _SPEC.match(text or "")
     if not found:
         raise UserError(f"{_HELP}; got {text!r}.")
@@ -50,10 +50,15 @@ def _input_names(model, count: int) -> list[str]:
     """The forward's positional parameter names (torch.export names its inputs after them)."""
     import inspect
 
-    parameters = [p for p in inspect.signature(model.forward).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    parameters = [
+        p
+        for p in inspect.signature(model.forward).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
     if len(parameters) < count:
-        raise UserError(f"{type(model).__name__}.forward takes *args; --buckets names inputs by the forward's parameter names.")
+        raise UserError(
+            f"{type(model).__name__}.forward takes *args; --buckets names inputs by the forward's parameter names."
+        )
     return [p.name for p in parameters[:count]]
 
 
@@ -66,14 +71,21 @@ def export_buckets(model: Any, example_inputs: tuple, buckets: str, *, name: str
     name = name or type(model).__name__.lower()
     names = _input_names(model, len(example_inputs))
     if input_name not in names:
-        raise UserError(f"--buckets names input {input_name!r}, and {name} takes {', '.join(names)}; name one of those.")
+        raise UserError(
+            f"--buckets names input {input_name!r}, and {name} takes {', '.join(names)}; name one of those."
+        )
     index = names.index(input_name)
     tensor = example_inputs[index]
     if not -tensor.dim() <= axis < tensor.dim():
-        raise UserError(f"--buckets axis {axis} is outside input {input_name!r}'s {tensor.dim()} dims ({list(tensor.shape)}).")
+        raise UserError(
+            f"--buckets axis {axis} is outside input {input_name!r}'s {tensor.dim()} dims ({list(tensor.shape)})."
+        )
     axis %= tensor.dim()
-    along = [i for i, t in enumerate(example_inputs)
-             if i == index or (t.dim() > axis and t.shape[axis] == tensor.shape[axis])]
+    along = [
+        i
+        for i, t in enumerate(example_inputs)
+        if i == index or (t.dim() > axis and t.shape[axis] == tensor.shape[axis])
+    ]
     entries = {}
     for size in sizes:
         inputs = tuple(_resized(t, axis, size) if i in along else t for i, t in enumerate(example_inputs))

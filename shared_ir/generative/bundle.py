@@ -29,8 +29,15 @@ _FORMAT = "tpuedge-bundle-v1"
 
 
 class ProgramBundle:
-    def __init__(self, entries: "dict[str, Program]", *, name: str, decoder: "DecoderSpec | None" = None,
-                 buckets: dict | None = None, tokenizer: "Tokenizer | None" = None):
+    def __init__(
+        self,
+        entries: "dict[str, Program]",
+        *,
+        name: str,
+        decoder: "DecoderSpec | None" = None,
+        buckets: dict | None = None,
+        tokenizer: "Tokenizer | None" = None,
+    ):
         if not entries or (decoder is None) == (buckets is None):
             raise InternalError("a ProgramBundle holds entries and exactly one of a decoder spec or buckets")
         self.entries = dict(entries)
@@ -71,8 +78,10 @@ class ProgramBundle:
             "kind": self.kind,
             "name": self.name,
             **({"decoder": self.decoder.to_json()} if self.decoder else {"buckets": self.buckets}),
-            "entries": {name: {"inputs": [s.to_json() for s in p.inputs], "outputs": [s.to_json() for s in p.outputs]}
-                        for name, p in self.entries.items()},
+            "entries": {
+                name: {"inputs": [s.to_json() for s in p.inputs], "outputs": [s.to_json() for s in p.outputs]}
+                for name, p in self.entries.items()
+            },
         }
 
     @cached_property

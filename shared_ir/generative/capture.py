@@ -12,10 +12,25 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.generative.decoder import (DECODE, INPUT_POS, LOGITS, TOKENS, DecoderSpec, cache_names, check_caches,
-                                                  check_protocol, prefill_entry)
+from tpuedge.shared_ir.generative.decoder import (
+    DECODE,
+    INPUT_POS,
+    LOGITS,
+    TOKENS,
+    DecoderSpec,
+    cache_names,
+    check_caches,
+    check_protocol,
+    prefill_entry,
+)
 
-__all__ = ["export_decoder", "capture_build_options", "position_limit", "DEFAULT_PREFILL_LENGTHS", "DEFAULT_CACHE_LENGTH"]
+__all__ = [
+    "export_decoder",
+    "capture_build_options",
+    "position_limit",
+    "DEFAULT_PREFILL_LENGTHS",
+    "DEFAULT_CACHE_LENGTH",
+]
 
 DEFAULT_PREFILL_LENGTHS = (32,)
 DEFAULT_CACHE_LENGTH = 256
@@ -26,12 +41,27 @@ def capture_build_options() -> list:
     from tpuedge.shared_ir.targets import BuildOption
 
     return [
-        BuildOption("prefill_lengths", "a decoder LM's prefill entry points, tokens each, e.g. 32,128 (default "
-                    f"{','.join(map(str, DEFAULT_PREFILL_LENGTHS))})", str, None),
-        BuildOption("cache_length", f"a decoder LM's KV cache, in positions (default {DEFAULT_CACHE_LENGTH}, or the "
-                    "positions the model was trained for where they are fewer)", int, None),
-        BuildOption("buckets", "one entry point per size of an input's axis, weights stored once: INPUT:AXIS=SIZES, "
-                    "e.g. input_ids:1=16,32,64", str, None),
+        BuildOption(
+            "prefill_lengths",
+            "a decoder LM's prefill entry points, tokens each, e.g. 32,128 (default "
+            f"{','.join(map(str, DEFAULT_PREFILL_LENGTHS))})",
+            str,
+            None,
+        ),
+        BuildOption(
+            "cache_length",
+            f"a decoder LM's KV cache, in positions (default {DEFAULT_CACHE_LENGTH}, or the "
+            "positions the model was trained for where they are fewer)",
+            int,
+            None,
+        ),
+        BuildOption(
+            "buckets",
+            "one entry point per size of an input's axis, weights stored once: INPUT:AXIS=SIZES, "
+            "e.g. input_ids:1=16,32,64",
+            str,
+            None,
+        ),
     ]
 
 
@@ -107,8 +137,14 @@ def _check_lengths(model, prefill_lengths: tuple[int, ...], cache_length: int, n
         )
 
 
-def export_decoder(model: Any, *, prefill_lengths=DEFAULT_PREFILL_LENGTHS, cache_length: int = DEFAULT_CACHE_LENGTH,
-                   name: str | None = None, tokenizer: Any = None):
+def export_decoder(
+    model: Any,
+    *,
+    prefill_lengths=DEFAULT_PREFILL_LENGTHS,
+    cache_length: int = DEFAULT_CACHE_LENGTH,
+    name: str | None = None,
+    tokenizer: Any = None,
+):
     """Capture `model` (see the module docstring) into a decoder ProgramBundle.
 
     tokenizer: a `tpuedge.shared_ir.generative.tokenizer.Tokenizer`, or None to look for one
@@ -145,9 +181,13 @@ def export_decoder(model: Any, *, prefill_lengths=DEFAULT_PREFILL_LENGTHS, cache
             entries[entry] = program
     windows = tuple(getattr(decoder, "sliding_windows", None) or [None] * (len(caches) // 2))
     spec = DecoderSpec(
-        vocab_size=int(decoder.vocab_size), cache_length=cache_length, prefill_lengths=prefill_lengths,
-        cache_shapes=tuple(tuple(c.shape) for c in caches), cache_dtype=str(caches[0].dtype).removeprefix("torch."),
-        sliding_windows=windows, family=family,
+        vocab_size=int(decoder.vocab_size),
+        cache_length=cache_length,
+        prefill_lengths=prefill_lengths,
+        cache_shapes=tuple(tuple(c.shape) for c in caches),
+        cache_dtype=str(caches[0].dtype).removeprefix("torch."),
+        sliding_windows=windows,
+        family=family,
     )
     if tokenizer is None:
         tokenizer = tokenizer_beside(model)

@@ -25,8 +25,17 @@ from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["DecoderSpec", "TOKENS", "INPUT_POS", "LOGITS", "DECODE", "prefill_entry", "cache_names", "check_protocol",
-           "parse_lengths"]
+__all__ = [
+    "DecoderSpec",
+    "TOKENS",
+    "INPUT_POS",
+    "LOGITS",
+    "DECODE",
+    "prefill_entry",
+    "cache_names",
+    "check_protocol",
+    "parse_lengths",
+]
 
 TOKENS = "tokens"
 INPUT_POS = "input_pos"
@@ -49,7 +58,7 @@ def cache_names(layers: int) -> list[str]:
 
 
 def parse_lengths(text: str | list | tuple | None, what: str) -> tuple[int, ...]:
-    """"32,128" -> (32, 128): positive, distinct, sorted."""
+    """ "32,128" -> (32, 128): positive, distinct, sorted."""
     if text is None:
         return ()
     items = text.split(",") if isinstance(text, str) else list(text)
@@ -125,18 +134,30 @@ def check_protocol(module: Any, name: str) -> None:
     if not isinstance(vocab, int) or vocab < 2:
         missing.append("an integer `vocab_size` attribute")
     if missing:
-        raise UserError(f"{name} can't be captured as a decoder: it has no {' and no '.join(missing)}; {PROTOCOL_HELP}.")
+        raise UserError(
+            f"{name} can't be captured as a decoder: it has no {' and no '.join(missing)}; {PROTOCOL_HELP}."
+        )
 
 
 def check_caches(caches: Any, name: str, cache_length: int) -> list:
     """The module's `kv_cache(cache_length)` result, checked: pairs of [1, heads, cache_length, dim] tensors."""
     import torch
 
-    ok = isinstance(caches, (list, tuple)) and caches and len(caches) % 2 == 0 and all(
-        isinstance(c, torch.Tensor) and c.dim() == 4 and c.shape[0] == 1 and c.shape[2] == cache_length for c in caches)
+    ok = (
+        isinstance(caches, (list, tuple))
+        and caches
+        and len(caches) % 2 == 0
+        and all(
+            isinstance(c, torch.Tensor) and c.dim() == 4 and c.shape[0] == 1 and c.shape[2] == cache_length
+            for c in caches
+        )
+    )
     if not ok:
-        got = [list(c.shape) if isinstance(c, torch.Tensor) else type(c).__name__ for c in caches] \
-            if isinstance(caches, (list, tuple)) else type(caches).__name__
+        got = (
+            [list(c.shape) if isinstance(c, torch.Tensor) else type(c).__name__ for c in caches]
+            if isinstance(caches, (list, tuple))
+            else type(caches).__name__
+        )
         raise UserError(
             f"{name}.kv_cache({cache_length}) returned {got}; it must return an even number of tensors "
             f"[k_0, v_0, k_1, v_1, ...], each [1, kv_heads, {cache_length}, head_dim]; {PROTOCOL_HELP}."

@@ -27,7 +27,16 @@ import numpy as np
 from tpuedge.shared_ir.errors import UserError
 from tpuedge.shared_ir.generative.decoder import DECODE, prefill_entry
 
-__all__ = ["StepRunner", "Sampling", "Generation", "generate", "prefill", "teacher_forced_logits", "plan_chunks", "check_room"]
+__all__ = [
+    "StepRunner",
+    "Sampling",
+    "Generation",
+    "generate",
+    "prefill",
+    "teacher_forced_logits",
+    "plan_chunks",
+    "check_room",
+]
 
 
 class StepRunner(Protocol):
@@ -94,13 +103,19 @@ class Generation:
         return steps / self.decode_s if self.decode_s > 0 and steps > 0 else 0.0
 
     def to_json(self) -> dict:
-        return {"prompt_tokens": len(self.prompt_ids), "new_tokens": len(self.new_ids),
-                "time_to_first_token_s": round(self.time_to_first_token_s, 4),
-                "prefill_tokens_per_s": round(self.prefill_tokens_per_s, 2),
-                "decode_tokens_per_s": round(self.decode_tokens_per_s, 2), "stopped_by": self.stopped_by}
+        return {
+            "prompt_tokens": len(self.prompt_ids),
+            "new_tokens": len(self.new_ids),
+            "time_to_first_token_s": round(self.time_to_first_token_s, 4),
+            "prefill_tokens_per_s": round(self.prefill_tokens_per_s, 2),
+            "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
+            "stopped_by": self.stopped_by,
+        }
 
 
-def plan_chunks(count: int, start: int, prefill_lengths: tuple[int, ...], cache_length: int) -> list[tuple[str, int, int]]:
+def plan_chunks(
+    count: int, start: int, prefill_lengths: tuple[int, ...], cache_length: int
+) -> list[tuple[str, int, int]]:
     """[(entry, tokens it takes, its length)] that prefill `count` tokens from position `start`."""
     plan, position, left = [], start, count
     lengths = sorted(prefill_lengths)
@@ -128,7 +143,7 @@ def prefill(runner: StepRunner, ids: list[int], cache: list, start: int = 0) -> 
     position = start
     for entry, taken, length in plan_chunks(len(ids), start, runner.prefill_lengths, runner.cache_length):
         tokens = np.zeros((1, length), np.int32)
-        tokens[0, :taken] = ids[position - start: position - start + taken]
+        tokens[0, :taken] = ids[position - start : position - start + taken]
         input_pos = np.arange(position, position + length, dtype=np.int32)
         _, cache = runner.run(entry, tokens, input_pos, cache)
         used.append((entry, taken))
@@ -147,8 +162,14 @@ def check_room(prompt: int, new: int, cache_length: int) -> None:
         )
 
 
-def generate(runner: StepRunner, prompt_ids: list[int], max_new_tokens: int, *, sampling: Sampling = Sampling(),
-             stop_ids: tuple[int, ...] = ()) -> Generation:
+def generate(
+    runner: StepRunner,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    *,
+    sampling: Sampling = Sampling(),
+    stop_ids: tuple[int, ...] = (),
+) -> Generation:
     """New tokens after `prompt_ids`, up to `max_new_tokens` or a token of `stop_ids` (kept)."""
     prompt_ids = [int(i) for i in prompt_ids]
     check_room(len(prompt_ids), max_new_tokens, runner.cache_length)

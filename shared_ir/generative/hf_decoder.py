@@ -60,7 +60,7 @@ def _grouped_attention(module, query, key, value, attention_mask, scaling=None, 
     q = query.reshape(batch, kv_heads, groups * steps, dim)
     # einsum, not matmul(q, key.transpose(2, 3)): LiteRT then reads the cache as it is stored
     # instead of transposing all of it every step (a TRANSPOSE per layer; 4 ms of a 30 ms decode)
-    scores = torch.einsum("bhqd,bhkd->bhqk", q, key) * (dim ** -0.5 if scaling is None else scaling)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, key) * (dim**-0.5 if scaling is None else scaling)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is not None:
@@ -150,7 +150,9 @@ class HFDecoder(torch.nn.Module):
                 "attention layers only (full or sliding-window), with a key/value cache each."
             )
         if getattr(config, "scale_attn_by_inverse_layer_idx", False):
-            raise UserError(f"{type(model).__name__} scales attention by the inverse layer index, which the capture does not lower.")
+            raise UserError(
+                f"{type(model).__name__} scales attention by the inverse layer index, which the capture does not lower."
+            )
 
     def kv_cache(self, cache_length: int) -> list[torch.Tensor]:
         dtype = next(self.lm.parameters()).dtype
@@ -170,12 +172,19 @@ class HFDecoder(torch.nn.Module):
 
     def forward(self, tokens, input_pos, *kv_cache):
         layer_class, cache_class = _cache_classes()
-        layers = [layer_class(kv_cache[2 * i], kv_cache[2 * i + 1], input_pos, window is not None)
-                  for i, window in enumerate(self.sliding_windows)]
+        layers = [
+            layer_class(kv_cache[2 * i], kv_cache[2 * i + 1], input_pos, window is not None)
+            for i, window in enumerate(self.sliding_windows)
+        ]
         masks = self._masks(input_pos, kv_cache[0].shape[_CACHE_DIM], kv_cache[0].dtype)
         mask = masks if len(masks) > 1 else next(iter(masks.values()))
-        out = self.lm(input_ids=tokens, position_ids=input_pos[None, :].to(torch.long), attention_mask=mask,
-                      cache=cache_class(layers), use_cache=True)
+        out = self.lm(
+            input_ids=tokens,
+            position_ids=input_pos[None, :].to(torch.long),
+            attention_mask=mask,
+            cache=cache_class(layers),
+            use_cache=True,
+        )
         caches = [t for layer in layers for t in (layer.keys, layer.values)]
         return (out.logits, *caches)
 

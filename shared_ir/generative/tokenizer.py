@@ -50,15 +50,19 @@ class Tokenizer:
     def chat_prompt(self, user_text: str) -> str:
         """`user_text` as one user turn in the model's chat template, ready for the assistant's reply."""
         if not self.chat_template:
-            raise UserError("This model's tokenizer has no chat template; drop --chat and give the prompt as plain text.")
+            raise UserError(
+                "This model's tokenizer has no chat template; drop --chat and give the prompt as plain text."
+            )
         return self.render_chat([{"role": "user", "content": user_text}])
 
     def render_chat(self, messages: list[dict]) -> str:
         """`messages` ({"role": ..., "content": ...} each) in the model's chat template, ready for
         the assistant's reply."""
         if not self.chat_template:
-            raise UserError("This model's tokenizer has no chat template, so it can't read chat messages; "
-                            "give the prompt as plain text instead.")
+            raise UserError(
+                "This model's tokenizer has no chat template, so it can't read chat messages; "
+                "give the prompt as plain text instead."
+            )
         import jinja2
 
         def raise_exception(message):  # what transformers' chat templates call on messages they refuse
@@ -68,9 +72,12 @@ class Tokenizer:
         environment.globals["raise_exception"] = raise_exception
         try:
             template = environment.from_string(self.chat_template)
-            return template.render(messages=messages, add_generation_prompt=True,
-                                   bos_token=self.token_text(self.bos_token_id) if self.bos_token_id is not None else "",
-                                   eos_token=self.token_text(self.eos_token_ids[0]) if self.eos_token_ids else "")
+            return template.render(
+                messages=messages,
+                add_generation_prompt=True,
+                bos_token=self.token_text(self.bos_token_id) if self.bos_token_id is not None else "",
+                eos_token=self.token_text(self.eos_token_ids[0]) if self.eos_token_ids else "",
+            )
         except jinja2.TemplateError as exc:
             raise UserError(f"The model's chat template failed on these messages: {exc}") from None
 
@@ -79,7 +86,11 @@ class Tokenizer:
         return hashlib.sha256(json.dumps(self.meta(), sort_keys=True).encode() + self.json_text.encode()).hexdigest()
 
     def meta(self) -> dict:
-        return {"bos_token_id": self.bos_token_id, "eos_token_ids": list(self.eos_token_ids), "chat_template": self.chat_template}
+        return {
+            "bos_token_id": self.bos_token_id,
+            "eos_token_ids": list(self.eos_token_ids),
+            "chat_template": self.chat_template,
+        }
 
     def write(self, folder: Path) -> list[str]:
         """tokenizer.json and tokenizer_meta.json in `folder`; returns their names."""
@@ -94,8 +105,12 @@ class Tokenizer:
         if not (folder / TOKENIZER_FILE).is_file():
             return None
         meta = json.loads((folder / TOKENIZER_META).read_text()) if (folder / TOKENIZER_META).is_file() else {}
-        return cls((folder / TOKENIZER_FILE).read_text(), meta.get("bos_token_id"), tuple(meta.get("eos_token_ids") or ()),
-                   meta.get("chat_template"))
+        return cls(
+            (folder / TOKENIZER_FILE).read_text(),
+            meta.get("bos_token_id"),
+            tuple(meta.get("eos_token_ids") or ()),
+            meta.get("chat_template"),
+        )
 
     @classmethod
     def from_hf_folder(cls, folder: Path, config: Any = None) -> "Tokenizer | None":
@@ -118,8 +133,12 @@ class Tokenizer:
 
         bos, eos = first("bos_token_id"), first("eos_token_id")
         eos_ids = tuple(int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else []))
-        return cls((folder / TOKENIZER_FILE).read_text(), None if bos is None else int(bos), eos_ids,
-                   template if isinstance(template, str) else None)
+        return cls(
+            (folder / TOKENIZER_FILE).read_text(),
+            None if bos is None else int(bos),
+            eos_ids,
+            template if isinstance(template, str) else None,
+        )
 
 
 def _json(path: Path) -> dict:

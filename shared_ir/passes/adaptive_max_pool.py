@@ -37,7 +37,7 @@ class AdaptiveMaxPoolAsPool:
                 return None
             if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in node.users):
                 return None  # its indices are read
-            spatial = list(x.meta["val"].shape[-len(size):])
+            spatial = list(x.meta["val"].shape[-len(size) :])
             if any(o <= 0 or n % o for n, o in zip(spatial, size)):
                 return None  # uneven windows
             for unread in [u for u in node.users if u.args[1] != 0]:
@@ -50,6 +50,11 @@ class AdaptiveMaxPoolAsPool:
             return call_with_val(graph, aten.amax.default, grouped, [-1]), None
 
         found = call_functions(exported_program, {aten.adaptive_max_pool2d.default, aten.adaptive_max_pool1d.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no adaptive max pool with even windows",
-                               changed="wrote {count} adaptive max pool(s) as plain max pools")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no adaptive max pool with even windows",
+            changed="wrote {count} adaptive max pool(s) as plain max pools",
+        )

@@ -17,11 +17,30 @@ __all__ = ["AliasAsCanonicalOp", "ALIASES", "canonical_ops"]
 
 # alias packet -> the op it names; every overload both have is swapped
 ALIASES = {
-    "multiply": "mul", "divide": "div", "true_divide": "div", "subtract": "sub", "greater": "gt",
-    "greater_equal": "ge", "less": "lt", "less_equal": "le", "not_equal": "ne", "negative": "neg",
-    "absolute": "abs", "clip": "clamp", "concat": "cat", "concatenate": "cat", "fix": "trunc",
-    "arctan": "atan", "arctan2": "atan2", "arcsin": "asin", "arccos": "acos", "arctanh": "atanh",
-    "moveaxis": "movedim", "special_expit": "sigmoid", "special_erf": "erf", "special_exp2": "exp2",
+    "multiply": "mul",
+    "divide": "div",
+    "true_divide": "div",
+    "subtract": "sub",
+    "greater": "gt",
+    "greater_equal": "ge",
+    "less": "lt",
+    "less_equal": "le",
+    "not_equal": "ne",
+    "negative": "neg",
+    "absolute": "abs",
+    "clip": "clamp",
+    "concat": "cat",
+    "concatenate": "cat",
+    "fix": "trunc",
+    "arctan": "atan",
+    "arctan2": "atan2",
+    "arcsin": "asin",
+    "arccos": "acos",
+    "arctanh": "atanh",
+    "moveaxis": "movedim",
+    "special_expit": "sigmoid",
+    "special_erf": "erf",
+    "special_exp2": "exp2",
 }
 
 
@@ -39,7 +58,9 @@ def canonical_ops() -> dict[Any, Any]:
             if overload.startswith("out") or overload.endswith("_out") or overload not in canonical.overloads():
                 continue
             a, c = getattr(packet, overload), getattr(canonical, overload)
-            if [(x.name, str(x.type)) for x in a._schema.arguments] == [(x.name, str(x.type)) for x in c._schema.arguments]:
+            if [(x.name, str(x.type)) for x in a._schema.arguments] == [
+                (x.name, str(x.type)) for x in c._schema.arguments
+            ]:
                 table[a] = c
     return table
 

@@ -46,5 +46,11 @@ class AlphaAsMul:
                 return call_with_val(graph, node.target, scaled(graph, first, alpha), second)
             return call_with_val(graph, node.target, first, scaled(graph, second, alpha))
 
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no add or subtract with an alpha", changed="moved alpha onto its operand in {count} add(s)/subtract(s)")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no add or subtract with an alpha",
+            changed="moved alpha onto its operand in {count} add(s)/subtract(s)",
+        )

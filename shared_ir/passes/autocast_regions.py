@@ -38,7 +38,9 @@ def _changes_cpu_dtypes(node) -> bool:
 
 
 def _is_grad_mode(node) -> bool:
-    return node.op == "call_function" and "wrap_with_set_grad_enabled" in str(getattr(node.target, "__name__", node.target))
+    return node.op == "call_function" and "wrap_with_set_grad_enabled" in str(
+        getattr(node.target, "__name__", node.target)
+    )
 
 
 def _inline(ep, node, body_node, operands, detach: bool = False) -> None:

@@ -64,7 +64,9 @@ class FoldBatchNorm:
 
         from tpuedge.shared_ir.passes.constant_fold import constant_values
 
-        params = {s.arg.name: s.target for s in exported_program.graph_signature.input_specs if s.kind == InputKind.PARAMETER}
+        params = {
+            s.arg.name: s.target for s in exported_program.graph_signature.input_specs if s.kind == InputKind.PARAMETER
+        }
         constants = constant_values(exported_program)
 
         def own_parameter(node) -> bool:  # a parameter only one op reads
@@ -110,7 +112,9 @@ class FoldBatchNorm:
                 (weight.detach().double() * scale.reshape(shape)).to(weight.dtype), requires_grad=weight.requires_grad
             )
             carrier = bias if bias is not None else beta  # the layer's bias, or BatchNorm's own beta
-            state[params[carrier.name]] = torch.nn.Parameter(new_bias.to(weight.dtype), requires_grad=weight.requires_grad)
+            state[params[carrier.name]] = torch.nn.Parameter(
+                new_bias.to(weight.dtype), requires_grad=weight.requires_grad
+            )
             args = list(layer.args) + [None] * (3 - len(layer.args))
             args[2] = carrier
             layer.args = tuple(args)
@@ -121,4 +125,6 @@ class FoldBatchNorm:
                     replace_node(ep, item, layer)
                 ep.graph.erase_node(norm)
         drop_unused_inputs(ep)
-        return finish(ep), PassResult(self.name, len(found), f"folded {len(found)} BatchNorm(s) into the layer before each")
+        return finish(ep), PassResult(
+            self.name, len(found), f"folded {len(found)} BatchNorm(s) into the layer before each"
+        )

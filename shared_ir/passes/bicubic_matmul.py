@@ -17,7 +17,13 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import (call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes)
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_arguments,
+    call_functions,
+    call_with_val,
+    rewritten_calls,
+    static_shapes,
+)
 
 __all__ = ["BicubicAsMatmuls"]
 
@@ -57,10 +63,14 @@ def _rewrite(program, graph, node) -> Any:
     (h, w), (h2, w2) = val.shape[-2:], node.meta["val"].shape[-2:]
     if val.dim() != 4 or not val.dtype.is_floating_point or max(h * h2, w * w2) > MAX_MATRIX:
         return None
-    scale_h, scale_w = (scales or [None, None])
-    across = _along_last(program, graph, aten, x, _axis_matrix(w, w2, align_corners, scale_w, val.dtype), f"_{node.name}_columns")
+    scale_h, scale_w = scales or [None, None]
+    across = _along_last(
+        program, graph, aten, x, _axis_matrix(w, w2, align_corners, scale_w, val.dtype), f"_{node.name}_columns"
+    )
     turned = call_with_val(graph, aten.transpose.int, across, 2, 3)
-    down = _along_last(program, graph, aten, turned, _axis_matrix(h, h2, align_corners, scale_h, val.dtype), f"_{node.name}_rows")
+    down = _along_last(
+        program, graph, aten, turned, _axis_matrix(h, h2, align_corners, scale_h, val.dtype), f"_{node.name}_rows"
+    )
     return call_with_val(graph, aten.transpose.int, down, 2, 3)
 
 
@@ -71,5 +81,12 @@ class BicubicAsMatmuls:
         import torch
 
         found = call_functions(exported_program, {torch.ops.aten.upsample_bicubic2d.vec})
-        return rewritten_calls(self.name, exported_program, found, _rewrite, with_program=True,
-                               unchanged="no bicubic resize it can rewrite", changed="wrote {count} bicubic resize(s) as two products with constant matrices")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            _rewrite,
+            with_program=True,
+            unchanged="no bicubic resize it can rewrite",
+            changed="wrote {count} bicubic resize(s) as two products with constant matrices",
+        )

@@ -45,7 +45,10 @@ class BroadcastInsteadOfExpand:
             for user in node.users:
                 if user.target not in elementwise or user.kwargs or [a for a in user.args[:2] if a is node] != [node]:
                     return False
-                shapes = [shape if a is node else tuple(a.meta["val"].shape) if hasattr(a, "meta") else () for a in user.args[:2]]
+                shapes = [
+                    shape if a is node else tuple(a.meta["val"].shape) if hasattr(a, "meta") else ()
+                    for a in user.args[:2]
+                ]
                 if tuple(torch.broadcast_shapes(*shapes)) != tuple(user.meta["val"].shape):
                     return False
             return True
@@ -59,7 +62,11 @@ class BroadcastInsteadOfExpand:
         def permuted_source(node) -> tuple[int, ...] | None:
             """permute(expand(x)) of a same-rank x, the expand read by nothing else: x's permuted shape."""
             expand = node.args[0]
-            if getattr(expand, "target", None) not in expands or len(expand.users) != 1 or not hasattr(expand.args[0], "meta"):
+            if (
+                getattr(expand, "target", None) not in expands
+                or len(expand.users) != 1
+                or not hasattr(expand.args[0], "meta")
+            ):
                 return None
             small = tuple(expand.args[0].meta["val"].shape)
             if len(small) != len(node.args[1]):
@@ -67,8 +74,11 @@ class BroadcastInsteadOfExpand:
             return tuple(small[d % len(small)] for d in node.args[1])
 
         found = [n for n in call_functions(exported_program, expands) if droppable(n)]
-        through = [n for n in call_functions(exported_program, {aten.permute.default})
-                   if (shape := permuted_source(n)) is not None and users_broadcast(n, shape)]
+        through = [
+            n
+            for n in call_functions(exported_program, {aten.permute.default})
+            if (shape := permuted_source(n)) is not None and users_broadcast(n, shape)
+        ]
         if not found and not through:
             return exported_program, PassResult(self.name, 0, "no expand that only feeds broadcasting elementwise ops")
         ep = copy_program(exported_program)
@@ -86,4 +96,6 @@ class BroadcastInsteadOfExpand:
             node.meta["val"] = source.meta["val"].permute(*node.args[1])
             graph.erase_node(expand)
             count += 1
-        return finish(ep), PassResult(self.name, count, f"dropped {count} expand(s) feeding broadcasting elementwise ops")
+        return finish(ep), PassResult(
+            self.name, count, f"dropped {count} expand(s) feeding broadcasting elementwise ops"
+        )

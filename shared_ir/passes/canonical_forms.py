@@ -32,5 +32,15 @@ def canonical_forms(*, keep_detach: bool = False) -> list:
     from tpuedge.shared_ir.passes.silu_form import SiluAsSigmoidMul
     from tpuedge.shared_ir.passes.slice_assign import SliceAssignmentAsConcat
 
-    return [InlineAutocastRegions(), InlineGradModeRegions(), CanonicalCasts(), RemoveIdentityOps(keep_detach=keep_detach), InPlaceAsOutOfPlace(), AliasAsCanonicalOp(),
-            ExplicitPad(), SiluAsSigmoidMul(), SliceAssignmentAsConcat(), RepeatAsExpand()]
+    return [
+        InlineAutocastRegions(),
+        InlineGradModeRegions(),
+        CanonicalCasts(),
+        RemoveIdentityOps(keep_detach=keep_detach),
+        InPlaceAsOutOfPlace(),
+        AliasAsCanonicalOp(),
+        ExplicitPad(),
+        SiluAsSigmoidMul(),
+        SliceAssignmentAsConcat(),
+        RepeatAsExpand(),
+    ]

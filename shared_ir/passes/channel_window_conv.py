@@ -16,7 +16,13 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_arguments,
+    call_functions,
+    call_with_val,
+    rewritten_calls,
+    static_shapes,
+)
 
 __all__ = ["ChannelWindowAsConvolution"]
 
@@ -50,9 +56,16 @@ class ChannelWindowAsConvolution:
                 return None
             spatial = source.meta["val"].dim() - 3  # (N, 1, C, *spatial): the pool's first window dim is C
             window, stride = list(given["kernel_size"]), list(given["stride"])
-            if (source.meta["val"].shape[1] != 1 or len(window) != spatial + 1 or any(w != 1 for w in window[1:])
-                    or stride != [1] * (spatial + 1) or any(given["padding"]) or given["ceil_mode"]
-                    or not given["count_include_pad"] or given["divisor_override"]):
+            if (
+                source.meta["val"].shape[1] != 1
+                or len(window) != spatial + 1
+                or any(w != 1 for w in window[1:])
+                or stride != [1] * (spatial + 1)
+                or any(given["padding"])
+                or given["ceil_mode"]
+                or not given["count_include_pad"]
+                or given["divisor_override"]
+            ):
                 return None
             before, after = 0, 0
             padded = _channel_padding(source, aten, spatial)
@@ -66,10 +79,18 @@ class ChannelWindowAsConvolution:
                 for c in range(max(0, o - before), min(channels, o - before + k)):
                     band[(o, c) + (0,) * spatial] = 1.0 / k
             weight = lift_constant(program, f"_{node.name}_band", band, x)
-            conv = call_with_val(graph, convolutions[spatial], x, weight, None, [1] * spatial, [0] * spatial, [1] * spatial, 1)
+            conv = call_with_val(
+                graph, convolutions[spatial], x, weight, None, [1] * spatial, [0] * spatial, [1] * spatial, 1
+            )
             return call_with_val(graph, aten.unsqueeze.default, conv, 1)
 
         found = call_functions(exported_program, {aten.avg_pool2d.default, aten.avg_pool3d.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no average over a window of channels",
-                               changed="wrote {count} average(s) over a window of channels as a 1x1 convolution", with_program=True)
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no average over a window of channels",
+            changed="wrote {count} average(s) over a window of channels as a 1x1 convolution",
+            with_program=True,
+        )

@@ -37,6 +37,7 @@ class OneSidedClamps:
         import torch
 
         aten = torch.ops.aten
+
         def rewrite(graph, node):
             x, (lo, hi) = node.args[0], _bounds(node)
             if lo is not None:
@@ -53,10 +54,10 @@ class OneSidedClamps:
             numbers = all(isinstance(b, (int, float)) for b in (lo, hi))
             return numbers and (float(lo), float(hi)) not in _FUSED_BOUNDS
 
-        found = [n for n in call_functions(exported_program, {aten.clamp.default, aten.clamp_max.default}) if rewritten(n)]
+        found = [
+            n for n in call_functions(exported_program, {aten.clamp.default, aten.clamp_max.default}) if rewritten(n)
+        ]
         ep, count = rewrite_calls(exported_program, found, rewrite)
         if not count:
             return exported_program, PassResult(self.name, 0, "no clamp TFLite-Micro lacks in the program")
-        return ep, PassResult(
-            self.name, count, f"wrote {count} clamp(s) as MAXIMUM and/or -max(-y, -max)"
-        )
+        return ep, PassResult(self.name, count, f"wrote {count} clamp(s) as MAXIMUM and/or -max(-y, -max)")

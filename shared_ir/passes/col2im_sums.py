@@ -32,7 +32,9 @@ __all__ = ["Col2imAsSums"]
 MAX_TAPS = 49  # kh * kw: beyond a 7x7 kernel the ADD chain grows long; left for the check
 
 
-def _placed(graph, aten, tap, count: tuple[int, int], stride: tuple[int, int], offset: tuple[int, int], canvas: tuple[int, int]):
+def _placed(
+    graph, aten, tap, count: tuple[int, int], stride: tuple[int, int], offset: tuple[int, int], canvas: tuple[int, int]
+):
     """`tap` (M, Lh, Lw) on a (M, Hp, Wp) canvas of zeros at rows offset + u*stride, columns likewise."""
     (lh, lw), (sh, sw), (oh, ow), (hp, wp) = count, stride, offset, canvas
     x = tap
@@ -47,7 +49,7 @@ def _placed(graph, aten, tap, count: tuple[int, int], stride: tuple[int, int], o
             after = 0
         if offset_ or after:
             pads = [0, 0, 0, 0]
-            pads[(2 - dim) * 2:(2 - dim) * 2 + 2] = [offset_, after]
+            pads[(2 - dim) * 2 : (2 - dim) * 2 + 2] = [offset_, after]
             x = call_with_val(graph, aten.constant_pad_nd.default, x, pads, 0.0)
     return x
 
@@ -65,7 +67,13 @@ def _rewrite(graph, node) -> Any:
     if not static_shapes(cols, node) or not all(isinstance(v, int) for v in size):
         return None
     n, channels = val.shape[0], val.shape[1] // (kh * kw)
-    if list(stride) == [kh, kw] and list(padding) == [0, 0] and list(dilation) == [1, 1] and h % kh == 0 and w % kw == 0:
+    if (
+        list(stride) == [kh, kw]
+        and list(padding) == [0, 0]
+        and list(dilation) == [1, 1]
+        and h % kh == 0
+        and w % kw == 0
+    ):
         tiles = call_with_val(graph, aten.reshape.default, cols, [n, channels, kh, kw, h // kh, w // kw])
         tiles = call_with_val(graph, aten.permute.default, tiles, [0, 1, 4, 2, 5, 3])
         return call_with_val(graph, aten.reshape.default, tiles, list(out.shape))
@@ -79,8 +87,14 @@ def _rewrite(graph, node) -> Any:
             tap = call_with_val(graph, aten.select.int, taps, 1, i * kw + j)  # (N*C, Lh, Lw)
             placed = _placed(graph, aten, tap, (lh, lw), tuple(stride), (i * dilation[0], j * dilation[1]), (hp, wp))
             total = placed if total is None else call_with_val(graph, aten.add.Tensor, total, placed)
-    image = call_with_val(graph, aten.slice.Tensor, call_with_val(graph, aten.slice.Tensor, total, 1, padding[0], padding[0] + h),
-                          2, padding[1], padding[1] + w)
+    image = call_with_val(
+        graph,
+        aten.slice.Tensor,
+        call_with_val(graph, aten.slice.Tensor, total, 1, padding[0], padding[0] + h),
+        2,
+        padding[1],
+        padding[1] + w,
+    )
     return call_with_val(graph, aten.reshape.default, image, list(out.shape))
 
 
@@ -91,5 +105,11 @@ class Col2imAsSums:
         import torch
 
         found = call_functions(exported_program, {torch.ops.aten.col2im.default})
-        return rewritten_calls(self.name, exported_program, found, _rewrite,
-                               unchanged="no F.fold (col2im) it can rewrite", changed="wrote {count} F.fold(s) as sums of placed taps (a rearrangement where the patches tile the image)")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            _rewrite,
+            unchanged="no F.fold (col2im) it can rewrite",
+            changed="wrote {count} F.fold(s) as sums of placed taps (a rearrangement where the patches tile the image)",
+        )

@@ -36,7 +36,9 @@ def constant_values(ep) -> dict[str, Any]:
     values = {}
     for spec in ep.graph_signature.input_specs:
         if spec.kind == InputKind.BUFFER and spec.target not in mutated:
-            values[spec.arg.name] = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+            values[spec.arg.name] = (
+                ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+            )
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             values[spec.arg.name] = ep.constants[spec.target]
     return values
@@ -76,7 +78,11 @@ def _shape_only_fill(node) -> Any:
 
     aten = torch.ops.aten
     val = node.meta.get("val")
-    if node.op != "call_function" or not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+    if (
+        node.op != "call_function"
+        or not isinstance(val, torch.Tensor)
+        or not all(isinstance(d, int) for d in val.shape)
+    ):
         return None
     if node.target in (aten.new_zeros.default, aten.zeros_like.default):
         return 0
@@ -99,7 +105,9 @@ def _storage_roots(ep) -> dict[str, str]:
     for node in ep.graph.nodes:
         first = node.args[0] if node.args else None
         aliases = node.op == "call_function" and (is_view(node) or is_mutating(node) or node.target is operator.getitem)
-        root[node.name] = root.get(first.name, first.name) if aliases and isinstance(first, torch.fx.Node) else node.name
+        root[node.name] = (
+            root.get(first.name, first.name) if aliases and isinstance(first, torch.fx.Node) else node.name
+        )
     return root
 
 
@@ -129,8 +137,13 @@ def _evaluate_once(ep, root: dict[str, str], excluded: set[str]):
 
     # an in-place write never reaches the program's own buffers and constants: those written
     # (through a view or not) are copied first, the rest read as they are
-    written = {root[v.name] for n in ep.graph.nodes if n.op == "call_function" and is_mutating(n)
-               for v in written_operands(n) if isinstance(v, torch.fx.Node)}
+    written = {
+        root[v.name]
+        for n in ep.graph.nodes
+        if n.op == "call_function" and is_mutating(n)
+        for v in written_operands(n)
+        if isinstance(v, torch.fx.Node)
+    }
     values = {name: value.clone() if name in written else value for name, value in constant_values(ep).items()}
     seen: dict[str, Any] = {}
     stale: set[str] = set()
@@ -164,11 +177,16 @@ def _evaluate_once(ep, root: dict[str, str], excluded: set[str]):
             _foldable_op(node)
             and root[node.name] not in excluded
             and all(name in values for name in operands)
-            and _size(node.meta["val"]) <= max(MAX_FOLDED_ELEMENTS, max((_size(values[n]) for n in operands), default=0))
+            and _size(node.meta["val"])
+            <= max(MAX_FOLDED_ELEMENTS, max((_size(values[n]) for n in operands), default=0))
         )
         if not evaluable:
             if is_mutating(node):  # it writes a storage this pass may have evaluated
-                stale.update(root[v.name] for v in written_operands(node) if isinstance(v, torch.fx.Node) and root[v.name] not in excluded and v.name in values)
+                stale.update(
+                    root[v.name]
+                    for v in written_operands(node)
+                    if isinstance(v, torch.fx.Node) and root[v.name] not in excluded and v.name in values
+                )
             read_outside(node)
             continue
         args, kwargs = map_arg((node.args, node.kwargs), lambda n: values[n.name])
@@ -188,14 +206,19 @@ class FoldConstants:
         ep = copy_program(exported_program)
         graph = ep.graph_module.graph
         frontier = [
-            n for n in graph.nodes
-            if n.op == "call_function" and n.name in values and any(u.name not in values or u.op == "output" for u in n.users)
+            n
+            for n in graph.nodes
+            if n.op == "call_function"
+            and n.name in values
+            and any(u.name not in values or u.op == "output" for u in n.users)
         ]
         for node in frontier:
             value = seen.get(node.name, values[node.name]).detach().clone().contiguous()
             replace_node(ep, node, lift_constant(ep, f"_folded_{node.name}", value, node))
         # the folded in-place writes (dead code elimination keeps ops that mutate), last first
-        for node in reversed([n for n in graph.nodes if n.op == "call_function" and n.name in values and is_mutating(n)]):
+        for node in reversed(
+            [n for n in graph.nodes if n.op == "call_function" and n.name in values and is_mutating(n)]
+        ):
             if not node.users:
                 graph.erase_node(node)
         finish(ep)

@@ -32,8 +32,10 @@ class ConstantMinusAsNegAdd:
 
         aten = torch.ops.aten
         constants = set(constant_values(exported_program)) | {
-            spec.arg.name for spec in exported_program.graph_signature.input_specs
-            if spec.kind == torch.export.graph_signature.InputKind.PARAMETER}
+            spec.arg.name
+            for spec in exported_program.graph_signature.input_specs
+            if spec.kind == torch.export.graph_signature.InputKind.PARAMETER
+        }
 
         def is_constant(arg) -> bool:
             return not isinstance(arg, torch.fx.Node) or arg.name in constants
@@ -51,12 +53,21 @@ class ConstantMinusAsNegAdd:
                 return None
             return constant, tensor
 
-        found = [n for n in call_functions(exported_program, {aten.rsub.Scalar, aten.rsub.Tensor, aten.sub.Tensor})
-                 if operands(n) is not None]
+        found = [
+            n
+            for n in call_functions(exported_program, {aten.rsub.Scalar, aten.rsub.Tensor, aten.sub.Tensor})
+            if operands(n) is not None
+        ]
 
         def rewrite(graph, node):
             constant, tensor = operands(node)
             return call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.neg.default, tensor), constant)
 
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no constant minus a computed tensor", changed="computed {count} constant-minus-tensor(s) as -y + c")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no constant minus a computed tensor",
+            changed="computed {count} constant-minus-tensor(s) as -y + c",
+        )

@@ -26,15 +26,23 @@ class ConvPaddingAsNumbers:
         import torch
 
         aten = torch.ops.aten
-        numbered = {aten.conv1d.padding: aten.conv1d.default, aten.conv2d.padding: aten.conv2d.default,
-                    aten.conv3d.padding: aten.conv3d.default}
-        found = [n for n in call_functions(exported_program, numbered)
-                 if isinstance(n.args[1], torch.fx.Node) and "val" in n.args[1].meta]
+        numbered = {
+            aten.conv1d.padding: aten.conv1d.default,
+            aten.conv2d.padding: aten.conv2d.default,
+            aten.conv3d.padding: aten.conv3d.default,
+        }
+        found = [
+            n
+            for n in call_functions(exported_program, numbered)
+            if isinstance(n.args[1], torch.fx.Node) and "val" in n.args[1].meta
+        ]
 
         def rewrite(graph, node):
             x, weight = node.args[:2]
             given = call_arguments(node)
-            bias, stride, mode, dilation, groups = (given[k] for k in ("bias", "stride", "padding", "dilation", "groups"))
+            bias, stride, mode, dilation, groups = (
+                given[k] for k in ("bias", "stride", "padding", "dilation", "groups")
+            )
             kernel = list(weight.meta["val"].shape[2:])
             dims = len(kernel)
             stride, dilation = per_dim(stride, dims), per_dim(dilation, dims)
@@ -46,6 +54,11 @@ class ConvPaddingAsNumbers:
                 x = call_with_val(graph, aten.constant_pad_nd.default, x, pads, 0.0)
             return call_with_val(graph, numbered[node.target], x, weight, bias, stride, before, dilation, groups)
 
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no convolution with a named padding",
-                               changed="wrote the named padding of {count} convolution(s) as numbers")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no convolution with a named padding",
+            changed="wrote the named padding of {count} convolution(s) as numbers",
+        )

@@ -17,8 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import (call_arguments, call_functions, call_with_val, per_dim, rewritten_calls,
-                                               static_shapes)
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_arguments,
+    call_functions,
+    call_with_val,
+    per_dim,
+    rewritten_calls,
+    static_shapes,
+)
 
 __all__ = ["TransposedConvAsCrop"]
 
@@ -38,19 +44,37 @@ class TransposedConvAsCrop:
                 return None
             given = call_arguments(node)
             bias, stride, padding, output_padding, groups, dilation = (
-                given[k] for k in ("bias", "stride", "padding", "output_padding", "groups", "dilation"))
+                given[k] for k in ("bias", "stride", "padding", "output_padding", "groups", "dilation")
+            )
             dims = weight.meta["val"].dim() - 2
             padding, output_padding = per_dim(padding, dims), per_dim(output_padding, dims)
             if not any(padding) or any(o > p for o, p in zip(output_padding, padding)):
                 return None
-            out = call_with_val(graph, node.target, x, weight, bias, per_dim(stride, dims), [0] * dims, [0] * dims,
-                                groups, per_dim(dilation, dims))
+            out = call_with_val(
+                graph,
+                node.target,
+                x,
+                weight,
+                bias,
+                per_dim(stride, dims),
+                [0] * dims,
+                [0] * dims,
+                groups,
+                per_dim(dilation, dims),
+            )
             wanted = node.meta["val"].shape[-dims:]
             for axis, (start, size) in enumerate(zip(padding, wanted)):
                 if start or out.meta["val"].shape[axis - dims] != size:
-                    out = call_with_val(graph, aten.slice.Tensor, out, axis - dims + out.meta["val"].dim(), start, start + int(size))
+                    out = call_with_val(
+                        graph, aten.slice.Tensor, out, axis - dims + out.meta["val"].dim(), start, start + int(size)
+                    )
             return out
 
-        return rewritten_calls(self.name, exported_program, call_functions(exported_program, targets), rewrite,
-                               unchanged="no padded transposed convolution",
-                               changed="wrote {count} padded transposed convolution(s) as an unpadded one and a crop")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            call_functions(exported_program, targets),
+            rewrite,
+            unchanged="no padded transposed convolution",
+            changed="wrote {count} padded transposed convolution(s) as an unpadded one and a crop",
+        )

@@ -47,7 +47,9 @@ def _scale(state: dict, target: str, by, axis: int) -> None:
 
     shape = [1] * state[target].dim()
     shape[axis] = -1
-    state[target] = torch.nn.Parameter(state[target].detach() * by.reshape(shape), requires_grad=state[target].requires_grad)
+    state[target] = torch.nn.Parameter(
+        state[target].detach() * by.reshape(shape), requires_grad=state[target].requires_grad
+    )
 
 
 class CrossLayerEqualization:
@@ -57,8 +59,12 @@ class CrossLayerEqualization:
         import torch
         from torch.export.graph_signature import InputKind
 
-        params = {s.arg.name: s.target for s in exported_program.graph_signature.input_specs if s.kind == InputKind.PARAMETER}
-        buffers = {s.arg.name: s.target for s in exported_program.graph_signature.input_specs if s.kind == InputKind.BUFFER}
+        params = {
+            s.arg.name: s.target for s in exported_program.graph_signature.input_specs if s.kind == InputKind.PARAMETER
+        }
+        buffers = {
+            s.arg.name: s.target for s in exported_program.graph_signature.input_specs if s.kind == InputKind.BUFFER
+        }
         uses: dict[str, int] = {}
         for node in exported_program.graph.nodes:
             for arg in node.all_input_nodes:
@@ -78,12 +84,20 @@ class CrossLayerEqualization:
             norm, act = None, _only_user(a)
             if act is not None and _op(act) == _BATCHNORM and act.args[0] is a:
                 norm, act = act, _only_user(act)
-                if any(param(n) is None for n in norm.args[1:3]) or any(buffers.get(n.name) is None for n in norm.args[3:5]):
+                if any(param(n) is None for n in norm.args[1:3]) or any(
+                    buffers.get(n.name) is None for n in norm.args[3:5]
+                ):
                     continue
             if act is None or _op(act) not in _SCALE_FREE:
                 continue
             b = _only_user(act)
-            if b is None or _op(b) not in _LINEAR_OPS or b.args[0] is not act or _groups(b) != 1 or param(b.args[1]) is None:
+            if (
+                b is None
+                or _op(b) not in _LINEAR_OPS
+                or b.args[0] is not act
+                or _groups(b) != 1
+                or param(b.args[1]) is None
+            ):
                 continue
             chains.append((a, bias, norm, b))
         if not chains:
@@ -98,7 +112,7 @@ class CrossLayerEqualization:
                 var = state[buffers[norm.args[4].name]]
                 eps = float(norm.args[7]) if len(norm.args) > 7 else 1e-5
                 gain = state[params[norm.args[1].name]].detach() / torch.sqrt(var + eps)
-            r1 = (w_a.reshape(w_a.shape[0], -1).abs().amax(1) * gain.abs())
+            r1 = w_a.reshape(w_a.shape[0], -1).abs().amax(1) * gain.abs()
             r2 = w_b.transpose(0, 1).reshape(w_b.shape[1], -1).abs().amax(1)
             live = (r1 > _FLOOR) & (r2 > _FLOOR)
             s = torch.where(live, torch.sqrt(r1 / torch.where(live, r2, 1.0)), torch.ones_like(r1))

@@ -53,5 +53,11 @@ class CumsumAsShiftedSums:
 
         aten = torch.ops.aten
         found = call_functions(exported_program, {aten.cumsum.default})
-        return rewritten_calls(self.name, exported_program, found, lambda graph, node: _cumsum(graph, aten, node),
-                               unchanged="no cumulative sum over a static dim in the program", changed="wrote {count} cumulative sum(s) as log-step shifted additions (SLICE, PAD, ADD)")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            lambda graph, node: _cumsum(graph, aten, node),
+            unchanged="no cumulative sum over a static dim in the program",
+            changed="wrote {count} cumulative sum(s) as log-step shifted additions (SLICE, PAD, ADD)",
+        )

@@ -26,6 +26,7 @@ class EmbeddingAsGather:
         import torch
 
         aten = torch.ops.aten
+
         def rewrite(graph, node):
             return call_with_val(graph, aten.index.Tensor, node.args[0], [node.args[1]])  # table[ids]
 

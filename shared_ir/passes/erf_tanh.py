@@ -34,10 +34,20 @@ class ErfAsTanh:
             if not z.meta["val"].dtype.is_floating_point:
                 return None
             cube = call_with_val(graph, aten.mul.Tensor, call_with_val(graph, aten.mul.Tensor, z, z), z)
-            inner = call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.mul.Tensor, z, _LINEAR),
-                                  call_with_val(graph, aten.mul.Tensor, cube, _CUBIC))
+            inner = call_with_val(
+                graph,
+                aten.add.Tensor,
+                call_with_val(graph, aten.mul.Tensor, z, _LINEAR),
+                call_with_val(graph, aten.mul.Tensor, cube, _CUBIC),
+            )
             return call_with_val(graph, aten.tanh.default, inner)
 
         found = call_functions(exported_program, {aten.erf.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite, unchanged="no erf in the program",
-                               changed="rewrote {count} erf op(s) as tanh(1.1284*z + 0.1009*z^3), within 3.6e-4")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no erf in the program",
+            changed="rewrote {count} erf op(s) as tanh(1.1284*z + 0.1009*z^3), within 3.6e-4",
+        )

@@ -32,9 +32,18 @@ def _ops():
     import torch
 
     aten = torch.ops.aten
-    shape_ops = {aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.permute.default,
-                 aten.transpose.int, aten.clone.default, aten.contiguous.default, aten.unsqueeze.default,
-                 aten.squeeze.dim, aten.squeeze.dims}
+    shape_ops = {
+        aten.view.default,
+        aten.reshape.default,
+        aten._unsafe_view.default,
+        aten.permute.default,
+        aten.transpose.int,
+        aten.clone.default,
+        aten.contiguous.default,
+        aten.unsqueeze.default,
+        aten.squeeze.dim,
+        aten.squeeze.dims,
+    }
     products = {aten.matmul.default, aten.bmm.default, aten.baddbmm.default, aten.scaled_dot_product_attention.default}
     return shape_ops, products
 
@@ -79,7 +88,17 @@ class ExpandAsGather:
         import torch
 
         shape_ops, products = _ops()
-        found = [n for n in call_functions(exported_program, {torch.ops.aten.expand.default})
-                 if isinstance(n.meta.get("val"), torch.Tensor) and _reaches_a_product(n, shape_ops, products)]
-        return rewritten_calls(self.name, exported_program, found, _rewrite, with_program=True,
-                               unchanged="no expand that a matrix product reads", changed="wrote {count} expand(s) read by a matrix product as gathers")
+        found = [
+            n
+            for n in call_functions(exported_program, {torch.ops.aten.expand.default})
+            if isinstance(n.meta.get("val"), torch.Tensor) and _reaches_a_product(n, shape_ops, products)
+        ]
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            _rewrite,
+            with_program=True,
+            unchanged="no expand that a matrix product reads",
+            changed="wrote {count} expand(s) read by a matrix product as gathers",
+        )

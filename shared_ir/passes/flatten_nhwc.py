@@ -36,7 +36,10 @@ def _flatten_source(flat) -> Any | None:
         return None  # reads NHWC already (this pass ran, or the model permutes itself)
     if flat.target == aten.flatten.using_ints and tuple(flat.args[1:3]) in ((1,), (1, -1), (1, 3)):
         return x
-    if flat.target in (aten.view.default, aten.reshape.default, aten._unsafe_view.default) and out.shape[0] == val.shape[0]:
+    if (
+        flat.target in (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+        and out.shape[0] == val.shape[0]
+    ):
         return x
     return None
 
@@ -61,8 +64,10 @@ class FlattenAsNHWC:
         candidates = [
             n.name
             for n in exported_program.graph.nodes
-            if n.op == "call_function" and n.target == aten.linear.default
-            and _flatten_source(n.args[0]) is not None and len(n.args[0].users) == 1
+            if n.op == "call_function"
+            and n.target == aten.linear.default
+            and _flatten_source(n.args[0]) is not None
+            and len(n.args[0].users) == 1
             and _weight_target(exported_program, n.args[1]) is not None
         ]
         if not candidates:
@@ -82,7 +87,9 @@ class FlattenAsNHWC:
             store = ep.state_dict if target in ep.state_dict else ep.constants
             old = store[target]
             new = old.detach().reshape(old.shape[0], c, h, w).permute(0, 2, 3, 1).reshape(old.shape).contiguous()
-            store[target] = torch.nn.Parameter(new, requires_grad=old.requires_grad) if isinstance(old, torch.nn.Parameter) else new
+            store[target] = (
+                torch.nn.Parameter(new, requires_grad=old.requires_grad) if isinstance(old, torch.nn.Parameter) else new
+            )
         finish(ep)
         return ep, PassResult(
             self.name,

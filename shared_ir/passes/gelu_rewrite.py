@@ -91,7 +91,9 @@ class TanhGeluArrangement:
         ep, count = rewrite_calls(exported_program, call_functions(exported_program, {aten.tanh.default}), rewrite)
         if not count:
             return exported_program, PassResult(self.name, 0, "no written-out tanh GELU in the program")
-        return ep, PassResult(self.name, count, f"arranged {count} written-out tanh GELU(s) so the converter keeps them as TANH, MUL, ADD")
+        return ep, PassResult(
+            self.name, count, f"arranged {count} written-out tanh GELU(s) so the converter keeps them as TANH, MUL, ADD"
+        )
 
 
 def _scaled(node, aten, value: float):
@@ -136,4 +138,3 @@ def _textbook_tanh_gelu_input(arg, aten):
         if isinstance(x, torch.fx.Node) and cube is not None and _is_cube_of(cube, x, aten):
             return x
     return None
-

@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_arguments,
+    call_functions,
+    call_with_val,
+    rewritten_calls,
+    static_shapes,
+)
 
 __all__ = ["GluAsSigmoidMul"]
 
@@ -37,5 +43,11 @@ class GluAsSigmoidMul:
             return call_with_val(graph, aten.mul.Tensor, a, call_with_val(graph, aten.sigmoid.default, b))
 
         found = call_functions(exported_program, {aten.glu.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no glu in the program", changed="wrote {count} glu(s) as a * sigmoid(b) (STRIDED_SLICE, LOGISTIC, MUL)")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no glu in the program",
+            changed="wrote {count} glu(s) as a * sigmoid(b) (STRIDED_SLICE, LOGISTIC, MUL)",
+        )

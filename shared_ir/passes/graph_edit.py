@@ -14,8 +14,25 @@ from typing import Any
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.torch_compat import is_op_overload
 
-__all__ = ["replace_node", "rename_output_specs", "finish", "call_functions", "built_in_place_of", "call_with_val", "rewrite_calls", "rewritten_calls", "static_shapes", "per_dim", "call_arguments",
-           "is_view", "is_mutating", "written_argument_indices", "written_operands", "drop_unused_inputs", "SOURCE_META"]
+__all__ = [
+    "replace_node",
+    "rename_output_specs",
+    "finish",
+    "call_functions",
+    "built_in_place_of",
+    "call_with_val",
+    "rewrite_calls",
+    "rewritten_calls",
+    "static_shapes",
+    "per_dim",
+    "call_arguments",
+    "is_view",
+    "is_mutating",
+    "written_argument_indices",
+    "written_operands",
+    "drop_unused_inputs",
+    "SOURCE_META",
+]
 
 # what a node built by a pass inherits from the node it replaces (source line, module path)
 SOURCE_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
@@ -125,13 +142,18 @@ def is_mutating(node: Any) -> bool:
 
 def written_argument_indices(target: Any) -> list[int]:
     """The positions of the arguments an op writes (its schema's `Tensor(a!)`)."""
-    return [i for i, arg in enumerate(target._schema.arguments) if arg.alias_info is not None and arg.alias_info.is_write]
+    return [
+        i for i, arg in enumerate(target._schema.arguments) if arg.alias_info is not None and arg.alias_info.is_write
+    ]
 
 
 def written_operands(node: Any) -> list:
     """The operands an in-place op writes."""
     arguments = node.target._schema.arguments
-    return [node.args[i] if i < len(node.args) else node.kwargs.get(arguments[i].name) for i in written_argument_indices(node.target)]
+    return [
+        node.args[i] if i < len(node.args) else node.kwargs.get(arguments[i].name)
+        for i in written_argument_indices(node.target)
+    ]
 
 
 def finish(ep: Any) -> Any:
@@ -175,8 +197,16 @@ def rewrite_calls(exported_program: Any, found: list, rewrite, *, with_program: 
     return finish(ep), count
 
 
-def rewritten_calls(pass_name: str, exported_program: Any, found: list, rewrite, *, unchanged: str, changed: str,
-                    with_program: bool = False) -> tuple[Any, PassResult]:
+def rewritten_calls(
+    pass_name: str,
+    exported_program: Any,
+    found: list,
+    rewrite,
+    *,
+    unchanged: str,
+    changed: str,
+    with_program: bool = False,
+) -> tuple[Any, PassResult]:
     """What a pass that rewrites each node of `found` returns: `rewrite_calls`'s program and its
     PassResult, saying `unchanged` when nothing was rewritten, else `changed` with {count} filled."""
     ep, count = rewrite_calls(exported_program, found, rewrite, with_program=with_program)
@@ -195,9 +225,14 @@ def drop_unused_inputs(ep: Any) -> int:
     mutated = set(ep.graph_signature.buffers_to_mutate.values())
     graph = ep.graph_module.graph
     placeholders = {n.name: n for n in graph.nodes if n.op == "placeholder"}
-    dropped = [s for s in ep.graph_signature.input_specs
-               if s.kind not in kept_kinds and s.target not in mutated and getattr(s.arg, "name", None) in placeholders
-               and not placeholders[s.arg.name].users]
+    dropped = [
+        s
+        for s in ep.graph_signature.input_specs
+        if s.kind not in kept_kinds
+        and s.target not in mutated
+        and getattr(s.arg, "name", None) in placeholders
+        and not placeholders[s.arg.name].users
+    ]
     if not dropped:
         return 0
     for spec in dropped:

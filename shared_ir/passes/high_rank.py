@@ -70,8 +70,11 @@ class PermuteAtMost5D:
         import torch
 
         aten = torch.ops.aten
-        found = [n for n in call_functions(exported_program, {aten.permute.default, aten.transpose.int})
-                 if _rank(n) > MAX_RANK]
+        found = [
+            n
+            for n in call_functions(exported_program, {aten.permute.default, aten.transpose.int})
+            if _rank(n) > MAX_RANK
+        ]
 
         def rewrite(graph, node):
             source = node.args[0]
@@ -83,7 +86,9 @@ class PermuteAtMost5D:
             out_shape = [int(d) for d in node.meta["val"].shape]
             if len(merged) > MAX_RANK:
                 flat = call_with_val(graph, aten.reshape.default, source, list(merged))
-                return call_with_val(graph, aten.reshape.default, _by_swaps(graph, aten, flat, merged, reduced), out_shape)
+                return call_with_val(
+                    graph, aten.reshape.default, _by_swaps(graph, aten, flat, merged, reduced), out_shape
+                )
             if reduced == tuple(range(len(reduced))):  # only size-1 axes moved: no data moves
                 return call_with_val(graph, aten.reshape.default, source, out_shape)
             # reshape, not view: the source may itself be a permute's strided output, which eager
@@ -95,7 +100,9 @@ class PermuteAtMost5D:
         ep, count = rewrite_calls(exported_program, found, rewrite)
         if not count:
             return exported_program, PassResult(self.name, 0, f"no permute above {MAX_RANK}-D in the program")
-        return ep, PassResult(self.name, count, f"did {count} permute(s) above {MAX_RANK}-D as transposes of at most {MAX_RANK} axes")
+        return ep, PassResult(
+            self.name, count, f"did {count} permute(s) above {MAX_RANK}-D as transposes of at most {MAX_RANK} axes"
+        )
 
 
 def _by_swaps(graph, aten, x, shape: tuple[int, ...], perm: tuple[int, ...]):
@@ -106,8 +113,10 @@ def _by_swaps(graph, aten, x, shape: tuple[int, ...], perm: tuple[int, ...]):
         j = current.index(wanted)
         if j == k:
             continue
-        five = [math.prod(sizes[:k]), sizes[k], math.prod(sizes[k + 1:j]), sizes[j], math.prod(sizes[j + 1:])]
-        moved = call_with_val(graph, aten.permute.default, call_with_val(graph, aten.reshape.default, x, five), [0, 3, 2, 1, 4])
+        five = [math.prod(sizes[:k]), sizes[k], math.prod(sizes[k + 1 : j]), sizes[j], math.prod(sizes[j + 1 :])]
+        moved = call_with_val(
+            graph, aten.permute.default, call_with_val(graph, aten.reshape.default, x, five), [0, 3, 2, 1, 4]
+        )
         current[k], current[j], sizes[k], sizes[j] = current[j], current[k], sizes[j], sizes[k]
         x = call_with_val(graph, aten.reshape.default, moved, list(sizes))
     return x
@@ -117,8 +126,14 @@ def _elementwise_targets():
     import torch
 
     aten = torch.ops.aten
-    return {aten.relu.default, aten.relu6.default, aten.hardtanh.default, aten.clamp.default, aten.clamp.Tensor,
-            aten.pow.Tensor_Scalar}
+    return {
+        aten.relu.default,
+        aten.relu6.default,
+        aten.hardtanh.default,
+        aten.clamp.default,
+        aten.clamp.Tensor,
+        aten.pow.Tensor_Scalar,
+    }
 
 
 class ElementwiseAtMost5D:
@@ -134,13 +149,18 @@ class ElementwiseAtMost5D:
             tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
             return all(tuple(a.meta["val"].shape) == tuple(shape) for a in tensors)
 
-        found = [n for n in call_functions(exported_program, _elementwise_targets())
-                 if _rank(n) > MAX_RANK and not n.kwargs and flat_operands(n)]
+        found = [
+            n
+            for n in call_functions(exported_program, _elementwise_targets())
+            if _rank(n) > MAX_RANK and not n.kwargs and flat_operands(n)
+        ]
 
         def rewrite(graph, node):
             shape = [int(d) for d in node.meta["val"].shape]
-            args = [call_with_val(graph, aten.reshape.default, a, [-1]) if isinstance(a, torch.fx.Node) else a
-                    for a in node.args]
+            args = [
+                call_with_val(graph, aten.reshape.default, a, [-1]) if isinstance(a, torch.fx.Node) else a
+                for a in node.args
+            ]
             out = call_with_val(graph, node.target, *args)
             return call_with_val(graph, aten.reshape.default, out, shape)
 

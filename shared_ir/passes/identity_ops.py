@@ -75,5 +75,8 @@ class RemoveIdentityOps:
         finish(ep)
         what = ", ".join(f"{k} x{v}" for k, v in sorted(removed.items()))
         return ep, PassResult(
-            self.name, len(found), f"removed {len(found)} identity op(s) (eval-mode dropout, copies): {what}", {"removed": removed}
+            self.name,
+            len(found),
+            f"removed {len(found)} identity op(s) (eval-mode dropout, copies): {what}",
+            {"removed": removed},
         )

@@ -37,7 +37,9 @@ def _rewrite(program, graph, node) -> Any:
             for j in range(kw):
                 taps[(c * kh + i) * kw + j, 0, i, j] = 1.0
     weight = lift_constant(program, f"_{node.name}_taps", taps, x)
-    patches = call_with_val(graph, aten.conv2d.default, x, weight, None, list(stride), list(padding), list(dilation), channels)
+    patches = call_with_val(
+        graph, aten.conv2d.default, x, weight, None, list(stride), list(padding), list(dilation), channels
+    )
     return call_with_val(graph, aten.reshape.default, patches, [val.shape[0], channels * kh * kw, -1])
 
 
@@ -48,5 +50,12 @@ class Im2colAsConv:
         import torch
 
         found = call_functions(exported_program, {torch.ops.aten.im2col.default})
-        return rewritten_calls(self.name, exported_program, found, _rewrite, with_program=True,
-                               unchanged="no F.unfold (im2col) in the program", changed="wrote {count} F.unfold(s) as depthwise convolutions with one-hot taps")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            _rewrite,
+            with_program=True,
+            unchanged="no F.unfold (im2col) in the program",
+            changed="wrote {count} F.unfold(s) as depthwise convolutions with one-hot taps",
+        )

@@ -20,7 +20,13 @@ import operator
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.passes.graph_edit import finish, is_view, rename_output_specs, replace_node, written_argument_indices
+from tpuedge.shared_ir.passes.graph_edit import (
+    finish,
+    is_view,
+    rename_output_specs,
+    replace_node,
+    written_argument_indices,
+)
 from tpuedge.shared_ir.torch_compat import is_op_overload
 
 __all__ = ["InPlaceAsOutOfPlace"]
@@ -73,7 +79,9 @@ def _rewritable(node) -> Any:
         return None
     if operand.target is operator.getitem:  # an item of split/unbind/chunk is a view of their input
         return None
-    if (_aliases(operand) and not _sole_view_of_private_value(operand)) or not hasattr(operand.meta.get("val"), "dtype"):
+    if (_aliases(operand) and not _sole_view_of_private_value(operand)) or not hasattr(
+        operand.meta.get("val"), "dtype"
+    ):
         return None
     return functional
 
@@ -116,4 +124,6 @@ class InPlaceAsOutOfPlace:
             return exported_program, PassResult(self.name, 0, "no in-place op on a private value")
         finish(ep)
         what = ", ".join(f"{k} x{v}" for k, v in sorted(rewritten.items()))
-        return ep, PassResult(self.name, sum(rewritten.values()), f"wrote in-place ops out of place: {what}", {"rewritten": rewritten})
+        return ep, PassResult(
+            self.name, sum(rewritten.values()), f"wrote in-place ops out of place: {what}", {"rewritten": rewritten}
+        )

@@ -44,7 +44,7 @@ def arange_view_shape(indices: list, source_shape: tuple[int, ...]) -> tuple[lis
         if axis is None or axis <= last_axis:
             return None
         view[axis], last_axis = n, axis
-    rest = list(source_shape[len(indices):])
+    rest = list(source_shape[len(indices) :])
     return view + rest, shape + rest
 
 

@@ -34,6 +34,11 @@ class InstanceNormAsGroupNorm:
                 return None
             return call_with_val(graph, aten.group_norm.default, x, channels, weight, bias, eps, False)
 
-        return rewritten_calls(self.name, exported_program, call_functions(exported_program, {aten.instance_norm.default}), rewrite,
-                               unchanged="no instance norm over its input's statistics",
-                               changed="wrote {count} instance norm(s) as group norms with a group per channel")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            call_functions(exported_program, {aten.instance_norm.default}),
+            rewrite,
+            unchanged="no instance norm over its input's statistics",
+            changed="wrote {count} instance norm(s) as group norms with a group per channel",
+        )

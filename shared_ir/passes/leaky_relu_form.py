@@ -35,6 +35,11 @@ class LeakyReluAsMaximum:
             return call_with_val(graph, aten.maximum.default, x, call_with_val(graph, aten.mul.Tensor, x, slope))
 
         found = call_functions(exported_program, {aten.leaky_relu.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no leaky_relu with a slope in [0, 1]",
-                               changed="wrote {count} leaky_relu(s) as max(x, a*x)")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no leaky_relu with a slope in [0, 1]",
+            changed="wrote {count} leaky_relu(s) as max(x, a*x)",
+        )

@@ -35,8 +35,12 @@ ANGLES = 8
 def _same_value(x: Any, y: Any) -> bool:
     """`x` and `y` compute the same thing: one node, or two calls of one op on the same operands
     (`x[:, :8] * x[:, :8]` exports as two slices)."""
-    return x is y or (getattr(x, "op", None) == getattr(y, "op", None) == "call_function" and x.target == y.target
-                      and x.args == y.args and x.kwargs == y.kwargs)
+    return x is y or (
+        getattr(x, "op", None) == getattr(y, "op", None) == "call_function"
+        and x.target == y.target
+        and x.args == y.args
+        and x.kwargs == y.kwargs
+    )
 
 
 def _squared(node: Any, aten) -> Any | None:
@@ -111,8 +115,9 @@ def _magnitude(graph, aten, a, b, *, a_positive: bool = False):
         angle = k * step
         projection = call_with_val(graph, aten.mul.Tensor, big, gain * math.cos(angle))
         if k:
-            projection = call_with_val(graph, aten.add.Tensor, projection,
-                                       call_with_val(graph, aten.mul.Tensor, small, gain * math.sin(angle)))
+            projection = call_with_val(
+                graph, aten.add.Tensor, projection, call_with_val(graph, aten.mul.Tensor, small, gain * math.sin(angle))
+            )
         best = projection if best is None else call_with_val(graph, aten.maximum.default, best, projection)
     return best
 
@@ -145,7 +150,8 @@ class MagnitudeAsProjections:
         if not count:
             return exported_program, PassResult(self.name, 0, "no magnitude sqrt(a**2 + b**2 [+ ...]) in the program")
         return ep, PassResult(
-            self.name, count,
+            self.name,
+            count,
             f"wrote {count} magnitude(s) sqrt(a**2 + b**2 [+ ...]) as the largest of {ANGLES} projections (no power "
             "tensor, whose range is the magnitude's squared: a 16-bit grid zeroes its small values)",
         )

@@ -55,27 +55,55 @@ def _ops():
     aten = torch.ops.aten
     # ops whose (scalar) argument may be the mask constant: {op: indices of scalar args}
     sources = {
-        aten.where.ScalarOther: (2,), aten.where.ScalarSelf: (1,), aten.where.Scalar: (1, 2),
-        aten.masked_fill.Scalar: (2,), aten.full.default: (1,), aten.full_like.default: (1,),
-        aten.scalar_tensor.default: (0,), aten.fill.Scalar: (1,),
-        aten.mul.Tensor: (0, 1), aten.mul.Scalar: (1,),
+        aten.where.ScalarOther: (2,),
+        aten.where.ScalarSelf: (1,),
+        aten.where.Scalar: (1, 2),
+        aten.masked_fill.Scalar: (2,),
+        aten.full.default: (1,),
+        aten.full_like.default: (1,),
+        aten.scalar_tensor.default: (0,),
+        aten.fill.Scalar: (1,),
+        aten.mul.Tensor: (0, 1),
+        aten.mul.Scalar: (1,),
     }
     # ops that carry a mask's values on towards the softmax unchanged in magnitude
     carriers = {
-        aten.add.Tensor, aten.sub.Tensor, aten.expand.default, aten.view.default, aten.reshape.default,
-        aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.slice.Tensor, aten.select.int,
-        aten.permute.default, aten.transpose.int, aten.clone.default, aten.contiguous.default,
-        aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.alias.default, aten.repeat.default,
-        aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.masked_fill.Scalar,
-        aten.masked_fill.Tensor, aten.mul.Tensor, aten.minimum.default, aten.maximum.default,
+        aten.add.Tensor,
+        aten.sub.Tensor,
+        aten.expand.default,
+        aten.view.default,
+        aten.reshape.default,
+        aten.unsqueeze.default,
+        aten.squeeze.dim,
+        aten.squeeze.dims,
+        aten.slice.Tensor,
+        aten.select.int,
+        aten.permute.default,
+        aten.transpose.int,
+        aten.clone.default,
+        aten.contiguous.default,
+        aten._to_copy.default,
+        aten.to.dtype,
+        aten.to.dtype_layout,
+        aten.alias.default,
+        aten.repeat.default,
+        aten.where.self,
+        aten.where.ScalarOther,
+        aten.where.ScalarSelf,
+        aten.masked_fill.Scalar,
+        aten.masked_fill.Tensor,
+        aten.mul.Tensor,
+        aten.minimum.default,
+        aten.maximum.default,
     }
     softmaxes = {aten.softmax.int, aten._softmax.default, aten._safe_softmax.default}
     return sources, carriers, softmaxes, aten.scaled_dot_product_attention.default
 
 
 def _extreme(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and (
-        math.isinf(value) or abs(value) >= EXTREME)
+    return (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and (math.isinf(value) or abs(value) >= EXTREME)
+    )
 
 
 def _extreme_entries(value):
@@ -133,14 +161,29 @@ class FiniteMaskBound:
 
     def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
         sources, carriers, softmaxes, sdpa = _ops()
-        targets = [n for n in exported_program.graph.nodes if n.op == "call_function" and (
-            (n.target in sources and any(_extreme(a) for i, a in enumerate(n.args) if i in sources[n.target])
-             and _reaches_softmax(n, carriers, softmaxes, sdpa))
-            or (n.target == sdpa and _mask_arg(n) is not None and _is_bool(_mask_arg(n)))
-            or (n.target == sdpa and _causal_without_mask(n)))]
+        targets = [
+            n
+            for n in exported_program.graph.nodes
+            if n.op == "call_function"
+            and (
+                (
+                    n.target in sources
+                    and any(_extreme(a) for i, a in enumerate(n.args) if i in sources[n.target])
+                    and _reaches_softmax(n, carriers, softmaxes, sdpa)
+                )
+                or (n.target == sdpa and _mask_arg(n) is not None and _is_bool(_mask_arg(n)))
+                or (n.target == sdpa and _causal_without_mask(n))
+            )
+        ]
         values = constant_values(exported_program)
-        tensors = [n.name for n in exported_program.graph.nodes if n.op == "placeholder" and n.name in values
-                   and _extreme_entries(values[n.name]) is not None and _reaches_softmax(n, carriers, softmaxes, sdpa)]
+        tensors = [
+            n.name
+            for n in exported_program.graph.nodes
+            if n.op == "placeholder"
+            and n.name in values
+            and _extreme_entries(values[n.name]) is not None
+            and _reaches_softmax(n, carriers, softmaxes, sdpa)
+        ]
         if not targets and not tensors:
             return exported_program, PassResult(self.name, 0, "no extreme mask constant feeds a softmax")
         ep = copy_program(exported_program)
@@ -167,12 +210,18 @@ class FiniteMaskBound:
         finish(ep)
         masks = len(additive)
         return ep, PassResult(
-            self.name, constants + masks + len(tensors) + causal,
+            self.name,
+            constants + masks + len(tensors) + causal,
             f"bounded {constants} extreme mask constant(s), {len(tensors)} constant mask tensor(s), {masks} boolean "
             f"attention mask(s) and {causal} causal attention(s) at -{self.bound:g} (exact in float; keeps the softmax "
             "input's quantization step useful)",
-            {"constants": constants, "constant_tensors": len(tensors), "boolean_masks": masks, "causal": causal,
-             "bound": self.bound},
+            {
+                "constants": constants,
+                "constant_tensors": len(tensors),
+                "boolean_masks": masks,
+                "causal": causal,
+                "bound": self.bound,
+            },
         )
 
     def _causal_mask(self, ep, node) -> int:

@@ -52,7 +52,9 @@ class NormalizeAsRsqrt:
             if found is None or found[0] is not node.args[0]:
                 return None  # a division by anything else, or by another tensor's norm
             x, dims, eps = found
-            squares = call_with_val(graph, aten.sum.dim_IntList, call_with_val(graph, aten.mul.Tensor, x, x), dims, True)
+            squares = call_with_val(
+                graph, aten.sum.dim_IntList, call_with_val(graph, aten.mul.Tensor, x, x), dims, True
+            )
             if eps is not None:
                 squares = call_with_val(graph, aten.clamp_min.default, squares, eps * eps)
             return call_with_val(graph, aten.mul.Tensor, x, call_with_val(graph, aten.rsqrt.default, squares))
@@ -60,4 +62,6 @@ class NormalizeAsRsqrt:
         ep, count = rewrite_calls(exported_program, call_functions(exported_program, {aten.div.Tensor}), rewrite)
         if not count:
             return exported_program, PassResult(self.name, 0, "no division of a tensor by its own 2-norm")
-        return ep, PassResult(self.name, count, f"wrote {count} L2 normalization(s) as x * rsqrt(sum(x*x)) (no DIV by the norm)")
+        return ep, PassResult(
+            self.name, count, f"wrote {count} L2 normalization(s) as x * rsqrt(sum(x*x)) (no DIV by the norm)"
+        )

@@ -33,10 +33,20 @@ class OneHotAsCompare:
             classes = int(call_arguments(node)["num_classes"])
             if classes <= 0:
                 return None
-            positions = lift_constant(program, f"_{node.name}_classes", torch.arange(classes, dtype=ids.meta["val"].dtype), ids)
-            equal = call_with_val(graph, aten.eq.Tensor, call_with_val(graph, aten.unsqueeze.default, ids, -1), positions)
+            positions = lift_constant(
+                program, f"_{node.name}_classes", torch.arange(classes, dtype=ids.meta["val"].dtype), ids
+            )
+            equal = call_with_val(
+                graph, aten.eq.Tensor, call_with_val(graph, aten.unsqueeze.default, ids, -1), positions
+            )
             return call_with_val(graph, aten.to.dtype, equal, node.meta["val"].dtype)
 
-        return rewritten_calls(self.name, exported_program, call_functions(exported_program, {aten.one_hot.default}), rewrite,
-                               unchanged="no one_hot with a known class count",
-                               changed="wrote {count} one_hot(s) as a comparison with 0..n-1", with_program=True)
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            call_functions(exported_program, {aten.one_hot.default}),
+            rewrite,
+            unchanged="no one_hot with a known class count",
+            changed="wrote {count} one_hot(s) as a comparison with 0..n-1",
+            with_program=True,
+        )

@@ -93,9 +93,7 @@ class PadAsSlices:
 
     def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
         ops = _pad_ops()
-        found = [
-            n for n in call_functions(exported_program, ops) if _mode(n, ops) and all(p >= 0 for p in n.args[1])
-        ]
+        found = [n for n in call_functions(exported_program, ops) if _mode(n, ops) and all(p >= 0 for p in n.args[1])]
         modes: dict[str, int] = {}
 
         def rewrite(program, graph, node):
@@ -130,8 +128,11 @@ class PadAsSlices:
             size = val.shape[dim]
             lefts, rights = _border_indices(mode, size, left, right)
             if left + right + 1 > MAX_CONCAT_INPUTS:
-                parts = [_border(program, graph, y, dim, positions, f"{node.name}_pad_dim{dim}_{side}")
-                         for side, positions in (("left", lefts), ("right", rights)) if positions]
+                parts = [
+                    _border(program, graph, y, dim, positions, f"{node.name}_pad_dim{dim}_{side}")
+                    for side, positions in (("left", lefts), ("right", rights))
+                    if positions
+                ]
                 parts.insert(1 if lefts else 0, y)
                 y = call_with_val(graph, aten.cat.default, parts, dim)
                 continue

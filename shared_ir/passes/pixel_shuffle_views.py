@@ -37,9 +37,17 @@ class PixelShuffleAsViews:
                 split, order, out = [n, c // (r * r), r, r, h, w], [0, 1, 4, 2, 5, 3], [n, c // (r * r), h * r, w * r]
             else:
                 split, order, out = [n, c, h // r, r, w // r, r], [0, 1, 3, 5, 2, 4], [n, c * r * r, h // r, w // r]
-            moved = call_with_val(graph, aten.permute.default, call_with_val(graph, aten.reshape.default, x, split), order)
+            moved = call_with_val(
+                graph, aten.permute.default, call_with_val(graph, aten.reshape.default, x, split), order
+            )
             return call_with_val(graph, aten.reshape.default, moved, out)
 
         found = call_functions(exported_program, {aten.pixel_shuffle.default, aten.pixel_unshuffle.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no pixel shuffle", changed="wrote {count} pixel (un)shuffle(s) as reshape, permute, reshape")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no pixel shuffle",
+            changed="wrote {count} pixel (un)shuffle(s) as reshape, permute, reshape",
+        )

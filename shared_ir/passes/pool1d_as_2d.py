@@ -16,7 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_arguments,
+    call_functions,
+    call_with_val,
+    rewritten_calls,
+    static_shapes,
+)
 
 __all__ = ["Pool1dAs2d"]
 
@@ -42,7 +48,9 @@ class Pool1dAs2d:
                 length, out = x.meta["val"].shape[-1], _one(node.args[1])
                 if not out or length % out:
                     return None
-                grouped = call_with_val(graph, aten.reshape.default, x, list(x.meta["val"].shape[:-1]) + [out, length // out])
+                grouped = call_with_val(
+                    graph, aten.reshape.default, x, list(x.meta["val"].shape[:-1]) + [out, length // out]
+                )
                 return call_with_val(graph, aten.mean.dim, grouped, [-1])
             given = call_arguments(node)
             kernel = _one(given["kernel_size"])
@@ -52,13 +60,37 @@ class Pool1dAs2d:
                 return None  # TFLite's MAX_POOL_2D has no dilation
             image = call_with_val(graph, aten.unsqueeze.default, x, 2)
             if node.target == aten.avg_pool1d.default:
-                pooled = call_with_val(graph, aten.avg_pool2d.default, image, [1, kernel], [1, stride], [0, padding],
-                                       bool(given["ceil_mode"]), bool(given["count_include_pad"]))
+                pooled = call_with_val(
+                    graph,
+                    aten.avg_pool2d.default,
+                    image,
+                    [1, kernel],
+                    [1, stride],
+                    [0, padding],
+                    bool(given["ceil_mode"]),
+                    bool(given["count_include_pad"]),
+                )
             else:
-                pooled = call_with_val(graph, aten.max_pool2d.default, image, [1, kernel], [1, stride], [0, padding], [1, 1],
-                                       bool(given["ceil_mode"]))
+                pooled = call_with_val(
+                    graph,
+                    aten.max_pool2d.default,
+                    image,
+                    [1, kernel],
+                    [1, stride],
+                    [0, padding],
+                    [1, 1],
+                    bool(given["ceil_mode"]),
+                )
             return call_with_val(graph, aten.squeeze.dim, pooled, 2)
 
-        found = call_functions(exported_program, {aten.avg_pool1d.default, aten.max_pool1d.default, aten.adaptive_avg_pool1d.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no 1-D pool", changed="wrote {count} 1-D pool(s) as 2-D pools over a height-1 view")
+        found = call_functions(
+            exported_program, {aten.avg_pool1d.default, aten.max_pool1d.default, aten.adaptive_avg_pool1d.default}
+        )
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no 1-D pool",
+            changed="wrote {count} 1-D pool(s) as 2-D pools over a height-1 view",
+        )

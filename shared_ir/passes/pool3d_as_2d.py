@@ -21,7 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_arguments,
+    call_functions,
+    call_with_val,
+    rewritten_calls,
+    static_shapes,
+)
 
 __all__ = ["Pool3dAs2d"]
 
@@ -49,14 +55,18 @@ class Pool3dAs2d:
             stride = _triple(given["stride"], kernel)
             padding = _triple(given["padding"], (0,))
             maximum = node.target == aten.max_pool3d.default
-            if (maximum and _triple(given["dilation"], (1,)) != [1, 1, 1]) or (not maximum and given.get("divisor_override") is not None):
+            if (maximum and _triple(given["dilation"], (1,)) != [1, 1, 1]) or (
+                not maximum and given.get("divisor_override") is not None
+            ):
                 return None
             ceil = bool(given["ceil_mode"])
 
             def pool(value, k, s, p):
                 if maximum:
                     return call_with_val(graph, aten.max_pool2d.default, value, k, s, p, [1, 1], ceil)
-                return call_with_val(graph, aten.avg_pool2d.default, value, k, s, p, ceil, bool(given["count_include_pad"]))
+                return call_with_val(
+                    graph, aten.avg_pool2d.default, value, k, s, p, ceil, bool(given["count_include_pad"])
+                )
 
             n, c, t, h, w = x.meta["val"].shape
             frames = call_with_val(graph, aten.reshape.default, x, [n, c * t, h, w])
@@ -64,10 +74,20 @@ class Pool3dAs2d:
             h2, w2 = per_frame.meta["val"].shape[-2:]
             if kernel[0] == stride[0] == 1 and padding[0] == 0:
                 return call_with_val(graph, aten.reshape.default, per_frame, [n, c, t, h2, w2])
-            over_time = pool(call_with_val(graph, aten.reshape.default, per_frame, [n, c, t, h2 * w2]),
-                             [kernel[0], 1], [stride[0], 1], [padding[0], 0])
+            over_time = pool(
+                call_with_val(graph, aten.reshape.default, per_frame, [n, c, t, h2 * w2]),
+                [kernel[0], 1],
+                [stride[0], 1],
+                [padding[0], 0],
+            )
             return call_with_val(graph, aten.reshape.default, over_time, [n, c, over_time.meta["val"].shape[2], h2, w2])
 
         found = call_functions(exported_program, {aten.max_pool3d.default, aten.avg_pool3d.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no 3-D pool", changed="wrote {count} 3-D pool(s) as 2-D pools over frames and over time")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no 3-D pool",
+            changed="wrote {count} 3-D pool(s) as 2-D pools over frames and over time",
+        )

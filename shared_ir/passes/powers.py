@@ -62,8 +62,12 @@ class PowersAsProducts:
         import torch
 
         aten = torch.ops.aten
-        kinds = {aten.pow.Tensor_Scalar: "pow", aten.sqrt.default: "sqrt", aten.linalg_vector_norm.default: "2-norm",
-                 aten.square.default: "square"}  # square: MetaFormer's StarReLU, relu(x) ** 2
+        kinds = {
+            aten.pow.Tensor_Scalar: "pow",
+            aten.sqrt.default: "sqrt",
+            aten.linalg_vector_norm.default: "2-norm",
+            aten.square.default: "square",
+        }  # square: MetaFormer's StarReLU, relu(x) ** 2
         rewritten: dict[str, int] = {}
 
         def rewrite(graph, node):
@@ -88,6 +92,8 @@ class PowersAsProducts:
             return exported_program, PassResult(self.name, 0, "no power, square root or 2-norm it can rewrite")
         what = ", ".join(f"{k} x{v}" for k, v in sorted(rewritten.items()))
         return ep, PassResult(
-            self.name, count, f"wrote powers, square roots and 2-norms as MUL/RSQRT: {what}",
+            self.name,
+            count,
+            f"wrote powers, square roots and 2-norms as MUL/RSQRT: {what}",
             {"rewritten": rewritten},
         )

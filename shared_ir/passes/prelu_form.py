@@ -26,6 +26,7 @@ class PReluAsMinimum:
         import torch
 
         aten = torch.ops.aten
+
         def rewrite(graph, node):
             x, weight = node.args[0], node.args[1]
             x_val, w_val = x.meta["val"], weight.meta["val"]

@@ -34,8 +34,12 @@ class DecomposeRecurrentCells:
         import torch
 
         aten = torch.ops.aten
-        kinds = {aten.lstm_cell.default: "lstm", aten.gru_cell.default: "gru", aten.rnn_tanh_cell.default: "tanh",
-                 aten.rnn_relu_cell.default: "relu"}
+        kinds = {
+            aten.lstm_cell.default: "lstm",
+            aten.gru_cell.default: "gru",
+            aten.rnn_tanh_cell.default: "tanh",
+            aten.rnn_relu_cell.default: "relu",
+        }
         decomposed: dict[str, int] = {}
 
         def rewrite(graph, node):
@@ -55,7 +59,8 @@ class DecomposeRecurrentCells:
             return exported_program, PassResult(self.name, 0, "no recurrent cell in the program")
         what = ", ".join(f"{k} x{v}" for k, v in sorted(decomposed.items()))
         return ep, PassResult(
-            self.name, count,
+            self.name,
+            count,
             f"decomposed {count} recurrent cell(s) ({what}) into fully connected, logistic, tanh, mul and add",
             {"decomposed": decomposed},
         )

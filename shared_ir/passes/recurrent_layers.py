@@ -58,8 +58,11 @@ def _lstm_gates_step(graph, aten, x_gates, h, c, w_hh, b_hh=None, hidden: int | 
     """One LSTM cell step from the input's projection x W_ih^T (+ biases): (h', c'); h and c
     None: a zero state (the first step's, without hx)."""
     hidden = hidden or h.meta["val"].shape[-1]
-    gates = x_gates if h is None else call_with_val(
-        graph, aten.add.Tensor, x_gates, call_with_val(graph, aten.linear.default, h, w_hh, b_hh))
+    gates = (
+        x_gates
+        if h is None
+        else call_with_val(graph, aten.add.Tensor, x_gates, call_with_val(graph, aten.linear.default, h, w_hh, b_hh))
+    )
     i, f, g, o = _quarters(graph, aten, gates, hidden, 4)
     i, f, o = (call_with_val(graph, aten.sigmoid.default, q) for q in (i, f, o))
     g = call_with_val(graph, aten.tanh.default, g)
@@ -77,7 +80,11 @@ def _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn=None, hidden: int | None
     xr, xz, xn = _quarters(graph, aten, x_gates, hidden, 3)
     if h is None:
         r, z = (call_with_val(graph, aten.sigmoid.default, q) for q in (xr, xz))
-        inner = xn if b_hn is None else call_with_val(graph, aten.add.Tensor, xn, call_with_val(graph, aten.mul.Tensor, r, b_hn))
+        inner = (
+            xn
+            if b_hn is None
+            else call_with_val(graph, aten.add.Tensor, xn, call_with_val(graph, aten.mul.Tensor, r, b_hn))
+        )
         n = call_with_val(graph, aten.tanh.default, inner)
         return call_with_val(graph, aten.sub.Tensor, n, call_with_val(graph, aten.mul.Tensor, z, n))
     hr, hz, hn = _quarters(graph, aten, call_with_val(graph, aten.linear.default, h, w_hh), hidden, 3)
@@ -85,17 +92,25 @@ def _gru_gates_step(graph, aten, x_gates, h, w_hh, b_hn=None, hidden: int | None
         hn = call_with_val(graph, aten.add.Tensor, hn, b_hn)
     r = call_with_val(graph, aten.sigmoid.default, call_with_val(graph, aten.add.Tensor, xr, hr))
     z = call_with_val(graph, aten.sigmoid.default, call_with_val(graph, aten.add.Tensor, xz, hz))
-    n = call_with_val(graph, aten.tanh.default,
-                      call_with_val(graph, aten.add.Tensor, xn, call_with_val(graph, aten.mul.Tensor, r, hn)))
+    n = call_with_val(
+        graph,
+        aten.tanh.default,
+        call_with_val(graph, aten.add.Tensor, xn, call_with_val(graph, aten.mul.Tensor, r, hn)),
+    )
     # (1 - z) * n + z * h, written n + z * (h - n): no constant 1, one MUL fewer
-    return call_with_val(graph, aten.add.Tensor, n,
-                         call_with_val(graph, aten.mul.Tensor, z, call_with_val(graph, aten.sub.Tensor, h, n)))
+    return call_with_val(
+        graph, aten.add.Tensor, n, call_with_val(graph, aten.mul.Tensor, z, call_with_val(graph, aten.sub.Tensor, h, n))
+    )
 
 
 def rnn_step(graph, aten, x_gates, h, w_hh, activation: str):
     """One plain RNN step (nn.RNN, nn.RNNCell) from the input's projection x W_ih^T + b_ih + b_hh:
     h' = tanh or relu of (that + h W_hh^T); h None: a zero state."""
-    pre = x_gates if h is None else call_with_val(graph, aten.add.Tensor, x_gates, call_with_val(graph, aten.linear.default, h, w_hh))
+    pre = (
+        x_gates
+        if h is None
+        else call_with_val(graph, aten.add.Tensor, x_gates, call_with_val(graph, aten.linear.default, h, w_hh))
+    )
     return call_with_val(graph, aten.tanh.default if activation == "tanh" else aten.relu.default, pre)
 
 
@@ -113,8 +128,12 @@ def _input_projection_bias(graph, aten, b_ih, b_hh, gru: bool):
     if not gru:
         return call_with_val(graph, aten.add.Tensor, b_ih, b_hh), None
     hidden = b_hh.meta["val"].shape[0] // 3
-    rz = call_with_val(graph, aten.add.Tensor, call_with_val(graph, aten.slice.Tensor, b_ih, 0, 0, 2 * hidden),
-                       call_with_val(graph, aten.slice.Tensor, b_hh, 0, 0, 2 * hidden))
+    rz = call_with_val(
+        graph,
+        aten.add.Tensor,
+        call_with_val(graph, aten.slice.Tensor, b_ih, 0, 0, 2 * hidden),
+        call_with_val(graph, aten.slice.Tensor, b_hh, 0, 0, 2 * hidden),
+    )
     n_ih = call_with_val(graph, aten.slice.Tensor, b_ih, 0, 2 * hidden, 3 * hidden)
     b_hn = call_with_val(graph, aten.slice.Tensor, b_hh, 0, 2 * hidden, 3 * hidden)
     return call_with_val(graph, aten.cat.default, [rz, n_ih]), b_hn
@@ -161,7 +180,7 @@ def _unroll(program, graph, aten, node, kind: str):
         outputs, per_direction = [], []
         for direction in range(directions):
             cell = layer * directions + direction
-            w_ih, w_hh, b_ih, b_hh = (*params[cell * per_cell:(cell + 1) * per_cell], None, None)[:4]
+            w_ih, w_hh, b_ih, b_hh = (*params[cell * per_cell : (cell + 1) * per_cell], None, None)[:4]
             hidden = h0.meta["val"].shape[-1]
             if zero_start:  # the first step starts from nothing (no constant zeros in the graph)
                 h = c = None
@@ -174,7 +193,7 @@ def _unroll(program, graph, aten, node, kind: str):
             bias, b_hn = _input_projection_bias(graph, aten, b_ih, b_hh, gru=kind == "gru")
             projected = call_with_val(graph, aten.linear.default, layer_in, w_ih, bias) if steps_in is None else None
             per_step = [None] * steps
-            for t in (range(steps) if direction == 0 else reversed(range(steps))):
+            for t in range(steps) if direction == 0 else reversed(range(steps)):
                 if projected is not None:
                     x_gates = call_with_val(graph, aten.select.int, projected, time_dim, t)
                 else:
@@ -201,8 +220,11 @@ def _unroll(program, graph, aten, node, kind: str):
         if layer == layers - 1:
             layer_in = outputs[0] if directions == 1 else call_with_val(graph, aten.cat.default, outputs, -1)
         else:
-            steps_in = per_direction[0] if directions == 1 else [
-                call_with_val(graph, aten.cat.default, [d[t] for d in per_direction], -1) for t in range(steps)]
+            steps_in = (
+                per_direction[0]
+                if directions == 1
+                else [call_with_val(graph, aten.cat.default, [d[t] for d in per_direction], -1) for t in range(steps)]
+            )
     results = [layer_in, call_with_val(graph, aten.stack.default, h_last, 0)]
     if lstm:
         results.append(call_with_val(graph, aten.stack.default, c_last, 0))
@@ -216,7 +238,12 @@ class UnrollRecurrentLayers:
         import torch
 
         aten = torch.ops.aten
-        kinds = {aten.lstm.input: "lstm", aten.gru.input: "gru", aten.rnn_tanh.input: "rnn_tanh", aten.rnn_relu.input: "rnn_relu"}
+        kinds = {
+            aten.lstm.input: "lstm",
+            aten.gru.input: "gru",
+            aten.rnn_tanh.input: "rnn_tanh",
+            aten.rnn_relu.input: "rnn_relu",
+        }
         unrolled: dict[str, int] = {}
 
         def rewrite(program, graph, node):
@@ -233,6 +260,8 @@ class UnrollRecurrentLayers:
             return exported_program, PassResult(self.name, 0, "no LSTM, GRU or RNN layer it can unroll")
         what = ", ".join(f"{k} x{v}" for k, v in sorted(unrolled.items()))
         return ep, PassResult(
-            self.name, count,
-            f"unrolled {what} over time into fully connected, logistic, tanh, mul and add", {"unrolled": unrolled},
+            self.name,
+            count,
+            f"unrolled {what} over time into fully connected, logistic, tanh, mul and add",
+            {"unrolled": unrolled},
         )

@@ -15,7 +15,13 @@ import operator
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import (call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes)
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_arguments,
+    call_functions,
+    call_with_val,
+    rewritten_calls,
+    static_shapes,
+)
 
 __all__ = ["ReduceMaxAsMaximum"]
 
@@ -25,8 +31,12 @@ def _max_along(graph, aten, x, dim: int):
     n = x.meta["val"].shape[dim]
     while n > 1:
         half = n // 2
-        m = call_with_val(graph, aten.maximum.default, call_with_val(graph, aten.slice.Tensor, x, dim, 0, half),
-                          call_with_val(graph, aten.slice.Tensor, x, dim, half, 2 * half))
+        m = call_with_val(
+            graph,
+            aten.maximum.default,
+            call_with_val(graph, aten.slice.Tensor, x, dim, 0, half),
+            call_with_val(graph, aten.slice.Tensor, x, dim, half, 2 * half),
+        )
         if n % 2:  # the odd last element, broadcast against the halves' maxima
             m = call_with_val(graph, aten.maximum.default, m, call_with_val(graph, aten.slice.Tensor, x, dim, n - 1, n))
         x, n = m, half
@@ -63,9 +73,17 @@ class ReduceMaxAsMaximum:
             for d in dims:
                 out = _max_along(graph, aten, out, d)
             if not keepdim:
-                out = call_with_val(graph, aten.reshape.default, out, [s for i, s in enumerate(val.shape) if i not in dims])
+                out = call_with_val(
+                    graph, aten.reshape.default, out, [s for i, s in enumerate(val.shape) if i not in dims]
+                )
             return (out, None) if node.target == aten.max.dim else out
 
         found = call_functions(exported_program, {aten.amax.default, aten.max.dim})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no max over a dimension it can rewrite", changed="wrote {count} max(es) over a dimension as halving MAXIMUMs of slices")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no max over a dimension it can rewrite",
+            changed="wrote {count} max(es) over a dimension as halving MAXIMUMs of slices",
+        )

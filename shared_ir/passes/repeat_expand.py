@@ -47,8 +47,14 @@ class RepeatAsExpand:
             return y if expanded == out else graph.call_function(aten.reshape.default, (y, out))
 
         found = [n for n in call_functions(exported_program, {aten.repeat.default}) if static_shapes(n.args[0], n)]
-        return rewritten_calls(self.name, exported_program, found, rewrite, unchanged="no repeat in the program",
-                               changed="wrote {count} repeat(s) as view, expand and reshape (RESHAPE, BROADCAST_TO)")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no repeat in the program",
+            changed="wrote {count} repeat(s) as view, expand and reshape (RESHAPE, BROADCAST_TO)",
+        )
 
 
 def _with_value(node: Any, value: Any) -> Any:

@@ -42,5 +42,12 @@ class RepeatInterleaveAsGather:
             return call_with_val(graph, aten.index.Tensor, x, [None] * dim + [index])
 
         found = call_functions(exported_program, {aten.repeat_interleave.self_int})
-        return rewritten_calls(self.name, exported_program, found, rewrite, with_program=True,
-                               unchanged="no repeat_interleave by a constant count along a dim", changed="wrote {count} repeat_interleave(s) as a gather of constant positions")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            with_program=True,
+            unchanged="no repeat_interleave by a constant count along a dim",
+            changed="wrote {count} repeat_interleave(s) as a gather of constant positions",
+        )

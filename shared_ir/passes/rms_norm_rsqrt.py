@@ -37,5 +37,11 @@ class RmsNormAsRsqrt:
             weight = given.get("weight")
             return out if weight is None else call_with_val(graph, aten.mul.Tensor, out, weight)
 
-        return rewritten_calls(self.name, exported_program, call_functions(exported_program, {aten.rms_norm.default}), rewrite,
-                               unchanged="no RMSNorm", changed="wrote {count} RMSNorm(s) as x * rsqrt(mean(x^2) + eps) * weight")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            call_functions(exported_program, {aten.rms_norm.default}),
+            rewrite,
+            unchanged="no RMSNorm",
+            changed="wrote {count} RMSNorm(s) as x * rsqrt(mean(x^2) + eps) * weight",
+        )

@@ -22,7 +22,10 @@ __all__ = ["RollAsSlices"]
 def _roll(graph, aten, node):
     given = call_arguments(node)
     x, shifts, dims = given["self"], given["shifts"], given["dims"]
-    shifts, dims = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts], list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    shifts, dims = (
+        list(shifts) if isinstance(shifts, (list, tuple)) else [shifts],
+        list(dims) if isinstance(dims, (list, tuple)) else [dims],
+    )
     if not dims or len(shifts) != len(dims):
         return None
     y = x
@@ -51,5 +54,11 @@ class RollAsSlices:
 
         aten = torch.ops.aten
         found = call_functions(exported_program, {aten.roll.default})
-        return rewritten_calls(self.name, exported_program, found, lambda graph, node: _roll(graph, aten, node),
-                               unchanged="no roll over named dims in the program", changed="wrote {count} roll(s) as slices + concatenation (TFLite-Micro has no ROLL)")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            lambda graph, node: _roll(graph, aten, node),
+            unchanged="no roll over named dims in the program",
+            changed="wrote {count} roll(s) as slices + concatenation (TFLite-Micro has no ROLL)",
+        )

@@ -67,12 +67,19 @@ class SelectFromStack:
         aten = torch.ops.aten
         total = 0
         for _ in range(_MAX_ROUNDS):
-            found = [n for n in call_functions(exported_program, {aten.select.int})
-                     if getattr(n.args[0], "target", None) in (aten.stack.default, aten.cat.default)]
-            exported_program, count = rewrite_calls(exported_program, found, lambda graph, node: _picked(graph, aten, node))
+            found = [
+                n
+                for n in call_functions(exported_program, {aten.select.int})
+                if getattr(n.args[0], "target", None) in (aten.stack.default, aten.cat.default)
+            ]
+            exported_program, count = rewrite_calls(
+                exported_program, found, lambda graph, node: _picked(graph, aten, node)
+            )
             total += count
             if not count:
                 break
         if not total:
             return exported_program, PassResult(self.name, 0, "no step picked from a stack or cat")
-        return exported_program, PassResult(self.name, total, f"read {total} step(s) from what was stacked, not from the stack")
+        return exported_program, PassResult(
+            self.name, total, f"read {total} step(s) from what was stacked, not from the stack"
+        )

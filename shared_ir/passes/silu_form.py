@@ -34,5 +34,11 @@ class SiluAsSigmoidMul:
         # pass (in-place-as-out-of-place); one left writes through a view, and as a new value
         # the write was lost (wrong numbers, no error); functionalization handles it
         found = call_functions(exported_program, {aten.silu.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no silu in the program", changed="wrote {count} silu(s) as x * sigmoid(x) (int8 LOGISTIC, MUL)")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no silu in the program",
+            changed="wrote {count} silu(s) as x * sigmoid(x) (int8 LOGISTIC, MUL)",
+        )

@@ -20,7 +20,14 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
-from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_with_val, finish, is_view, rename_output_specs, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_arguments,
+    call_with_val,
+    finish,
+    is_view,
+    rename_output_specs,
+    static_shapes,
+)
 
 __all__ = ["SliceAssignmentAsConcat"]
 
@@ -55,8 +62,10 @@ def _chain(dst, aten) -> tuple[Any, list] | None:
 
 def _read_after(node, moment: int, order: dict) -> bool:
     """Whether `node`, or a view taken of it, is read by a node after `moment`."""
-    return any(order.get(u, moment + 1) > moment or (u.op == "call_function" and is_view(u) and _read_after(u, moment, order))
-               for u in node.users)
+    return any(
+        order.get(u, moment + 1) > moment or (u.op == "call_function" and is_view(u) and _read_after(u, moment, order))
+        for u in node.users
+    )
 
 
 def _written_part(ep, graph, aten, node, shape, dtype):
@@ -64,25 +73,37 @@ def _written_part(ep, graph, aten, node, shape, dtype):
     import torch
 
     if node.target == aten.fill_.Scalar:
-        return lift_constant(ep, f"_{node.name}_value", torch.full(tuple(shape), node.args[1], dtype=dtype), node.args[0])
+        return lift_constant(
+            ep, f"_{node.name}_value", torch.full(tuple(shape), node.args[1], dtype=dtype), node.args[0]
+        )
     source = node.args[1]
     if source.meta["val"].dtype != dtype:
         return None
-    return source if tuple(source.meta["val"].shape) == tuple(shape) else call_with_val(graph, aten.expand.default, source, list(shape))
+    return (
+        source
+        if tuple(source.meta["val"].shape) == tuple(shape)
+        else call_with_val(graph, aten.expand.default, source, list(shape))
+    )
 
 
 def _replaced(graph, aten, base, steps, part):
     """`base` with the part the view chain `steps` reads replaced by `part`."""
     views = [base]
     for dim, start, end, selected in steps[:-1]:  # the chain's views, read fresh from base
-        views.append(call_with_val(graph, aten.select.int, views[-1], dim, start) if selected
-                     else call_with_val(graph, aten.slice.Tensor, views[-1], dim, start, end))
+        views.append(
+            call_with_val(graph, aten.select.int, views[-1], dim, start)
+            if selected
+            else call_with_val(graph, aten.slice.Tensor, views[-1], dim, start, end)
+        )
     for view, (dim, start, end, selected) in zip(views[::-1], steps[::-1]):
         if selected:  # a select drops the dim: the part gets it back, size 1
             part = call_with_val(graph, aten.unsqueeze.default, part, dim)
         size = view.meta["val"].shape[dim]
-        pieces = ([call_with_val(graph, aten.slice.Tensor, view, dim, 0, start)] if start > 0 else []) + [part] + (
-            [call_with_val(graph, aten.slice.Tensor, view, dim, end, size)] if end < size else [])
+        pieces = (
+            ([call_with_val(graph, aten.slice.Tensor, view, dim, 0, start)] if start > 0 else [])
+            + [part]
+            + ([call_with_val(graph, aten.slice.Tensor, view, dim, end, size)] if end < size else [])
+        )
         part = call_with_val(graph, aten.cat.default, pieces, dim) if len(pieces) > 1 else part
     return part
 
@@ -107,8 +128,14 @@ class SliceAssignmentAsConcat:
                 continue
             base, steps = found
             moment = order[node]
-            if any(u.op == "call_function" and is_view(u) and order[u] < moment and u is not _first_view(node.args[0], base)
-                   and _read_after(u, moment, order) for u in base.users):
+            if any(
+                u.op == "call_function"
+                and is_view(u)
+                and order[u] < moment
+                and u is not _first_view(node.args[0], base)
+                and _read_after(u, moment, order)
+                for u in base.users
+            ):
                 continue  # an earlier view of the value is read after the write: it would see the write
             view = node.args[0].meta["val"]
             before = set(graph.nodes)

@@ -23,7 +23,13 @@ from typing import Any
 
 from tpuedge.shared_ir.op_registry import op_key
 from tpuedge.shared_ir.passes import PassResult
-from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewritten_calls, static_shapes
+from tpuedge.shared_ir.passes.graph_edit import (
+    call_arguments,
+    call_functions,
+    call_with_val,
+    rewritten_calls,
+    static_shapes,
+)
 
 __all__ = ["SoftmaxOnTheLastAxis"]
 
@@ -55,21 +61,47 @@ class SoftmaxOnTheLastAxis:
             normalized = call_with_val(graph, node.target, moved, rank - 1, last)
             return call_with_val(graph, aten.transpose.int, normalized, dim, rank - 1)
 
-        user_inputs = {spec.arg.name for spec in exported_program.graph_signature.input_specs
-                       if spec.kind == InputKind.USER_INPUT}
+        user_inputs = {
+            spec.arg.name for spec in exported_program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT
+        }
         found = call_functions(exported_program, {aten.softmax.int, aten._softmax.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite, unchanged="no softmax over another axis than the last",
-                               changed="wrote {count} softmax(es) over another axis as one over the last between transposes, or "
-                                       "a convolution's over its last axis at 3-D")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no softmax over another axis than the last",
+            changed="wrote {count} softmax(es) over another axis as one over the last between transposes, or "
+            "a convolution's over its last axis at 3-D",
+        )
 
 
 # ops a 4-D tensor leaves litert-torch's NHWC region by (its layout changes, or a matrix product
 # reads it); a walk back from a softmax stops at them
-_LAYOUT_BREAKS = frozenset(f"aten.{op}" for op in (
-    "matmul", "bmm", "mm", "linear", "view", "reshape", "_unsafe_view", "permute", "transpose", "expand", "unsqueeze",
-    "squeeze", "flatten", "unflatten", "scaled_dot_product_attention"))
-_IMAGE_OPS = frozenset(f"aten.{op}" for op in (
-    "conv2d", "convolution", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_with_indices"))
+_LAYOUT_BREAKS = frozenset(
+    f"aten.{op}"
+    for op in (
+        "matmul",
+        "bmm",
+        "mm",
+        "linear",
+        "view",
+        "reshape",
+        "_unsafe_view",
+        "permute",
+        "transpose",
+        "expand",
+        "unsqueeze",
+        "squeeze",
+        "flatten",
+        "unflatten",
+        "scaled_dot_product_attention",
+    )
+)
+_IMAGE_OPS = frozenset(
+    f"aten.{op}"
+    for op in ("conv2d", "convolution", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_with_indices")
+)
 _WALK = 12  # nodes looked at: a softmax is a few elementwise ops from the convolution that feeds it
 
 

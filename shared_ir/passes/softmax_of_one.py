@@ -22,8 +22,12 @@ def _over_one(node) -> bool:
     import torch
 
     val, out, dim = node.args[0].meta.get("val"), node.meta.get("val"), node.args[1]
-    return (val is not None and val.dim() > 0 and val.shape[dim % val.dim()] == 1
-            and getattr(out, "dtype", None) == torch.float32)  # aten.full's default dtype
+    return (
+        val is not None
+        and val.dim() > 0
+        and val.shape[dim % val.dim()] == 1
+        and getattr(out, "dtype", None) == torch.float32
+    )  # aten.full's default dtype
 
 
 def _rewrite(graph, node) -> Any:
@@ -41,5 +45,11 @@ class SoftmaxOfOne:
 
         aten = torch.ops.aten
         found = [n for n in call_functions(exported_program, {aten.softmax.int, aten._softmax.default}) if _over_one(n)]
-        return rewritten_calls(self.name, exported_program, found, _rewrite,
-                               unchanged="no softmax over an axis of size 1", changed="wrote {count} softmax(es) over an axis of size 1 as ones")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            _rewrite,
+            unchanged="no softmax over an axis of size 1",
+            changed="wrote {count} softmax(es) over an axis of size 1 as ones",
+        )

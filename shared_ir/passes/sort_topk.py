@@ -59,8 +59,15 @@ class SortAsTopk:
                 return indices
             return call_with_val(graph, aten.gather.default, x, dim, indices), indices
 
-        found = call_functions(exported_program, {aten.sort.default, aten.sort.stable, aten.argsort.default,
-                                                  aten.argsort.stable, aten.topk.default})
-        return rewritten_calls(self.name, exported_program, found, rewrite,
-                               unchanged="no sort, argsort or values-only topk",
-                               changed="wrote {count} sort(s) / top-k(s) as TOPK_V2 indices and a gather")
+        found = call_functions(
+            exported_program,
+            {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable, aten.topk.default},
+        )
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            unchanged="no sort, argsort or values-only topk",
+            changed="wrote {count} sort(s) / top-k(s) as TOPK_V2 indices and a gather",
+        )

@@ -22,19 +22,28 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.constant_fold import constant_values, lift_constant
-from tpuedge.shared_ir.passes.graph_edit import (built_in_place_of, call_arguments, call_with_val, finish, replace_node,
-                                               static_shapes)
+from tpuedge.shared_ir.passes.graph_edit import (
+    built_in_place_of,
+    call_arguments,
+    call_with_val,
+    finish,
+    replace_node,
+    static_shapes,
+)
 
 __all__ = ["StftAsConvolution"]
-
 
 
 def _readers():
     import torch
 
     aten = torch.ops.aten
-    return {aten.abs.default: "abs", aten.view_as_real.default: "view_as_real", aten.real.default: "real",
-            aten.imag.default: "imag"}
+    return {
+        aten.abs.default: "abs",
+        aten.view_as_real.default: "view_as_real",
+        aten.real.default: "real",
+        aten.imag.default: "imag",
+    }
 
 
 def _basis(n_fft: int, window, normalized: bool):
@@ -85,10 +94,16 @@ class StftAsConvolution:
             window = torch.nn.functional.pad(window.detach().to(torch.float32), (left, n_fft - win_length - left))
             bins = n_fft // 2 + 1
             with built_in_place_of(node):
-                weight = lift_constant(ep, f"_{node.name}_dft_basis", _basis(n_fft, window, bool(given["normalized"])), x)
+                weight = lift_constant(
+                    ep, f"_{node.name}_dft_basis", _basis(n_fft, window, bool(given["normalized"])), x
+                )
                 batched = x.meta["val"].dim() == 2
-                signal = call_with_val(ep.graph, aten.unsqueeze.default, x if batched else
-                                       call_with_val(ep.graph, aten.unsqueeze.default, x, 0), 1)
+                signal = call_with_val(
+                    ep.graph,
+                    aten.unsqueeze.default,
+                    x if batched else call_with_val(ep.graph, aten.unsqueeze.default, x, 0),
+                    1,
+                )
                 both = call_with_val(ep.graph, aten.conv1d.default, signal, weight, None, [hop])
                 re = call_with_val(ep.graph, aten.slice.Tensor, both, 1, 0, bins)
                 im = call_with_val(ep.graph, aten.slice.Tensor, both, 1, bins, 2 * bins)
@@ -98,8 +113,12 @@ class StftAsConvolution:
                 kind = readers[user.target]
                 with built_in_place_of(user):
                     if kind == "abs":
-                        power = call_with_val(ep.graph, aten.add.Tensor, call_with_val(ep.graph, aten.mul.Tensor, re, re),
-                                              call_with_val(ep.graph, aten.mul.Tensor, im, im))
+                        power = call_with_val(
+                            ep.graph,
+                            aten.add.Tensor,
+                            call_with_val(ep.graph, aten.mul.Tensor, re, re),
+                            call_with_val(ep.graph, aten.mul.Tensor, im, im),
+                        )
                         new = call_with_val(ep.graph, aten.sqrt.default, power)
                     elif kind == "view_as_real":
                         new = call_with_val(ep.graph, aten.stack.default, [re, im], -1)

@@ -48,5 +48,12 @@ class UnfoldAsGather:
         import torch
 
         found = call_functions(exported_program, {torch.ops.aten.unfold.default})
-        return rewritten_calls(self.name, exported_program, found, _rewrite, with_program=True,
-                               unchanged="no Tensor.unfold in the program", changed="wrote {count} Tensor.unfold(s) as gathers of window positions")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            _rewrite,
+            with_program=True,
+            unchanged="no Tensor.unfold in the program",
+            changed="wrote {count} Tensor.unfold(s) as gathers of window positions",
+        )

@@ -41,7 +41,19 @@ class UniformGather:
 
         def rewrite(program, graph, node):
             out = node.meta["val"]
-            return lift_constant(program, f"_uniform_{node.name}", torch.full(tuple(out.shape), entries[node.name].item(), dtype=out.dtype), node)
+            return lift_constant(
+                program,
+                f"_uniform_{node.name}",
+                torch.full(tuple(out.shape), entries[node.name].item(), dtype=out.dtype),
+                node,
+            )
 
-        return rewritten_calls(self.name, exported_program, found, rewrite, with_program=True,
-                               unchanged="no gather from a constant whose entries are all equal", changed="replaced {count} gather(s) from a uniform constant by a constant of the index's shape")
+        return rewritten_calls(
+            self.name,
+            exported_program,
+            found,
+            rewrite,
+            with_program=True,
+            unchanged="no gather from a constant whose entries are all equal",
+            changed="replaced {count} gather(s) from a uniform constant by a constant of the index's shape",
+        )

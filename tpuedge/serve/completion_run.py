@@ -26,8 +26,15 @@ class ClientGone(Exception):
 
 
 class CompletionRun:
-    def __init__(self, driver: EngineDriver, params: GenerationParams, tokenizer, *,
-                 client_gone: Callable[[], bool], poll_s: float = 0.05):
+    def __init__(
+        self,
+        driver: EngineDriver,
+        params: GenerationParams,
+        tokenizer,
+        *,
+        client_gone: Callable[[], bool],
+        poll_s: float = 0.05,
+    ):
         self.eos_ids = () if params.ignore_eos else tuple(tokenizer.eos_token_ids)
         self.prompt_tokens = len(params.prompt_ids)
         self.completion_tokens = 0

@@ -74,17 +74,26 @@ class EngineDriver:
         self._thread = threading.Thread(target=self._loop, name="tpuedge-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt_ids: list[int], max_new_tokens: int, sampling: Sampling, stop_ids: tuple[int, ...]) -> Submission:
+    def submit(
+        self, prompt_ids: list[int], max_new_tokens: int, sampling: Sampling, stop_ids: tuple[int, ...]
+    ) -> Submission:
         events: queue.Queue = queue.Queue()
-        request = Request(list(prompt_ids), int(max_new_tokens), sampling, tuple(stop_ids),
-                          on_token=lambda _request, token: events.put(token))
+        request = Request(
+            list(prompt_ids),
+            int(max_new_tokens),
+            sampling,
+            tuple(stop_ids),
+            on_token=lambda _request, token: events.put(token),
+        )
         submission = Submission(request, events)
         self.engine.check(request)
         with self._wake:
             if self._closing:
                 raise ServerClosing("the server is shutting down")
             if self._broken is not None:
-                raise ServerClosing(f"the engine stopped ({type(self._broken).__name__}: {self._broken}); restart the server")
+                raise ServerClosing(
+                    f"the engine stopped ({type(self._broken).__name__}: {self._broken}); restart the server"
+                )
             self._pending.append(submission)
             self._wake.notify()
         return submission
@@ -180,11 +189,12 @@ class EngineDriver:
         for submission in failed:
             submission.events.put(exc)
         if self._log:
-            self._log(f"the engine failed ({type(exc).__name__}: {exc}); {len(failed)} request(s) ended, its cache reset")
+            self._log(
+                f"the engine failed ({type(exc).__name__}: {exc}); {len(failed)} request(s) ended, its cache reset"
+            )
         self.engine = self._make_engine()
 
     def _end(self, submission: Submission) -> None:
         self._running.pop(submission.request.id, None)
         self.finished.append(submission.request)
         submission.events.put(DONE)
-

@@ -19,14 +19,27 @@ from urllib.parse import urlsplit
 
 from tpuedge.serve.completion_run import ClientGone, CompletionRun
 from tpuedge.serve.openai_requests import ApiError, chat_params, completion_params
-from tpuedge.serve.openai_responses import (Reply, chat_body, chat_chunk, completion_body, completion_chunk, error_body,
-                                            model_entry, models_body, usage, usage_chunk)
+from tpuedge.serve.openai_responses import (
+    Reply,
+    chat_body,
+    chat_chunk,
+    completion_body,
+    completion_chunk,
+    error_body,
+    model_entry,
+    models_body,
+    usage,
+    usage_chunk,
+)
 
 __all__ = ["ApiHandler", "MAX_BODY_BYTES"]
 
 MAX_BODY_BYTES = 8 * 2**20
-_ROUTES = {("GET", "/v1/models"): "_models", ("POST", "/v1/completions"): "_completion",
-           ("POST", "/v1/chat/completions"): "_chat"}
+_ROUTES = {
+    ("GET", "/v1/models"): "_models",
+    ("POST", "/v1/completions"): "_completion",
+    ("POST", "/v1/chat/completions"): "_chat",
+}
 _GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 _PEEK_NOW = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 
@@ -45,7 +58,9 @@ class ApiHandler(BaseHTTPRequestHandler):
         self._started = False  # whether a status line has gone out
         path = urlsplit(self.path).path.rstrip("/") or "/"
         try:
-            raw = self._read_body() if method == "POST" else b""  # read whatever the route: the connection stays in step
+            raw = (
+                self._read_body() if method == "POST" else b""
+            )  # read whatever the route: the connection stays in step
             route = _ROUTES.get((method, path))
             if route is not None:
                 getattr(self, route)(raw)
@@ -54,16 +69,24 @@ class ApiHandler(BaseHTTPRequestHandler):
             elif any(path == known for _, known in _ROUTES):
                 raise ApiError(405, f"{path} takes {'POST' if method == 'GET' else 'GET'}, not {method}.")
             else:
-                raise ApiError(404, f"No route {method} {path}: this server has GET /v1/models, POST /v1/completions "
-                                    "and POST /v1/chat/completions.")
+                raise ApiError(
+                    404,
+                    f"No route {method} {path}: this server has GET /v1/models, POST /v1/completions "
+                    "and POST /v1/chat/completions.",
+                )
         except ApiError as exc:
             self._fail(exc)
         except (ClientGone, *_GONE):
             self.close_connection = True
         except Exception as exc:  # noqa: BLE001  (our bug: the client gets a 500, the server goes on)
             self.server.log(f"{method} {path}: internal error\n{traceback.format_exc()}")
-            self._fail(ApiError(500, f"Internal error (a bug in tpuedge, please report it): {type(exc).__name__}: {exc}",
-                                "server_error"))
+            self._fail(
+                ApiError(
+                    500,
+                    f"Internal error (a bug in tpuedge, please report it): {type(exc).__name__}: {exc}",
+                    "server_error",
+                )
+            )
 
     def _read_body(self) -> bytes:
         length = self.headers.get("Content-Length")
@@ -88,7 +111,9 @@ class ApiHandler(BaseHTTPRequestHandler):
 
     def _model(self, name: str) -> None:
         if name != self.server.model_name:
-            raise ApiError(404, f"No model {name!r} here; this server serves {self.server.model_name!r}.", param="model")
+            raise ApiError(
+                404, f"No model {name!r} here; this server serves {self.server.model_name!r}.", param="model"
+            )
         self._send_json(200, model_entry(self.server.model_name, self.server.created))
 
     def _completion(self, raw: bytes) -> None:
@@ -98,7 +123,9 @@ class ApiHandler(BaseHTTPRequestHandler):
         self._generate(chat_params(self._json(raw), self.server.artifact), chat=True)
 
     def _generate(self, params, *, chat: bool) -> None:
-        reply = Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", int(time.time()), self.server.model_name, chat)
+        reply = Reply(
+            f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}", int(time.time()), self.server.model_name, chat
+        )
         run = CompletionRun(self.server.driver, params, self.server.artifact.tokenizer, client_gone=self._client_gone)
         try:
             if params.stream:
@@ -126,7 +153,11 @@ class ApiHandler(BaseHTTPRequestHandler):
         except ApiError as exc:  # the status line is out: the error goes as an event
             self._event(error_body(exc.message, exc.kind, exc.param))
         else:
-            self._event(chat_chunk(reply, {}, run.finish_reason) if reply.chat else completion_chunk(reply, "", run.finish_reason))
+            self._event(
+                chat_chunk(reply, {}, run.finish_reason)
+                if reply.chat
+                else completion_chunk(reply, "", run.finish_reason)
+            )
             if include_usage:
                 self._event(usage_chunk(reply, usage(run.prompt_tokens, run.completion_tokens)))
         self._chunk(b"data: [DONE]\n\n")
@@ -175,8 +206,10 @@ class ApiHandler(BaseHTTPRequestHandler):
     # ---- logging -------------------------------------------------------------------------
     def _log_run(self, run: CompletionRun) -> None:
         why = run.finish_reason or "ended early"
-        self.server.log(f"{self.command} {urlsplit(self.path).path}: {run.prompt_tokens} prompt + {run.completion_tokens} "
-                        f"new tokens ({why}) in {time.perf_counter() - run.started_s:.2f} s")
+        self.server.log(
+            f"{self.command} {urlsplit(self.path).path}: {run.prompt_tokens} prompt + {run.completion_tokens} "
+            f"new tokens ({why}) in {time.perf_counter() - run.started_s:.2f} s"
+        )
 
     def log_request(self, code="-", size="-") -> None:
         pass  # one line per generation from _log_run, errors from _fail

@@ -69,8 +69,15 @@ class ApiServer(ThreadingHTTPServer):
             self.driver.close()
 
 
-def open_server(artifact, *, host: str = "127.0.0.1", port: int = 8000, slots: int = 8, threads: int = 1,
-                log: Callable[[str], None] = _stderr) -> ApiServer:
+def open_server(
+    artifact,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    slots: int = 8,
+    threads: int = 1,
+    log: Callable[[str], None] = _stderr,
+) -> ApiServer:
     """A server for `artifact` (a build folder or a loaded language-model artifact), bound and
     warmed up; call `serve_forever()`. Port 0 takes a free port (see `.url`)."""
     from tpuedge.shared_ir.artifact import load
@@ -79,16 +86,22 @@ def open_server(artifact, *, host: str = "127.0.0.1", port: int = 8000, slots: i
     if isinstance(artifact, str | Path):
         artifact = load(artifact)
     if not isinstance(artifact, GeneratingArtifact):
-        raise UserError(f"{getattr(artifact, 'directory', artifact)} is not a language model build (it has no prefill and "
-                        "decode entry points); `tpuedge serve` serves models built from a decoder LM.")
+        raise UserError(
+            f"{getattr(artifact, 'directory', artifact)} is not a language model build (it has no prefill and "
+            "decode entry points); `tpuedge serve` serves models built from a decoder LM."
+        )
     if artifact.tokenizer is None:
-        raise UserError(f"{artifact.directory} was built without a tokenizer; the OpenAI API speaks text, so `tpuedge serve` "
-                        "needs one (capture the model with its tokenizer.json).")
+        raise UserError(
+            f"{artifact.directory} was built without a tokenizer; the OpenAI API speaks text, so `tpuedge serve` "
+            "needs one (capture the model with its tokenizer.json)."
+        )
     try:
         server = ApiServer((host, port), artifact, log)
     except OSError as exc:
-        raise UserError(f"Can't listen on {host}:{port} ({exc.strerror or exc}); choose another --port "
-                        "(0 takes a free one) or --host.") from None
+        raise UserError(
+            f"Can't listen on {host}:{port} ({exc.strerror or exc}); choose another --port "
+            "(0 takes a free one) or --host."
+        ) from None
     try:
         driver = EngineDriver(lambda: _engine(artifact, slots, threads), log=log)
         spec = artifact.decoder_spec

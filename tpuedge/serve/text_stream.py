@@ -34,7 +34,7 @@ class TextStream:
                 return self._take(whole[:cut])
         ready = len(whole.rstrip(_INCOMPLETE))
         ready -= self._stop_prefix_at_end(whole[:ready])
-        return self._take(whole[:max(ready, len(self.text))])
+        return self._take(whole[: max(ready, len(self.text))])
 
     def finish(self) -> str:
         """The rest, held back or not, once no token will follow."""
@@ -43,7 +43,7 @@ class TextStream:
         return self._take(self.tokenizer.decode(self.ids, skip_special_tokens=self.skip_special_tokens))
 
     def _take(self, upto: str) -> str:
-        piece = upto[len(self.text):] if upto.startswith(self.text) else ""
+        piece = upto[len(self.text) :] if upto.startswith(self.text) else ""
         self.text += piece
         return piece
 

@@ -57,8 +57,15 @@ def assert_runtime_close(
     from tpuedge.verify.report import render_text
 
     result = verify(
-        artifact, model, data, labels=labels, min_cosine=min_cosine, min_top1=min_top1, max_drop=max_drop,
-        per_layer=per_layer is True, layer_samples=layer_samples,
+        artifact,
+        model,
+        data,
+        labels=labels,
+        min_cosine=min_cosine,
+        min_top1=min_top1,
+        max_drop=max_drop,
+        per_layer=per_layer is True,
+        layer_samples=layer_samples,
     )
     if result.passed:
         return result
@@ -81,15 +88,28 @@ def assert_runtime_close(
     raise RuntimeMismatch("\n".join(lines), result)
 
 
-def assert_lm_close(artifact: Any, model: Any, *, text: Any = None, min_top1: float | None = 0.90,
-                    max_perplexity_increase: float | None = None, positions: int | None = None):
+def assert_lm_close(
+    artifact: Any,
+    model: Any,
+    *,
+    text: Any = None,
+    min_top1: float | None = 0.90,
+    max_perplexity_increase: float | None = None,
+    positions: int | None = None,
+):
     """Assert that a language model's `artifact` follows the float IR of `model` (MODEL spec or
     bundle) on `text` (a .txt; default: tpuedge's held-out corpus), teacher-forced: top-1
     agreement and perplexity increase (see `tpuedge verify`). Returns the LMVerifyResult."""
     from tpuedge.verify.lm_verify import DEFAULT_POSITIONS, verify_decoder
 
-    result = verify_decoder(artifact, model, text=text, min_top1=min_top1, max_perplexity_increase=max_perplexity_increase,
-                            positions=positions or DEFAULT_POSITIONS)
+    result = verify_decoder(
+        artifact,
+        model,
+        text=text,
+        min_top1=min_top1,
+        max_perplexity_increase=max_perplexity_increase,
+        positions=positions or DEFAULT_POSITIONS,
+    )
     if result.passed:
         return result
     lines = [f"{result.runtime} does not follow the float IR of {result.model!r}:"]

@@ -18,21 +18,59 @@ __all__ = ["verify_command"]
 
 @click.command("verify")
 @click.argument("artifact_dirs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="ARTIFACT_DIR...")
-@click.option("--model", "-m", "model", help="MODEL the artifacts were built from (file.py:factory, pkg.mod:factory or .pt2).")
-@click.option("--data", "-d", "data", type=click.Path(path_type=Path), help=".npz with one array per model input (first axis = samples); .npy for one input. For a language model: a UTF-8 .txt (passages separated by lines of ---; default: tpuedge's held-out corpus).")
+@click.option(
+    "--model", "-m", "model", help="MODEL the artifacts were built from (file.py:factory, pkg.mod:factory or .pt2)."
+)
+@click.option(
+    "--data",
+    "-d",
+    "data",
+    type=click.Path(path_type=Path),
+    help=".npz with one array per model input (first axis = samples); .npy for one input. For a language model: a UTF-8 .txt (passages separated by lines of ---; default: tpuedge's held-out corpus).",
+)
 @click.option("--labels", help="Key of the labels array in the .npz: report task accuracy of both and the drop.")
 @click.option(
-    "--min-cosine", type=float, default=DEFAULT_MIN_COSINE, show_default=True,
+    "--min-cosine",
+    type=float,
+    default=DEFAULT_MIN_COSINE,
+    show_default=True,
     help="Fail (exit 1) when any output's cosine similarity with the float IR (all samples together) is below this; -1 turns the check off.",
 )
-@click.option("--min-top1", type=float, help="Fail when top-1 agreement with the float IR is below this fraction (e.g. 0.99); for a language model, teacher-forced next-token agreement.")
-@click.option("--max-perplexity-increase", type=float, help="A language model: fail when its perplexity is more than this (relative, 0.05 = 5%) above the float IR's.")
-@click.option("--max-drop", type=float, help="Fail when task accuracy drops by more than this many percentage points (needs --labels).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the results as JSON here (for CI).")
-@click.option("--per-layer", is_flag=True, help="Compare every layer the runtime exposes with the IR; rank by SNR drop.")
-@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Write report.md, verify.json (and with --per-layer the SNR plot) here; --per-layer defaults to build/<model>/verify.")
-@click.option("--layer-samples", type=click.IntRange(min=1), default=64, show_default=True, help="Samples used for --per-layer.")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Worst layers shown on the console.")
+@click.option(
+    "--min-top1",
+    type=float,
+    help="Fail when top-1 agreement with the float IR is below this fraction (e.g. 0.99); for a language model, teacher-forced next-token agreement.",
+)
+@click.option(
+    "--max-perplexity-increase",
+    type=float,
+    help="A language model: fail when its perplexity is more than this (relative, 0.05 = 5%) above the float IR's.",
+)
+@click.option(
+    "--max-drop",
+    type=float,
+    help="Fail when task accuracy drops by more than this many percentage points (needs --labels).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the results as JSON here (for CI).",
+)
+@click.option(
+    "--per-layer", is_flag=True, help="Compare every layer the runtime exposes with the IR; rank by SNR drop."
+)
+@click.option(
+    "--report-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write report.md, verify.json (and with --per-layer the SNR plot) here; --per-layer defaults to build/<model>/verify.",
+)
+@click.option(
+    "--layer-samples", type=click.IntRange(min=1), default=64, show_default=True, help="Samples used for --per-layer."
+)
+@click.option(
+    "--top", type=click.IntRange(min=1), default=10, show_default=True, help="Worst layers shown on the console."
+)
 def verify_command(
     artifact_dirs: tuple[Path, ...],
     model: str | None,
@@ -93,8 +131,16 @@ def verify_command(
     results = []
     for artifact in artifacts:
         result = verify(
-            artifact, program, data, labels=labels, min_cosine=min_cosine, min_top1=min_top1,
-            max_drop=max_drop, per_layer=per_layer, layer_samples=layer_samples, progress=True,
+            artifact,
+            program,
+            data,
+            labels=labels,
+            min_cosine=min_cosine,
+            min_top1=min_top1,
+            max_drop=max_drop,
+            per_layer=per_layer,
+            layer_samples=layer_samples,
+            progress=True,
         )
         render(result, console, top_layers=top)
         results.append(result)
@@ -146,10 +192,14 @@ def _verify_language_models(artifacts, model, text, min_top1, max_perplexity_inc
 
     others = [str(a.directory) for a in artifacts if not isinstance(a, GeneratingArtifact)]
     if others:
-        raise UserError(f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not language-model builds; verify them "
-                        "apart from the language models (their data is tensors, not text).")
-    results = [verify_decoder(a, model, text=text, min_top1=min_top1, max_perplexity_increase=max_perplexity_increase)
-               for a in artifacts]
+        raise UserError(
+            f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not language-model builds; verify them "
+            "apart from the language models (their data is tensors, not text)."
+        )
+    results = [
+        verify_decoder(a, model, text=text, min_top1=min_top1, max_perplexity_increase=max_perplexity_increase)
+        for a in artifacts
+    ]
     for result in results:
         for line in result.lines():
             console.print(line, markup=False)
@@ -163,8 +213,10 @@ def _verify_language_models(artifacts, model, text, min_top1, max_perplexity_inc
     if failed:
         return 1
     if min_top1 is None and max_perplexity_increase is None:
-        console.print("[red]verify checked nothing[/red]: give --min-top1 or --max-perplexity-increase to pass or fail a "
-                      "language model.")
+        console.print(
+            "[red]verify checked nothing[/red]: give --min-top1 or --max-perplexity-increase to pass or fail a "
+            "language model."
+        )
         return 1
     console.print(f"[green]verify passed[/green]: {len(results)} language model(s)")
     return 0

@@ -33,7 +33,9 @@ def open_artifact(artifact: Any):
 
         opened = load(artifact)
         if isinstance(opened, Program):
-            raise UserError(f"{artifact} is a saved Program, not a built artifact; pass the folder `tpuedge build` wrote.")
+            raise UserError(
+                f"{artifact} is a saved Program, not a built artifact; pass the folder `tpuedge build` wrote."
+            )
         return opened
     if not (hasattr(artifact, "run") and hasattr(artifact, "manifest")):
         raise UserError(
@@ -57,7 +59,9 @@ def open_program(model: Any):
             "verify needs the exported Program the artifact was built from, not an nn.Module (exporting again "
             "could change the IR); pass tpuedge.export(model, example_inputs) or a MODEL spec."
         )
-    raise UserError(f"Can't use a {type(model).__name__} as the model; pass a Program or a MODEL spec such as model.py:build.")
+    raise UserError(
+        f"Can't use a {type(model).__name__} as the model; pass a Program or a MODEL spec such as model.py:build."
+    )
 
 
 def _check_fingerprint(artifact, program) -> bool:
@@ -123,19 +127,30 @@ def verify(
     program = open_program(model)
     checked = _check_fingerprint(artifact, program)
     if max_drop is not None and labels is None:
-        raise UserError("--max-drop compares task accuracy, which needs labels: pass --labels KEY (the labels array in the data).")
+        raise UserError(
+            "--max-drop compares task accuracy, which needs labels: pass --labels KEY (the labels array in the data)."
+        )
     dataset = load_data(data, program.inputs, labels=labels)
     input_perms, output_perms = check_interface(program, artifact)
 
     with single_torch_thread():
         reference = run_rows(
-            program.run, program.inputs, dataset.rows, whole_calls=dataset.whole_calls,
-            label="float IR", progress=progress,
+            program.run,
+            program.inputs,
+            dataset.rows,
+            whole_calls=dataset.whole_calls,
+            label="float IR",
+            progress=progress,
         )
     got = run_rows(
-        artifact.run, artifact.inputs, dataset.rows, whole_calls=dataset.whole_calls,
-        input_perms=input_perms, output_perms=output_perms,
-        label=runtime_label(artifact), progress=progress,
+        artifact.run,
+        artifact.inputs,
+        dataset.rows,
+        whole_calls=dataset.whole_calls,
+        input_perms=input_perms,
+        output_perms=output_perms,
+        label=runtime_label(artifact),
+        progress=progress,
     )
     outputs = [compare_output(spec.name, r, g) for spec, r, g in zip(program.outputs, reference, got)]
 
@@ -158,7 +173,9 @@ def verify(
             for o in classifiers
         ]
     if max_drop is not None and accuracy is not None:
-        checks.append(Check("accuracy drop", accuracy.output, accuracy.drop, max_drop, "max", accuracy.drop <= max_drop))
+        checks.append(
+            Check("accuracy drop", accuracy.output, accuracy.drop, max_drop, "max", accuracy.drop <= max_drop)
+        )
 
     layers = layer_report(artifact, program, dataset, samples=layer_samples) if per_layer else None
     return VerifyResult(

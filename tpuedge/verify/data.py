@@ -52,7 +52,9 @@ def _read_mapping(data: Any) -> tuple[dict[str, np.ndarray] | None, list[np.ndar
     if isinstance(data, (str, Path)):
         path = Path(data)
         if not path.is_file():
-            raise UserError(f"Data file {path} does not exist; pass a .npz with one array per model input (first axis = samples).")
+            raise UserError(
+                f"Data file {path} does not exist; pass a .npz with one array per model input (first axis = samples)."
+            )
         from tpuedge.quantize.array_files import read_arrays  # the one .npz/.npy reader
 
         arrays = read_arrays(path, "Data file")
@@ -67,11 +69,15 @@ def _read_mapping(data: Any) -> tuple[dict[str, np.ndarray] | None, list[np.ndar
         samples = [s if isinstance(s, (list, tuple)) else (s,) for s in data]
         width = len(samples[0])
         if any(len(s) != width for s in samples):
-            raise UserError("The data samples have different numbers of inputs; give every sample one array per model input.")
+            raise UserError(
+                "The data samples have different numbers of inputs; give every sample one array per model input."
+            )
         try:
             stacked = [np.stack([to_numpy(s[i]) for s in samples]) for i in range(width)]
         except ValueError as exc:
-            raise UserError(f"The data samples don't all have the same shape ({exc}); give samples of one shape.") from exc
+            raise UserError(
+                f"The data samples don't all have the same shape ({exc}); give samples of one shape."
+            ) from exc
         return None, stacked, f"{len(samples)} samples"
     raise UserError(
         f"Can't read data of type {type(data).__name__}; pass a .npz path, a dict of arrays keyed by input "
@@ -83,8 +89,10 @@ def _to_rows(spec: TensorSpec, array: np.ndarray, where: str) -> tuple[np.ndarra
     """-> (rows, whole_calls). Raise a UserError for a shape that fits neither layout."""
     shape = tuple(spec.shape)
     has_batch = len(shape) > 0
-    tail_ok = has_batch and array.ndim == len(shape) and all(
-        not isinstance(e, int) or e == a for e, a in zip(shape[1:], array.shape[1:])
+    tail_ok = (
+        has_batch
+        and array.ndim == len(shape)
+        and all(not isinstance(e, int) or e == a for e, a in zip(shape[1:], array.shape[1:]))
     )
     whole_ok = array.ndim == len(shape) + 1 and all(
         not isinstance(e, int) or e == a for e, a in zip(shape, array.shape[1:])
@@ -109,7 +117,9 @@ def _check_dtype(spec: TensorSpec, array: np.ndarray, where: str) -> np.ndarray:
     want = np.dtype(spec.dtype)
     if np.issubdtype(want, np.floating):
         if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
-            raise UserError(f"{where}: input {spec.name!r} has dtype {array.dtype}, expected {want}; save it as {want}.")
+            raise UserError(
+                f"{where}: input {spec.name!r} has dtype {array.dtype}, expected {want}; save it as {want}."
+            )
         array = array.astype(want)
         if not np.all(np.isfinite(array)):
             raise UserError(f"{where}: input {spec.name!r} contains NaN or Inf; remove those samples.")
@@ -129,7 +139,9 @@ def load_data(data: Any, specs: Sequence[TensorSpec], *, labels: Any = None) -> 
     label_array = None
     if isinstance(labels, str):
         if named is None:
-            raise UserError(f"{where} has no named arrays, so there is no labels key {labels!r}; save data and labels in one .npz.")
+            raise UserError(
+                f"{where} has no named arrays, so there is no labels key {labels!r}; save data and labels in one .npz."
+            )
         if labels not in named:
             raise UserError(
                 f"{where} has no array {labels!r} for the labels (it has: {', '.join(sorted(named)) or 'nothing'}); "

@@ -31,9 +31,18 @@ from tpuedge.verify.runner import (
     single_torch_thread,
 )
 
-__all__ = ["TfliteLayerSource", "LayerStat", "LayerReport", "layer_report", "accumulate_layers", "runtime_label", "DEFAULT_LAYER_SAMPLES"]
+__all__ = [
+    "TfliteLayerSource",
+    "LayerStat",
+    "LayerReport",
+    "layer_report",
+    "accumulate_layers",
+    "runtime_label",
+    "DEFAULT_LAYER_SAMPLES",
+]
 
 DEFAULT_LAYER_SAMPLES = 64
+
 
 def runtime_label(artifact) -> str:
     """The artifact's own name for its runtime (verify names no target)."""
@@ -176,7 +185,9 @@ class TfliteLayerSource:
 
             # each runtime rounds ties its own way: TFLite-Micro away from zero, LiteRT to even
             ties = "away" if self._micro else "even"
-            return affine.quantize(value, tensor.scale, tensor.zero_point, tensor.dtype, tensor.quantized_dimension, ties)
+            return affine.quantize(
+                value, tensor.scale, tensor.zero_point, tensor.dtype, tensor.quantized_dimension, ties
+            )
         return value.astype(tensor.dtype)
 
     def tensor_values(self, inputs: list[np.ndarray], tensors: list[int]) -> dict[int, np.ndarray]:
@@ -210,7 +221,9 @@ class TfliteLayerSource:
         from tpuedge.verify.tflite_graph import to_ir_layout
 
         got = self.tensor_values(inputs, [m.tensor for m in self._matches])
-        return {m.node: to_ir_layout(got[m.tensor], m.perm, self._layers[m.node].shape) / m.scale for m in self._matches}
+        return {
+            m.node: to_ir_layout(got[m.tensor], m.perm, self._layers[m.node].shape) / m.scale for m in self._matches
+        }
 
 
 def _source_for(artifact, program, layers: dict[str, IRLayer]) -> _LayerSource:
@@ -268,7 +281,7 @@ def _covered_nodes(program, compared: set[str], layers: dict[str, IRLayer]) -> d
 
 
 def _label(node: str, chain: list[str], layers: dict[str, IRLayer]) -> str:
-    """"relu_1 (conv2 → bn2 → relu)": the node and what it covers, by module or op."""
+    """ "relu_1 (conv2 → bn2 → relu)": the node and what it covers, by module or op."""
     parts = []
     for name in chain:
         layer = layers[name]

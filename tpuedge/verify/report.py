@@ -53,7 +53,16 @@ def outputs_table(result: "VerifyResult"):
             cos = f"[red]{cos} ✗[/red]"
         if ("top-1 agreement", o.name) in failing:
             top1 = f"[red]{top1} ✗[/red]"
-        table.add_row(o.name, "x".join(str(d) for d in o.shape), _num(o.max_abs_error), _num(o.mean_abs_error), cos, _num(o.centered_cosine, 6), f"{o.snr_db:.2f}", top1)
+        table.add_row(
+            o.name,
+            "x".join(str(d) for d in o.shape),
+            _num(o.max_abs_error),
+            _num(o.mean_abs_error),
+            cos,
+            _num(o.centered_cosine, 6),
+            f"{o.snr_db:.2f}",
+            top1,
+        )
     return table
 
 
@@ -73,8 +82,14 @@ def layers_table(report: "LayerReport", top: int = 10):
         table.add_column(column, justify="right" if column not in ("layer", "source") else "left")
     for rank, layer in enumerate(ranked, 1):
         table.add_row(
-            str(rank), layer.label, f"{layer.snr_db:.1f}", f"{layer.input_snr_db:.1f}", f"{layer.drop_db:.1f}",
-            _num(layer.cosine, 5), _num(layer.max_abs_error), layer.source,
+            str(rank),
+            layer.label,
+            f"{layer.snr_db:.1f}",
+            f"{layer.input_snr_db:.1f}",
+            f"{layer.drop_db:.1f}",
+            _num(layer.cosine, 5),
+            _num(layer.max_abs_error),
+            layer.source,
         )
     return table
 
@@ -145,8 +160,7 @@ def _markdown(results: Sequence["VerifyResult"]) -> str:
         lines += [
             f"## `{r.artifact}` ({r.runtime}) vs `{r.model}`",
             "",
-            f"IR fingerprint `{r.fingerprint[:16]}`; {r.samples} samples; "
-            f"**{'PASSED' if r.passed else 'FAILED'}**.",
+            f"IR fingerprint `{r.fingerprint[:16]}`; {r.samples} samples; **{'PASSED' if r.passed else 'FAILED'}**.",
             "",
             "| output | max abs err | mean abs err | cosine | centered cosine | SNR dB | top-1 agreement |",
             "|---|---:|---:|---:|---:|---:|---:|",
@@ -157,7 +171,10 @@ def _markdown(results: Sequence["VerifyResult"]) -> str:
             )
         if r.accuracy is not None:
             a = r.accuracy
-            lines += ["", f"Accuracy: float IR {a.float_accuracy:.2f}%, runtime {a.runtime_accuracy:.2f}%, drop {a.drop:+.2f} pts."]
+            lines += [
+                "",
+                f"Accuracy: float IR {a.float_accuracy:.2f}%, runtime {a.runtime_accuracy:.2f}%, drop {a.drop:+.2f} pts.",
+            ]
         if r.checks:
             lines += [""] + [f"- {'pass' if c.passed else '**FAIL**'}: {c.describe()}" for c in r.checks]
         lines.append("")
@@ -194,8 +211,13 @@ def _plot(results: Sequence["VerifyResult"], path: Path) -> None:
             w = worst[0]
             ax.plot([position[w.node]], [w.snr_db], marker="o", markersize=12, fillstyle="none", color=line.get_color())
             ax.annotate(
-                f"{w.node}: -{w.drop_db:.1f} dB", (position[w.node], w.snr_db), textcoords="offset points",
-                xytext=(0, 12), ha="center", color=line.get_color(), fontsize=8,
+                f"{w.node}: -{w.drop_db:.1f} dB",
+                (position[w.node], w.snr_db),
+                textcoords="offset points",
+                xytext=(0, 12),
+                ha="center",
+                color=line.get_color(),
+                fontsize=8,
             )
     ax.set_xticks(range(len(nodes)))
     ax.set_xticklabels(nodes, rotation=60, ha="right", fontsize=8)

@@ -19,7 +19,13 @@ from tpuedge.shared_ir.tensors import TensorSpec
 
 __all__ = [
     "single_torch_thread",
-    "run_rows", "call_batch", "call_chunks", "layout_permutation", "check_interface", "inverse_permutation"]
+    "run_rows",
+    "call_batch",
+    "call_chunks",
+    "layout_permutation",
+    "check_interface",
+    "inverse_permutation",
+]
 
 _DYNAMIC_BATCH_CALL = 64  # rows per call when the batch axis is dynamic
 
@@ -73,11 +79,14 @@ def check_interface(program, artifact) -> tuple[list[tuple[int, ...]], list[tupl
         for ir, rt in zip(ir_specs, rt_specs):
             perm = layout_permutation(ir.shape, rt.shape)
             if perm is None:
-                problems.append(f"{kind} {ir.name!r} is {list(ir.shape)} in the model but {list(rt.shape)} in the artifact")
+                problems.append(
+                    f"{kind} {ir.name!r} is {list(ir.shape)} in the model but {list(rt.shape)} in the artifact"
+                )
             perms.append(perm or ())
     if problems:
         raise UserError(
-            f"The artifact in {artifact.directory} does not fit the model: " + "; ".join(problems)
+            f"The artifact in {artifact.directory} does not fit the model: "
+            + "; ".join(problems)
             + ". Rebuild the artifact from this model with `tpuedge build`."
         )
     return in_perms, out_perms

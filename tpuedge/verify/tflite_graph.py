@@ -25,8 +25,15 @@ from tpuedge.verify.ir_values import IRLayer
 from tpuedge.verify.runner import inverse_permutation, layout_permutation
 
 __all__ = [
-    "TfliteTensor", "TfliteOp", "TfliteGraph", "TensorCandidates",
-    "read_graph", "match_tensors", "dequantize", "counterpart_nodes", "to_ir_layout",
+    "TfliteTensor",
+    "TfliteOp",
+    "TfliteGraph",
+    "TensorCandidates",
+    "read_graph",
+    "match_tensors",
+    "dequantize",
+    "counterpart_nodes",
+    "to_ir_layout",
 ]
 
 # Ops that move or re-encode a value without computing a new one.
@@ -108,9 +115,16 @@ def dequantize(tensor: TfliteTensor, raw: np.ndarray) -> np.ndarray:
 # IR ops a converter folds into the op before them (BatchNorm into conv weights, activations
 # as the fused activation): a tensor named after a conv may hold the value after them.
 _FUSABLE_OPS = {
-    "aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default", "aten.relu.default",
-    "aten.relu_.default", "aten.relu6.default", "aten.hardtanh.default", "aten.hardtanh_.default",
-    "aten.clamp.default", "aten.tanh.default", "_operator.getitem",
+    "aten.batch_norm.default",
+    "aten._native_batch_norm_legit_no_training.default",
+    "aten.relu.default",
+    "aten.relu_.default",
+    "aten.relu6.default",
+    "aten.hardtanh.default",
+    "aten.hardtanh_.default",
+    "aten.clamp.default",
+    "aten.tanh.default",
+    "_operator.getitem",
 }
 
 
@@ -118,7 +132,9 @@ def _unit_axes_differ(ir_shape, runtime_shape) -> bool:
     """The runtime shape is the IR's but for some size-1 axes: a FULLY_CONNECTED on a (1, T, C)
     input yields (T, C); a Conv1d runs as a 2-D convolution on (N, C, 1, W). The same values, in
     the same order."""
-    return len(runtime_shape) != len(ir_shape) and [d for d in ir_shape if d != 1] == [d for d in runtime_shape if d != 1]
+    return len(runtime_shape) != len(ir_shape) and [d for d in ir_shape if d != 1] == [
+        d for d in runtime_shape if d != 1
+    ]
 
 
 def _unit_axis_channels_last(ir_shape, runtime_shape) -> tuple[int, ...] | None:
@@ -152,7 +168,8 @@ def _other_layouts(ir_shape, tensor: TfliteTensor) -> list[tuple[int, ...]]:
     if rank != len(tensor.shape) or rank > 4:
         return []
     return [
-        perm for perm in itertools.permutations(range(rank))
+        perm
+        for perm in itertools.permutations(range(rank))
         if perm != tuple(range(rank)) and tuple(ir_shape[p] for p in perm) == tuple(tensor.shape)
     ]
 
@@ -162,9 +179,11 @@ def _choose_perm(ir_shape, tensor: TfliteTensor, op_name: str, seed_perm: tuple[
     if perm is None:
         return () if _unit_axes_differ(ir_shape, tensor.shape) else _unit_axis_channels_last(ir_shape, tensor.shape)
     channels_last = (0, *range(2, len(ir_shape)), 1) if len(ir_shape) >= 3 else None
-    ambiguous = perm == () and channels_last is not None and layout_permutation(
-        [ir_shape[p] for p in channels_last], tensor.shape
-    ) == ()
+    ambiguous = (
+        perm == ()
+        and channels_last is not None
+        and layout_permutation([ir_shape[p] for p in channels_last], tensor.shape) == ()
+    )
     if ambiguous and (op_name in _CHANNELS_LAST_OPS or seed_perm == channels_last):
         return channels_last
     return perm
@@ -264,7 +283,9 @@ def match_tensors(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -> li
                     if name not in layers:
                         continue
                     perm = _choose_perm(layers[name].shape, tensor, op.name, seed_perm)
-                    others = [p for p in _other_layouts(layers[name].shape, tensor) if p != perm and op.name == "TRANSPOSE"]
+                    others = [
+                        p for p in _other_layouts(layers[name].shape, tensor) if p != perm and op.name == "TRANSPOSE"
+                    ]
                     fits += [(name, p) for p in ([perm] if perm is not None else []) + others]
                 return fits
 
@@ -310,8 +331,9 @@ def counterpart_nodes(graph: TfliteGraph, program, layers: dict[str, IRLayer]) -
         layer = layers.get(node.name)
         if node.op != "call_function" or layer is None or not scope:
             continue
-        if any(layout_permutation(layer.shape, t.shape) is not None or _unit_axis_channels_last(layer.shape, t.shape)
-               for t in by_scope.get(scope, ())):
+        if any(
+            layout_permutation(layer.shape, t.shape) is not None or _unit_axis_channels_last(layer.shape, t.shape)
+            for t in by_scope.get(scope, ())
+        ):
             found.add(node.name)
     return found
-
