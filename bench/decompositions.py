@@ -1,4 +1,4 @@
-"""Benchmark: litert-torch's decompositions in place (edge/decompose_in_place.py) against its whole
+"""Benchmark: litert-torch's decompositions in place (edge/litert/decompose_in_place.py) against its whole
 re-traces, on the zoo's models, in one process.
 
 Per model, the float lowering (`litert_lowering.lower_to_float_flatbuffer`) both ways, each from a
@@ -43,8 +43,9 @@ def _inputs(entry, channels_last: bool) -> list[np.ndarray]:
 
 def compare(name: str, channels_last: bool) -> dict:
     import tpuedge
-    from tpuedge.edge import litert_lowering, tflite_file
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert import litert_lowering
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
     from zoo_models import ZOO
 
     entry = ZOO[name]

@@ -38,7 +38,7 @@ from checkout_bytecode import compile_checkout  # noqa: E402
 from peak_rss import own_peak_rss_mb  # noqa: E402
 from peer import peer_convert  # noqa: E402
 
-from tpuedge.edge.litert_latency import median_latency_ms  # noqa: E402
+from tpuedge.edge.android.litert_latency import median_latency_ms  # noqa: E402
 
 
 MODELS = ("build_cnn", "build_depthwise", "build_transformer", "digits")
@@ -108,7 +108,7 @@ def child(name: str, scheme: str, side: str, out_path: str, digits_weights: str 
     import litert_torch._convert.core  # noqa: F401
 
     import tpuedge
-    from tpuedge.edge.convert import program_to_tflite
+    from tpuedge.edge.litert.convert import program_to_tflite
     from tpuedge.quantize import QuantConfig
 
     start = time.perf_counter()
@@ -126,7 +126,7 @@ def child(name: str, scheme: str, side: str, out_path: str, digits_weights: str 
 def accuracy(name: str, data: bytes, module, args) -> dict:
     import torch
 
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
     from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
 
     runner = LiteRTRunner(data, num_threads=1)

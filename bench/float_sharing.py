@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))  # the checkout's tpuedge wins over an installed c
 
 def sharing(name: str) -> dict:
     import tpuedge
-    from tpuedge.edge.litert_lowering import lowered_fingerprint
-    from tpuedge.edge.mcu_capability import mcu_passes
+    from tpuedge.edge.litert.litert_lowering import lowered_fingerprint
+    from tpuedge.edge.mcu.mcu_capability import mcu_passes
     from tpuedge.shared_ir.program import Program
     from zoo_models import ZOO
 

@@ -41,8 +41,8 @@ with build_session() as session:
     fingerprint = program.fingerprint
 loaded = time.perf_counter() - started
 dynamo_after_load = "torch._dynamo" in sys.modules
-from tpuedge.edge.litert_lowering import lowered_fingerprint
-from tpuedge.edge.mcu_capability import mcu_passes
+from tpuedge.edge.litert.litert_lowering import lowered_fingerprint
+from tpuedge.edge.mcu.mcu_capability import mcu_passes
 rewritten, results = mcu_passes().run(program.exported_program)
 mcu = program if not any(r.changed for r in results) else Program(rewritten, name=program.name)
 outputs = hashlib.sha256()

@@ -49,7 +49,7 @@ def main() -> None:
 
     import torch
 
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
     from tpuedge.quantize.metrics import mean_sample_cosine, stack_samples, top1_agreement
     from zoo_models import ZOO
 

@@ -4,7 +4,7 @@ on fewer, its time, and how many of the top 24 and top 8 points each shares with
 
     python bench/ranking_samples.py [--models tv_shufflenet_v2_x0_5,minilm_l6] [--samples 8,4,2]
 
-The program ranked is the one the int8 search ranks (edge/litert_lowering.py's passes applied);
+The program ranked is the one the int8 search ranks (edge/litert/litert_lowering.py's passes applied);
 ranges from 8 of the zoo's seed-1 calibration samples, as a build with the zoo's 16 calibration
 samples and 8 held out sets them. The search ranks on quantize/sensitivity.py's RANKING_SAMPLES.
 Prints a table and writes bench/results/ranking_samples.json.
@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_MODELS = ("tv_shufflenet_v2_x0_5", "minilm_l6", "timm_mobilevit_xxs")
-TOP = (24, 8)  # the ranked groups the search takes at most (edge/quantizer_recipes.py), its first prefixes
+TOP = (24, 8)  # the ranked groups the search takes at most (edge/litert/quantizer_recipes.py), its first prefixes
 
 
 def measure(name: str, sample_counts: list[int]) -> list[dict]:
     import tpuedge
-    from tpuedge.edge.litert_lowering import litert_ir_passes
+    from tpuedge.edge.litert.litert_lowering import litert_ir_passes
     from tpuedge.quantize.sensitivity import rank_quant_points
     from tpuedge.shared_ir.program import Program
     from zoo_models import ZOO

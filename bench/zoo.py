@@ -46,7 +46,7 @@ from checkout_bytecode import compile_checkout  # noqa: E402
 from peak_rss import own_peak_rss_mb  # noqa: E402
 from peer import peer_convert  # noqa: E402
 
-from tpuedge.edge.litert_latency import median_latency_ms  # noqa: E402
+from tpuedge.edge.android.litert_latency import median_latency_ms  # noqa: E402
 
 
 def _targets() -> tuple[str, ...]:
@@ -214,7 +214,7 @@ def run_built(out: Path, samples) -> list[list[np.ndarray]]:
 
 
 def run_tflite(data: bytes, samples) -> list[list[np.ndarray]]:
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
     runner = LiteRTRunner(data, num_threads=1)
     return [runner.run([np.asarray(a, np.int32) if a.dtype == np.int64 else a for a in s]) for s in samples]

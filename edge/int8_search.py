@@ -1,6 +1,6 @@
 """Static int8 for the LiteRT targets: calibration, measured remedies and the per-op precision search.
 
-`program_to_tflite` (edge/convert.py) hands its int8 conversions here, with the float model
+`program_to_tflite` (edge/litert/convert.py) hands its int8 conversions here, with the float model
 and ai-edge-quantizer session it made. Every candidate recipe is quantized and run in LiteRT
 against the float IR on calibration samples; the search never keeps a recipe scoring below
 one it measured (quantize/recipes.py chooses).
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tpuedge.edge.float_model import float_tflite, tflite_layout_inputs
+from tpuedge.edge.litert.float_model import float_tflite, tflite_layout_inputs
 from tpuedge.quantize.recipes import (
     FLOAT_FROM_THE_START,
     SENSITIVE_KINDS,
@@ -84,7 +84,7 @@ _SCREENED = "screened on"  # in a screening candidate's key, the table of recipe
 @dataclass(frozen=True)
 class CandidateRuntime:
     """A target's own judge of the int8 search's candidates, where LiteRT is not its runtime (mcu:
-    TFLite-Micro, edge/tflm_candidates.py). `problem`: bytes -> why the target can't run an
+    TFLite-Micro, edge/mcu/tflm_candidates.py). `problem`: bytes -> why the target can't run an
     upgraded recipe, or None (the search scores a refused one as failed); `outputs`: (bytes,
     samples) -> outputs, which every candidate is scored by instead of LiteRT; `floor`: bytes ->
     None, given the all-int8 candidate before it is scored, raises where even it can't serve
@@ -153,8 +153,8 @@ def static_int8(
     (run_quantizer(base)); `recipe` is the conversion's record so far, completed in place. Or
     `Equalized` where the program after cross-layer equalization quantizes better. Options as
     `program_to_tflite` documents them."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.quantizer_recipes import find_sensitive_groups, quantizer_recipe
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.quantizer_recipes import find_sensitive_groups, quantizer_recipe
     from tpuedge.quantize.metrics import AccuracySummary
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
     from tpuedge.shared_ir.progress import stage_progress
@@ -527,8 +527,8 @@ def _score_candidate(tflite: bytes, eval_inputs, reference, outputs_of=None) -> 
     in LiteRT or by `outputs_of` (the target's runtime: TFLite-Micro for mcu); the worst score
     when the runtime refuses to run it (an int8 kernel's own check, a DIV whose divisor rounds
     to its zero point) or its outputs are inf/NaN (a float DIV by 0): a recipe that can't ship."""
-    from tpuedge.edge.litert_runtime import ModelRunError, run_samples
-    from tpuedge.edge.tflm_runtime import TflmError
+    from tpuedge.edge.litert.litert_runtime import ModelRunError, run_samples
+    from tpuedge.edge.mcu.tflm_runtime import TflmError
     from tpuedge.quantize.metrics import AccuracySummary, compare_outputs
 
     try:
@@ -546,8 +546,8 @@ def _equalized_candidate(
     """{"program": the program after cross-layer equalization, "report": what was measured, with
     "kept": whether its all-int8 (min/max ranges) beats `best`, this program's best all-int8, by
     _MIN_EQUALIZED_GAIN}; None when no pair can be equalized."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
     from tpuedge.shared_ir.passes.cross_layer_equalization import CrossLayerEqualization
     from tpuedge.shared_ir.program import Program
 
@@ -579,7 +579,7 @@ def _upgrade_ranked_points(
     int16 activations on mcu), a growing prefix at a time, by measured cosine.
     `scopes` gains the ranked groups. Returns the assignment chosen and the report for the recipe."""
     from tpuedge.edge.point_ranking import ranked_points
-    from tpuedge.edge.quantizer_recipes import ranked_groups
+    from tpuedge.edge.litert.quantizer_recipes import ranked_groups
     from tpuedge.quantize.sensitivity import RANKING_SAMPLES, TooManyPoints
     from tpuedge.shared_ir.progress import stage_progress
     from tpuedge.shared_ir.stage_times import timed
@@ -652,7 +652,7 @@ def _every_op(
     its non_int8_ops "entry"."""
     import re
 
-    from tpuedge.edge.quantizer_recipes import every_op_group, every_op_types
+    from tpuedge.edge.litert.quantizer_recipes import every_op_group, every_op_types
 
     types = every_op_types(base)
     names = [name for name, _, _ in types]
@@ -723,8 +723,8 @@ def _float_weights_rung(
     fewest that reach `aim` on top of `assignment`, within FLOAT_WEIGHTS_BYTES_SHARE of the
     parameter count in extra bytes. Returns the report, with "kept" and, where kept, the new
     "assignment" and its non_int8_ops "entries"."""
-    from tpuedge.edge.litert_lowering import litert_ir_passes
-    from tpuedge.edge.quantizer_recipes import weight_groups
+    from tpuedge.edge.litert.litert_lowering import litert_ir_passes
+    from tpuedge.edge.litert.quantizer_recipes import weight_groups
     from tpuedge.quantize.recipes import float_ranked
     from tpuedge.quantize.weight_sensitivity import WEIGHT_RANKING_SAMPLES, rank_weights, ranking_from_json
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_json, encode_json
@@ -794,7 +794,7 @@ def dynamic_int8_weights(
     rung (`_float_weights_rung`): the ops reading the costliest weight tensors left unquantized,
     weights and activations. Returns the model (`quantized` where nothing better was measured);
     `recipe` gains "float_weights", and where kept its "non_int8_ops" and "quantizer_recipe"."""
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
     from tpuedge.shared_ir.stage_times import timed
 
@@ -887,8 +887,8 @@ def _with_trained_ranges(
     program, config, quantize, base: bytes, calibration, trained, recipe: dict
 ) -> tuple[bytes, dict]:
     """All int8, with every activation range the trained one (a tensor none reaches is an error)."""
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe
-    from tpuedge.edge.trained_ranges import require_complete, tensor_ranges
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.trained_ranges import require_complete, tensor_ranges
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest
 
     placed = tensor_ranges(base, program, trained)
@@ -978,11 +978,11 @@ def _round(x: float | None) -> float | None:
 
 
 def fused_lstm_plan(program, config, calibration, base: bytes, budget_cosine: float | None):
-    """edge/fused_lstm_weights.py's plan for the fused LSTMs' weights of `base` in a quantized build
+    """edge/litert/fused_lstm_weights.py's plan for the fused LSTMs' weights of `base` in a quantized build
     (None: there are none), measured on the search's samples. Their int8 may cost half of what
     the build's aim leaves (its budget plus the held-out margin, else the search's target):
     the other half is the rest of the model's."""
-    from tpuedge.edge.fused_lstm_weights import FusedLSTMWeights, has_fused_lstm, plan_fused_lstm_weights
+    from tpuedge.edge.litert.fused_lstm_weights import FusedLSTMWeights, has_fused_lstm, plan_fused_lstm_weights
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_json, encode_json
     from tpuedge.shared_ir.stage_times import timed
 

@@ -33,7 +33,7 @@ def ranked_points(program: Any, calibration: list, measure_on: list) -> list:
     """`rank_quant_points` of the program the converter sees (attention masks bounded, so the
     ranges are the calibrated ones), most sensitive first; from the build cache when it holds it.
     Raises what the ranking raises (TooManyPoints, a lowering's UserError); nothing is cached then."""
-    from tpuedge.edge.litert_lowering import litert_ir_passes
+    from tpuedge.edge.litert.litert_lowering import litert_ir_passes
     from tpuedge.quantize.sensitivity import rank_quant_points
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest
     from tpuedge.shared_ir.program import Program

@@ -22,8 +22,8 @@ def rollout_or_samples(run: Callable, samples, rollout) -> list:
 
 def litert_rollout(program, tflite: bytes, samples, channels_last: bool, rollout) -> tuple:
     """(runner, float outputs, LiteRT outputs) of every step of each sequence, each model fed its own state."""
-    from tpuedge.edge.float_model import tflite_layout_inputs
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.float_model import tflite_layout_inputs
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
     runner = LiteRTRunner(tflite)
     outputs = rollout_or_samples(lambda *s: runner.run(tflite_layout_inputs(list(s), channels_last)), samples, rollout)

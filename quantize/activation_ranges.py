@@ -2,7 +2,7 @@
 
 One decision on the `Program`, read by every consumer: quantization-aware training fakes int8
 at these points (cloud/fake_quant.py), and the edge builds give the matching flatbuffer
-tensors these ranges instead of calibrating them (edge/trained_ranges.py).
+tensors these ranges instead of calibrating them (edge/litert/trained_ranges.py).
 
 Where an int8 TFLite graph holds an int8 tensor, as the converter and ai-edge-quantizer build it:
   - every float model input;

@@ -36,7 +36,7 @@ SENSITIVE_KINDS = {
     "gelu": "a non-linearity with a small negative lobe",
     "attention_matmul": "activation x activation matmul: both sides carry quantization error",
     "recurrent_state": "state fed back through time accumulates quantization error",
-    "fused_recurrent": "LiteRT's fused sequence LSTM computes in float (its weights int8 where measured cheap, edge/fused_lstm_weights.py); the ops around it with it",
+    "fused_recurrent": "LiteRT's fused sequence LSTM computes in float (its weights int8 where measured cheap, edge/litert/fused_lstm_weights.py); the ops around it with it",
     "division": "a division by a computed tensor: LiteRT's int8 DIV refuses a divisor that rounds to its zero point",
     "ranked": "an op the IR sensitivity ranking (quantize/sensitivity.py) puts among the costliest in int8",
     "ranked_output": "an op writing a model output that reads a ranked op's value: float, so the output stays float",

@@ -10,7 +10,7 @@ the FFN output projections, whose outlier channels stretch the int8 range (`benc
 in docs/quantization.md), ops no kind-based grouping picks.
 
 Each point carries its module scope in the form the LiteRT float model's tensor names take
-("Class_attr/...", edge/tensor_names.py), so an edge build can find the flatbuffer ops a point became.
+("Class_attr/...", edge/flatbuffer/tensor_names.py), so an edge build can find the flatbuffer ops a point became.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ positive value is the input's step, so no output exceeds 1/sqrt(step). The cap u
 step (the finer of the two an input can have), so it clips nothing either quantized input can
 produce, and leaves alone every range whose observed inputs stay above that step (a LayerNorm's
 variance plus eps, as a rule). One rule, read by the edge calibration
-(edge/singular_ranges.py) and by the IR sensitivity ranking (quantize/sensitivity.py).
+(edge/litert/singular_ranges.py) and by the IR sensitivity ranking (quantize/sensitivity.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ artifacts, only slower:
   - `cia_ops_walked_once()`: torch walks every C++ composite-implicit op into `torch.ops` on
     each re-trace (~35 walks of a lowering, ~0.9 s); the block walks once and makes the walks
     inside it no-ops, for its own threads only; else no patch (the walks run);
-  - `retrace_internals()` (edge/decompose_in_place.py's in-place decomposition): torch.export's
+  - `retrace_internals()` (edge/litert/decompose_in_place.py's in-place decomposition): torch.export's
     re-trace pieces, else `Unavailable`, and the caller runs the public `run_decompositions`;
   - `snapshot_internals()` (shared_ir/program_snapshot.py): the pieces a program snapshot is
     written and read with, else `Unavailable`, and programs load with `torch.export.load`.

@@ -2,8 +2,8 @@
 
 A fast path that reads a private symbol of torch, litert-torch, ai-edge-quantizer or jax, or that
 patches one of their functions, lives in that upstream's compatibility module
-(`shared_ir/torch_compat.py`, `shared_ir/jax_compat.py`, `edge/litert_torch_compat.py`,
-`edge/quantizer_compat.py`) and runs only where `verified()` says the installed release is one it
+(`shared_ir/torch_compat.py`, `shared_ir/jax_compat.py`, `edge/litert/litert_torch_compat.py`,
+`edge/litert/quantizer_compat.py`) and runs only where `verified()` says the installed release is one it
 was checked on. Anywhere else, or where its private call raises, the module takes a public-API
 route that gives the same artifact, only slower: a new upstream release costs speed, never
 correctness. `TPUEDGE_PUBLIC_API_ONLY=1` in the environment, or `public_api_only()` around a

@@ -12,10 +12,10 @@ import torch
 
 import tpuedge
 from tpuedge.edge import int8_search
-from tpuedge.edge.convert import program_to_tflite
-from tpuedge.edge.float_model import clear_float_cache, float_tflite, tflite_layout_inputs
-from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError, run_samples
-from tpuedge.edge.tflite_inspect import summarize_tflite
+from tpuedge.edge.litert.convert import program_to_tflite
+from tpuedge.edge.litert.float_model import clear_float_cache, float_tflite, tflite_layout_inputs
+from tpuedge.edge.litert.litert_runtime import LiteRTRunner, ModelRunError, run_samples
+from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 from tpuedge.quantize import QuantConfig
 from tpuedge.quantize.metrics import compare_outputs
 
@@ -404,7 +404,7 @@ def test_int8_without_calibration_is_a_user_error(programs, tmp_path):
 def test_check_and_build_share_one_decomposition_and_leave_the_program_alone(tmp_path, monkeypatch):
     """litert-torch's decomposition rewrites its argument's aten.view nodes in place: the
     Program must keep its graph and fingerprint, and check + build decompose once."""
-    from tpuedge.edge import litert_lowering
+    from tpuedge.edge.litert import litert_lowering
 
     class Flatten(torch.nn.Module):
         def forward(self, x):
@@ -433,7 +433,7 @@ def test_litert_passes_remember_a_program_without_keeping_it_alive():
     import gc
     import weakref
 
-    from tpuedge.edge.litert_lowering import litert_ir_passes
+    from tpuedge.edge.litert.litert_lowering import litert_ir_passes
 
     class Double(torch.nn.Module):
         def forward(self, x):

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import tpuedge
-from tpuedge.edge.tflite_inspect import summarize_tflite
+from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 
 
 class _FourierPositions(torch.nn.Module):

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge.android_target import _verification_runs
-from tpuedge.edge.litert_runtime import ModelRunError
+from tpuedge.edge.android.android_target import _verification_runs
+from tpuedge.edge.litert.litert_runtime import ModelRunError
 
 
 class _Net(torch.nn.Module):
@@ -59,7 +59,7 @@ def test_the_reference_runs_in_its_own_thread_and_gives_what_it_gives_alone(buil
 
 def test_a_litert_refusal_still_raises_once_the_reference_is_done(built, monkeypatch):
     program, tflite = built
-    from tpuedge.edge import litert_runtime
+    from tpuedge.edge.litert import litert_runtime
 
     def refuse(self, inputs):
         raise ModelRunError("a kernel refused its values")
@@ -86,7 +86,7 @@ def test_a_failing_litert_run_leaves_the_reference_s_unstarted_samples_unrun(bui
     """An error (or Ctrl-C) in the LiteRT run does not wait for the reference over every sample:
     the one running finishes, the rest are dropped."""
     program, tflite = built
-    from tpuedge.edge import litert_runtime
+    from tpuedge.edge.litert import litert_runtime
 
     count = 8
     every_sample_cancelled = threading.Event()

@@ -1,5 +1,5 @@
 """mcu writes its integer biases without the per-channel quantization tables no TFLite-Micro
-kernel reads (edge/bias_quantization.py): fewer bytes, the same outputs bit for bit."""
+kernel reads (edge/mcu/bias_quantization.py): fewer bytes, the same outputs bit for bit."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge import tflite_file
-from tpuedge.edge.bias_quantization import BIAS_INPUT, drop_bias_quantization
+from tpuedge.edge.flatbuffer import tflite_file
+from tpuedge.edge.mcu.bias_quantization import BIAS_INPUT, drop_bias_quantization
 
 
 class _DepthwiseNet(torch.nn.Module):
@@ -74,7 +74,7 @@ def test_dropping_the_tables_changes_no_output_of_either_interpreter(net, tmp_pa
     """On android's int8 file (which keeps the tables for XNNPACK): TFLite-Micro and LiteRT's
     builtin kernels give the same bytes with and without them."""
     from litert_builtin import builtin_output
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
 
     program, calibration = net
     tpuedge.build(program, "android", tmp_path / "android", calibration=calibration, quantize="int8")
@@ -93,7 +93,7 @@ def test_dropping_the_tables_changes_no_output_of_either_interpreter(net, tmp_pa
 
 
 def test_a_model_without_integer_biases_is_left_as_it_was(net):
-    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.litert.float_model import float_tflite
 
     program, _ = net
     tflite = float_tflite(program)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cli_runner import run_cli
-from tpuedge.edge.float_model import clear_float_cache
+from tpuedge.edge.litert.float_model import clear_float_cache
 from tpuedge.shared_ir.cache import BuildCache
 from tpuedge.shared_ir.cache_keys import read_cache_line
 

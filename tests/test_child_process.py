@@ -1,4 +1,4 @@
-"""edge/child_process.py: a child started ahead (a spare) runs an entry as a fresh one does, is
+"""edge/mcu/child_process.py: a child started ahead (a spare) runs an entry as a fresh one does, is
 the one used when it waits, is replaced by a fresh one when it died, and does not outlive its block."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tpuedge.edge import child_process
+from tpuedge.edge.mcu import child_process
 
 _ENTRIES = textwrap.dedent(
     """

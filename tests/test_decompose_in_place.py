@@ -1,4 +1,4 @@
-"""litert-torch's decompositions applied in place (edge/decompose_in_place.py) against its whole
+"""litert-torch's decompositions applied in place (edge/litert/decompose_in_place.py) against its whole
 re-trace: the same operators, wired the same, giving the same numbers in LiteRT; and what it
 cannot take still goes to the re-trace."""
 
@@ -13,8 +13,9 @@ import torch.nn.functional as F
 
 import tpuedge
 from models import TransformerBlock  # examples/models.py
-from tpuedge.edge import decompose_in_place, litert_lowering, tflite_file
-from tpuedge.edge.litert_runtime import LiteRTRunner
+from tpuedge.edge.litert import decompose_in_place, litert_lowering
+from tpuedge.edge.flatbuffer import tflite_file
+from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
 
 class _ResidualBlock(torch.nn.Module):

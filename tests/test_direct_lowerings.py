@@ -1,4 +1,4 @@
-"""Direct StableHLO lowerings (edge/direct_lowerings.py) in place of litert-torch's jax bridge: the
+"""Direct StableHLO lowerings (edge/litert/direct_lowerings.py) in place of litert-torch's jax bridge: the
 float flatbuffer is byte for byte the one the bridge gives, for every form they take (broadcasts
 of each rank, scalars, bounds as ints and floats, permutes, views, clones), and litert-torch's own
 lowerings are back in its registry afterwards. Old code: no direct lowerings (every one of these
@@ -15,8 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tpuedge
-from tpuedge.edge import direct_lowerings
-from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+from tpuedge.edge.litert import direct_lowerings
+from tpuedge.edge.litert.litert_lowering import lower_to_float_flatbuffer
 
 
 class _Forms(nn.Module):
@@ -153,7 +153,7 @@ def test_a_split_into_one_part_lowers_and_runs():
     computes what torch does."""
     import numpy as np
 
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
     class OnePart(nn.Module):
         def forward(self, s):
@@ -166,7 +166,7 @@ def test_a_split_into_one_part_lowers_and_runs():
 
 
 def test_litert_torchs_lowerings_are_back_after_a_lowering(forms_program):
-    from tpuedge.edge.litert_session import litert_session
+    from tpuedge.edge.litert.litert_session import litert_session
 
     with litert_session():
         from litert_torch.backend.lowerings import registry
@@ -192,7 +192,7 @@ def test_forms_they_do_not_take_go_to_litert_torch():
 
 def test_a_node_without_tensor_meta_goes_to_litert_torch():
     """litert-torch's own lowerings cope with a node that carries no tensor meta; ours step aside."""
-    from tpuedge.edge.litert_session import litert_session
+    from tpuedge.edge.litert.litert_session import litert_session
 
     class Context:
         node = torch.fx.Graph().placeholder("x")  # no "val", no "tensor_meta"

@@ -39,8 +39,8 @@ _QUANTIZE = textwrap.dedent(
     """
     import json, sys
     import numpy as np
-    from tpuedge.edge import quantizer_recipes
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert import quantizer_recipes
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
     from tpuedge.quantize.config import QuantConfig
 
     width = int(sys.argv[2])  # 4 fits the model; 5 makes the quantizer's interpreter fail
@@ -172,7 +172,7 @@ def test_the_every_op_float_recipe_overwrites_no_entry_of_its_own(caplog):
     a weight-only one then overwrites: ai-edge-quantizer logs a multi-line warning per overwrite."""
     import logging
 
-    from tpuedge.edge.quantizer_recipes import every_op_group, quantizer_recipe
+    from tpuedge.edge.litert.quantizer_recipes import every_op_group, quantizer_recipe
     from tpuedge.quantize.config import QuantConfig
 
     group, scopes = every_op_group(

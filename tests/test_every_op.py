@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge import tflite_file
+from tpuedge.edge.flatbuffer import tflite_file
 
 
 class _Outliers(torch.nn.Module):
@@ -56,7 +56,7 @@ def _dtypes(path) -> set[str]:
 
 def test_every_op_in_float_on_android_where_no_group_reaches_the_budget(tmp_path, monkeypatch):
     """Old code: every activation at 16 bits here, run by LiteRT's reference kernels."""
-    from tpuedge.edge.tflite_inspect import summarize_tflite
+    from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
     program, calibration = _program_and_samples(gather=False)
@@ -161,7 +161,7 @@ def test_the_float_rung_puts_an_embedding_table_back_to_int8(tmp_path, monkeypat
     """The table is most of a text model's bytes: MiniLM-L6's every-op-float recipe kept its table
     float (57.9 MB for 22.7M parameters). The rung returns table lookups to int8 first, measured:
     the old code left this one float (128,000 bytes of float32 table)."""
-    from tpuedge.edge.tflite_inspect import summarize_tflite
+    from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
     torch.manual_seed(0)

@@ -64,7 +64,7 @@ def test_per_tensor_rounding_is_ranked_as_the_config_asks():
 def test_float32_weights_for_the_costly_tensor_meet_the_budget(tmp_path, monkeypatch):
     """Old code: every op in float (weights int8) was the last rung, and the build failed its
     budget (0.943 on the search's samples)."""
-    from tpuedge.edge.tflite_inspect import summarize_tflite
+    from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
     program, calibration = _program_and_samples()
@@ -142,8 +142,8 @@ def test_weights_are_found_in_the_float_model_by_value_else_by_their_module():
     stores one changed, the op of as many elements in the weight's module is taken."""
     import dataclasses
 
-    from tpuedge.edge.float_model import float_tflite
-    from tpuedge.edge.quantizer_recipes import weight_groups
+    from tpuedge.edge.litert.float_model import float_tflite
+    from tpuedge.edge.litert.quantizer_recipes import weight_groups
     from tpuedge.quantize.weight_sensitivity import rank_weights
 
     program, samples = _program_and_samples()
@@ -167,7 +167,7 @@ def test_weights_are_found_in_the_float_model_by_value_else_by_their_module():
 def test_a_cached_rebuild_reads_the_ranking_and_the_candidates_back(tmp_path, monkeypatch, scheme):
     """Old code: the weight ranking (one forward pass per tensor) ran again on every rebuild, and
     dynamic-int8's candidates were quantized and measured again."""
-    from tpuedge.edge.float_model import clear_float_cache
+    from tpuedge.edge.litert.float_model import clear_float_cache
     from tpuedge.shared_ir.cache_keys import build_session
 
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
@@ -192,7 +192,7 @@ def test_the_kept_dynamic_candidate_quantized_again_must_be_the_model_measured(t
     """Where a prefix measured after the kept one replaced it in memory, the kept recipe is quantized
     again; bytes that differ from the ones measured were shipped without a word. Here the quantizer
     gives different bytes the second time for a recipe: the build stops (an internal error) instead."""
-    import tpuedge.edge.quantizer_recipes as recipes
+    import tpuedge.edge.litert.quantizer_recipes as recipes
     import tpuedge.quantize.recipes as search_recipes
     from tpuedge.shared_ir.errors import InternalError
 

@@ -14,7 +14,7 @@ def test_a_convolution_weight_over_32_mib_quantizes_per_channel_as_small_ones_do
     from ai_edge_quantizer import qtyping
     from ai_edge_quantizer.algorithms.uniform_quantize import uniform_quantize_tensor
 
-    from tpuedge.edge.quantizer_compat import large_weights_sliced
+    from tpuedge.edge.litert.quantizer_compat import large_weights_sliced
 
     original = uniform_quantize_tensor.uniform_quantize
     rng = np.random.default_rng(0)

@@ -1,5 +1,5 @@
 """The float lowering runs litert-torch's FX passes in its order, its CanonicalizePass (a full torch
-re-trace) only where the graph needs it (edge/litert_lowering.py `convert_passes`): the same
+re-trace) only where the graph needs it (edge/litert/litert_lowering.py `convert_passes`): the same
 flatbuffer byte for byte as litert-torch's own list, one re-trace fewer on the graphs it skips."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import tpuedge
-from tpuedge.edge import decompose_in_place, litert_lowering, tflite_file
-from tpuedge.edge.litert_session import litert_session
+from tpuedge.edge.litert import decompose_in_place, litert_lowering
+from tpuedge.edge.flatbuffer import tflite_file
+from tpuedge.edge.litert.litert_session import litert_session
 
 
 class _ConvNet(torch.nn.Module):
@@ -141,7 +142,7 @@ def test_constant_index_arithmetic_is_folded_before_the_lowering_retraces(monkey
     """Old code: three re-traces (the lowering's int64 -> int32 rewrite of the arange is a Python
     function its second pre-lower decomposition traces again) and the indices computed on device
     (ABS, SUB, LESS, ADD, SELECT before the GATHER_ND)."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
     torch.manual_seed(0)
     module = _ReflectPad().eval()

@@ -15,7 +15,7 @@ def _load_in_a_child(model: bytes, tmp_path) -> subprocess.CompletedProcess:
     path.write_bytes(model)
     code = (
         "import sys\n"
-        "from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError\n"
+        "from tpuedge.edge.litert.litert_runtime import LiteRTRunner, ModelRunError\n"
         f"data = open({str(path)!r}, 'rb').read()\n"
         "try:\n"
         "    LiteRTRunner(data)\n"
@@ -47,7 +47,7 @@ def test_a_kernel_that_refuses_to_prepare_is_a_model_that_failed_to_run():
     `tpuedge build`"), which stopped the search, and the build, on one bad candidate."""
     import pytest
 
-    from tpuedge.edge.litert_runtime import LiteRTRunner, ModelRunError
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner, ModelRunError
 
     with pytest.raises(ModelRunError, match="refused to prepare"):
         LiteRTRunner(single_op_model("MEAN"))
@@ -56,7 +56,7 @@ def test_a_kernel_that_refuses_to_prepare_is_a_model_that_failed_to_run():
 def test_bytes_that_are_no_model_are_still_the_users_error():
     import pytest
 
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
     from tpuedge.shared_ir.errors import UserError
 
     with pytest.raises(UserError, match="could not load this model"):

@@ -8,7 +8,7 @@ import pytest
 
 import tpuedge
 from models import build_mlp
-from tpuedge.edge.convert import program_to_tflite
+from tpuedge.edge.litert.convert import program_to_tflite
 from tpuedge.quantize import QuantConfig
 
 
@@ -33,7 +33,7 @@ sys.path.insert(0, sys.argv[1])
 assert "litert_torch" not in sys.modules  # the import's own switch is part of what is checked
 import tpuedge
 from models import build_mlp
-from tpuedge.edge.convert import program_to_tflite
+from tpuedge.edge.litert.convert import program_to_tflite
 from tpuedge.quantize import QuantConfig
 
 program = tpuedge.export(*build_mlp())
@@ -87,11 +87,11 @@ import json, sys
 import torch
 sys.path.insert(0, sys.argv[1])
 import tpuedge
-import tpuedge.edge.litert_session as session
+import tpuedge.edge.litert.litert_session as session
 from jax._src import xla_bridge
-from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+from tpuedge.edge.litert.litert_lowering import lower_to_float_flatbuffer
 
-class Net(torch.nn.Module):  # GELU: an op litert-torch lowers through its jax bridge (not edge/direct_lowerings.py)
+class Net(torch.nn.Module):  # GELU: an op litert-torch lowers through its jax bridge (not edge/litert/direct_lowerings.py)
     def __init__(self):
         super().__init__()
         self.fc = torch.nn.Linear(16, 8)

@@ -61,8 +61,8 @@ def test_the_char_lm_is_small_and_trained(bundle):
 
 
 def test_the_decode_step_is_one_int8_subgraph_with_the_kv_cache_in_the_arena(built):
-    from tpuedge.edge import tflite_file
-    from tpuedge.edge.c_array import parse_c_array
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.mcu.c_array import parse_c_array
     from tpuedge.edge.generative.tflm_steps import decode_step_io
 
     out, artifact = built
@@ -127,13 +127,13 @@ def test_fully_connected_as_conv_makes_tflm_compute_as_litert_does():
     import torch
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    from tpuedge.edge import tflite_file
-    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.litert.float_model import float_tflite
     from tpuedge.edge.generative.fc_as_conv import fully_connected_as_conv
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
-    from tpuedge.edge.tflm_model import ops_used
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.mcu.tflm_model import ops_used
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
     from tpuedge.quantize.config import QuantConfig
 
     torch.manual_seed(0)
@@ -222,7 +222,7 @@ def test_a_bigger_kv_cache_is_refused_on_ram_by_the_cli(tmp_path):
 
 
 def test_the_measured_arena_is_held_to_the_board_with_the_kv_cache_named():
-    from tpuedge.edge.boards import resolve_board
+    from tpuedge.edge.mcu.boards import resolve_board
     from tpuedge.edge.generative.mcu_lm_budget import LMEstimate, check_measured_fit
 
     estimate = LMEstimate(222_432, 222_432, KV_CACHE_BYTES, 1024, "the cache")

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import tpuedge
-from tpuedge.edge.arena import ARENA_STEP, BISECTION_STEP, arena_fits, bisect_arena
-from tpuedge.edge.c_array import parse_c_array
-from tpuedge.edge.tflm_model import external_buffers, ops_used
-from tpuedge.edge.tflm_ops import tflm_ops
+from tpuedge.edge.mcu.arena import ARENA_STEP, BISECTION_STEP, arena_fits, bisect_arena
+from tpuedge.edge.mcu.c_array import parse_c_array
+from tpuedge.edge.mcu.tflm_model import external_buffers, ops_used
+from tpuedge.edge.mcu.tflm_ops import tflm_ops
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +76,8 @@ def test_arena_is_the_minimum_to_16_bytes_found_in_few_runs(digits_mcu, monkeypa
     """The arena is the smallest 16-byte multiple that runs (TFLM aligns to 16 bytes; the bisection
     stopped within 256 B of it). The allocator's own figure gives it in a few runs (a plain
     bisection took a dozen); without that figure the bisection reaches it to 256 B, as before."""
-    from tpuedge.edge import tflite_file
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
 
     _, art = digits_mcu
     data = (art.directory / "model.tflite").read_bytes()
@@ -103,7 +103,7 @@ def test_arena_is_the_minimum_to_16_bytes_found_in_few_runs(digits_mcu, monkeypa
 
 def test_the_activation_lower_bound_is_below_the_measured_arena(digits_mcu):
     """What the build refuses a model on before converting it never exceeds what TFLite-Micro measures."""
-    from tpuedge.edge.boards import activation_lower_bound
+    from tpuedge.edge.mcu.boards import activation_lower_bound
 
     lowered, art = digits_mcu
     held, node = activation_lower_bound(lowered.program)
@@ -155,7 +155,7 @@ def test_rebuild_is_byte_identical(digits_mcu, tmp_path):
 
 def test_over_budget_exits_2_with_numbers_and_writes_nothing(digits_mcu, tmp_path):
     lowered, art = digits_mcu
-    from tpuedge.edge.boards import budget_check, resolve_board
+    from tpuedge.edge.mcu.boards import budget_check, resolve_board
 
     board = resolve_board("cortex-m0plus", None, 4)  # 4 KB RAM: the arena can't fit
     with pytest.raises(tpuedge.UserError) as err:

@@ -1,5 +1,5 @@
 """argmax / argmin and order comparisons on mcu: TFLite-Micro's int8 ARG_MAX, ARG_MIN, LESS, ...
-read the integer tensors the quantizer dequantized for them (edge/tflm_forms.py), so a graph that
+read the integer tensors the quantizer dequantized for them (edge/mcu/tflm_forms.py), so a graph that
 picks a token and feeds it back (a greedy decode inside `forward`) or masks by a threshold builds;
 where a greedy decoder misses its accuracy budget, the refusal says why (edge/fed_back_choices.py)."""
 

@@ -36,7 +36,7 @@ def outlier():
 
 
 def test_int16_where_int8_misses_the_budget_and_strict_int8_fails_loudly(outlier, tmp_path):
-    from tpuedge.edge import tflite_file
+    from tpuedge.edge.flatbuffer import tflite_file
 
     program, calibration = outlier
     with pytest.raises(BudgetError, match="misses its accuracy budget"):
@@ -103,11 +103,11 @@ def _all_int16(module, shape=(1, 16), sample=None) -> bytes:
     `sample(rng)` draws one input (default: normal floats of `shape`)."""
     from ai_edge_quantizer import recipe_manager
 
-    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.litert.float_model import float_tflite
     from tpuedge.edge.int8_search import _quantizer_samples
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.mcu_capability import mcu_passes
-    from tpuedge.edge.quantizer_recipes import run_quantizer
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.mcu.mcu_capability import mcu_passes
+    from tpuedge.edge.litert.quantizer_recipes import run_quantizer
     from tpuedge.shared_ir.program import Program
 
     sample = sample or (lambda rng: rng.standard_normal(shape).astype(np.float32))
@@ -127,7 +127,7 @@ def _all_int16(module, shape=(1, 16), sample=None) -> bytes:
 
 
 def test_the_candidate_check_names_what_tflite_micro_cannot_run():
-    from tpuedge.edge.tflm_candidates import tflm_candidate_problem
+    from tpuedge.edge.mcu.tflm_candidates import tflm_candidate_problem
 
     # a kernel TFLite-Micro has, refusing int16 tensors when it prepares
     assert "TFLite-Micro refused it" in tflm_candidate_problem(_all_int16(_Repeated()))
@@ -152,15 +152,16 @@ class _Embedded(torch.nn.Module):
 
 def test_int16_candidates_of_a_model_with_an_embedding_run_in_tflite_micro(monkeypatch):
     """The quantizer leaves an embedding lookup in float, and the mcu build stores its table in
-    int8 (edge/tflm_forms.py). The candidate check judged the raw candidate, so it refused every
+    int8 (edge/mcu/tflm_forms.py). The candidate check judged the raw candidate, so it refused every
     int16 candidate of a model with an embedding ("left in float: EMBEDDING_LOOKUP"): MiniLM-L6's
     mcu search ran none of its 41 int16 recipes. Rows read at 16 bits come from an int8
     table on its own range, re-quantized to int16 (TFLite-Micro looks up no int16 table)."""
-    from tpuedge.edge import tflite_file, tflm_candidates
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.tflm_candidates import tflm_candidate_problem
-    from tpuedge.edge.tflm_forms import tflm_forms
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.mcu import tflm_candidates
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.mcu.tflm_candidates import tflm_candidate_problem
+    from tpuedge.edge.mcu.tflm_forms import tflm_forms
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
 
     monkeypatch.setattr(tflm_candidates, "_RAN_IN_TFLM", set())
     candidate = _all_int16(_Embedded(), sample=lambda rng: rng.integers(0, 64, (1, 8)).astype(np.int64))
@@ -201,9 +202,9 @@ def test_the_candidate_check_gives_the_kernels_all_the_arena_they_keep(monkeypat
     """The check's arena was the activations plus 1 MiB, and a model whose kernels keep more than
     that was called refused ("FULLY_CONNECTED failed to prepare"), a verdict about the arena
     (Resemblyzer's all-int8 on mcu: 800 FULLY_CONNECTEDs of 1,024 outputs), not the kernels."""
-    from tpuedge.edge import tflm_candidates
-    from tpuedge.edge.convert import program_to_tflite
-    from tpuedge.edge.tflm_candidates import tflm_candidate_problem
+    from tpuedge.edge.mcu import tflm_candidates
+    from tpuedge.edge.litert.convert import program_to_tflite
+    from tpuedge.edge.mcu.tflm_candidates import tflm_candidate_problem
     from tpuedge.quantize.config import QuantConfig
 
     monkeypatch.setattr(tflm_candidates, "_RAN_IN_TFLM", set())  # run it, whatever ran before in this process
@@ -290,7 +291,7 @@ def test_a_candidate_that_aborts_tflite_micro_is_refused_and_the_build_lives_on(
     factor TFLite-Micro's own check aborts on."""
     from tflm_single_op import single_op_model
 
-    from tpuedge.edge.tflm_candidates import kernel_problem
+    from tpuedge.edge.mcu.tflm_candidates import kernel_problem
 
     problem = kernel_problem(single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0)), 1 << 20)
     assert problem is not None and problem.startswith("TFLite-Micro crashed running it (exit")
@@ -302,7 +303,8 @@ def test_the_candidate_check_runs_only_on_candidates_that_are_not_all_int8(outli
     all-int8 is the model's own answer, which the build checks op by op. The op-group search's
     all-int8 baseline (every group named, each "int8") was checked too: a child process for
     nothing, and a refusal there would have scored it as failed while `{}`, the same model, was not."""
-    from tpuedge.edge import tflite_file, tflm_candidates
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.mcu import tflm_candidates
 
     monkeypatch.setenv("TPUEDGE_NO_CACHE", "1")  # every candidate built, so every check is seen
     checked: list[set[str]] = []
@@ -334,11 +336,11 @@ def test_the_mcu_search_scores_its_candidates_in_tflite_micro():
     candidates in TFLite-Micro (`tflm_candidate_outputs`)."""
     from ai_edge_quantizer import recipe_manager
 
-    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.litert.float_model import float_tflite
     from tpuedge.edge.int8_search import _quantizer_samples
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.quantizer_recipes import run_quantizer
-    from tpuedge.edge.tflm_candidates import tflm_candidate_outputs
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.quantizer_recipes import run_quantizer
+    from tpuedge.edge.mcu.tflm_candidates import tflm_candidate_outputs
 
     program = tpuedge.export(_Rsqrt().eval(), (torch.ones(1, 256),), name="rsqrt")
     base = float_tflite(program, channels_last=True, target="mcu")
@@ -388,13 +390,13 @@ def test_quiet_audio_is_heard_in_16_bits_on_mcu(tmp_path):
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=[(c,) for c in clips], board="nrf52840")
     assert {r["pass"] for r in art.manifest["rewrites"]} >= {"pad-as-slices", "magnitude-as-projections"}
     assert "GATHER_ND" not in {o["op"] for o in art.manifest["tflm_ops"]}
-    from tpuedge.edge import tflite_file
+    from tpuedge.edge.flatbuffer import tflite_file
 
     model = tflite_file.read_model((art.directory / "model.tflite").read_bytes())
     graph = model.subgraphs[0]
     assert [tflite_file.dtype_name(graph.tensors[i].type) for i in graph.inputs] == ["int16"]
     assert min(art.manifest["accuracy_budget"]["measured"]["sample_cosine_per_output"]) >= 0.99
-    from tpuedge.edge import tflm_worker
+    from tpuedge.edge.mcu import tflm_worker
 
     assert tflm_worker._WORKER is None  # the search's TFLite-Micro worker ended with the build
 
@@ -403,7 +405,7 @@ def test_int8_io_keeps_int8_ends_where_every_op_runs_at_16_bits(tmp_path):
     """`--io-dtype int8` asks for int8 tensors at the model's ends. The every-op int16 rung gave
     the same model as above int16 ends whatever was asked; only "integer" (mcu's default) lets it
     widen them now, and an int8 request gets int8 ends (the quantizer requantizes inside)."""
-    from tpuedge.edge import tflite_file
+    from tpuedge.edge.flatbuffer import tflite_file
 
     torch.manual_seed(0)
     program = tpuedge.export(_LearnedSpectrum().eval(), (torch.zeros(1, 104),), name="spectrum")
@@ -431,8 +433,8 @@ def test_the_search_scores_a_candidate_that_aborts_tflite_micro_as_failed_and_li
     gets a fresh worker."""
     from tflm_single_op import single_op_model
 
-    from tpuedge.edge.tflm_candidates import tflm_candidate_outputs
-    from tpuedge.edge.tflm_runtime import TflmError
+    from tpuedge.edge.mcu.tflm_candidates import tflm_candidate_outputs
+    from tpuedge.edge.mcu.tflm_runtime import TflmError
 
     sample = [np.ones((1, 4), np.float32), np.ones((1, 4), np.float32)]
     with pytest.raises(TflmError, match=r"TFLite-Micro crashed running it \(exit"):

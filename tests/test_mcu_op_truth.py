@@ -1,6 +1,6 @@
 """`check --target mcu` says exactly what the mcu build does, for every ATen op in the data.
 
-One probe per entry of edge/data/tflm_ops.json's "aten" map (tests/fixtures/mcu_op_probes.py).
+One probe per entry of edge/mcu/data/tflm_ops.json's "aten" map (tests/fixtures/mcu_op_probes.py).
 All probes go into ONE model (one branch, input and output each), which runs through the real
 mcu conversion once (IR passes, litert-torch, strict int8 ai-edge-quantizer). Each branch is
 then cut out of the converted flatbuffer and run alone in the real TFLite-Micro interpreter.
@@ -16,9 +16,9 @@ import torch
 
 import tpuedge
 from mcu_op_probes import INPUT_SHAPES, PROBES
-from tpuedge.edge.arena import classify_tflm_error
-from tpuedge.edge.tflm_ops import aten_to_tflm
-from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
+from tpuedge.edge.mcu.arena import classify_tflm_error
+from tpuedge.edge.mcu.tflm_ops import aten_to_tflm
+from tpuedge.edge.mcu.tflm_runtime import TflmError, TflmRunner
 from tpuedge.shared_ir.op_registry import op_key
 
 
@@ -64,7 +64,7 @@ def _branch_op_keys(exported_program) -> list[set[str]]:
 
 def _branches(tflite: bytes) -> list[tuple[list[str], list[str], bytes]]:
     """Per output: (its builtins, those left computing in float, a model of just that branch)."""
-    from tpuedge.edge import tflite_file
+    from tpuedge.edge.flatbuffer import tflite_file
 
     model = tflite_file.read_model(tflite)
     graph = model.subgraphs[0]
@@ -118,8 +118,8 @@ def _runs_in_tflm(branch: bytes) -> tuple[bool, str]:
 
 @pytest.fixture(scope="module")
 def probe_results():
-    from tpuedge.edge.mcu_build import integer_tflite
-    from tpuedge.edge.mcu_capability import mcu_capability, mcu_passes
+    from tpuedge.edge.mcu.mcu_build import integer_tflite
+    from tpuedge.edge.mcu.mcu_capability import mcu_capability, mcu_passes
     from tpuedge.quantize.config import QuantConfig
     from tpuedge.shared_ir.program import Program
 
@@ -186,10 +186,10 @@ def test_check_verdict_equals_the_real_build_for_every_op(probe_results):
 
 @pytest.mark.slow  # shares the conversion above
 def test_the_builds_builtin_rule_accepts_every_branch_tflm_ran(probe_results):
-    """The mcu build refuses a converted model by its builtins (edge/data/tflm_ops.json). A builtin
+    """The mcu build refuses a converted model by its builtins (edge/mcu/data/tflm_ops.json). A builtin
     that ran in TFLite-Micro on int8 tensors must pass that rule, or `check` passes a model the
     build then refuses: STRIDED_SLICE (a stepped slice) and PADV2 (a padded max-pool) were."""
-    from tpuedge.edge.mcu_capability import unsupported_builtins
+    from tpuedge.edge.mcu.mcu_capability import unsupported_builtins
 
     refused = {name: unsupported_builtins(r["builtins"]) for name, r in probe_results.items() if r["build_ok"]}
     assert {name: why for name, why in refused.items() if why} == {}

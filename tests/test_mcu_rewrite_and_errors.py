@@ -82,7 +82,7 @@ def test_a_kernel_failure_is_reported_as_the_op_not_as_arena_size():
     """TFLM's int8 NEG kernel refuses int8 tensors at any arena size: the bisection must say so."""
     from tflm_single_op import single_op_model
 
-    from tpuedge.edge.arena_probe import measure_arena
+    from tpuedge.edge.mcu.arena_probe import measure_arena
 
     with pytest.raises(tpuedge.UserError) as err:
         measure_arena(single_op_model("NEG"), [np.array([[-40, -3, 5, 60]], np.int8)])
@@ -128,11 +128,13 @@ def test_unsupported_op_exits_2_before_any_file(tmp_path, capsys):
 
 
 def test_the_shared_conversion_speaks_for_the_calling_target():
-    """edge/convert.py and edge/int8_search.py name no target: the caller's name reaches their messages."""
+    """edge/litert/convert.py and edge/int8_search.py name no target: the caller's name reaches their messages."""
     import torch
 
-    from tpuedge.edge import convert, int8_search
-    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.litert import convert
+
+    from tpuedge.edge import int8_search
+    from tpuedge.edge.litert.float_model import float_tflite
 
     class Net(torch.nn.Module):
         def forward(self, x):
@@ -211,8 +213,8 @@ def test_an_all_int8_arena_over_the_board_ends_the_build_before_the_search(tmp_p
     ends it, unscored, with the allocator's figure: a lower bound of the arena the probe measures."""
     import torch
 
-    import tpuedge.edge.tflm_candidates as tflm_candidates
-    from tpuedge.edge.boards import RESERVE, activation_lower_bound
+    import tpuedge.edge.mcu.tflm_candidates as tflm_candidates
+    from tpuedge.edge.mcu.boards import RESERVE, activation_lower_bound
     from tpuedge.shared_ir.errors import UserError
 
     class Residual(torch.nn.Module):
@@ -261,7 +263,7 @@ def test_arena_probe_survives_a_size_that_crashes_tflite_micro(tmp_path):
 
     import torch
 
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
 
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(
@@ -290,7 +292,7 @@ def test_a_model_that_crashes_tflite_micro_at_every_arena_size_is_told_so():
     with a 64 MiB arena", and this model an internal error after 8 crashes."""
     from tflm_single_op import single_op_model
 
-    from tpuedge.edge.arena_probe import measure_arena
+    from tpuedge.edge.mcu.arena_probe import measure_arena
     from tpuedge.shared_ir.errors import UserError
 
     model = single_op_model("ADD", n_inputs=2, out_quant=(1e-9, 0))

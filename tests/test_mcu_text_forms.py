@@ -1,5 +1,5 @@
 """What text models need on mcu, each found on a tiny HF architecture (BERT, T5, GPT-2):
-int8 embedding tables (edge/tflm_forms.py), SELECT as SELECT_V2, the attention-mask gather by
+int8 embedding tables (edge/mcu/tflm_forms.py), SELECT as SELECT_V2, the attention-mask gather by
 constant aranges as a view (shared_ir/passes/index_as_view.py), and in-place ops on folded
 constants (shared_ir/passes/constant_fold.py). Each ran into a refusal or a crash before."""
 
@@ -27,10 +27,10 @@ class _Lookup(torch.nn.Module):
 
 
 def test_lookup_fold_is_bit_exact_and_stores_the_table_in_int8():
-    from tpuedge.edge import tflite_file
-    from tpuedge.edge.convert import program_to_tflite
-    from tpuedge.edge.tflm_forms import tflm_forms
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.litert.convert import program_to_tflite
+    from tpuedge.edge.mcu.tflm_forms import tflm_forms
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
     from tpuedge.quantize.config import QuantConfig
 
     torch.manual_seed(0)

@@ -76,6 +76,6 @@ def test_there_is_one_metrics_module():
     )
     assert defined == ["quantize/metrics.py"]
     # and accuracy is computed by it, not by an argmax against labels written out again
-    for path in ("edge/mcu_build.py", "tpuedge/verify/compare.py", "bench/edge_vs_peer.py"):
+    for path in ("edge/mcu/mcu_build.py", "tpuedge/verify/compare.py", "bench/edge_vs_peer.py"):
         text = (ROOT / path).read_text()
         assert "== labels" not in text and "== data.labels" not in text and "== y for" not in text, path

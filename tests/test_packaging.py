@@ -132,7 +132,7 @@ def test_a_wheel_holds_every_module_under_the_tpuedge_namespace(tmp_path):
     }
     assert expected - names == set()
     assert "tpuedge/shared_ir/passes/brand_new/__init__.py" in names
-    assert "tpuedge/edge/data/tflm_ops.json" in names
+    assert "tpuedge/edge/mcu/data/tflm_ops.json" in names
     # The build cache keys on a digest of tpuedge's source: the installed copy and the checkout it
     # came from must agree, or a CLI run from the checkout and one from the install miss each
     # other's entries (CI, a non-editable install, once failed test_cache_builds this way).

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import tpuedge
-from tpuedge.edge.litert_lowering import litert_ir_passes
+from tpuedge.edge.litert.litert_lowering import litert_ir_passes
 from tpuedge.shared_ir.passes.batchnorm_fold import FoldBatchNorm
 from tpuedge.shared_ir.program import Program
 
@@ -119,7 +119,7 @@ def test_both_litert_targets_get_the_folded_program_and_the_float_model_matches_
     program = tpuedge.export(model, (x,), name="convnet")
     assert _norms(litert_ir_passes(program.exported_program)) == 0  # 3 on the old code
     art = tpuedge.build(program, "android", tmp_path / "android", quantize="none", eval="none")
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
     got = LiteRTRunner((art.directory / "model.tflite").read_bytes()).run([x.numpy()])[0]
     want = model(x).detach().numpy()

@@ -98,7 +98,7 @@ def test_bert_encoder_passes_the_mcu_check_and_builds(tmp_path):
     ids, mask = torch.randint(0, 100, (1, 16)), torch.ones(1, 16, dtype=torch.long)
     program = tpuedge.export(model, (ids, mask), name="bert")
     assert {"aten.to.dtype_layout", "aten.to.device"} <= set(program.op_histogram)
-    # neither the casts nor the token embedding (an int8 table, edge/tflm_forms.py) nor the
+    # neither the casts nor the token embedding (an int8 table, edge/mcu/tflm_forms.py) nor the
     # mask's gather by constant aranges (a view) block it
     assert program.check("mcu") == []
     assert program.check("android") == []

@@ -1,5 +1,5 @@
 """Ops above 5-D done at a lower rank (shared_ir/passes/high_rank.py), and the mcu check's rank
-rule for a transpose that stays above 5-D (shared_ir/check.py, edge/mcu_capability.py)."""
+rule for a transpose that stays above 5-D (shared_ir/check.py, edge/mcu/mcu_capability.py)."""
 
 from __future__ import annotations
 

@@ -117,7 +117,7 @@ class _StraightThrough(torch.nn.Module):
 def test_the_rewrite_quantization_aware_training_gets_keeps_detach():
     """Old code: mcu's rewrite for training removed the detach, so the estimator's gradient was
     zero (round's) instead of the identity's; inference builds still drop it."""
-    from tpuedge.edge.mcu_capability import mcu_passes
+    from tpuedge.edge.mcu.mcu_capability import mcu_passes
     from tpuedge.shared_ir.targets import get_target
 
     torch.manual_seed(0)

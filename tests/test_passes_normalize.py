@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import tpuedge
-from tpuedge.edge.tflite_inspect import summarize_tflite
+from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
 from tpuedge.shared_ir.program import Program
 

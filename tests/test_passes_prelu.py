@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge.tflite_inspect import summarize_tflite
+from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 from tpuedge.shared_ir.passes.prelu_form import PReluAsMinimum
 from tpuedge.shared_ir.program import Program
 

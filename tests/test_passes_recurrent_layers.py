@@ -155,7 +155,7 @@ def test_an_android_int8_recurrent_layer_stores_one_gate_bias_not_one_per_step(t
     unroll on the IR), the GRU's from its recurrent projection's b_hh. Now the input
     projection's one. (An LSTM is one fused op on android now, its biases float32 once:
     tests/test_sequence_lstm.py.)"""
-    from tpuedge.edge import tflite_file
+    from tpuedge.edge.flatbuffer import tflite_file
 
     torch.manual_seed(0)
     program = tpuedge.export(_Reader(cell).eval(), (torch.zeros(1, 9, 6),), name=f"reader_{cell}")

@@ -109,7 +109,7 @@ def test_a_converter_failure_is_one_paragraph_naming_the_ir_node(tmp_path, monke
     """Without the pass, litert-torch fails inside its own re-trace: the error names the add and
     this file's line, exit 2, and the output folder is not made."""
     import tpuedge.shared_ir.passes.repeat_expand as repeat_expand
-    from tpuedge.edge.float_model import clear_float_cache
+    from tpuedge.edge.litert.float_model import clear_float_cache
     from tpuedge.shared_ir.errors import UserError
 
     monkeypatch.setattr(repeat_expand, "RepeatAsExpand", _NoOp)

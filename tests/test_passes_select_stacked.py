@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge import tflite_file
+from tpuedge.edge.flatbuffer import tflite_file
 from tpuedge.shared_ir.passes.recurrent_layers import UnrollRecurrentLayers
 from tpuedge.shared_ir.passes.select_stacked import SelectFromStack
 from tpuedge.shared_ir.program import Program

@@ -83,8 +83,8 @@ class _SiluThroughAView(torch.nn.Module):
 def test_an_in_place_silu_through_a_view_keeps_its_write():
     """Old code rewrote `silu_` as a new x * sigmoid(x) value, so `y` never saw the write: the
     android float model was off by up to 3.9 against torch, with no error."""
-    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.litert_lowering import lower_to_float_flatbuffer
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
     torch.manual_seed(0)
     module = _SiluThroughAView().eval()

@@ -13,7 +13,7 @@ import torch
 
 import tpuedge
 from cli_runner import run_cli, run_cli_in_child
-from tpuedge.edge.float_model import clear_float_cache
+from tpuedge.edge.litert.float_model import clear_float_cache
 from tpuedge.shared_ir import program_snapshot
 from tpuedge.shared_ir.cache import BuildCache
 from tpuedge.shared_ir.cache_keys import build_session, read_cache_line
@@ -65,7 +65,7 @@ def test_fake_values_make_a_snapshot_lowerable_as_a_loaded_program(tmp_path, cac
     tensors = [t for v in vals for t in (v if isinstance(v, tuple) else (v,))]  # max_pool2d_with_indices: two
     assert {type(t).__name__ for t in tensors} == {"FakeTensor"} and {t.device.type for t in tensors} == {"cpu"}
     assert again.fingerprint == loaded.fingerprint
-    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+    from tpuedge.edge.litert.litert_lowering import lower_to_float_flatbuffer
 
     assert lower_to_float_flatbuffer(again) == lower_to_float_flatbuffer(loaded)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge.tflite_inspect import summarize_tflite
+from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 from tpuedge.quantize.activation_ranges import quant_points
 from tpuedge.quantize.recipes import SensitiveGroup, float_ranked, upgrade_ranked
 from tpuedge.quantize.sensitivity import rank_quant_points
@@ -104,7 +104,7 @@ def test_an_outlier_residual_stream_meets_the_int8_budget(outlier_program, tmp_p
     assert recipe["sensitivity"]["precision"] == "float"
     accuracy = art.manifest["accuracy"]
     assert accuracy["inputs"] == "held out from calibration" and accuracy["sample_cosine"] >= 0.99
-    from tpuedge.edge.tflite_file import read_model
+    from tpuedge.edge.flatbuffer.tflite_file import read_model
 
     graph = read_model((tmp_path / "int8" / "model.tflite").read_bytes()).subgraphs[0]
     assert not any(t.type == 7 for t in graph.tensors)  # no TensorType.INT16 anywhere
@@ -219,8 +219,8 @@ def test_a_ranked_point_finds_its_ops_in_the_float_model_by_module_scope():
     take (qualified name and class, written once at lowering); the edge search finds the
     ops a point became by it. A mismatch of forms (the class's Python path on one side) finds
     none, and the search silently upgrades nothing."""
-    from tpuedge.edge.float_model import float_tflite
-    from tpuedge.edge.quantizer_recipes import ranked_groups
+    from tpuedge.edge.litert.float_model import float_tflite
+    from tpuedge.edge.litert.quantizer_recipes import ranked_groups
 
     torch.manual_seed(0)
     program = tpuedge.export(_Wrapped().eval(), (torch.zeros(1, 16),), name="wrapped")
@@ -267,8 +267,8 @@ def test_a_ranked_points_group_reads_its_value_through_a_reshape():
     held the Linear and that RESHAPE only, so the LayerNorm's MEAN read an int8 requantized copy
     and the int16 candidate scored exactly as all-int8 did; the group now reaches the ops that
     read the value through the reshape."""
-    from tpuedge.edge.float_model import float_tflite
-    from tpuedge.edge.quantizer_recipes import ranked_groups
+    from tpuedge.edge.litert.float_model import float_tflite
+    from tpuedge.edge.litert.quantizer_recipes import ranked_groups
 
     torch.manual_seed(0)
     program = tpuedge.export(_LinearIntoNorm().eval(), (torch.zeros(1, 16),), name="into_norm")
@@ -286,8 +286,8 @@ def test_an_op_in_a_float_island_and_an_int16_group_computes_in_float(outlier_pr
     was silently int16 (Resemblyzer: its float LSTM island scored exactly as int16, 0.843)."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
 
-    from tpuedge.edge import tflite_file
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
     from tpuedge.quantize.config import QuantConfig
 
     tpuedge.build(outlier_program, "android", tmp_path / "float", quantize="none")
@@ -333,7 +333,7 @@ def test_a_program_with_too_many_points_is_not_ranked(monkeypatch):
     MAX_RANKED_POINTS the ranking stops before lowering anything, and the search says why there
     is no ranking and goes on with its op groups (the LSTM's recurrent state among them)."""
     from tpuedge.edge import int8_search
-    from tpuedge.edge.android_convert import int8_rewrites
+    from tpuedge.edge.android.android_convert import int8_rewrites
     from tpuedge.quantize import sensitivity
     from tpuedge.quantize.config import QuantConfig
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpuedge.edge import tflite_file
-from tpuedge.edge.tflite_file import schema
+from tpuedge.edge.flatbuffer import tflite_file
+from tpuedge.edge.flatbuffer.tflite_file import schema
 from tpuedge.quantize.affine import dequantize, quantize
 
 SCALE, ZERO = 0.1, -3
@@ -127,8 +127,8 @@ def test_per_channel_quantize_is_per_tensor_quantize_per_slice():
 def test_runners_feed_int8_inputs_as_their_runtime_quantizes():
     """LiteRTRunner/TflmRunner.run on an int8-input model give what the runtime's own QUANTIZE
     op would have fed it (dequantized by the model's DEQUANTIZE)."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
 
     int8_input = _one_op_model(
         schema.BuiltinOperator.DEQUANTIZE,

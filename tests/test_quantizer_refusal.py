@@ -1,4 +1,4 @@
-"""A model whose float .tflite ai-edge-quantizer cannot quantize (edge/quantizer_refusal.py): a
+"""A model whose float .tflite ai-edge-quantizer cannot quantize (edge/litert/quantizer_refusal.py): a
 dilated 3-D max pool lowers to STABLEHLO_REDUCE_WINDOW, whose window body the quantizer's
 calibration never runs ("MAXIMUM not found in tensor_name_to_qsv"). Old code: an internal error
 with a traceback, under `--quantize auto` (the default) as well as `--quantize int8`. Now: int8 is a

@@ -59,8 +59,8 @@ def test_layer_norm_groups_are_one_per_module_instance():
     torch = pytest.importorskip("torch")
     from torch import nn
 
-    from tpuedge.edge.float_model import float_tflite
-    from tpuedge.edge.quantizer_recipes import find_sensitive_groups
+    from tpuedge.edge.litert.float_model import float_tflite
+    from tpuedge.edge.litert.quantizer_recipes import find_sensitive_groups
     from tpuedge.shared_ir.program import Program
 
     class Block(nn.Module):
@@ -98,9 +98,9 @@ def test_a_layer_named_after_the_norm_before_it_stays_out_of_the_norm_group():
     torch = pytest.importorskip("torch")
     from torch import nn
 
-    from tpuedge.edge import tflite_file
-    from tpuedge.edge.float_model import float_tflite
-    from tpuedge.edge.quantizer_recipes import find_sensitive_groups
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.litert.float_model import float_tflite
+    from tpuedge.edge.litert.quantizer_recipes import find_sensitive_groups
     from tpuedge.shared_ir.program import Program
 
     class Block(nn.Module):

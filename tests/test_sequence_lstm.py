@@ -1,5 +1,5 @@
 """LSTM layers on android as LiteRT's UNIDIRECTIONAL_SEQUENCE_LSTM, one op per layer and direction
-(edge/sequence_lstm.py): torch's numbers, the same answer on every invoke (the op's states outlive
+(edge/litert/sequence_lstm.py): torch's numbers, the same answer on every invoke (the op's states outlive
 one), and in a quantized build int8 weights where they cost little, measured. Old code wrote each
 layer out over time: about 16 ops per step, 7,834 in Resemblyzer's int8 file."""
 
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge import tflite_file
-from tpuedge.edge.litert_runtime import LiteRTRunner
-from tpuedge.edge.fused_lstm_weights import plan_fused_lstm_weights, with_int8_weights
-from tpuedge.edge.sequence_lstm import FuseSequenceLSTM
+from tpuedge.edge.flatbuffer import tflite_file
+from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+from tpuedge.edge.litert.fused_lstm_weights import plan_fused_lstm_weights, with_int8_weights
+from tpuedge.edge.litert.sequence_lstm import FuseSequenceLSTM
 from tpuedge.shared_ir.program import Program
 
 
@@ -88,7 +88,7 @@ def test_a_layer_the_fused_op_cannot_compute_is_left_for_the_unrolling(module):
 def test_a_scheme_asking_for_integer_compute_keeps_the_layer_for_the_unrolling(options):
     """The fused op computes in float: dynamic-int8's written-out layers run LiteRT's hybrid
     kernels (faster), --strict-int8 allows no float op."""
-    from tpuedge.edge.android_convert import android_rewrites
+    from tpuedge.edge.android.android_convert import android_rewrites
     from tpuedge.quantize.config import QuantConfig
 
     program = tpuedge.export(_Tagger().eval(), (torch.zeros(1, 5, 6),), name="kept")
@@ -196,8 +196,8 @@ def test_the_plan_keeps_float32_the_weights_whose_int8_costs_too_much():
 
 
 def _float_model(program):
-    from tpuedge.edge.android_convert import android_rewrites
-    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.android.android_convert import android_rewrites
+    from tpuedge.edge.litert.float_model import float_tflite
     from tpuedge.quantize.config import QuantConfig
 
     fused, rewrites = android_rewrites(program, QuantConfig(scheme="none"))

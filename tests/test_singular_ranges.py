@@ -57,7 +57,7 @@ def test_a_magnitude_that_is_zero_in_calibration_quantizes_on_mcu(tmp_path, monk
 def test_the_ir_ranking_caps_the_same_range():
     """The sensitivity ranking fakes int8 with the ranges the edge calibration uses: uncapped, it
     ranked the rsqrt first by far (silero-vad's mcu graph: loss 0.41, range up to 8.4e7)."""
-    from tpuedge.edge.mcu_capability import mcu_passes
+    from tpuedge.edge.mcu.mcu_capability import mcu_passes
     from tpuedge.quantize.sensitivity import rank_quant_points
     from tpuedge.shared_ir.program import Program
 

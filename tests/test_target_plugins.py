@@ -146,7 +146,9 @@ def test_an_entry_point_that_fails_to_load_leaves_no_partial_registry(monkeypatc
     from tpuedge.shared_ir import targets
     from tpuedge.shared_ir.errors import UserError
 
-    good = metadata.EntryPoint("android", "tpuedge.edge.android_target:AndroidTarget", targets.ENTRY_POINT_GROUP)
+    good = metadata.EntryPoint(
+        "android", "tpuedge.edge.android.android_target:AndroidTarget", targets.ENTRY_POINT_GROUP
+    )
     broken = metadata.EntryPoint("zz-broken", "no_such_module_here:Target", targets.ENTRY_POINT_GROUP)
     monkeypatch.setattr(targets, "_REGISTRY", {})
     monkeypatch.setattr(targets, "_loaded", False)

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 import tpuedge
-from tpuedge.edge import tflite_file
-from tpuedge.edge.tensor_names import ScopeNames, shorten_tensor_names
+from tpuedge.edge.flatbuffer import tflite_file
+from tpuedge.edge.flatbuffer.tensor_names import ScopeNames, shorten_tensor_names
 
 
 def test_a_name_keeps_its_distinct_scopes_in_order():
@@ -47,7 +47,7 @@ def test_a_tensor_the_quantizer_added_is_read_in_its_source_scope():
 def test_short_names_stay_unique_and_the_quantizer_takes_them(tmp_path):
     """A Linear's weight and output both shorten to "_Net/Linear_fc": the second gets ";1" (a
     part verify skips). With repeated names ai-edge-quantizer refused our float model."""
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
     from tpuedge.quantize.config import QuantConfig
 
     torch.manual_seed(0)
@@ -114,8 +114,8 @@ def test_the_float_model_comes_out_short_named_and_a_float_build_writes_it_as_it
     """Names are shortened once, where litert-torch's float model is made: every scheme
     quantizes from that model, so a float build writes those very bytes (old code renamed a copy
     per build, and an int8 build packed the float model again to report its size)."""
-    from tpuedge.edge.float_model import float_tflite
-    from tpuedge.edge.litert_lowering import lower_to_float_flatbuffer
+    from tpuedge.edge.litert.float_model import float_tflite
+    from tpuedge.edge.litert.litert_lowering import lower_to_float_flatbuffer
 
     torch.manual_seed(0)
     program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="sized")
@@ -136,7 +136,7 @@ def test_repeated_scopes_get_the_first_free_suffix_and_a_short_named_model_is_no
     free ";k" (as the one-by-one search gave, without its quadratic cost), and a model whose names
     are short already is returned as it is from its names read in place: unpacking Resemblyzer's
     object tree (10k tensors) took a second, twice per float build."""
-    from tpuedge.edge.tensor_names import _unique_names
+    from tpuedge.edge.flatbuffer.tensor_names import _unique_names
 
     program = tpuedge.export(_Net().eval(), (torch.zeros(1, 3, 8, 8),), name="named")
     scopes = ScopeNames(program.exported_program)
@@ -180,7 +180,7 @@ def test_modules_the_converter_names_alike_get_their_own_names():
     """Renaming the converter's chains named every pointwise tensor after the depthwise module
     its chain also names (first found): an mcu build on trained activation ranges then found no
     range for them (the train-to-mcu example's SwishDSCNN). litert-torch is handed the scopes."""
-    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.litert.float_model import float_tflite
 
     program = tpuedge.export(_TwoLists().eval(), (torch.zeros(1, 4, 16),), name="lists")
     names = _names(float_tflite(program, cache=False))
@@ -207,7 +207,7 @@ def test_a_cache_hit_carries_the_names_a_cold_build_writes(tmp_path, monkeypatch
     """The IR fingerprint leaves module stacks out: a model whose class was renamed got its float
     model, and so its tensor names, from the old class's entry (in the process's memo and on
     disk), bytes no cold build of it writes. Both keys now cover the names' scopes."""
-    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.litert.float_model import float_tflite
 
     monkeypatch.setenv("TPUEDGE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("TPUEDGE_NO_CACHE", raising=False)

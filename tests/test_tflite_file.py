@@ -9,7 +9,7 @@ import torch
 
 import tpuedge
 from cli_runner import run_cli
-from tpuedge.edge import tflite_file
+from tpuedge.edge.flatbuffer import tflite_file
 from tpuedge.shared_ir.errors import UserError
 
 
@@ -141,9 +141,9 @@ def _with_buffer_outside(data: bytes) -> tuple[bytes, int, np.ndarray]:
 
 
 def test_external_buffers_are_read_and_moved_inline(built):
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.tflite_inspect import summarize_tflite
-    from tpuedge.edge.tflm_model import external_buffers, inline_buffers
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
+    from tpuedge.edge.mcu.tflm_model import external_buffers, inline_buffers
 
     data = (built / "model.tflite").read_bytes()
     outside, index, payload = _with_buffer_outside(data)
@@ -163,8 +163,8 @@ def test_a_rewritten_model_keeps_its_outside_buffers_outside(built):
     """Rewriting a model ai-edge-quantizer stored partly after the flatbuffer (a renamed tensor)
     re-appends those buffers with their offsets moved: written as read, the offsets pointed into
     bytes the new file no longer has and LiteRT refused it."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.tflm_model import external_buffers
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.mcu.tflm_model import external_buffers
 
     data = (built / "model.tflite").read_bytes()
     outside, index, payload = _with_buffer_outside(data)
@@ -179,8 +179,8 @@ def test_a_rewritten_model_keeps_its_outside_buffers_outside(built):
 
 
 def test_every_view_reads_the_same_tensors(built):
-    from tpuedge.edge.tflite_inspect import summarize_tflite
-    from tpuedge.edge.tflm_model import io_quantization, ops_used
+    from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
+    from tpuedge.edge.mcu.tflm_model import io_quantization, ops_used
     from tpuedge.verify.tflite_graph import read_graph
 
     data = (built / "model.tflite").read_bytes()
@@ -201,7 +201,7 @@ def test_every_view_reads_the_same_tensors(built):
 def test_tflite_micro_runner_checks_the_file_first(built):
     """TFLite-Micro's Python loader decodes without bounds checks: an mcu artifact's damaged
     model.tflite must be a UserError naming it, not a struct.error from inside tflite_micro."""
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
 
     data = (built / "model.tflite").read_bytes()
     with pytest.raises(UserError, match="model.tflite is not a valid .tflite model"):
@@ -306,7 +306,7 @@ def test_equal_vectors_are_written_once_and_the_model_runs_the_same(tmp_path):
     import flatbuffers
 
     from litert_builtin import builtin_output
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
 
     torch.manual_seed(0)
     program = tpuedge.export(_Channels().eval(), (torch.zeros(1, 3, 8, 8),), name="channels")
@@ -341,7 +341,7 @@ def test_equal_names_and_tables_are_written_once_and_the_model_runs_the_same(tmp
 
     from litert_builtin import builtin_output
     from models import LSTMTagger
-    from tpuedge.edge.tflm_runtime import TflmRunner
+    from tpuedge.edge.mcu.tflm_runtime import TflmRunner
 
     torch.manual_seed(0)
     program = tpuedge.export(LSTMTagger(4, 8, 3).eval(), (torch.zeros(1, 6, 4),), name="recurrent")
@@ -396,7 +396,7 @@ def test_tensors_are_renamed_where_they_lie(built):
     one whose string another tensor shares: the writer stores equal strings once) is appended and
     pointed to; the result is the model the repack gives, a buffer stored after the flatbuffer stays
     at its offset, and LiteRT runs it as before. A tensor with no name field cannot be renamed so."""
-    from tpuedge.edge.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
     data = (built / "model.tflite").read_bytes()
     outside, index, payload = _with_buffer_outside(data)
@@ -437,7 +437,7 @@ def test_a_float_model_is_renamed_holding_one_copy_of_it(built):
     MB above the lowering's own. With 24 MiB of weights, renaming holds under 1.3 copies."""
     import tracemalloc
 
-    from tpuedge.edge.tensor_names import ScopeNames, shorten_tensor_names
+    from tpuedge.edge.flatbuffer.tensor_names import ScopeNames, shorten_tensor_names
 
     model = _with_megabyte_buffers(tflite_file.read_model((built / "model.tflite").read_bytes()), 24)
     for tensor in model.subgraphs[0].tensors:

@@ -1,4 +1,4 @@
-"""edge/data/tflm_ops.json against the real `tflite_micro` interpreter, with single-op models.
+"""edge/mcu/data/tflm_ops.json against the real `tflite_micro` interpreter, with single-op models.
 
 Each model is built directly as a flatbuffer (one op, int8 tensors), so the check does not
 depend on any converter: an op the data lists must resolve in TFLM, an op it lists as missing
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpuedge.edge.tflm_ops import aten_to_tflm, tflm_data, tflm_missing, tflm_ops
+from tpuedge.edge.mcu.tflm_ops import aten_to_tflm, tflm_data, tflm_missing, tflm_ops
 from tflm_single_op import _schema, single_op_model
-from tpuedge.edge.tflm_runtime import TflmError, TflmRunner
+from tpuedge.edge.mcu.tflm_runtime import TflmError, TflmRunner
 
 
 def _load_error(data: bytes) -> str:

@@ -51,7 +51,7 @@ def _calibration():
 
 
 def _build(pt2, target, out, **options) -> dict[str, bytes]:
-    from tpuedge.edge.float_model import clear_float_cache
+    from tpuedge.edge.litert.float_model import clear_float_cache
     from tpuedge.shared_ir.program import Program
 
     clear_float_cache()  # the last float models, kept in memory: each build converts its own
@@ -168,7 +168,7 @@ def test_the_x64_switch_is_kept_on_both_routes():
 _IMPORT = """
 import json, sys
 import jax
-from tpuedge.edge.litert_session import litert_session
+from tpuedge.edge.litert.litert_session import litert_session
 from tpuedge.shared_ir.upstream_gate import fallbacks_taken
 with litert_session():
     inside = bool(jax.config.jax_enable_x64)

@@ -23,8 +23,8 @@ COMPAT_MODULES = {
     "shared_ir/upstream_gate.py",
     "shared_ir/torch_compat.py",
     "shared_ir/jax_compat.py",
-    "edge/litert_torch_compat.py",
-    "edge/quantizer_compat.py",
+    "edge/litert/litert_torch_compat.py",
+    "edge/litert/quantizer_compat.py",
 }
 # (module, what) outside them, each with why it is no internal.
 ALLOWED = {

@@ -28,8 +28,8 @@ def test_an_artifact_without_layer_numerics_is_a_user_error_naming_it():
 
 def test_built_in_artifacts_declare_how_they_are_read():
     from tpuedge.cloud.artifact import CloudArtifact
-    from tpuedge.edge.artifact import LiteRTArtifact
-    from tpuedge.edge.mcu_artifact import McuArtifact
+    from tpuedge.edge.android.artifact import LiteRTArtifact
+    from tpuedge.edge.mcu.mcu_artifact import McuArtifact
 
     assert (LiteRTArtifact.layer_runtime, McuArtifact.layer_runtime, CloudArtifact.layer_runtime) == (
         "litert",

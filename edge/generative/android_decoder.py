@@ -91,7 +91,7 @@ class AndroidDecoderLowered:
         from tpuedge.edge.generative.decoder_files import MODEL_FILE
         from tpuedge.shared_ir.generative.decoder_manifest import decoder_manifest
         from tpuedge.edge.generative.decoder_accuracy import choose_and_measure
-        from tpuedge.edge.tflite_inspect import summarize_tflite
+        from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
         from tpuedge.shared_ir.atomic import atomic_output_dir
         from tpuedge.shared_ir.manifest import write_build_manifest
         from tpuedge.shared_ir.stage_times import timed

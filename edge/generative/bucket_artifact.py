@@ -29,7 +29,7 @@ class LiteRTBucketsArtifact(Artifact):
     def _interpreter(self):
         from ai_edge_litert.interpreter import Interpreter
 
-        from tpuedge.edge.tflite_file import read_model
+        from tpuedge.edge.flatbuffer.tflite_file import read_model
         from tpuedge.edge.tool_output import held_tool_output
 
         path = self.directory / "model.tflite"

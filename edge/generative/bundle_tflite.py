@@ -7,7 +7,7 @@ __all__ = ["float_bundle_tflite"]
 
 def float_bundle_tflite(bundle) -> bytes:
     """The float .tflite of every entry of `bundle`, one signature each (build cache: per bundle)."""
-    from tpuedge.edge.litert_lowering import lower_signatures_to_float_flatbuffer
+    from tpuedge.edge.litert.litert_lowering import lower_signatures_to_float_flatbuffer
     from tpuedge.shared_ir.cache_keys import cached_stage
     from tpuedge.shared_ir.progress import stage_progress
 

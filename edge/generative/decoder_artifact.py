@@ -19,7 +19,7 @@ class LiteRTDecoderArtifact(GeneratingArtifact, Artifact):
     @cached_property
     def tflite(self) -> bytes:
         from tpuedge.edge.generative.decoder_files import MODEL_FILE
-        from tpuedge.edge.tflite_file import read_model
+        from tpuedge.edge.flatbuffer.tflite_file import read_model
 
         path = self.directory / MODEL_FILE
         if not path.is_file():

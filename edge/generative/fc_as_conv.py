@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpuedge.edge import tflite_file
+from tpuedge.edge.flatbuffer import tflite_file
 
 __all__ = ["fully_connected_as_conv"]
 

@@ -20,7 +20,7 @@ and every candidate would have to keep the caches' ranges tied.
   quantizer gives them one scale and zero point, adds no requantization, and the host (or the
   device) hands the raw int8 output back as the next step's input.
 - Then as any mcu model: every buffer inside the flatbuffer (TFLite-Micro reads an external one
-  as zeros), the float embedding lookups folded to int8 tables (edge/tflm_forms.py), the
+  as zeros), the float embedding lookups folded to int8 tables (edge/mcu/tflm_forms.py), the
   biases' unread quantization tables dropped, and no op left that computes in float; and each
   FULLY_CONNECTED written as the 1x1 CONV_2D it is (edge/generative/fc_as_conv.py), so that
   TFLite-Micro and LiteRT compute the step bit for bit alike.
@@ -84,7 +84,7 @@ def decode_step_samples(
 
 def cache_write_pairs(float_tflite: bytes, cache_inputs: list[str]) -> list[tuple[str, str]]:
     """(cache input tensor, the DYNAMIC_UPDATE_SLICE output written from it) per cache, by name."""
-    from tpuedge.edge import tflite_file
+    from tpuedge.edge.flatbuffer import tflite_file
 
     model = tflite_file.read_model(float_tflite)
     graph = model.subgraphs[0]
@@ -111,14 +111,14 @@ def int8_decode_step(
     program, samples: list[list[np.ndarray]], cache_ranges: list[tuple[float, float]], cache_names: list[str]
 ) -> Int8DecodeStep:
     """The decode `program` (mcu passes applied) as a strict int8 .tflite; see the module docstring."""
-    from tpuedge.edge import tflite_file
-    from tpuedge.edge.bias_quantization import drop_bias_quantization
-    from tpuedge.edge.float_model import float_tflite
+    from tpuedge.edge.flatbuffer import tflite_file
+    from tpuedge.edge.mcu.bias_quantization import drop_bias_quantization
+    from tpuedge.edge.litert.float_model import float_tflite
     from tpuedge.edge.generative.fc_as_conv import fully_connected_as_conv
-    from tpuedge.edge.litert_runtime import LiteRTRunner
-    from tpuedge.edge.quantizer_recipes import quantizer_recipe, run_quantizer
-    from tpuedge.edge.tflm_forms import tflm_forms
-    from tpuedge.edge.tflm_model import external_buffers, inline_buffers
+    from tpuedge.edge.litert.litert_runtime import LiteRTRunner
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.mcu.tflm_forms import tflm_forms
+    from tpuedge.edge.mcu.tflm_model import external_buffers, inline_buffers
     from tpuedge.quantize.config import QuantConfig
     from tpuedge.shared_ir.progress import stage_progress
     from tpuedge.shared_ir.stage_times import timed
@@ -177,9 +177,9 @@ def _check_runs_on_tflm(name: str, tflite: bytes) -> None:
     """Every op has a TFLite-Micro kernel and none computes in float: one error naming them all.
     (Integer index ops, the cache write's PACK of its start, run as they are: TFLite-Micro's run
     of the step, next in the build, is what checks each kernel's types.)"""
-    from tpuedge.edge.tflm_candidates import float_compute_ops
-    from tpuedge.edge.tflm_model import ops_used
-    from tpuedge.edge.tflm_ops import tflm_missing, tflm_ops
+    from tpuedge.edge.mcu.tflm_candidates import float_compute_ops
+    from tpuedge.edge.mcu.tflm_model import ops_used
+    from tpuedge.edge.mcu.tflm_ops import tflm_missing, tflm_ops
 
     ops = {o.name: o.count for o in ops_used(tflite)}
     known = tflm_ops()

@@ -47,7 +47,7 @@ class DecoderQuantizer:
             raise NotACandidate(refusal)
         from ai_edge_quantizer import quantizer
 
-        from tpuedge.edge.tflite_file import compact_model
+        from tpuedge.edge.flatbuffer.tflite_file import compact_model
 
         with held_tool_output("ai-edge-quantizer"):
             q = quantizer.Quantizer(bytearray(self.float_tflite), self._recipe(scheme))
@@ -130,7 +130,7 @@ def _scope_regex(op_name: str) -> str:
 def _parameter_readers(bundle, float_tflite: bytes) -> dict[str, list[tuple[str, str]]]:
     """IR parameter (state-dict name) -> the FULLY_CONNECTED / EMBEDDING_LOOKUP ops reading its
     buffer, in any signature, as (output tensor name, op kind): matched by the buffer's bytes."""
-    from tpuedge.edge import tflite_file
+    from tpuedge.edge.flatbuffer import tflite_file
 
     model = tflite_file.read_model(float_tflite)
     kinds = dict(enumerate(tflite_file.operator_names(model)))

@@ -35,7 +35,7 @@ EVAL_SEQUENCE = 128
 GREEDY_PROMPTS, GREEDY_TOKENS = 3, 16  # greedy continuations compared with the float IR
 RUNTIME_PROMPTS, RUNTIME_TOKENS = 4, 32  # greedy continuations compared between TFLite-Micro and LiteRT
 TOOLS = ("litert-torch", "ai-edge-litert", "ai-edge-quantizer", "tflite-micro")
-_CHILD_MODULES = ("tflite_micro", "tpuedge.edge.tflm_runtime", "tpuedge.edge.arena_probe")
+_CHILD_MODULES = ("tflite_micro", "tpuedge.edge.mcu.tflm_runtime", "tpuedge.edge.mcu.arena_probe")
 
 
 class McuDecoderLowered:
@@ -59,10 +59,10 @@ class McuDecoderLowered:
         allow_below_budget: bool = False,
         **unknown: Any,
     ) -> "McuDecoderLowered":
-        from tpuedge.edge.boards import resolve_board
-        from tpuedge.edge.c_array import symbols_for
+        from tpuedge.edge.mcu.boards import resolve_board
+        from tpuedge.edge.mcu.c_array import symbols_for
         from tpuedge.edge.generative.mcu_lm_budget import check_estimate_fits, estimate_lm
-        from tpuedge.edge.mcu_capability import mcu_passes
+        from tpuedge.edge.mcu.mcu_capability import mcu_passes
         from tpuedge.quantize.lm_budget import LMBudget
         from tpuedge.shared_ir.errors import ProblemsError
         from tpuedge.shared_ir.program import Program
@@ -102,10 +102,10 @@ class McuDecoderLowered:
         )
 
     def compile(self, out_dir: Any = None):
-        from tpuedge.edge.arena_probe import measure_arena
-        from tpuedge.edge.boards import budget_check
-        from tpuedge.edge.c_array import model_data_cc, model_data_h
-        from tpuedge.edge.child_process import spare_children
+        from tpuedge.edge.mcu.arena_probe import measure_arena
+        from tpuedge.edge.mcu.boards import budget_check
+        from tpuedge.edge.mcu.c_array import model_data_cc, model_data_h
+        from tpuedge.edge.mcu.child_process import spare_children
         from tpuedge.shared_ir.generative.decoder_manifest import decoder_manifest
         from tpuedge.edge.generative.mcu_decoder_artifact import McuDecoderArtifact
         from tpuedge.edge.generative.mcu_lm_budget import check_measured_fit
@@ -116,8 +116,8 @@ class McuDecoderLowered:
             zero_cache,
         )
         from tpuedge.edge.generative.tflm_vs_litert import Lockstep, runtimes_report
-        from tpuedge.edge.op_resolver import op_resolver_h
-        from tpuedge.edge.tflm_model import io_quantization, ops_used
+        from tpuedge.edge.mcu.op_resolver import op_resolver_h
+        from tpuedge.edge.mcu.tflm_model import io_quantization, ops_used
         from tpuedge.quantize.lm_text import prompt_ids
         from tpuedge.shared_ir.atomic import atomic_output_dir
         from tpuedge.shared_ir.manifest import write_build_manifest

@@ -27,7 +27,7 @@ class McuDecoderArtifact(GeneratingArtifact, Artifact):
 
     @cached_property
     def tflite(self) -> bytes:
-        from tpuedge.edge.tflite_file import read_model
+        from tpuedge.edge.flatbuffer.tflite_file import read_model
 
         path = self.tflite_path
         if not path.is_file():

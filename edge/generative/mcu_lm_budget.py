@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpuedge.edge.boards import BOARDS, RESERVE, Board, boards_that_fit, fits
+from tpuedge.edge.mcu.boards import BOARDS, RESERVE, Board, boards_that_fit, fits
 from tpuedge.shared_ir.errors import UserError
 
 __all__ = ["LMEstimate", "estimate_lm", "check_estimate_fits", "check_measured_fit", "int8_cache_bytes"]
@@ -51,7 +51,7 @@ class LMEstimate:
 
 
 def estimate_lm(bundle, decode_program) -> LMEstimate:
-    from tpuedge.edge.boards import activation_lower_bound
+    from tpuedge.edge.mcu.boards import activation_lower_bound
 
     spec = bundle.decoder
     _, heads, positions, head_dim = spec.cache_shapes[0]

@@ -25,7 +25,7 @@ def decode_step_io(tflite: bytes, spec) -> dict:
     """{"inputs": [...], "outputs": [...]} of the decode step (edge/tflm_model.io_quantization),
     checked: tokens, input_pos, then the caches in cache_names order, each cache output with its
     input's shape, dtype, scale and zero point; logits first among the outputs."""
-    from tpuedge.edge.tflm_model import io_quantization
+    from tpuedge.edge.mcu.tflm_model import io_quantization
 
     io = io_quantization(tflite)
     names = ["tokens", "input_pos", *spec.cache_names]
@@ -101,7 +101,7 @@ class TflmStepRunner(IntegerStepRunner):
     """The decode step in the TFLite-Micro host interpreter, in an arena of `arena_bytes`."""
 
     def __init__(self, tflite: bytes, spec, arena_bytes: int, *, source=None):
-        from tpuedge.edge.tflm_runtime import TflmRunner
+        from tpuedge.edge.mcu.tflm_runtime import TflmRunner
 
         self.interpreter = TflmRunner(tflite, arena_bytes, source=source)
         super().__init__(tflite, spec, self.interpreter.run_raw)

@@ -6,7 +6,7 @@ parameters) stayed float32 in an "int8" model, which came out at 2.9x its parame
 Indexing lowers to GATHER_ND, whose table the static recipe stores in int8 (index_select would
 too, but its out-of-range fill is a NaN constant the quantizer can't cast). The dynamic
 and fp16 recipes are the other way round (they shrink EMBEDDING_LOOKUP, not GATHER_ND), so only
-static int8 conversions run this pass (edge/android_convert.py). Same numbers: a lookup is a gather.
+static int8 conversions run this pass (edge/android/android_convert.py). Same numbers: a lookup is a gather.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`F.leaky_relu(x, a)` as max(x, a·x) for 0 <= a <= 1: MUL and MAXIMUM, two int8 kernels.
 
 litert-torch lowers leaky_relu to GREATER_EQUAL, MUL and SELECT, and neither TFLite-Micro's
-int8 kernels nor ai-edge-quantizer's static int8 recipe take that SELECT (edge/data/tflm_ops.json),
+int8 kernels nor ai-edge-quantizer's static int8 recipe take that SELECT (edge/mcu/data/tflm_ops.json),
 so every LeakyReLU network (darknet/YOLO-style detectors, GAN generators, many audio nets) was
 refused on mcu (tests/test_passes_leaky_relu.py). For 0 <= a <= 1, a·x <= x exactly when x >= 0,
 so max(x, a·x) is leaky_relu. Exact in float; in int8 the MUL's output has its own scale and the

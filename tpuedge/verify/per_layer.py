@@ -157,7 +157,7 @@ class TfliteLayerSource:
                 intrepreter_config=runtime.InterpreterConfig.kPreserveAllTensors,
             )
         else:
-            from tpuedge.edge.litert_runtime import preserving_interpreter
+            from tpuedge.edge.litert.litert_runtime import preserving_interpreter
 
             self._model_bytes = model_bytes  # alive while the interpreter reads it
             self._interpreter = preserving_interpreter(model_bytes)
@@ -322,7 +322,7 @@ def layer_report(artifact, program, data: VerifyData, *, samples: int = DEFAULT_
     if getattr(artifact, "layer_runtime", None) in ("litert", "tflite-micro"):
         # values from the IR the converter saw: the same outputs and node names, but an
         # attention mask's -inf already bounded (else every masked logit reads as an error)
-        from tpuedge.edge.litert_lowering import litert_ir_passes
+        from tpuedge.edge.litert.litert_lowering import litert_ir_passes
         from tpuedge.shared_ir.program import Program
 
         exported = program.exported_program

@@ -1,4 +1,4 @@
-"""A .tflite flatbuffer's main graph (read by tpuedge.edge.tflite_file) and its tensors mapped to IR nodes.
+"""A .tflite flatbuffer's main graph (read by tpuedge.edge.flatbuffer.tflite_file) and its tensors mapped to IR nodes.
 
 The converter keeps no fx node names in the flatbuffer, but litert-torch names every tensor
 after the `nn_module_stack` scopes of the IR nodes it was lowered from (fused ops may join
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpuedge.edge.tensor_names import ScopeNames
+from tpuedge.edge.flatbuffer.tensor_names import ScopeNames
 from tpuedge.shared_ir.sources import module_scope
 from tpuedge.verify.ir_values import IRLayer
 from tpuedge.verify.runner import inverse_permutation, layout_permutation
@@ -70,7 +70,7 @@ class TfliteGraph:
 
 def read_graph(model_bytes: bytes) -> TfliteGraph:
     """The first subgraph's tensors and ops (no weight data is read)."""
-    from tpuedge.edge import tflite_file
+    from tpuedge.edge.flatbuffer import tflite_file
 
     model = tflite_file.read_model(model_bytes)
     codes = tflite_file.operator_names(model)

@@ -1,0 +1,1 @@
+"""The .tflite flatbuffer file: the one reader and writer, inspection, and tensor names."""
