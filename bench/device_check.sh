@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cloud backend on a machine with an NVIDIA GPU, in one short run (issue 12 item 7):
+# The cloud backend on a machine with an NVIDIA GPU, in one short run:
 #   1. a virtualenv with the repo's constraints, jax[cuda12] at the pinned jax version and torch's
 #      CUDA build at the pinned torch version (from the package registry; a few minutes);
 #   2. the cloud tests on XLA:GPU (JAX_PLATFORMS=cuda,cpu: the GPU is JAX's default backend, the

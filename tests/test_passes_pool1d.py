@@ -65,9 +65,9 @@ def test_a_dilated_max_pool_is_left_alone():
 
 
 def test_android_int8_takes_1d_pools():
-    """Android lowers 1-D pools itself (the pass is mcu's). At 78ee9de (litert-torch's FX passes
-    without its CanonicalizePass, reverted) avg_pool1d lowered to STABLEHLO_REDUCE_WINDOW and
-    ai-edge-quantizer stopped on it: bytes had matched on seven zoo models, not on this one."""
+    """Android lowers 1-D pools itself (the pass is mcu's). litert-torch's FX passes need their
+    CanonicalizePass here: without it avg_pool1d lowers to STABLEHLO_REDUCE_WINDOW and
+    ai-edge-quantizer stops on it, though bytes match on the zoo's other models."""
     program = _program()
     android = tpuedge.build(
         program,

@@ -25,7 +25,7 @@ What can differ from a re-trace: functionalization writes the view it regenerate
 in-place op on a view (litert-torch's NHWC convolution adds its bias in place to a transposed
 result) where the whole trace next reads it, with that reader's module scope; traced alone, it
 comes right after the op, with the op's scope. The ops, their order and the weights are the
-same; a tensor's name can differ (8 of the 23 zoo models; docs/zoo-results.md).
+same; a tensor's name can differ (it did on 8 of the 23 zoo models).
 """
 
 from __future__ import annotations
