@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CloudTpuTarget", "CloudLowered"]
 
-# tpu_compile.TRAIN_LOSSES / TRAIN_SHARDINGS, repeated here to keep this module light
+# tpu_programs.TRAIN_LOSSES / TRAIN_SHARDINGS, repeated here to keep this module light
 _LOSSES = ("auto", "cross_entropy", "mse")
 _SHARDINGS = ("data", "fsdp")
 # options of one kind of model only: a language model's (capture, budget), a single-entry model's (training)
@@ -105,6 +105,11 @@ class CloudTpuTarget(Target):
         from tpuedge.cloud.capability import cloud_capability
 
         return cloud_capability()
+
+    def ir_evaluator(self) -> Any:
+        from tpuedge.cloud.ir_evaluator import JaxIREvaluator
+
+        return JaxIREvaluator()
 
     def build_options(self) -> list[BuildOption]:
         from tpuedge.quantize.budget import budget_build_options

@@ -14,7 +14,7 @@ TPU_REPORT_FILE = "tpu_compile.json"
 
 def tpu_report(lowered, export) -> tuple[dict | None, dict]:
     """(tpu_compile.json content or None, the deterministic summary for the manifest)."""
-    from tpuedge.cloud import tpu_compile
+    from tpuedge.cloud import tpu_compile, tpu_programs
 
     choice = lowered.topology
     status = {"topology": choice.name, "train_step": lowered.train_step}
@@ -30,10 +30,10 @@ def tpu_report(lowered, export) -> tuple[dict | None, dict]:
     target = tpu_compile.CompileTarget(choice)
     batch = lowered.batch_info["size"]
     with timed("TPU: forward, other"):
-        programs = {"forward": tpu_compile.compile_forward(target, export, batch)}
+        programs = {"forward": tpu_programs.compile_forward(target, export, batch)}
     if lowered.train_step:
         with timed("TPU: train step, other (train-mode capture, optax)"):
-            programs["train_step"] = tpu_compile.compile_train_step(
+            programs["train_step"] = tpu_programs.compile_train_step(
                 target, lowered.program, batch, lowered.loss, lowered.sharding
             )
     report = {

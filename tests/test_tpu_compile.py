@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.cloud import tpu_compile
+from tpuedge.cloud import tpu_compile, tpu_programs
 from tpuedge.cloud.topologies import CHIPS, parse_topology
 from tpuedge.shared_ir.errors import UserError
 
@@ -128,7 +128,7 @@ def test_other_chips_compile(mlp8, topology, kind, per_chip):
 
     target = tpu_compile.CompileTarget(parse_topology(topology))
     assert target.describe()["device_kind"] == kind and target.per_chip == per_chip
-    report = tpu_compile.compile_forward(target, forward_export(mlp8[1]), 8)
+    report = tpu_programs.compile_forward(target, forward_export(mlp8[1]), 8)
     assert report["mesh"] == {"data": target.device_count}  # 8 samples split over every device
     assert report["flops_per_device"] >= MLP_MATMUL_FLOPS / target.device_count
 
@@ -136,8 +136,8 @@ def test_other_chips_compile(mlp8, topology, kind, per_chip):
 @needs_libtpu
 def test_fsdp_shards_parameters_with_gathers(mlp8):
     target = tpu_compile.CompileTarget(parse_topology("v5e:2x2"))
-    fsdp = tpu_compile.compile_train_step(target, mlp8[1], 8, sharding="fsdp")
-    data = tpu_compile.compile_train_step(target, mlp8[1], 8, sharding="data")
+    fsdp = tpu_programs.compile_train_step(target, mlp8[1], 8, sharding="fsdp")
+    data = tpu_programs.compile_train_step(target, mlp8[1], 8, sharding="data")
     assert fsdp["collectives"]["by_opcode"].get("all-gather", 0) >= 1
     assert fsdp["hbm_per_device"]["argument_bytes"] < data["hbm_per_device"]["argument_bytes"]
 
@@ -152,7 +152,7 @@ def test_a_users_train_step_compiles_for_a_topology(mlp8):
     step = tpuedge.cloud.train_step(
         module, F.cross_entropy, torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9), (x, y)
     )
-    report = tpu_compile.compile_step_for_topology(step, "v6e:2x2")
+    report = tpu_programs.compile_step_for_topology(step, "v6e:2x2")
     train = report["programs"]["train_step"]
     assert report["device_kind"] == "TPU v6 lite" and train["mesh"] == {"data": 4}
     assert train["collectives"]["total"] >= 1 and train["flops_per_device"] > MLP_MATMUL_FLOPS / 4
