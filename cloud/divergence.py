@@ -1,8 +1,7 @@
 """Where the exported forward parts from Program.run, for the export's self-check to say.
 
-When `verify_export` finds the XLA output off, the message used to blame "the ATen->JAX lowering
-of one of its ops". A random-init EfficientNet-B0 (the zoo's) failed that check with no op
-wrong: each op within 3.8e-5 of torch, the squeeze-excitation gates drifting to 2e-3 and the
+When `verify_export` finds the XLA output off, an op's lowering is not always to blame. A
+random-init EfficientNet-B0 (the zoo's) fails that check with no op wrong: each op within 3.8e-5 of torch, the squeeze-excitation gates drifting to 2e-3 and the
 logits ending over the tolerance. Running both sides node by node on the failing input tells
 the two apart: a jump at one op (every op before it close) points at that op's lowering, a
 difference already near the tolerance before it at float rounding the model amplifies.

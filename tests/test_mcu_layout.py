@@ -48,7 +48,7 @@ def test_flatten_reads_nhwc_with_the_same_outputs(cnn):
 
 def test_a_flatten_that_reads_nhwc_already_is_left_alone(cnn):
     """Every LiteRT lowering runs the pass after mcu's own passes ran it: a second run must find
-    nothing (it used to permute the permuted map again, and the Linear's weight with it)."""
+    nothing (a second permutation of the permuted map would permute the Linear's weight again)."""
     program, _ = cnn
     once, _ = FlattenAsNHWC()(program.exported_program)
     twice, result = FlattenAsNHWC()(once)

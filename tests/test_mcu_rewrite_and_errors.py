@@ -57,9 +57,9 @@ def calibration():
 
 
 def test_check_and_build_agree_an_op_without_int8_path_exits_2(tmp_path, capsys):
-    """Linear -> exp -> abs: ai-edge-quantizer leaves EXP and ABS float (sqrt was the example until
-    the IR learned to write it as x * rsqrt(x)). `check` used to pass it and `build` then died
-    with an InternalError traceback."""
+    """Linear -> exp -> abs: ai-edge-quantizer leaves EXP and ABS float (not sqrt: the IR writes it
+    as x * rsqrt(x)). `check` must refuse it as `build` does, a user error, not an InternalError
+    traceback from the build."""
     from tpuedge.cli import main
 
     model = tmp_path / "expabs.py"

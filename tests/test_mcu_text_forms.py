@@ -146,7 +146,7 @@ def test_an_in_place_op_on_a_folded_constant_folds_with_it(tmp_path):
     from tpuedge.shared_ir.program import Program
 
     np.testing.assert_array_equal(Program(ep, name="folded").run(x)[0], program.run(x)[0])
-    # the build used to stop inside litert-torch: "Constant _folded_add is mutated in the forward method"
+    # a folded constant left mutable stops litert-torch: "Constant _folded_add is mutated in the forward method"
     np.savez(tmp_path / "cal.npz", x=np.random.default_rng(1).standard_normal((32, 8, 8)).astype(np.float32))
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=str(tmp_path / "cal.npz"))
     assert art.manifest["accuracy_budget"]["met"]

@@ -9,7 +9,7 @@ import torch
 
 import tpuedge
 from cli_runner import run_cli
-from tpuedge.edge.flatbuffer import tflite_file
+from tpuedge.edge.flatbuffer import model_packing, tflite_file
 from tpuedge.shared_ir.errors import UserError
 
 
@@ -161,8 +161,8 @@ def test_external_buffers_are_read_and_moved_inline(built):
 
 def test_a_rewritten_model_keeps_its_outside_buffers_outside(built):
     """Rewriting a model ai-edge-quantizer stored partly after the flatbuffer (a renamed tensor)
-    re-appends those buffers with their offsets moved: written as read, the offsets pointed into
-    bytes the new file no longer has and LiteRT refused it."""
+    re-appends those buffers with their offsets moved: written as read, the offsets would point
+    into bytes the new file does not have, and LiteRT refuses it."""
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
     from tpuedge.edge.mcu.tflm_model import external_buffers
 
@@ -239,8 +239,8 @@ def test_writing_a_model_holds_about_two_copies_and_gives_the_same_bytes(built):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    builder = tflite_file._ModelBuilder(1024)  # the bytes do not depend on the starting size
-    with tflite_file._equal_tables_shared(model):
+    builder = model_packing.ModelBuilder(1024)  # the bytes do not depend on the starting size
+    with model_packing.equal_tables_shared(model):
         builder.Finish(model.Pack(builder), file_identifier=tflite_file.FILE_IDENTIFIER)
     assert data == bytes(builder.Output())
     stock = flatbuffers.Builder(1024)  # and the buffers are the stock builder's, byte for byte
@@ -277,7 +277,7 @@ def test_the_one_copy_vector_writer_gives_the_runtimes_bytes_for_every_kind_of_a
         builder.Finish(builder.EndVector())
         return bytes(builder.Output())
 
-    assert written(tflite_file._ModelBuilder(64)) == written(flatbuffers.Builder(64))
+    assert written(model_packing.ModelBuilder(64)) == written(flatbuffers.Builder(64))
 
 
 class _Channels(torch.nn.Module):
@@ -396,6 +396,7 @@ def test_tensors_are_renamed_where_they_lie(built):
     one whose string another tensor shares: the writer stores equal strings once) is appended and
     pointed to; the result is the model the repack gives, a buffer stored after the flatbuffer stays
     at its offset, and LiteRT runs it as before. A tensor with no name field cannot be renamed so."""
+    from tpuedge.edge.flatbuffer.tensor_names import renamed_tensors
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
     data = (built / "model.tflite").read_bytes()
@@ -411,7 +412,7 @@ def test_tensors_are_renamed_where_they_lie(built):
     source = tflite_file.write_model(model, external_from=outside)
     new = ["s", "shared", "a short one", "a name longer than the one it had"] + old[4:]
 
-    renamed = tflite_file.renamed_tensors(source, new)
+    renamed = renamed_tensors(source, new)
     assert [n for graph in tflite_file.tensor_names(renamed) for n in graph] == new
     assert len(source) < len(renamed) < len(source) + 128  # two names appended, nothing else moved
     buffer = tflite_file.read_model(renamed).buffers[index]
@@ -424,11 +425,11 @@ def test_tensors_are_renamed_where_they_lie(built):
     )
     x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
     assert np.array_equal(LiteRTRunner(renamed).run([x])[0], LiteRTRunner(data).run([x])[0])
-    assert tflite_file.renamed_tensors(source, old) == source
+    assert renamed_tensors(source, old) == source
 
     tensors[0].name = None
     unnamed = tflite_file.write_model(model, external_from=outside)
-    assert tflite_file.renamed_tensors(unnamed, ["x"] + old[1:]) is None
+    assert renamed_tensors(unnamed, ["x"] + old[1:]) is None
 
 
 def test_a_float_model_is_renamed_holding_one_copy_of_it(built):
