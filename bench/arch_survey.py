@@ -113,7 +113,7 @@ ARCHITECTURES = {
     "timm_hardcorenas_a": ("timm", "hardcorenas_a", 96, {}),
     "timm_inception_next_atto": ("timm", "inception_next_atto", 96, {}),
     "timm_sequencer2d_s": ("timm", "sequencer2d_s", 224, {}),
-    # added 2026-12-04: families none of the above covers
+    # families none of the above covers
     "tv_swin_v2_t": ("tv", "swin_v2_t", 256, {}),
     "tv_fcn_resnet50": ("tv.segmentation", "fcn_resnet50", 96, {"weights_backbone": None}),
     "timm_mobilenetv4_hybrid_medium": ("timm", "mobilenetv4_hybrid_medium", 256, {}),

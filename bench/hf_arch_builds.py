@@ -270,7 +270,7 @@ def _cases() -> dict:
             "logits",
         ),
         "mpnet": lambda: (T.MPNetModel(T.MPNetConfig(vocab_size=100, **_SMALL)), text(), None),
-        # added 2026-12-03: decoder LMs with other position schemes, vision and audio families, a BERT variant
+        # decoder LMs with other position schemes, vision and audio families, a BERT variant
         "opt": lambda: (
             T.OPTForCausalLM(
                 T.OPTConfig(
@@ -427,7 +427,7 @@ def _cases() -> dict:
             (_audio(),),
             None,
         ),
-        # added 2026-12-06: more decoder LMs (transformers 5 builds a constant boolean causal mask for
+        # more decoder LMs (transformers 5 builds a constant boolean causal mask for
         # several), recurrent LMs, and vision, audio and text families the list lacked
         "roformer": lambda: (
             T.RoFormerModel(T.RoFormerConfig(vocab_size=100, embedding_size=32, **_SMALL)),

@@ -263,7 +263,7 @@ def _patterns() -> dict:
             ),
             lambda: (torch.randn(1, 3, 4, 16, 16),),
         ),
-        # added 2026-12-05 04:00: constructs found in HF models (ConvBERT, Speech2Text, ESM, Funnel, FNet) and FNOs
+        # constructs found in HF models (ConvBERT, Speech2Text, ESM, Funnel, FNet) and FNOs
         "glu_gated_conv": (
             lambda: module(
                 lambda s, x: s.fc(F.glu(s.c(x), dim=1).mean(-1)), c=nn.Conv1d(8, 32, 3, padding=1), fc=nn.Linear(16, 4)

@@ -10,8 +10,7 @@ list, so that where mcu's own passes find nothing to do, android and mcu hand li
 same program and share one cached float model
 (edge/litert_lowering.lowered_fingerprint). A pass added here reaches both targets; a pass
 added to one target's list alone makes its programs differ from the other's wherever it
-applies (what broke the sharing from 2026-12-03 to 2026-12-06: mcu gained the in-place pass,
-android did not).
+applies (an in-place pass in mcu's list alone would stop torchvision's CNNs from sharing it).
 """
 
 from __future__ import annotations
