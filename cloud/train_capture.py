@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.torch_compat import op_schema
 
 __all__ = ["PRECISIONS", "ModelWithLoss", "loss_program", "split_batch", "training_mode_module"]
 
@@ -138,7 +139,7 @@ def training_mode_module(program) -> tuple[Any, dict[str, int]]:
     module = torch.fx.GraphModule(unlifted, unlifted.graph)  # a plain module (ep.module() refuses .train())
     switched: dict[str, int] = {}
     for node in module.graph.nodes:
-        name = getattr(getattr(node.target, "_schema", None), "name", None)
+        name = getattr(op_schema(node.target), "name", None)
         if node.op != "call_function" or name not in _MODE_FLAGS:
             continue
         position, keyword = _MODE_FLAGS[name]

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpuedge.shared_ir.torch_compat import is_op_overload, op_name_parts
+
 __all__ = ["OutputMeaning", "output_meanings", "MIN_LINEAR_CLASSES"]
 
 MIN_LINEAR_CLASSES = 16
@@ -57,8 +59,9 @@ class OutputMeaning:
 
 def _op_name(node) -> str:
     target = getattr(node, "target", None)
-    packet = getattr(target, "_opname", None) or getattr(target, "__name__", str(target))
-    return str(packet).split(".")[0]
+    if is_op_overload(target):
+        return op_name_parts(target)[1]
+    return str(getattr(target, "__name__", target)).split(".")[0]
 
 
 def _meaning(name: str, node) -> OutputMeaning:

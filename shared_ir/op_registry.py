@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpuedge.shared_ir.errors import InternalError
-from tpuedge.shared_ir.torch_compat import is_higher_order_op, is_op_overload, is_op_packet
+from tpuedge.shared_ir.torch_compat import is_higher_order_op, is_op_overload, is_op_packet, op_name_parts
 
 __all__ = ["OpRegistry", "op_key", "packet_key", "STRUCTURAL_OPS"]
 
@@ -28,9 +28,9 @@ def op_key(target: Any) -> str:
     if isinstance(target, str):
         return target
     if is_op_overload(target):
-        return f"{target.namespace}.{target._opname}.{target._overloadname}"
+        return ".".join(op_name_parts(target))
     if is_op_packet(target):
-        return f"{target._qualified_op_name.replace('::', '.')}"
+        return str(target)  # "aten.add"
     if is_higher_order_op(target):
         return f"higher_order.{target.name()}"
     module = getattr(target, "__module__", None) or ""

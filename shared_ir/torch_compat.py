@@ -15,6 +15,10 @@ artifacts, only slower:
     inside it no-ops, for its own threads only; else no patch (the walks run);
   - `retrace_internals()` (edge/litert/decompose_in_place.py's in-place decomposition): torch.export's
     re-trace pieces, else `Unavailable`, and the caller runs the public `run_decompositions`;
+  - `op_schema`: an op's FunctionSchema (arguments, alias and mutation facts). torch has no
+    public accessor for it: `OpOverload._schema` is what torch.library and torch's own passes
+    read, so it is read here only, and any other object is "no schema";
+  - `op_name_parts`: an op's namespace, name and overload, from its public `name()`;
   - `snapshot_internals()` (shared_ir/program_snapshot.py): the pieces a program snapshot is
     written and read with, else `Unavailable`, and programs load with `torch.export.load`.
 """
@@ -35,6 +39,8 @@ __all__ = [
     "is_higher_order_op",
     "is_op_overload",
     "is_op_packet",
+    "op_name_parts",
+    "op_schema",
     "preload_export",
     "retrace_internals",
     "snapshot_internals",
@@ -82,6 +88,21 @@ def is_higher_order_op(target) -> bool:
         except AttributeError as exc:
             fell_back("higher-order op class", repr(exc))
     return not is_op_overload(target) and getattr(target, "namespace", None) == "higher_order"
+
+
+def op_schema(target):
+    """The FunctionSchema of `target` when it is a torch op (an OpOverload), else None."""
+    if not is_op_overload(target):
+        return None
+    return getattr(target, "_schema", None)
+
+
+def op_name_parts(target) -> tuple[str, str, str]:
+    """("aten", "add", "Tensor") for aten.add.Tensor: an op's namespace, name and overload, read
+    from its public qualified name ("aten::add.Tensor"; the default overload has no suffix)."""
+    namespace, _, rest = target.name().partition("::")
+    name, _, overload = rest.partition(".")
+    return namespace, name, overload or "default"
 
 
 def has_composite_implicit_kernel(op) -> bool:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpuedge.shared_ir.torch_compat import is_op_overload, op_name_parts
+
 __all__ = ["without_fused_activations", "without_constant_ops", "converter_view"]
 
 # (producer op names that take a fused activation), each an aten op name without overload
@@ -39,7 +41,7 @@ _FUSED_RANGES = {(0.0, 6.0), (-1.0, 1.0)}  # ReLU6 and RELU_N1_TO_1
 
 def _name(node) -> str:
     target = node.target
-    return getattr(target, "_opname", getattr(target, "__name__", ""))
+    return op_name_parts(target)[1] if is_op_overload(target) else getattr(target, "__name__", "")
 
 
 def _fusing_producers(node) -> frozenset:

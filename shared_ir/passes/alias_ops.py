@@ -12,6 +12,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.graph_edit import finish
+from tpuedge.shared_ir.torch_compat import op_schema
 
 __all__ = ["AliasAsCanonicalOp", "ALIASES", "canonical_ops"]
 
@@ -58,8 +59,8 @@ def canonical_ops() -> dict[Any, Any]:
             if overload.startswith("out") or overload.endswith("_out") or overload not in canonical.overloads():
                 continue
             a, c = getattr(packet, overload), getattr(canonical, overload)
-            if [(x.name, str(x.type)) for x in a._schema.arguments] == [
-                (x.name, str(x.type)) for x in c._schema.arguments
+            if [(x.name, str(x.type)) for x in op_schema(a).arguments] == [
+                (x.name, str(x.type)) for x in op_schema(c).arguments
             ]:
                 table[a] = c
     return table

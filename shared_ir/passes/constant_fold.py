@@ -19,7 +19,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.graph_edit import finish, is_mutating, is_view, replace_node, written_operands
-from tpuedge.shared_ir.torch_compat import is_op_overload
+from tpuedge.shared_ir.torch_compat import is_op_overload, op_schema
 
 __all__ = ["FoldConstants", "MAX_FOLDED_ELEMENTS", "lift_constant", "constant_values"]
 
@@ -53,7 +53,7 @@ def _foldable_op(node) -> bool:
         is_op_overload(target)
         and target.namespace == "aten"
         and torch.Tag.nondeterministic_seeded not in target.tags
-        and (not target._schema.is_mutable or target._schema.name.endswith("_"))
+        and (not op_schema(target).is_mutable or op_schema(target).name.endswith("_"))
         and _tensors(node.meta.get("val"))
     )
 

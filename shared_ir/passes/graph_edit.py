@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
-from tpuedge.shared_ir.torch_compat import is_op_overload
+from tpuedge.shared_ir.torch_compat import is_op_overload, op_schema
 
 __all__ = [
     "replace_node",
@@ -88,7 +88,7 @@ def call_arguments(node: Any) -> dict[str, Any]:
     (positional or keyword), the schema's defaults for the rest. A pass reads
     `call_arguments(node)["stride"]` instead of zipping its own copy of the schema over node.args."""
     given: dict[str, Any] = {}
-    for index, argument in enumerate(node.target._schema.arguments):
+    for index, argument in enumerate(op_schema(node.target).arguments):
         if index < len(node.args) and not argument.kwarg_only:
             given[argument.name] = node.args[index]
         elif argument.name in node.kwargs:
@@ -129,27 +129,27 @@ def rename_output_specs(ep: Any, old: str, new: str) -> None:
 def is_view(node: Any) -> bool:
     """The op returns a view of its first operand (slice, select, permute, ...), by its schema."""
     target = node.target
-    if not is_op_overload(target) or not target._schema.returns:
+    if not is_op_overload(target) or not op_schema(target).returns:
         return False
-    alias = target._schema.returns[0].alias_info
+    alias = op_schema(target).returns[0].alias_info
     return alias is not None and not alias.is_write
 
 
 def is_mutating(node: Any) -> bool:
     """The op writes one of its operands (an in-place op, copy_, fill_), by its schema."""
-    return is_op_overload(node.target) and node.target._schema.is_mutable
+    return is_op_overload(node.target) and op_schema(node.target).is_mutable
 
 
 def written_argument_indices(target: Any) -> list[int]:
     """The positions of the arguments an op writes (its schema's `Tensor(a!)`)."""
     return [
-        i for i, arg in enumerate(target._schema.arguments) if arg.alias_info is not None and arg.alias_info.is_write
+        i for i, arg in enumerate(op_schema(target).arguments) if arg.alias_info is not None and arg.alias_info.is_write
     ]
 
 
 def written_operands(node: Any) -> list:
     """The operands an in-place op writes."""
-    arguments = node.target._schema.arguments
+    arguments = op_schema(node.target).arguments
     return [
         node.args[i] if i < len(node.args) else node.kwargs.get(arguments[i].name)
         for i in written_argument_indices(node.target)

@@ -17,6 +17,7 @@ from typing import Any
 
 from tpuedge.shared_ir.passes import PassResult, copy_program
 from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, finish, replace_node
+from tpuedge.shared_ir.torch_compat import op_schema
 
 __all__ = ["RemoveIdentityOps"]
 
@@ -34,7 +35,7 @@ def _targets():
 
 
 def _mutates(node) -> bool:
-    schema = getattr(node.target, "_schema", None)
+    schema = op_schema(node.target)
     return node.op == "call_function" and schema is not None and schema.is_mutable
 
 

@@ -27,7 +27,7 @@ from tpuedge.shared_ir.passes.graph_edit import (
     replace_node,
     written_argument_indices,
 )
-from tpuedge.shared_ir.torch_compat import is_op_overload
+from tpuedge.shared_ir.torch_compat import is_op_overload, op_name_parts, op_schema
 
 __all__ = ["InPlaceAsOutOfPlace"]
 
@@ -36,11 +36,11 @@ def _out_of_place(target) -> Any:
     """aten.mul_.Tensor -> aten.mul.Tensor (None where torch has no such overload)."""
     import torch
 
-    name = target._schema.name.split("::")[-1]
+    name = op_name_parts(target)[1]
     if target.namespace != "aten" or not name.endswith("_") or name.startswith("_"):
         return None
     packet = getattr(torch.ops.aten, name[:-1], None)
-    return getattr(packet, target._overloadname, None) if packet is not None else None
+    return getattr(packet, op_name_parts(target)[2], None) if packet is not None else None
 
 
 def _aliases(node) -> bool:
@@ -70,7 +70,7 @@ def _rewritable(node) -> Any:
     import torch
 
     target = node.target
-    if node.op != "call_function" or not is_op_overload(target) or not target._schema.is_mutable:
+    if node.op != "call_function" or not is_op_overload(target) or not op_schema(target).is_mutable:
         return None
     functional = _out_of_place(target)
     written = written_argument_indices(target)
