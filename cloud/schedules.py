@@ -25,6 +25,8 @@ from typing import Any
 import jax.numpy as jnp
 
 from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.torch_compat import scheduler_field
+from tpuedge.shared_ir.upstream_gate import Unavailable
 
 __all__ = ["GroupSchedule", "SUPPORTED_SCHEDULERS", "torch_schedules"]
 
@@ -88,13 +90,25 @@ def _closed_form(sched, base: float, group: dict) -> tuple[Schedule, Schedule | 
     raise UserError(_unsupported(sched))
 
 
+def _field(scheduler, name: str, default=Unavailable):
+    """A field torch keeps private (shared_ir/torch_compat.py reads it), or the user's error."""
+    try:
+        return scheduler_field(scheduler, name, default)
+    except Unavailable:
+        raise UserError(
+            f"{type(scheduler).__name__} cannot be read on this torch release: its {name} has no public "
+            "accessor, and the release is not one tpuedge verified (see torch in pyproject.toml). "
+            "Use a supported torch, or a scheduler without it (StepLR, MultiStepLR, CosineAnnealingLR, ...)."
+        ) from None
+
+
 def _one_cycle(sched, group: dict) -> tuple[Schedule, Schedule | None, int]:
     """torch's phase table: each phase anneals (cos or linear) from its start to its end value."""
     phases = [
         (float(p["end_step"]), group[p["start_lr"]], group[p["end_lr"]], p["start_momentum"], p["end_momentum"])
-        for p in sched._schedule_phases
+        for p in _field(sched, "_schedule_phases")
     ]
-    cosine = getattr(sched, "_anneal_func_type", "cos") == "cos"
+    cosine = _field(sched, "_anneal_func_type", "cos") == "cos"
 
     def anneal(start, end, pct):
         if cosine:
@@ -176,7 +190,7 @@ def _sequential(scheduler, index: int, group: dict, offset: int) -> GroupSchedul
     """SequentialLR: segment k runs its scheduler from epoch 0 at milestone k-1. The first
     segment starts from the group's `initial_lr` (torch resets the lr to it and steps the first
     scheduler recursively from there); later ones restart with their closed form at 0."""
-    subs, marks = list(scheduler._schedulers), [int(m) for m in scheduler._milestones]
+    subs, marks = list(_field(scheduler, "_schedulers")), [int(m) for m in _field(scheduler, "_milestones")]
     parts = []
     for k, sub in enumerate(subs):
         if type(sub).__name__ not in SUPPORTED_SCHEDULERS or type(sub).__name__ == "SequentialLR":

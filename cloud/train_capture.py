@@ -47,7 +47,7 @@ def _model_with_loss_class():
             bf16 = self.precision == "bf16"
             with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
                 outputs = self.model(*batch[: self.n_inputs])
-                loss_fn = self.loss_fn if "loss_fn" in self._modules else self._loss
+                loss_fn = self.loss_fn if "loss_fn" in dict(self.named_children()) else self._loss
                 loss = loss_fn(outputs, *batch[self.n_inputs :])
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 raise UserError(

@@ -18,6 +18,10 @@ artifacts, only slower:
   - `op_schema`: an op's FunctionSchema (arguments, alias and mutation facts). torch has no
     public accessor for it: `OpOverload._schema` is what torch.library and torch's own passes
     read, so it is read here only, and any other object is "no schema";
+  - `scheduler_field`: a torch LR scheduler's field that has no public accessor (OneCycleLR's
+    phase table, SequentialLR's schedulers and milestones), else the same key of the public
+    `state_dict()`; SequentialLR's schedulers are only there as objects, so off the gate they are
+    `Unavailable` and the caller says which scheduler it cannot read;
   - `op_name_parts`: an op's namespace, name and overload, from its public `name()`;
   - `snapshot_internals()` (shared_ir/program_snapshot.py): the pieces a program snapshot is
     written and read with, else `Unavailable`, and programs load with `torch.export.load`.
@@ -42,6 +46,7 @@ __all__ = [
     "op_name_parts",
     "op_schema",
     "preload_export",
+    "scheduler_field",
     "retrace_internals",
     "snapshot_internals",
     "tensor_metadata",
@@ -88,6 +93,22 @@ def is_higher_order_op(target) -> bool:
         except AttributeError as exc:
             fell_back("higher-order op class", repr(exc))
     return not is_op_overload(target) and getattr(target, "namespace", None) == "higher_order"
+
+
+def scheduler_field(scheduler, name: str, default=Unavailable):
+    """`scheduler`'s field `name` (private in torch.optim.lr_scheduler), read directly when torch
+    is verified, else from its public `state_dict()`. A missing field is `default` when one is
+    given, else `Unavailable`."""
+    if _fast("torch.optim.lr_scheduler fields"):
+        if hasattr(scheduler, name):
+            return getattr(scheduler, name)
+    else:
+        state = scheduler.state_dict()
+        if name in state and not (name == "_schedulers" and state[name] and isinstance(state[name][0], dict)):
+            return state[name]
+    if default is Unavailable:
+        raise Unavailable(f"{type(scheduler).__name__}.{name}")
+    return default
 
 
 def op_schema(target):

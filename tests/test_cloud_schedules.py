@@ -179,3 +179,35 @@ def test_scheduler_errors_are_user_errors():
         step(x, y)
     with pytest.raises(UserError, match="total_steps"):
         step(x, y)
+
+
+@pytest.mark.parametrize("name", ["OneCycleLR", "OneCycleLR-3phase-linear"])
+def test_public_route_reads_one_cycle_from_the_state_dict(name):
+    """Off the torch gate, OneCycleLR's phase table comes from the public state_dict(): the same
+    schedule as the private read."""
+    import jax.numpy as jnp
+
+    from models import MLP
+    from tpuedge.cloud.schedules import torch_schedules
+    from tpuedge.shared_ir.upstream_gate import public_api_only
+
+    def lrs():
+        opt = _two_groups(MLP(), "sgd")
+        return [[float(g.lr(jnp.int32(i))) for g in torch_schedules(SCHEDULERS[name](opt), opt)] for i in range(36)]
+
+    fast = lrs()
+    with public_api_only() as taken:
+        public = lrs()
+    assert "torch.optim.lr_scheduler fields" in taken
+    assert public == fast
+
+
+def test_public_route_names_a_scheduler_it_cannot_read():
+    """SequentialLR keeps its schedulers only as objects: off the gate, a user error names it."""
+    from models import MLP
+    from tpuedge.cloud.schedules import torch_schedules
+    from tpuedge.shared_ir.upstream_gate import public_api_only
+
+    opt = _two_groups(MLP(), "sgd")
+    with public_api_only(), pytest.raises(UserError, match="SequentialLR cannot be read on this torch release"):
+        torch_schedules(SCHEDULERS["SequentialLR-warmup-cosine"](opt), opt)

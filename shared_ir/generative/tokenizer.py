@@ -154,7 +154,7 @@ def tokenizer_beside(model: Any) -> "Tokenizer | None":
     own = getattr(model, "tokenizer", None)
     if isinstance(own, Tokenizer):
         return own
-    folder = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None)
+    folder = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "name_or_path", None)
     if not folder or not Path(str(folder)).is_dir():
         return None
     return Tokenizer.from_hf_folder(Path(str(folder)), getattr(model, "generation_config", None))
