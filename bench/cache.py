@@ -8,7 +8,7 @@ Per model (wall time and peak RSS of each child, imports and model capture inclu
   mcu after android  mcu build into the cache the android builds filled (the float model is shared)
   mcu cached         the mcu build again
 
-and the ratios the issue sets goals for (over the models' median): cached rebuild / cold
+and the ratios the cache has goals for (over the models' median): cached rebuild / cold
 (goal <= 0.15) and mcu after android / mcu cold (goal <= 0.6), with whether the mcu build read
 the android build's float model (not where mcu's own IR rewrites make it another program), and
 where each mcu build after android spent its time (its stages, TPUEDGE_STAGE_TIMES: what a
