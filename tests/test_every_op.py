@@ -160,7 +160,7 @@ class _LookupThenOutliers(torch.nn.Module):
 def test_the_float_rung_puts_an_embedding_table_back_to_int8(tmp_path, monkeypatch):
     """The table is most of a text model's bytes: MiniLM-L6's every-op-float recipe kept its table
     float (57.9 MB for 22.7M parameters). The rung returns table lookups to int8 first, measured:
-    the old code left this one float (128,000 bytes of float32 table)."""
+    without that it would stay float (128,000 bytes of float32 table)."""
     from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
@@ -197,8 +197,8 @@ class _TinyEncoder(torch.nn.Module):
 def test_with_many_op_groups_the_float_rung_is_measured_first_and_spares_the_group_search(tmp_path, monkeypatch):
     """An input channel 200x the others spoils int8 activations throughout; every op in float
     (weights int8) meets the aim, and with 12 op groups it is measured before them: 6 candidates
-    in all, where the old code measured each group first (and then this rung anyway)."""
-    from tpuedge.edge.int8_search import EVERY_OP_FIRST_GROUPS
+    in all, where measuring each group first (and then this rung anyway) would take more."""
+    from tpuedge.quantize.search_settings import EVERY_OP_FIRST_GROUPS
 
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
     torch.manual_seed(0)

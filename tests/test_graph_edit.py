@@ -36,8 +36,8 @@ def test_call_arguments_names_every_argument_given_or_defaulted():
 
 
 def test_call_arguments_reads_keyword_arguments_past_the_positional_ones():
-    """A keyword given where earlier positions are missing (pad's mode with no value): the old
-    hand-written readers took node.args[i] only when i < len(args), the same rule."""
+    """A keyword given where earlier positions are missing (pad's mode with no value): read
+    node.args[i] only when i < len(args), else the keyword."""
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
     node = graph.call_function(torch.ops.aten.pad.default, (x, [1, 1]), {"mode": "replicate"})

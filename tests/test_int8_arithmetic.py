@@ -1,7 +1,7 @@
 """The QAT eval computes int8 points with TFLite's kernel arithmetic (int32 bias, fixed-point
 rescale with two roundings), so TFLite-Micro's int8 outputs are predicted value for value.
 
-Rounding the float result instead (the old eval) differed from TFLite-Micro on 4% of a
+Rounding the float result instead differs from TFLite-Micro on 4% of a
 residual CNN's output values and a quarter of a SiLU network's (tests/test_qat_graph_forms.py).
 """
 
