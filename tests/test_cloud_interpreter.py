@@ -194,7 +194,7 @@ def test_intermediates_of_a_transformer_cover_attention(lowered):
 
 
 def test_unsupported_op_is_reported_with_its_source_line():
-    class Pairwise(nn.Module):  # nn.Bilinear's op has no lowering (the FFT, which this used, now has)
+    class Pairwise(nn.Module):  # nn.Bilinear's op has no lowering
         def __init__(self):
             super().__init__()
             self.weight = nn.Parameter(torch.randn(3, 16, 16))

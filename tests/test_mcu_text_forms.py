@@ -88,7 +88,7 @@ def test_a_masked_text_model_builds_for_mcu_and_meets_its_budget(tmp_path):
         (torch.zeros(1, 8, dtype=torch.long), torch.ones(1, 8, dtype=torch.long)),
         name="masked",
     )
-    assert program.check("mcu") == []  # embedding, the bool gather and the equal-shape where all pass now
+    assert program.check("mcu") == []  # embedding, the bool gather and the equal-shape where all pass
     np.savez(tmp_path / "cal.npz", **_ids_and_masks(48, 1))
     art = tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=str(tmp_path / "cal.npz"))
     ops = {o["op"] for o in art.manifest["tflm_ops"]}

@@ -117,7 +117,7 @@ def test_both_litert_targets_get_the_folded_program_and_the_float_model_matches_
     model = _randomize(_ConvNet())
     x = torch.randn(1, 3, 32, 32)
     program = tpuedge.export(model, (x,), name="convnet")
-    assert _norms(litert_ir_passes(program.exported_program)) == 0  # 3 on the old code
+    assert _norms(litert_ir_passes(program.exported_program)) == 0  # all 3 folded
     art = tpuedge.build(program, "android", tmp_path / "android", quantize="none", eval="none")
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
 
