@@ -106,6 +106,47 @@ def test_every_truncation_and_random_bytes_with_the_identifier_fail_cleanly(buil
             pass
 
 
+def _in_place_readers():
+    """Every reader that skips the object tree for speed, each as a function of the file's bytes."""
+    from tpuedge.edge.flatbuffer.tensor_names import renamed_tensors
+    from tpuedge.edge.litert.fused_lstm_weights import has_fused_lstm
+    from tpuedge.edge.litert.litert_runtime import aborting_op
+
+    return {
+        "tensor_names": tflite_file.tensor_names,
+        "builtin_names": tflite_file.builtin_names,
+        "op_scales": lambda data: tflite_file.op_scales(data, frozenset({"FULLY_CONNECTED"})),
+        "renamed_tensors": lambda data: renamed_tensors(data, ["x"] * len(tflite_file.tensor_names(data)[0])),
+        "has_fused_lstm": has_fused_lstm,
+        "aborting_op": aborting_op,
+    }
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated", "random", "text"])
+def test_the_readers_in_place_give_the_readers_error_on_a_damaged_file(built, tmp_path, kind):
+    """Reading in place (tensor names, op codes, scales) checks the file as `read_model` does: a
+    damaged file is the same UserError, never a struct.error from the flatbuffers runtime."""
+    data = _damaged(built, tmp_path)[kind].read_bytes()
+    if kind == "truncated":
+        data = data[:64]  # the root table and its vtable, no vectors
+    for name, read in _in_place_readers().items():
+        with pytest.raises(UserError, match="is not a valid .tflite model"):
+            read(data)
+            pytest.fail(f"{name} read a damaged file")
+
+
+def test_the_readers_in_place_read_every_truncation_cleanly(built):
+    """Every prefix of a real model: each reader in place gives the reader's UserError or an answer."""
+    data = (built / "model.tflite").read_bytes()
+    readers = _in_place_readers()
+    for n in range(0, len(data), 7):
+        for read in readers.values():
+            try:
+                read(data[:n])
+            except UserError as exc:
+                assert "is not a valid .tflite model" in str(exc)
+
+
 def test_a_buffer_stored_past_the_end_is_named(built):
     model = tflite_file.read_model((built / "model.tflite").read_bytes())
     index = next(i for i, b in enumerate(model.buffers) if b.data is not None and len(b.data))

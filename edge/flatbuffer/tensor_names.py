@@ -22,9 +22,22 @@ quantized one.
 
 from __future__ import annotations
 
+import struct
+from collections import Counter
+
 from tpuedge.edge.flatbuffer import tflite_file
 
-__all__ = ["ScopeNames", "scopes_digest", "share_scope_names", "short_scope", "shorten_tensor_names", "stack_as_scope"]
+__all__ = [
+    "ScopeNames",
+    "renamed_tensors",
+    "scopes_digest",
+    "share_scope_names",
+    "short_scope",
+    "shorten_tensor_names",
+    "stack_as_scope",
+]
+
+_U32 = struct.Struct("<I")
 
 
 def short_scope(scope: str) -> str:
@@ -129,14 +142,14 @@ def shorten_tensor_names(tflite: bytes, scopes: ScopeNames, *, unique: bool = Tr
     numbers told a reader nothing and cost bytes: an int8 MobileViT-xxs's names take 18 KB of its
     file this way, 42 KB with them; an int8 Resemblyzer's (one LSTM scope over 8k tensors) 0.5 KB, 96 KB.
 
-    A float model is renamed where it lies (`tflite_file.renamed_tensors`): its weights are most of
+    A float model is renamed where it lies (`renamed_tensors`): its weights are most of
     its bytes, and unpacking and repacking them was a build's peak memory (DistilBERT: 913 MB, 77 MB
     above the lowering's own peak). A quantized one is repacked, its shared names stored once."""
     names = [name for graph in tflite_file.tensor_names(tflite) for name in graph]  # unique across subgraphs
     renamed = _unique_names(names, scopes) if unique else [scopes.name(name) for name in names]
     if renamed == names:
         return tflite
-    if unique and (written := tflite_file.renamed_tensors(tflite, renamed)) is not None:
+    if unique and (written := renamed_tensors(tflite, renamed)) is not None:
         return written  # a float model, as large as its weights: renamed where it lies, not repacked
     model = tflite_file.read_model(tflite)
     tensors = [tensor for graph in model.subgraphs for tensor in graph.tensors or []]
@@ -171,3 +184,42 @@ def _unique_names(names: list[str], scopes: ScopeNames) -> list[str]:
         taken.add(unique)
         out.append(unique)
     return out
+
+
+def renamed_tensors(data: bytes, names: list[str], source: str | None = None) -> bytes | None:
+    """`data` with its tensors renamed (`names`: one per tensor, across subgraphs, in
+    `tflite_file.tensor_names`' order), every other byte where it was: no object tree, no repack, one copy of
+    the file (the repack peaked 77 MB above the lowering itself for DistilBERT's 44 MB). A new
+    name no longer than the old one is written over it (length prefix, name, zeros up to the old
+    terminator); a longer one, or one whose string another tensor shares, is appended after the
+    file's last byte (4-byte aligned, as strings are) and the tensor's offset moved to it:
+    flatbuffer offsets point forward, and buffers stored after the flatbuffer keep their absolute
+    offsets. None if a tensor to rename has no name field (`tflite_file.write_model` can add one)."""
+    fields = tflite_file.tensor_name_fields(data, source)  # (offset's position, string's position, length)
+    if len(fields) != len(names):
+        raise ValueError(f"{len(names)} names for {len(fields)} tensors")
+    uses = Counter(string for _, string, _ in fields)
+    patches, appended, end = [], [], len(data)
+    for (field, string, length), name in zip(fields, names):
+        encoded = name.encode()
+        if bytes(data[string + 4 : string + 4 + length]) == encoded if field else not encoded:
+            continue
+        if not field:
+            return None
+        if uses[string] == 1 and len(encoded) <= length:
+            patches.append((string, _U32.pack(len(encoded)) + encoded + bytes(length - len(encoded) + 1)))
+            continue
+        end = -(-end // 4) * 4
+        appended.append((end, _U32.pack(len(encoded)) + encoded + b"\0"))
+        patches.append((field, _U32.pack(end - field)))
+        end += len(appended[-1][1])
+    view, chunks, at = memoryview(data), [], 0
+    for position, patch in sorted(patches):
+        chunks += [view[at:position], patch]
+        at = position + len(patch)
+    chunks.append(view[at:])
+    at = len(data)
+    for position, string in appended:
+        chunks += [bytes(position - at), string]
+        at = position + len(string)
+    return b"".join(chunks)

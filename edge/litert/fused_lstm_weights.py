@@ -33,13 +33,7 @@ def has_fused_lstm(data: bytes) -> bool:
     """Whether the model in `data` has a fused sequence LSTM (its op codes, read in place)."""
     from tpuedge.edge.flatbuffer import tflite_file
 
-    schema = tflite_file.schema
-    root = schema.Model.GetRootAs(data, 0)
-    wanted = schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM
-    return any(
-        max(root.OperatorCodes(i).BuiltinCode(), root.OperatorCodes(i).DeprecatedBuiltinCode()) == wanted
-        for i in range(root.OperatorCodesLength())
-    )
+    return "UNIDIRECTIONAL_SEQUENCE_LSTM" in tflite_file.builtin_names(data)
 
 
 def _fused_weights(model) -> list[tuple[int, int, int]]:
