@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_MODELS = ("tv_shufflenet_v2_x0_5", "minilm_l6", "timm_mobilevit_xxs")
-TOP = (24, 8)  # the ranked groups the search takes at most (edge/litert/quantizer_recipes.py), its first prefixes
+TOP = (24, 8)  # the ranked groups the search takes at most (edge/litert/sensitive_groups.py), its first prefixes
 
 
 def measure(name: str, sample_counts: list[int]) -> list[dict]:

@@ -154,7 +154,8 @@ def static_int8(
     `Equalized` where the program after cross-layer equalization quantizes better. Options as
     `program_to_tflite` documents them."""
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
-    from tpuedge.edge.litert.quantizer_recipes import find_sensitive_groups, quantizer_recipe
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.sensitive_groups import find_sensitive_groups
     from tpuedge.quantize.metrics import AccuracySummary
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_blob_and_json, encode_blob_and_json
     from tpuedge.shared_ir.progress import stage_progress
@@ -547,7 +548,8 @@ def _equalized_candidate(
     "kept": whether its all-int8 (min/max ranges) beats `best`, this program's best all-int8, by
     _MIN_EQUALIZED_GAIN}; None when no pair can be equalized."""
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
-    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.shared_ir.passes.cross_layer_equalization import CrossLayerEqualization
     from tpuedge.shared_ir.program import Program
 
@@ -579,7 +581,7 @@ def _upgrade_ranked_points(
     int16 activations on mcu), a growing prefix at a time, by measured cosine.
     `scopes` gains the ranked groups. Returns the assignment chosen and the report for the recipe."""
     from tpuedge.edge.point_ranking import ranked_points
-    from tpuedge.edge.litert.quantizer_recipes import ranked_groups
+    from tpuedge.edge.litert.sensitive_groups import ranked_groups
     from tpuedge.quantize.sensitivity import RANKING_SAMPLES, TooManyPoints
     from tpuedge.shared_ir.progress import stage_progress
     from tpuedge.shared_ir.stage_times import timed
@@ -652,7 +654,7 @@ def _every_op(
     its non_int8_ops "entry"."""
     import re
 
-    from tpuedge.edge.litert.quantizer_recipes import every_op_group, every_op_types
+    from tpuedge.edge.litert.sensitive_groups import every_op_group, every_op_types
 
     types = every_op_types(base)
     names = [name for name, _, _ in types]
@@ -724,7 +726,7 @@ def _float_weights_rung(
     parameter count in extra bytes. Returns the report, with "kept" and, where kept, the new
     "assignment" and its non_int8_ops "entries"."""
     from tpuedge.edge.litert.litert_lowering import litert_ir_passes
-    from tpuedge.edge.litert.quantizer_recipes import weight_groups
+    from tpuedge.edge.litert.sensitive_groups import weight_groups
     from tpuedge.quantize.recipes import float_ranked
     from tpuedge.quantize.weight_sensitivity import WEIGHT_RANKING_SAMPLES, rank_weights, ranking_from_json
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest, decode_json, encode_json

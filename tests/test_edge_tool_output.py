@@ -39,8 +39,9 @@ _QUANTIZE = textwrap.dedent(
     """
     import json, sys
     import numpy as np
-    from tpuedge.edge.litert import quantizer_recipes
-    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert import quantizer_runner
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.quantize.config import QuantConfig
 
     width = int(sys.argv[2])  # 4 fits the model; 5 makes the quantizer's interpreter fail
@@ -50,7 +51,7 @@ _QUANTIZE = textwrap.dedent(
     try:
         quantize.calibrate(recipe, samples)
         print(json.dumps({"bytes": len(quantize(recipe))}))
-    except getattr(quantizer_recipes, "QuantizerError", Exception) as exc:
+    except getattr(quantizer_runner, "QuantizerError", Exception) as exc:
         print(json.dumps({"error": str(exc), "log": getattr(exc, "log", "")}))
     """
 )
@@ -172,7 +173,8 @@ def test_the_every_op_float_recipe_overwrites_no_entry_of_its_own(caplog):
     a weight-only one then overwrites: ai-edge-quantizer logs a multi-line warning per overwrite."""
     import logging
 
-    from tpuedge.edge.litert.quantizer_recipes import every_op_group, quantizer_recipe
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.sensitive_groups import every_op_group
     from tpuedge.quantize.config import QuantConfig
 
     group, scopes = every_op_group(

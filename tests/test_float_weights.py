@@ -143,7 +143,7 @@ def test_weights_are_found_in_the_float_model_by_value_else_by_their_module():
     import dataclasses
 
     from tpuedge.edge.litert.float_model import float_tflite
-    from tpuedge.edge.litert.quantizer_recipes import weight_groups
+    from tpuedge.edge.litert.sensitive_groups import weight_groups
     from tpuedge.quantize.weight_sensitivity import rank_weights
 
     program, samples = _program_and_samples()
@@ -192,11 +192,11 @@ def test_the_kept_dynamic_candidate_quantized_again_must_be_the_model_measured(t
     """Where a prefix measured after the kept one replaced it in memory, the kept recipe is quantized
     again; bytes that differ from the ones measured were shipped without a word. Here the quantizer
     gives different bytes the second time for a recipe: the build stops (an internal error) instead."""
-    import tpuedge.edge.litert.quantizer_recipes as recipes
+    import tpuedge.edge.litert.quantizer_runner as runner
     import tpuedge.quantize.recipes as search_recipes
     from tpuedge.shared_ir.errors import InternalError
 
-    real_run, real_ranked = recipes.run_quantizer, search_recipes.float_ranked
+    real_run, real_ranked = runner.run_quantizer, search_recipes.float_ranked
 
     def run_quantizer(base):
         quantize, seen = real_run(base), []
@@ -216,7 +216,7 @@ def test_the_kept_dynamic_candidate_quantized_again_must_be_the_model_measured(t
         evaluate({**start, groups[-1].key: "float"})
         return kept
 
-    monkeypatch.setattr(recipes, "run_quantizer", run_quantizer)
+    monkeypatch.setattr(runner, "run_quantizer", run_quantizer)
     monkeypatch.setattr(search_recipes, "float_ranked", ranked_then_one_more)
     program, calibration = _program_and_samples()
     with pytest.raises(InternalError, match="gave different bytes for the dynamic-int8 recipe"):

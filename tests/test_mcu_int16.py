@@ -104,10 +104,10 @@ def _all_int16(module, shape=(1, 16), sample=None) -> bytes:
     from ai_edge_quantizer import recipe_manager
 
     from tpuedge.edge.litert.float_model import float_tflite
-    from tpuedge.edge.int8_search import _quantizer_samples
+    from tpuedge.edge.litert.static_int8 import quantizer_samples
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
     from tpuedge.edge.mcu.mcu_capability import mcu_passes
-    from tpuedge.edge.litert.quantizer_recipes import run_quantizer
+    from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.shared_ir.program import Program
 
     sample = sample or (lambda rng: rng.standard_normal(shape).astype(np.float32))
@@ -122,7 +122,7 @@ def _all_int16(module, shape=(1, 16), sample=None) -> bytes:
     quantize = run_quantizer(base)
     rng = np.random.default_rng(0)
     samples = [[sample(rng)] for _ in range(8)]
-    quantize.calibrate(recipe, _quantizer_samples(samples, LiteRTRunner(base).inputs, True))
+    quantize.calibrate(recipe, quantizer_samples(samples, LiteRTRunner(base).inputs, True))
     return quantize(recipe)
 
 
@@ -337,9 +337,9 @@ def test_the_mcu_search_scores_its_candidates_in_tflite_micro():
     from ai_edge_quantizer import recipe_manager
 
     from tpuedge.edge.litert.float_model import float_tflite
-    from tpuedge.edge.int8_search import _quantizer_samples
+    from tpuedge.edge.litert.static_int8 import quantizer_samples
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
-    from tpuedge.edge.litert.quantizer_recipes import run_quantizer
+    from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.edge.mcu.tflm_candidates import tflm_candidate_outputs
 
     program = tpuedge.export(_Rsqrt().eval(), (torch.ones(1, 256),), name="rsqrt")
@@ -351,7 +351,7 @@ def test_the_mcu_search_scores_its_candidates_in_tflite_micro():
     manager.add_static_config(".*", "*", activation_num_bits=16, weight_num_bits=8)
     recipe = manager.get_quantization_recipe()
     quantize = run_quantizer(base)
-    quantize.calibrate(recipe, _quantizer_samples([[calibration]], LiteRTRunner(base).inputs, True))
+    quantize.calibrate(recipe, quantizer_samples([[calibration]], LiteRTRunner(base).inputs, True))
     candidate = quantize(recipe)
     truth = 1 / np.sqrt(x[0])
     [[tflm]] = tflm_candidate_outputs(candidate, [[x]])

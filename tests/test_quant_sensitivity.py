@@ -1,5 +1,5 @@
 """Int8 sensitivity over every IR point (quantize/sensitivity.py) and the int16 upgrade of the
-costliest ones in the android int8 search (quantize/recipes.upgrade_ranked, edge/int8_search.py), and
+costliest ones in the android int8 search (quantize/recipes.upgrade_ranked, quantize/search_rungs.py), and
 float islands for them as the search's last resort (quantize/recipes.float_ranked)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
 from tpuedge.quantize.activation_ranges import quant_points
 from tpuedge.quantize.recipes import SensitiveGroup, float_ranked, upgrade_ranked
 from tpuedge.quantize.sensitivity import rank_quant_points
+from tpuedge.shared_ir.targets import ir_evaluator
 
 
 class OutlierResidual(torch.nn.Module):
@@ -48,7 +49,7 @@ def _samples(count: int, seed: int) -> list[list[np.ndarray]]:
 
 
 def test_every_point_is_ranked_and_the_outlier_stream_comes_first(outlier_program):
-    ranking = rank_quant_points(outlier_program, _samples(32, 0), _samples(8, 1))
+    ranking = rank_quant_points(outlier_program, _samples(32, 0), _samples(8, 1), evaluator=ir_evaluator())
     assert {s.node for s in ranking} == set(quant_points(outlier_program).points)
     assert {s.node for s in ranking[:3]} == {"mul", "add", "add_1"}  # the three values that hold the big channel
     assert ranking[0].loss > 20 * max(s.loss for s in ranking[3:])
@@ -220,11 +221,11 @@ def test_a_ranked_point_finds_its_ops_in_the_float_model_by_module_scope():
     ops a point became by it. A mismatch of forms (the class's Python path on one side) finds
     none, and the search silently upgrades nothing."""
     from tpuedge.edge.litert.float_model import float_tflite
-    from tpuedge.edge.litert.quantizer_recipes import ranked_groups
+    from tpuedge.edge.litert.sensitive_groups import ranked_groups
 
     torch.manual_seed(0)
     program = tpuedge.export(_Wrapped().eval(), (torch.zeros(1, 16),), name="wrapped")
-    ranking = rank_quant_points(program, _samples(32, 0), _samples(8, 1))
+    ranking = rank_quant_points(program, _samples(32, 0), _samples(8, 1), evaluator=ir_evaluator())
     assert ranking[0].scope == "inner/OutlierResidual", ranking[0].scope
     groups, scopes = ranked_groups(float_tflite(program), ranking)
     first = groups[0]
@@ -268,11 +269,11 @@ def test_a_ranked_points_group_reads_its_value_through_a_reshape():
     and the int16 candidate scored exactly as all-int8 did; the group now reaches the ops that
     read the value through the reshape."""
     from tpuedge.edge.litert.float_model import float_tflite
-    from tpuedge.edge.litert.quantizer_recipes import ranked_groups
+    from tpuedge.edge.litert.sensitive_groups import ranked_groups
 
     torch.manual_seed(0)
     program = tpuedge.export(_LinearIntoNorm().eval(), (torch.zeros(1, 16),), name="into_norm")
-    ranking = rank_quant_points(program, _samples(24, 0), _samples(4, 1))
+    ranking = rank_quant_points(program, _samples(24, 0), _samples(4, 1), evaluator=ir_evaluator())
     assert ranking[0].node == "linear"
     groups, _ = ranked_groups(float_tflite(program), ranking)
     ops = {op.split()[0] for op in groups[0].ops}
@@ -287,7 +288,8 @@ def test_an_op_in_a_float_island_and_an_int16_group_computes_in_float(outlier_pr
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
 
     from tpuedge.edge.flatbuffer import tflite_file
-    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.quantize.config import QuantConfig
 
     tpuedge.build(outlier_program, "android", tmp_path / "float", quantize="none")
@@ -332,10 +334,11 @@ def test_a_program_with_too_many_points_is_not_ranked(monkeypatch):
     (7 GB) in the int8 search, and again in the mcu budget error's "where int8 costs most". Over
     MAX_RANKED_POINTS the ranking stops before lowering anything, and the search says why there
     is no ranking and goes on with its op groups (the LSTM's recurrent state among them)."""
-    from tpuedge.edge import int8_search
     from tpuedge.edge.android.android_convert import int8_rewrites
+    from tpuedge.edge.litert.litert_candidates import LiteRTCandidates
     from tpuedge.quantize import sensitivity
     from tpuedge.quantize.config import QuantConfig
+    from tpuedge.quantize.search_rungs import upgrade_ranked_points
 
     torch.manual_seed(0)
     program, _ = int8_rewrites(tpuedge.export(TwoLayerLSTM().eval(), (torch.zeros(1, 6, 4),), name="lstm"))
@@ -347,7 +350,9 @@ def test_a_program_with_too_many_points_is_not_ranked(monkeypatch):
 
     monkeypatch.setattr("tpuedge.cloud.interpreter.to_jax", never)
     with pytest.raises(sensitivity.TooManyPoints, match="more than the 40 the ranking measures"):
-        rank_quant_points(program, [[np.zeros((1, 6, 4), np.float32)]])
-    ranked = int8_search._upgrade_ranked_points(program, b"", [], [], {}, never, 0.5, QuantConfig(scheme="int8"))
+        rank_quant_points(program, [[np.zeros((1, 6, 4), np.float32)]], evaluator=ir_evaluator())
+    config = QuantConfig(scheme="int8")
+    backend = LiteRTCandidates(program, config, b"", None, target=None)
+    ranked = upgrade_ranked_points(program, backend, [], [], {}, never, 0.5, config)
     assert ranked["assignment"] == {} and ranked["groups"] == []
     assert "more than the 40 the ranking measures" in ranked["report"]["unavailable"]

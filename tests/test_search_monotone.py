@@ -60,7 +60,7 @@ def test_layer_norm_groups_are_one_per_module_instance():
     from torch import nn
 
     from tpuedge.edge.litert.float_model import float_tflite
-    from tpuedge.edge.litert.quantizer_recipes import find_sensitive_groups
+    from tpuedge.edge.litert.sensitive_groups import find_sensitive_groups
     from tpuedge.shared_ir.program import Program
 
     class Block(nn.Module):
@@ -100,7 +100,7 @@ def test_a_layer_named_after_the_norm_before_it_stays_out_of_the_norm_group():
 
     from tpuedge.edge.flatbuffer import tflite_file
     from tpuedge.edge.litert.float_model import float_tflite
-    from tpuedge.edge.litert.quantizer_recipes import find_sensitive_groups
+    from tpuedge.edge.litert.sensitive_groups import find_sensitive_groups
     from tpuedge.shared_ir.program import Program
 
     class Block(nn.Module):
@@ -132,7 +132,7 @@ def test_a_layer_named_after_the_norm_before_it_stays_out_of_the_norm_group():
 def test_the_search_aims_at_the_budget_metric_too():
     """MTCNN's P-Net: the search met its target on the centered cosine while the budget's mean
     per-sample cosine stayed at 0.98969, so the build failed a budget the search never saw."""
-    from tpuedge.edge.int8_search import search_score
+    from tpuedge.quantize.search_score import search_score
     from tpuedge.quantize.metrics import AccuracySummary
 
     common = dict(max_abs_error=0.1, output_range=1.0, cosine=0.999, top1_agreement=None, samples=8)
@@ -222,7 +222,7 @@ def test_the_search_score_follows_the_top1_target_where_a_budget_sets_one():
     """A classifier whose argmax flips under int8 scores below any cosine aim, the closer to its
     top-1 target the higher; without a target, or at it, the cosine alone (old code: the cosine
     0.999998 of a model that agreed on 75% of its samples ended the search at all-int8)."""
-    from tpuedge.edge.int8_search import search_score
+    from tpuedge.quantize.search_score import search_score
     from tpuedge.quantize.metrics import AccuracySummary
 
     def summary(top1):

@@ -47,7 +47,8 @@ def test_a_tensor_the_quantizer_added_is_read_in_its_source_scope():
 def test_short_names_stay_unique_and_the_quantizer_takes_them(tmp_path):
     """A Linear's weight and output both shorten to "_Net/Linear_fc": the second gets ";1" (a
     part verify skips). With repeated names ai-edge-quantizer refused our float model."""
-    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.quantize.config import QuantConfig
 
     torch.manual_seed(0)

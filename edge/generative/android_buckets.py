@@ -76,7 +76,8 @@ class AndroidBucketsLowered:
     def compile(self, out_dir: Any = None):
         from tpuedge.edge.generative.bucket_artifact import LiteRTBucketsArtifact
         from tpuedge.edge.generative.bundle_tflite import float_bundle_tflite
-        from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+        from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+        from tpuedge.edge.litert.quantizer_runner import run_quantizer
         from tpuedge.quantize.budget import budget_error, check_budget
         from tpuedge.quantize.config import QuantConfig
         from tpuedge.shared_ir.atomic import atomic_output_dir

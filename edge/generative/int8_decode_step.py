@@ -116,7 +116,8 @@ def int8_decode_step(
     from tpuedge.edge.litert.float_model import float_tflite
     from tpuedge.edge.generative.fc_as_conv import fully_connected_as_conv
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
-    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.edge.mcu.tflm_forms import tflm_forms
     from tpuedge.edge.mcu.tflm_model import external_buffers, inline_buffers
     from tpuedge.quantize.config import QuantConfig

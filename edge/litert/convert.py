@@ -95,9 +95,7 @@ def program_to_tflite(
         recipe["non_int8_ops"] = []
         return ConvertedModel(base, recipe, base, config)
 
-    from tpuedge.edge.litert.quantizer_recipes import (
-        QuantizerError,
-    )  # imported here: a float build never pays for the quantizer
+    from tpuedge.edge.litert.quantizer_runner import QuantizerError  # here: a float build never pays for the quantizer
     from tpuedge.edge.litert.quantizer_refusal import quantizer_refusal
 
     try:
@@ -133,7 +131,8 @@ def _quantized(
     candidates,
 ) -> ConvertedModel:
     """program_to_tflite's quantization of `base`, the program's float model."""
-    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.shared_ir.cache_keys import cached_stage
 
     quantize = run_quantizer(base)

@@ -1,32 +1,12 @@
-"""The Program's ExportedProgram -> a float LiteRT flatbuffer, through litert-torch's own
-pipeline below `litert_torch.convert()` (no second torch.export of the user's module):
+"""The Program's ExportedProgram -> a float LiteRT flatbuffer, through litert-torch's own pipeline
+below `litert_torch.convert()` (no second torch.export of the user's module): its pre-convert
+decomposition table (which keeps GELU, LayerNorm, SDPA whole for its fusion passes), optional
+channels-last inputs, its FX passes, then `exported_programs_to_flatbuffer`.
 
-    pre_convert_decomp() table -> [channels-last inputs] -> litert-torch FX passes
-    -> litert_converter.exported_programs_to_flatbuffer(...)
-
-litert-torch's decomposition table keeps GELU, LayerNorm, SDPA, avg-pool, ... whole so its
-composite/fusion passes still see them (decomposing to core ATen first would lose them).
-
-Where a lowering's time goes (small models, 2 cores, ~4 s): torch re-traces
-(`run_decompositions`: the pre-convert table, litert-torch's canonicalize pass, one or two before
-MLIR), the jax-bridge lowering to StableHLO and the flatbuffer export. What we save:
-  - `Program.check("android")` and the build after it share one decomposition (remembered
-    per ExportedProgram until a lowering takes it; the Program's own graph is never touched:
-    litert-torch's decomposition rewrites its argument's view nodes in place, so it gets a copy);
-  - the two decompositions every lowering runs (the pre-convert table; the pre-lower one inside
-    litert-torch's MLIR lowering) change only the nodes they decompose, not by a whole torch
-    re-trace (edge/litert/decompose_in_place.py; DeiT-tiny's lowering 3.87 s -> 1.89 s,
-    bench/decompositions.py);
-  - the canonicalize pass's re-trace runs only where the graph needs it (`convert_passes`);
-  - on every re-trace torch re-materializes all C++ CompositeImplicitAutograd ops into
-    `torch.ops`, once per op namespace (~35 walks x 5 re-traces, ~0.9 s). No op is registered
-    during a lowering (the graph's ops all existed at export), so one walk per lowering does;
-  - litert-torch lowers the commonest plain ops (add, mul, relu, clamp, permute, view, ...) through
-    its jax bridge, ~8 ms per distinct shape; edge/litert/direct_lowerings.py emits the same StableHLO
-    directly (the same flatbuffer, byte for byte);
-  - what the pre-convert table computes from constants (reflection padding's index arithmetic)
-    is folded right after it, so the lowering's int64 -> int32 arange rewrite never forces its
-    second pre-lower re-trace, and the device never computes those indices.
+Lowering is mostly torch re-traces, so each is avoided where it changes nothing: `check` and the
+build share one decomposition, decompositions apply in place (edge/litert/decompose_in_place.py),
+the canonicalize re-trace runs only where needed (`convert_passes`), and the commonest plain ops
+skip the jax bridge (edge/litert/direct_lowerings.py), all giving the same bytes.
 """
 
 from __future__ import annotations
