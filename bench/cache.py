@@ -54,7 +54,7 @@ _COMPARED = {
     "mcu_after_android_vs_cold": ("m0", "m1"),
     "mcu_cached_vs_cold": ("m0", "m2"),
 }
-# the stages that give a build its program (tpuedge/model_spec.py, shared_ir/capture.py): every
+# the stages that give a build its program (shared_ir/model_spec.py, shared_ir/capture.py): every
 # build that runs the IR pays them, so no cache entry can take a build below their share
 PROGRAM_STAGES = (
     "import torch",
@@ -83,7 +83,7 @@ def _export_digits(folder: Path) -> tuple[str, str]:
 def zoo_calibration(name: str, spec: str, folder: Path) -> str:
     """The zoo model's own samples (token ids must be in the vocabulary), keyed by input name."""
     sys.path.insert(0, str(ROOT / "bench"))
-    import tpuedge.model_spec as model_spec
+    import tpuedge.shared_ir.model_spec as model_spec
     from zoo_models import ZOO
 
     program = model_spec.load_program(spec)
@@ -95,7 +95,7 @@ def zoo_calibration(name: str, spec: str, folder: Path) -> str:
 
 def _saved_program(spec: str, path: Path) -> str:
     """The MODEL captured once and saved (what `tpuedge export MODEL -o path` writes)."""
-    import tpuedge.model_spec as model_spec
+    import tpuedge.shared_ir.model_spec as model_spec
 
     model_spec.load_program(spec).save(path)
     return str(path)
@@ -103,7 +103,7 @@ def _saved_program(spec: str, path: Path) -> str:
 
 def _calibration_for(spec: str, folder: Path) -> str:
     """Random-normal calibration samples in the model's input shapes (the bench times builds, not accuracy)."""
-    import tpuedge.model_spec as model_spec
+    import tpuedge.shared_ir.model_spec as model_spec
 
     program = model_spec.load_program(spec)
     rng = np.random.default_rng(0)

@@ -189,7 +189,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from tpuedge.edge.generative.litert_steps import LiteRTStepRunner
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
     from tpuedge.quantize.lm_search import teacher_forced
     from tpuedge.quantize.lm_text import HELD_OUT, evaluation_text
 

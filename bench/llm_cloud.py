@@ -491,7 +491,7 @@ def main() -> int:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from tpuedge.cloud.generative.jax_decoder import JaxDecoder
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
 
     torch.set_num_threads(int(args.threads))
     work = Path(tempfile.mkdtemp(prefix="tpuedge-bench-llm-cloud-"))

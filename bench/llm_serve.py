@@ -55,7 +55,7 @@ def _round(host: str, port: int, clients: int, tokens: int) -> dict:
 def serve_rows(folder: Path, prefill: int, cache: int, clients: list[int], tokens: int, rounds: int = 2) -> dict:
     """Build `folder` for cloud-tpu, serve it, and measure each client count (best of `rounds`)."""
     os.environ["TPUEDGE_LIBTPU"] = "off"  # the server runs here; no TPU compile report needed
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
     from tpuedge.serve.server import open_server
 
     out = Path(tempfile.mkdtemp(prefix="tpuedge-bench-serve-")) / "cloud"

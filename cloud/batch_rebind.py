@@ -26,7 +26,7 @@ def export_factory_at_batch(spec: str, batch: int):
     (dim 0 resized by repeating samples): the model's own code re-traced at that batch."""
     import torch
 
-    from tpuedge.model_spec import load_module_and_inputs, spec_name
+    from tpuedge.shared_ir.model_spec import load_module_and_inputs, spec_name
     from tpuedge.shared_ir.capture import export
 
     module, inputs = load_module_and_inputs(spec)

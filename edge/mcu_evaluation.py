@@ -29,7 +29,7 @@ class Evaluation:
 
 def load_evaluation(spec: str, program: "Program") -> Evaluation:
     """`module:function` returning (inputs, labels) -> samples in the Program's input shapes."""
-    from tpuedge.model_spec import load_factory
+    from tpuedge.shared_ir.model_spec import load_factory
     from tpuedge.quantize.calibration import load_calibration
 
     fn = load_factory(spec)

@@ -156,7 +156,7 @@ def _from_iterable(items: Iterable[Any], specs: list[TensorSpec], where: str) ->
 
 
 def _from_function(spec: str, specs: list[TensorSpec]) -> Samples:
-    from tpuedge.model_spec import load_factory
+    from tpuedge.shared_ir.model_spec import load_factory
 
     fn = load_factory(spec)
     try:

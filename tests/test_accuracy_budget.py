@@ -61,7 +61,7 @@ def outlier(tmp_path_factory):
     (work / "outlier.py").write_text(OUTLIER_MODEL)
     cal = outlier_inputs()
     np.save(work / "cal.npy", cal)
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
 
     return work, load_program(f"{work / 'outlier.py'}:build"), cal
 
@@ -310,7 +310,7 @@ def test_class_scores_are_held_to_top1_agreement_by_default(tied):
     assert [o["precision"] for o in manifest["recipe"]["non_int8_ops"]] == ["float"]
     # overridable: at a top-1 budget all-int8 meets (58% on the search's samples, 75% held out) it is written as is,
     # and the report states it
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
 
     art = tpuedge.build(
         load_program(f"{tied / 'tied.py'}:build"),

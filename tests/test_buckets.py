@@ -108,7 +108,7 @@ def test_android_build_has_a_signature_per_bucket_and_each_weight_once(encoder_f
 
 
 def test_auto_in_buckets_keeps_the_smallest_scheme_meeting_the_budget(encoder_file, tmp_path):
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
 
     bundle = load_program(f"{encoder_file}:build", {"buckets": "input_ids:1=8,16,32"})  # the float model is cached
     artifact = tpuedge.build(bundle, "android", tmp_path / "auto", quantize="auto")

@@ -41,7 +41,7 @@ def build():
 def leaky(tmp_path_factory):
     work = tmp_path_factory.mktemp("leaky")
     (work / "leaky.py").write_text(LEAKY_MODEL)
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
 
     return work, load_program(f"{work / 'leaky.py'}:build")
 

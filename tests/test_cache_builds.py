@@ -162,7 +162,7 @@ def test_mcu_rewrites_that_android_lowers_alike_keep_the_float_model_shared(tmp_
 
 
 def _assert_mcu_reuses_android_float_model(tmp_path, model: str, android_layout: tuple[str, ...]) -> None:
-    import tpuedge.model_spec as model_spec
+    import tpuedge.shared_ir.model_spec as model_spec
 
     program = model_spec.load_program(model)
     cal = tmp_path / "cal.npz"

@@ -60,7 +60,7 @@ def test_export_then_inspect_a_pt2(tmp_path):
 
 
 def test_spec_names():
-    from tpuedge.model_spec import spec_name
+    from tpuedge.shared_ir.model_spec import spec_name
 
     assert spec_name("examples/digits/model.py:build") == "digits"
     assert spec_name("examples/models.py:build_mlp") == "mlp"
@@ -192,7 +192,7 @@ def test_check_announces_the_targets_rewrites():
 
 def test_file_specs_load_under_their_stem_so_artifacts_do_not_depend_on_the_process(tmp_path):
     """Class paths reach artifact tensor names: a per-process module name broke byte-identity."""
-    from tpuedge.model_spec import load_module_and_inputs
+    from tpuedge.shared_ir.model_spec import load_module_and_inputs
 
     module, _ = load_module_and_inputs(f"{EXAMPLES / 'models.py'}:build_mlp")
     assert type(module).__module__ == "models"

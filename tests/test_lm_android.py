@@ -24,7 +24,7 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bundle(folder):
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
 
     return load_program(str(folder), {"prefill_lengths": "8,16", "cache_length": 64})
 

@@ -126,7 +126,7 @@ def test_transformers_static_cache_wrapper_is_captured_with_the_explicit_cache()
     from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
-    from tpuedge.model_spec import decoder_of
+    from tpuedge.shared_ir.model_spec import decoder_of
 
     lm = tiny_lms.model("llama")
     lm.generation_config = GenerationConfig(

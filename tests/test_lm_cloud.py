@@ -180,7 +180,7 @@ def test_cloud_build_writes_each_step_and_measures_it_on_xla(cloud_build):
 
 def test_cloud_build_generates_the_float_irs_tokens(cloud_build):
     folder, out, _ = cloud_build
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
 
     bundle = load_program(str(folder), {"prefill_lengths": "4,8", "cache_length": 48})
     artifact = tpuedge.load(out)

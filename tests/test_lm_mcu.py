@@ -25,7 +25,7 @@ KV_CACHE_BYTES = 3 * 2 * 2 * CACHE * 24  # layers x (K, V) x KV heads x position
 
 @pytest.fixture(scope="module")
 def bundle():
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
 
     return load_program(SPEC, {"cache_length": CACHE})
 
@@ -131,8 +131,7 @@ def test_fully_connected_as_conv_makes_tflm_compute_as_litert_does():
     from tpuedge.edge.litert.float_model import float_tflite
     from tpuedge.edge.generative.fc_as_conv import fully_connected_as_conv
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
-    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
-    from tpuedge.edge.litert.quantizer_runner import run_quantizer
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
     from tpuedge.edge.mcu.tflm_model import ops_used
     from tpuedge.edge.mcu.tflm_runtime import TflmRunner
     from tpuedge.quantize.config import QuantConfig

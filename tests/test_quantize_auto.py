@@ -97,7 +97,7 @@ def test_when_no_candidate_meets_the_budget_the_build_exits_1_with_the_table(out
 def test_int8_io_or_strict_int8_make_auto_try_static_int8_only(outlier):
     """Before: `--io-dtype int8` without `--quantize int8` was exit 2 ('the scheme is auto')."""
     import tpuedge
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
     from tpuedge.shared_ir.errors import UserError
 
     program = load_program(f"{outlier / 'outlier.py'}:build")

@@ -36,7 +36,7 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cloud_build(folder, tmp_path_factory):
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
 
     out = tmp_path_factory.mktemp("cloud") / "cloud-tpu"
     with pytest.MonkeyPatch.context() as patch:

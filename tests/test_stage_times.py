@@ -64,7 +64,7 @@ def test_cloud_tpu_stage_times_add_up_to_the_wall_time_and_name_the_tpu_compile(
 def test_a_plain_factory_is_checked_for_a_language_model_without_importing_transformers():
     # a non-transformers module cannot be a transformers model; importing transformers to ask took 5-15 s per build
     code = (
-        "import sys, torch\nfrom tpuedge.model_spec import decoder_of\n"
+        "import sys, torch\nfrom tpuedge.shared_ir.model_spec import decoder_of\n"
         "assert decoder_of((torch.nn.Linear(2, 2), (torch.zeros(1, 2),))) is None\n"
         "print('transformers' in sys.modules)"
     )

@@ -111,7 +111,7 @@ def make_build_command() -> click.Command:
         from tpuedge.command_inputs import model_arg as _model_arg
         from tpuedge.command_inputs import project_config as _config
         from tpuedge.command_inputs import target_arg as _target_arg
-        from tpuedge.model_spec import CAPTURE_OPTIONS, is_model_folder, load_program, spec_name
+        from tpuedge.shared_ir.model_spec import CAPTURE_OPTIONS, is_model_folder, load_program, spec_name
         from tpuedge.shared_ir.generative.bundle import ProgramBundle
         from tpuedge.shared_ir.cache_keys import build_session
 

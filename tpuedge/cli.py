@@ -74,7 +74,7 @@ def export(
     buckets: str | None,
 ) -> None:
     """Capture MODEL with torch.export into the shared IR and save it as a .pt2."""
-    from tpuedge.model_spec import load_program, spec_name
+    from tpuedge.shared_ir.model_spec import load_program, spec_name
     from tpuedge.shared_ir.generative.bundle import ProgramBundle
 
     spec = _model_arg(model)
@@ -101,7 +101,7 @@ def check(
     model: str | None, target: str | None, prefill_lengths: str | None, cache_length: int | None, buckets: str | None
 ) -> None:
     """Report every problem TARGET has with MODEL (exit 0 clean, 2 with problems)."""
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
     from tpuedge.shared_ir.targets import all_targets
 
     target = _target_arg(target, list(all_targets()))

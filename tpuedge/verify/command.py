@@ -97,7 +97,7 @@ def verify_command(
     from rich.console import Console
 
     from tpuedge.config import find_config
-    from tpuedge.model_spec import load_program
+    from tpuedge.shared_ir.model_spec import load_program
     from tpuedge.shared_ir.atomic import write_bytes_atomic
     from tpuedge.shared_ir.errors import UserError
     from tpuedge.verify.compare import open_artifact, verify

@@ -51,7 +51,7 @@ def open_program(model: Any):
     if isinstance(model, Program):
         return model
     if isinstance(model, (str, Path)):
-        from tpuedge.model_spec import load_program
+        from tpuedge.shared_ir.model_spec import load_program
 
         return load_program(str(model))
     if hasattr(model, "forward") and hasattr(model, "parameters"):

@@ -74,7 +74,7 @@ def _bundle_for(artifact, model: Any):
     if isinstance(model, ProgramBundle):
         bundle = model
     elif isinstance(model, (str, Path)):
-        from tpuedge.model_spec import load_program
+        from tpuedge.shared_ir.model_spec import load_program
 
         spec = artifact.decoder_spec
         bundle = load_program(str(model), {"prefill_lengths": spec.prefill_lengths, "cache_length": spec.cache_length})
