@@ -131,7 +131,8 @@ def test_fully_connected_as_conv_makes_tflm_compute_as_litert_does():
     from tpuedge.edge.litert.float_model import float_tflite
     from tpuedge.edge.generative.fc_as_conv import fully_connected_as_conv
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
-    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe, run_quantizer
+    from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
+    from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.edge.mcu.tflm_model import ops_used
     from tpuedge.edge.mcu.tflm_runtime import TflmRunner
     from tpuedge.quantize.config import QuantConfig
