@@ -30,7 +30,8 @@ import numpy as np
 from tpuedge.cloud.fake_quant import FakeQuantHook
 from tpuedge.cloud.interpreter import JaxProgram, host_to_jax, to_jax
 from tpuedge.cloud.train import MODEL_PREFIX, TrainStep
-from tpuedge.quantize.activation_ranges import ActivationRanges, QuantPoints, quant_points
+from tpuedge.quantize.activation_ranges import QuantPoints, quant_points
+from tpuedge.shared_ir.node_ranges import ActivationRanges
 from tpuedge.shared_ir.errors import UserError
 
 __all__ = ["QatConfig", "QatTrainStep", "qat_config", "qat_train_step", "RANGE_PREFIX"]

@@ -1,8 +1,9 @@
 """Activation ranges keyed by IR node: where an int8 graph quantizes, and to which range.
 
-One decision on the `Program`, read by every consumer: quantization-aware training fakes int8
-at these points (cloud/fake_quant.py), and the edge builds give the matching flatbuffer
-tensors these ranges instead of calibrating them (edge/litert/trained_ranges.py).
+One decision on the `Program` (its ranges: shared_ir/node_ranges.py), read by every consumer:
+quantization-aware training fakes int8 at these points (cloud/fake_quant.py), and the edge builds
+give the matching flatbuffer tensors these ranges instead of calibrating them
+(edge/litert/trained_ranges.py).
 
 Where an int8 TFLite graph holds an int8 tensor, as the converter and ai-edge-quantizer build it:
   - every float model input;
@@ -23,8 +24,6 @@ hold 0, scale = (max - min) / 255, zero point = rint(-128 - min / scale).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +32,6 @@ import numpy as np
 from tpuedge.quantize.integer_kernels import IntegerKernel, integer_kernels
 
 __all__ = [
-    "ActivationRanges",
     "QuantPoints",
     "quant_points",
     "int8_affine",
@@ -179,25 +177,3 @@ def quant_points(program) -> QuantPoints:
     return QuantPoints(
         tuple(points), inherits, weights, fixed, integer_kernels(ep.graph, tuple(points), inherits, params)
     )
-
-
-@dataclass(frozen=True)
-class ActivationRanges:
-    """Trained (or measured) [min, max] per quantization point of one Program. A node that is not
-    a point keeps the grid of the point `quant_points(program).inherits` names for it."""
-
-    ranges: dict[str, tuple[float, float]]  # point -> (min, max)
-    source: str = "quantization-aware training (EMA of batch min/max)"
-
-    def to_json(self) -> dict:
-        return {"source": self.source, "ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in self.ranges.items()}}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "ActivationRanges":
-        return cls(
-            {k: (float(lo), float(hi)) for k, (lo, hi) in data["ranges"].items()}, data.get("source", cls.source)
-        )
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from functools import cached_property
@@ -17,7 +16,6 @@ from tpuedge.shared_ir.torch_compat import tree_leaves
 
 __all__ = ["Program"]
 
-_META_FILE = "tpuedge.json"
 _FORMAT = 1
 
 
@@ -48,7 +46,7 @@ class Program:
     def __init__(self, exported_program, *, name: str = "model", activation_ranges=None):
         self.exported_program = exported_program
         self.name = name
-        # trained int8 ranges keyed by IR node (quantize.activation_ranges.ActivationRanges), or
+        # trained int8 ranges keyed by IR node (shared_ir.node_ranges.ActivationRanges), or
         # None; not part of the fingerprint (graph and weights), so float stages are shared
         self.activation_ranges = activation_ranges
 
@@ -293,81 +291,18 @@ class Program:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write a `.pt2` (torch.export format) with tpuedge's metadata inside; atomic.
+        """Write a `.pt2` (torch.export format) with tpuedge's metadata inside; atomic
+        (shared_ir/program_file.py)."""
+        from tpuedge.shared_ir.program_file import save_program
 
-        Serialized in memory first: torch names the archive's root folder after the file it
-        writes to, so saving straight to a temp file would make every save's bytes differ.
-        """
-        import io
-
-        import torch
-
-        from tpuedge.shared_ir.atomic import write_bytes_atomic
-        from tpuedge.shared_ir.program_snapshot import with_fake_values
-
-        path = Path(path)
-        with_fake_values(self.exported_program)  # read from its snapshot: the .pt2 records fake values
-        buffer = io.BytesIO()
-        torch.export.save(
-            self.exported_program, buffer, extra_files={_META_FILE: json.dumps(self.metadata(), sort_keys=True)}
-        )
-        write_bytes_atomic(path, buffer.getvalue())
-        return path
+        return save_program(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Program":
-        """The program a `.pt2` holds. Read through the build cache: the first load of a file's
-        bytes stores its snapshot (shared_ir/program_snapshot.py), which later loads read back
-        without importing torch._dynamo."""
-        from tpuedge.shared_ir.cache_keys import cached_stage, file_digest
-        from tpuedge.shared_ir.program_snapshot import decode, encode_if_it_can
+        """The program a `.pt2` holds (shared_ir/program_file.py), read through the build cache."""
+        from tpuedge.shared_ir.program_file import load_program
 
-        path = Path(path)
-        if not path.is_file():
-            raise UserError(f"No saved program at {path}; create one with `tpuedge export MODEL -o {path}`.")
-
-        def from_snapshot(payload: bytes) -> "Program":
-            exported_program, name, ranges = decode(payload)
-            return cls(exported_program, name=name, activation_ranges=ranges)
-
-        # the file's name is in the key: a program saved without one is named after its file
-        return cached_stage(
-            "program",
-            {"pt2": file_digest(path), "file_name": path.stem},
-            lambda: cls._read_pt2(path),
-            encode=encode_if_it_can,
-            decode=from_snapshot,
-        )
-
-    @classmethod
-    def _read_pt2(cls, path: Path) -> "Program":
-        import torch
-
-        from tpuedge.shared_ir.held_logs import held_log_records
-
-        extra = {_META_FILE: ""}
-        try:
-            # torch logs its own traceback before raising; the paragraph below says it all
-            with held_log_records("torch.export"):
-                ep = torch.export.load(path, extra_files=extra)
-        except Exception as exc:
-            raise UserError(
-                f"{path} is not a readable torch.export .pt2 file ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}); re-create it with `tpuedge export`."
-            ) from exc
-        meta = json.loads(extra[_META_FILE]) if extra.get(_META_FILE) else {}
-        ranges = None
-        if meta.get("activation_ranges"):
-            from tpuedge.quantize.activation_ranges import ActivationRanges
-
-            ranges = ActivationRanges.from_json(meta["activation_ranges"])
-        program = cls(ep, name=meta.get("name") or path.stem, activation_ranges=ranges)
-        if meta.get("fingerprint") and meta["fingerprint"] != program.fingerprint:
-            raise UserError(
-                f"{path} was modified after it was saved: its content fingerprint no longer matches "
-                "the one recorded at export; re-export the model."
-            )
-        return program
+        return load_program(cls, path)
 
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.inputs)

@@ -369,7 +369,7 @@ def decode(data: bytes) -> tuple[Any, str, Any]:
     meta = header["program"]
     ranges = None
     if meta["activation_ranges"]:
-        from tpuedge.quantize.activation_ranges import ActivationRanges
+        from tpuedge.shared_ir.node_ranges import ActivationRanges
 
         ranges = ActivationRanges.from_json(meta["activation_ranges"])
     return ep, meta["name"], ranges
