@@ -13,8 +13,16 @@ mcu only: LiteRT's XNNPACK delegate checks those tables and leaves an op without
 builtin kernels (same numbers, slower), and a per-tensor table makes it fail to prepare; and
 TRANSPOSE_CONV's LiteRT kernel reads its bias table (its outputs change without it).
 
-Only a constant integer tensor that every reader takes as the bias of one of those ops loses
-its table; a bias another op also reads, or a computed one, keeps it.
+Except where a kernel does read it: FULLY_CONNECTED whose weights have one scale (per tensor,
+or a layer of one output, such as a beat tracker's or a detector's score head) takes the
+per-tensor path, which requires |input scale x weight scale - bias scale| / output scale <= 0.02
+(edge/mcu/data/tflm_ops.json, "reads_bias_scale"). Without its table the bias's scale is 0 and
+the layer prepares only while its own multiplier is under 0.02: a head whose outputs span a
+narrow range failed in TFLite-Micro's (and LiteRT's) prepare, after the whole build had run.
+
+Only a constant integer tensor that every reader takes as the bias of one of those ops, where the
+op's kernel does not read its scale, loses its table; a bias another op also reads, or a computed
+one, keeps it.
 tests/test_bias_quantization.py runs both interpreters on a model before and after and compares
 the outputs bit for bit.
 """
@@ -37,9 +45,10 @@ def drop_bias_quantization(model) -> int:
     dropped = 0
     for graph in model.subgraphs:
         tensors = graph.tensors or []
-        as_bias: dict[int, bool] = {}  # tensor -> read only as a bias so far
+        as_bias: dict[int, bool] = {}  # tensor -> read only as a bias whose scale no kernel reads, so far
         for op in graph.operators or []:
-            bias_at = BIAS_INPUT.get(names[op.opcodeIndex])
+            name = names[op.opcodeIndex]
+            bias_at = None if _reads_bias_scale(name, tensors, op) else BIAS_INPUT.get(name)
             for position, index in enumerate(op.inputs if op.inputs is not None else []):
                 if index >= 0:
                     as_bias[int(index)] = as_bias.get(int(index), True) and position == bias_at
@@ -54,3 +63,13 @@ def drop_bias_quantization(model) -> int:
                 tensor.quantization = None
                 dropped += 1
     return dropped
+
+
+def _reads_bias_scale(name: str, tensors, op) -> bool:
+    """Whether TFLite-Micro's kernel for `op` reads its bias's scale: an op the op data marks
+    ("reads_bias_scale") whose weights have a single scale."""
+    from tpuedge.edge.mcu.tflm_ops import tflm_ops
+
+    if not tflm_ops().get(name, {}).get("reads_bias_scale") or op.inputs is None or len(op.inputs) < 2:
+        return False
+    return tflite_file.tensor_quantization(tensors[int(op.inputs[1])])[0].size == 1
