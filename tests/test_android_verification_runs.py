@@ -1,5 +1,5 @@
 """An android build's two verification runs, the float reference (the IR in torch) and the model in
-LiteRT, run side by side (`edge/android_target._verification_runs`): the reference in a thread of
+LiteRT, run side by side (`edge/android/verification_runs.py`): the reference in a thread of
 its own, with the outputs it gives when run alone, and a LiteRT refusal still reported as one."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge.android.android_target import _verification_runs
+from tpuedge.edge.android.verification_runs import verification_runs
 from tpuedge.edge.litert.litert_runtime import ModelRunError
 
 
@@ -48,7 +48,7 @@ def test_the_reference_runs_in_its_own_thread_and_gives_what_it_gives_alone(buil
         return run(self, *inputs)
 
     monkeypatch.setattr(type(program), "run", recording_run)
-    runner, reference, outputs = _verification_runs(program, tflite, samples, channels_last=False)
+    runner, reference, outputs = verification_runs(program, tflite, samples, channels_last=False)
     assert threads and all(name.startswith("tpuedge-float-reference") for name in threads)
     for got, want in zip(reference, alone):
         np.testing.assert_array_equal(got[0], want[0])
@@ -66,7 +66,7 @@ def test_a_litert_refusal_still_raises_once_the_reference_is_done(built, monkeyp
 
     monkeypatch.setattr(litert_runtime.LiteRTRunner, "run", refuse)
     with pytest.raises(ModelRunError, match="refused"):
-        _verification_runs(program, tflite, program.example_inputs(seed=1, count=2), channels_last=False)
+        verification_runs(program, tflite, program.example_inputs(seed=1, count=2), channels_last=False)
 
 
 def test_a_reference_computed_before_the_conversion_is_not_run_again(built, monkeypatch):
@@ -78,7 +78,7 @@ def test_a_reference_computed_before_the_conversion_is_not_run_again(built, monk
         raise AssertionError("the reference was given")
 
     monkeypatch.setattr(type(program), "run", no_run)
-    _, reference, outputs = _verification_runs(program, tflite, samples, channels_last=False, reference=given)
+    _, reference, outputs = verification_runs(program, tflite, samples, channels_last=False, reference=given)
     assert reference is given and len(outputs) == 2
 
 
@@ -112,5 +112,5 @@ def test_a_failing_litert_run_leaves_the_reference_s_unstarted_samples_unrun(bui
     monkeypatch.setattr(type(program), "run", slow_first_run)
     monkeypatch.setattr(litert_runtime.LiteRTRunner, "run", fail)
     with pytest.raises(RuntimeError, match="kernel"):
-        _verification_runs(program, tflite, program.example_inputs(seed=2, count=count), channels_last=False)
+        verification_runs(program, tflite, program.example_inputs(seed=2, count=count), channels_last=False)
     assert len(calls) <= 1  # at most the sample already running when LiteRT failed

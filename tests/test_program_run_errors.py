@@ -52,7 +52,7 @@ def test_samples_the_model_takes_still_run(program):
 
 
 def test_a_float_build_names_the_inputs_the_model_refuses_not_the_kernel(program, tmp_path):
-    """A float build's reference runs beside its LiteRT verification (edge/android/android_target.py), after
+    """A float build's reference runs beside its LiteRT verification (edge/android/verification_runs.py), after
     the conversion: the IR's own refusal still comes first, however LiteRT takes those ids."""
     rng = np.random.default_rng(0)
     samples = [[rng.integers(0, 20, (1, 6))] for _ in range(4)]
