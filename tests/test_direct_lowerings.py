@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tpuedge
-from tpuedge.edge.litert import direct_lowerings
+from tpuedge.edge.litert import direct_arithmetic, direct_emit, direct_lowerings, direct_shapes
 from tpuedge.edge.litert.litert_lowering import lower_to_float_flatbuffer
 
 
@@ -45,6 +45,14 @@ class _Forms(nn.Module):
         return att.squeeze(1).sum(1) + tiled + single, (y.view(-1) + 1).clamp(-1.0, 1.0)
 
 
+@contextlib.contextmanager
+def _calls_recorded():
+    """Every `direct_emit.call` the direct lowerings make, recorded (a mock wrapping it)."""
+    spy = mock.Mock(wraps=direct_emit.call)
+    with mock.patch.object(direct_arithmetic, "call", spy), mock.patch.object(direct_shapes, "call", spy):
+        yield spy
+
+
 def _flatbuffer(program, direct: bool) -> bytes:
     switch = direct_lowerings.direct_lowerings if direct else contextlib.nullcontext
     with mock.patch.object(direct_lowerings, "direct_lowerings", switch):
@@ -59,7 +67,7 @@ def forms_program():
 
 
 def test_direct_lowerings_write_the_bridges_flatbuffer(forms_program):
-    with mock.patch.object(direct_lowerings, "_call", wraps=direct_lowerings._call) as call:
+    with _calls_recorded() as call:
         direct = _flatbuffer(forms_program, direct=True)
     taken = {c.args[1][0] for c in call.call_args_list}
     bridged = _flatbuffer(forms_program, direct=False)
@@ -102,7 +110,7 @@ def test_means_softmaxes_and_max_pools_write_the_bridges_flatbuffer():
     now lowers without jax at all: the first jax lowering in a process cost ~15 MB and ~20 ms."""
     torch.manual_seed(0)
     program = tpuedge.export(_Reductions().eval(), (torch.randn(2, 3, 7, 7),), name="reductions")
-    with mock.patch.object(direct_lowerings, "_call", wraps=direct_lowerings._call) as call:
+    with _calls_recorded() as call:
         direct = _flatbuffer(program, direct=True)
     taken = [c.args[1] for c in call.call_args_list]
     assert {key[0] for key in taken} >= {"mean", "softmax", "max_pool2d"}
@@ -140,7 +148,7 @@ class _Sequences(nn.Module):
 def test_slices_splits_pads_and_unary_ops_write_the_bridges_flatbuffer():
     torch.manual_seed(0)
     program = tpuedge.export(_Sequences().eval(), (torch.randn(2, 3, 7, 7), torch.randn(2, 5, 6)), name="sequences")
-    with mock.patch.object(direct_lowerings, "_call", wraps=direct_lowerings._call) as call:
+    with _calls_recorded() as call:
         direct = _flatbuffer(program, direct=True)
     taken = {c.args[1][0] for c in call.call_args_list}
     assert taken >= {"slice", "select", "split", "tanh", "sqrt", "pad", "identity"}, taken
@@ -184,9 +192,9 @@ def test_forms_they_do_not_take_go_to_litert_torch():
             return (x * 3 + x).clamp(0, 50) - 1
 
     program = tpuedge.export(IntMath(), (torch.arange(12, dtype=torch.int32).reshape(3, 4),), name="ints")
-    made_before = direct_lowerings._next_id
+    made_before = direct_emit._next_id
     direct = _flatbuffer(program, direct=True)
-    assert direct_lowerings._next_id == made_before  # none taken: all integer
+    assert direct_emit._next_id == made_before  # none taken: all integer
     assert direct == _flatbuffer(program, direct=False)
 
 
@@ -198,4 +206,4 @@ def test_a_node_without_tensor_meta_goes_to_litert_torch():
         node = torch.fx.Graph().placeholder("x")  # no "val", no "tensor_meta"
 
     with litert_session():
-        assert direct_lowerings._result_type(Context()) is None
+        assert direct_emit.result_type(Context()) is None
