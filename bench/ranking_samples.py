@@ -31,6 +31,7 @@ def measure(name: str, sample_counts: list[int]) -> list[dict]:
     from tpuedge.edge.litert.litert_lowering import litert_ir_passes
     from tpuedge.quantize.sensitivity import rank_quant_points
     from tpuedge.shared_ir.program import Program
+    from tpuedge.shared_ir.targets import ir_evaluator
     from zoo_models import ZOO
 
     entry = ZOO[name]
@@ -41,7 +42,7 @@ def measure(name: str, sample_counts: list[int]) -> list[dict]:
     rows, first = [], None
     for count in sample_counts:
         start = time.perf_counter()
-        ranking = rank_quant_points(lowered, calibration, calibration[:count])
+        ranking = rank_quant_points(lowered, calibration, calibration[:count], evaluator=ir_evaluator())
         seconds = time.perf_counter() - start
         nodes = [s.node for s in ranking]
         first = first or nodes

@@ -12,7 +12,7 @@ little clipping of the tails for a finer step everywhere else:
 
 Neither is right for every model (the largest logit of a classifier is the one that matters),
 so the edge build measures each against min/max on the whole model and keeps the best
-(edge/int8_search.py). Pure numpy: one `Histogram` per tensor, filled sample by sample.
+(quantize/precision_search.py). Pure numpy: one `Histogram` per tensor, filled sample by sample.
 """
 
 from __future__ import annotations

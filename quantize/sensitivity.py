@@ -1,6 +1,7 @@
 """Per-node int8 sensitivity on the IR: which quantization points cost the model's accuracy.
 
-One instrumented lowering of the Program to JAX (cloud/interpreter.py) fakes int8 at every
+One instrumented lowering of the Program to JAX (an `IREvaluator`: cloud's interpreter, found
+through the target registry by `shared_ir.targets.ir_evaluator`) fakes int8 at every
 quantization point (`activation_ranges.quant_points`) behind a gate per point, with the
 ranges the edge calibration would give (global min/max over the samples). Compiled once,
 it is run with one point's gate open at a time: the drop in mean per-sample cosine of the
@@ -16,11 +17,18 @@ Each point carries its module scope in the form the LiteRT float model's tensor 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["PointSensitivity", "rank_quant_points", "TooManyPoints", "RANKING_SAMPLES", "MAX_RANKED_POINTS"]
+__all__ = [
+    "IREvaluator",
+    "PointSensitivity",
+    "rank_quant_points",
+    "TooManyPoints",
+    "RANKING_SAMPLES",
+    "MAX_RANKED_POINTS",
+]
 
 # Samples each point's cost is measured on: one run per point, each as dear as the samples are
 # many, and the runs were most of an int8 build (MobileViT-xxs: 194 points, 118 s on 8 samples,
@@ -34,6 +42,21 @@ RANKING_SAMPLES = 2
 # module. The zoo's other models have at most 194 (MobileViT-xxs).
 MAX_RANKED_POINTS = 2048
 _OBSERVE_CHUNK = 8  # calibration samples per batch of the range-observing run
+
+
+class IREvaluator(Protocol):
+    """The IR lowered to JAX with a hook on every value: what the ranking runs. The backend that
+    lowers the IR to JAX provides it (cloud); quantize imports no backend."""
+
+    def lower(self, program: Any) -> Any:
+        """`program` as a callable with `params`, `buffers` and `call_transformed(params, buffers,
+        *inputs, rng_key=, transform=)` -> (buffers, outputs); its hook sees ("node" | "input", name, value)."""
+
+    def stage(self, value: Any, name: str) -> Any:
+        """A host array as the lowered program takes it."""
+
+    def fake_quant(self, x: Any, low: Any, high: Any) -> Any:
+        """`x` rounded to asymmetric per-tensor int8 over [low, high] and back."""
 
 
 class TooManyPoints(Exception):
@@ -62,11 +85,9 @@ class PointSensitivity:
         }
 
 
-def _stack(samples: list, index: int):
-    """Input `index` of every sample, stacked on a new batch axis, as the cloud backend feeds it."""
-    from tpuedge.cloud.interpreter import host_to_jax
-
-    return host_to_jax(np.stack([np.asarray(s[index]) for s in samples]), f"input {index}")
+def _stack(evaluator: IREvaluator, samples: list, index: int):
+    """Input `index` of every sample, stacked on a new batch axis, as the evaluator takes it."""
+    return evaluator.stage(np.stack([np.asarray(s[index]) for s in samples]), f"input {index}")
 
 
 def _mean_cosine(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
@@ -91,18 +112,19 @@ def _cap_rsqrt_ranges(ranges: dict, plan, nodes: dict) -> None:
             ranges[point] = (lo, min(hi, rsqrt_output_max(*ranges[source])))
 
 
-def rank_quant_points(program: Any, calibration: list, measure: list | None = None) -> list[PointSensitivity]:
+def rank_quant_points(
+    program: Any, calibration: list, measure: list | None = None, *, evaluator: IREvaluator
+) -> list[PointSensitivity]:
     """Every float quantization point of `program`, most sensitive first; TooManyPoints over
     MAX_RANKED_POINTS.
 
     calibration: samples (lists of arrays with a batch dim of 1) that set the ranges;
-    measure: samples the cosine is measured on (default: the calibration samples).
+    measure: samples the cosine is measured on (default: the calibration samples);
+    evaluator: the IR in JAX (`shared_ir.targets.ir_evaluator()`).
     """
     import jax
     import jax.numpy as jnp
 
-    from tpuedge.cloud.fake_quant import fake_quant_activation
-    from tpuedge.cloud.interpreter import to_jax
     from tpuedge.quantize.activation_ranges import quant_points
     from tpuedge.shared_ir.sources import module_scope, node_source
 
@@ -113,7 +135,7 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
             f"{len(plan.points):,} IR points, more than the {MAX_RANKED_POINTS:,} the ranking measures "
             "one by one (a recurrent layer unrolled over time)"
         )
-    jp = to_jax(program)
+    jp = evaluator.lower(program)
     points = list(plan.points)
     index = {p: i for i, p in enumerate(points)}
     key = jax.random.key(0)
@@ -136,7 +158,9 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
     observed: dict[str, Any] = {}
     for start in range(0, len(calibration), _OBSERVE_CHUNK):
         chunk = calibration[start : start + _OBSERVE_CHUNK]
-        for p, v in observe_batch(jp.params, jp.buffers, *[_stack(chunk, i) for i in range(n_inputs)]).items():
+        for p, v in observe_batch(
+            jp.params, jp.buffers, *[_stack(evaluator, chunk, i) for i in range(n_inputs)]
+        ).items():
             lo, hi = jnp.min(v[:, 0]), jnp.max(v[:, 1])
             observed[p] = (
                 (lo, hi) if p not in observed else (jnp.minimum(observed[p][0], lo), jnp.maximum(observed[p][1], hi))
@@ -152,13 +176,13 @@ def rank_quant_points(program: Any, calibration: list, measure: list | None = No
         def hook(kind, name, value):
             if kind in ("node", "input") and name in index and jnp.issubdtype(value.dtype, jnp.floating):
                 i = index[name]
-                return value + gate[i] * (fake_quant_activation(value, lows[i], highs[i]) - value)
+                return value + gate[i] * (evaluator.fake_quant(value, lows[i], highs[i]) - value)
             return value
 
         return jp.call_transformed(params, buffers, *inputs, rng_key=key, transform=hook)[1]
 
     run = jax.jit(jax.vmap(gated, in_axes=(None, None, None) + (0,) * n_inputs))
-    inputs = [_stack(measure, i) for i in range(n_inputs)]
+    inputs = [_stack(evaluator, measure, i) for i in range(n_inputs)]
     closed = jnp.zeros(len(points), jnp.float32)
     reference = [np.asarray(o) for o in run(jp.params, jp.buffers, closed, *inputs)]
     ranked = []

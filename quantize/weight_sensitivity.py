@@ -2,7 +2,7 @@
 their values are rounded to int8, activations left float.
 
 Where every op already computes in float and the model still misses its budget, the error is in
-the int8 weights alone (the int8 search's last rung, edge/int8_search.py). It is rarely spread
+the int8 weights alone (the int8 search's last rung, quantize/float_weights.py). It is rarely spread
 evenly: in a one-off measurement on the zoo's random-init MobileNetV2 (every weight int8: mean
 per-sample cosine 0.985), the stem convolution's 864 weights alone cost 0.010, and float32 for
 it gave 0.991; in Resemblyzer's speaker encoder (0.883) the first LSTM layer's input weights

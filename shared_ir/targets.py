@@ -33,6 +33,7 @@ __all__ = [
     "all_targets",
     "implemented_targets",
     "register_target",
+    "ir_evaluator",
     "ENTRY_POINT_GROUP",
 ]
 
@@ -152,6 +153,11 @@ class Target:
         """Open a bare file with one of `opens_files`' suffixes (no manifest: IR unknown)."""
         raise NotImplementedError
 
+    def ir_evaluator(self) -> Any:
+        """The IR lowered to an array framework with a hook on every value
+        (quantize.sensitivity.IREvaluator), where this target's backend has one; None otherwise."""
+        return None
+
 
 _REGISTRY: dict[str, Target] = {}
 _loaded = False
@@ -235,6 +241,17 @@ def _ensure_loaded() -> None:
         for target in loaded.values():
             register_target(target)
         _loaded = True
+
+
+def ir_evaluator() -> Any:
+    """The first target's (by name) IR evaluator (`Target.ir_evaluator`): how a backend below
+    another, or beside it, runs the IR in fake int8 without importing it. UserError where no
+    installed target has one."""
+    for target in all_targets().values():
+        evaluator = target.ir_evaluator()
+        if evaluator is not None:
+            return evaluator
+    raise UserError("no installed target lowers the IR with a hook on every value (cloud-tpu's JAX interpreter does)")
 
 
 def all_targets() -> dict[str, Target]:

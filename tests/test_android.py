@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge import int8_search
+from tpuedge.quantize import search_candidates
 from tpuedge.edge.litert.convert import program_to_tflite
 from tpuedge.edge.litert.float_model import clear_float_cache, float_tflite, tflite_layout_inputs
 from tpuedge.edge.litert.litert_runtime import LiteRTRunner, ModelRunError, run_samples
@@ -170,14 +170,14 @@ def outlier_search():
         module.qkv.weight.mul_(3.0)
     program = tpuedge.export(module, inputs, name="outliers")
     config = QuantConfig(scheme="int8", target_cosine=0.99999)
-    real_score = int8_search._score_candidate
+    real_score = search_candidates.score_candidate
 
     def spy(tflite, eval_inputs, reference, *runtime):  # the real scoring, counted by model bytes and samples
         _OUTLIER_SEARCH_RUNS.append((hashlib.sha256(tflite).hexdigest(), len(eval_inputs)))
         return real_score(tflite, eval_inputs, reference, *runtime)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(int8_search, "_score_candidate", spy)
+        patch.setattr(search_candidates, "score_candidate", spy)
         return program, config, program_to_tflite(program, config, _outliers(1, 32))
 
 

@@ -89,8 +89,8 @@ def test_the_rung_respects_its_size_cap(tmp_path, monkeypatch):
     from tpuedge.shared_ir.errors import BudgetError
 
     monkeypatch.setattr("tpuedge.quantize.sensitivity.MAX_RANKED_POINTS", 0)
-    monkeypatch.setattr("tpuedge.edge.int8_search.FLOAT_WEIGHTS_BYTES_FLOOR", 0)
-    monkeypatch.setattr("tpuedge.edge.int8_search.FLOAT_WEIGHTS_BYTES_SHARE", 0.0)
+    monkeypatch.setattr("tpuedge.quantize.search_settings.FLOAT_WEIGHTS_BYTES_FLOOR", 0)
+    monkeypatch.setattr("tpuedge.quantize.search_settings.FLOAT_WEIGHTS_BYTES_SHARE", 0.0)
     program, calibration = _program_and_samples()
     with pytest.raises(BudgetError):
         tpuedge.build(program, "android", tmp_path / "int8", quantize="int8", calibration=calibration)

@@ -128,13 +128,13 @@ def test_unsupported_op_exits_2_before_any_file(tmp_path, capsys):
 
 
 def test_the_shared_conversion_speaks_for_the_calling_target():
-    """edge/litert/convert.py and edge/int8_search.py name no target: the caller's name reaches their messages."""
+    """The shared conversion (edge/litert/convert.py, static_int8.py, litert_candidates.py) and the
+    precision search (quantize/) name no target: the caller's name reaches their messages."""
     import torch
 
-    from tpuedge.edge.litert import convert
-
-    from tpuedge.edge import int8_search
+    from tpuedge.edge.litert import convert, litert_candidates, static_int8
     from tpuedge.edge.litert.float_model import float_tflite
+    from tpuedge.quantize import float_weights, precision_search, search_candidates, search_rungs
 
     class Net(torch.nn.Module):
         def forward(self, x):
@@ -144,7 +144,15 @@ def test_the_shared_conversion_speaks_for_the_calling_target():
     program = tpuedge.export(Net(), (torch.zeros(4, 3),), dynamic_shapes={"x": {0: dim}}, name="dyn")
     with pytest.raises(tpuedge.UserError, match="the mcu target needs static shapes"):
         float_tflite(program, target="mcu")
-    for module in (convert, int8_search):
+    for module in (
+        convert,
+        static_int8,
+        litert_candidates,
+        precision_search,
+        search_candidates,
+        search_rungs,
+        float_weights,
+    ):
         source = Path(module.__file__).read_text()
         assert '"android"' not in source and "'android'" not in source
 

@@ -1,5 +1,5 @@
 """Cross-layer equalization on the IR (shared_ir/passes/cross_layer_equalization.py), measured as
-a candidate where all-int8 misses its target (edge/int8_search.py).
+a candidate where all-int8 misses its target (quantize/precision_search.py).
 
 The planted model computes a trained digits classifier, but its first convolution's output
 channels span four decades (each rescaled, the next convolution's inputs rescaled back: the

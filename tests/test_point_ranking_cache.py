@@ -1,4 +1,4 @@
-"""The int8 search's IR sensitivity ranking is a build-cache stage (edge/point_ranking.py): a
+"""The int8 search's IR sensitivity ranking is a build-cache stage (quantize/point_ranking.py): a
 rebuild reads it back exactly instead of running every quantization point in JAX again."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge.point_ranking import STAGE, ranked_points
+from tpuedge.quantize.point_ranking import STAGE, ranked_points
 from tpuedge.shared_ir.cache_keys import build_session
 
 
@@ -34,8 +34,12 @@ def _samples(count: int, seed: int) -> list[list[np.ndarray]]:
 
 
 def _ranked(program, calibration, measure):
+    from tpuedge.edge.litert.litert_candidates import LiteRTCandidates
+    from tpuedge.quantize.config import QuantConfig
+
+    converter_program = LiteRTCandidates(program, QuantConfig(scheme="int8"), b"", None, target=None).converter_program
     with build_session() as session:
-        ranking = ranked_points(program, calibration, measure)
+        ranking = ranked_points(program, calibration, measure, converter_program)
     return ranking, [(r.stage, r.outcome) for r in session.stages]
 
 

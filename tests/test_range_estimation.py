@@ -1,5 +1,5 @@
 """Activation ranges from histograms (quantize/range_estimation.py) and their use in the int8
-search (edge/int8_search.py): measured against min/max on the whole model, the best kept."""
+search (quantize/precision_search.py): measured against min/max on the whole model, the best kept."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The int8 search keeps a digest of each candidate it measured, not its bytes (edge/int8_search.py):
+"""The int8 search keeps a digest of each candidate it measured, not its bytes (quantize/search_candidates.py):
 a 22M-parameter encoder's ~100 candidates once held 2.4 GB of models in memory."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 import tpuedge
-from tpuedge.edge import int8_search
+from tpuedge.quantize import search_candidates
 
 
 class WideCancellation(torch.nn.Module):
@@ -36,13 +36,13 @@ def test_the_search_does_not_keep_every_candidate_in_memory(tmp_path, monkeypatc
     rng = np.random.default_rng(0)
     calibration = [[rng.standard_normal((1, 192)).astype(np.float32)] for _ in range(24)]
     held: list[tuple[int, int]] = []  # (candidate bytes, memory traced while scoring it)
-    score = int8_search._score_candidate
+    score = search_candidates.score_candidate
 
     def traced_score(tflite, *args):
         held.append((len(tflite), tracemalloc.get_traced_memory()[0]))
         return score(tflite, *args)
 
-    monkeypatch.setattr(int8_search, "_score_candidate", traced_score)
+    monkeypatch.setattr(search_candidates, "score_candidate", traced_score)
     tracemalloc.start()
     try:
         tpuedge.build(program, "mcu", tmp_path / "int8", calibration=calibration, allow_below_budget=True)

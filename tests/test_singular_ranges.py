@@ -59,11 +59,14 @@ def test_the_ir_ranking_caps_the_same_range():
     ranked the rsqrt first by far (silero-vad's mcu graph: loss 0.41, range up to 8.4e7)."""
     from tpuedge.edge.mcu.mcu_capability import mcu_passes
     from tpuedge.quantize.sensitivity import rank_quant_points
+    from tpuedge.shared_ir.targets import ir_evaluator
     from tpuedge.shared_ir.program import Program
 
     torch.manual_seed(0)
     program = tpuedge.export(_Magnitude().eval(), (torch.zeros(1, 2, 32),), name="magnitude")
     program = Program(mcu_passes().run(program.exported_program)[0], name="magnitude")
-    ranked = {p.op: p for p in rank_quant_points(program, _samples(8, np.random.default_rng(0)))}
+    ranked = {
+        p.op: p for p in rank_quant_points(program, _samples(8, np.random.default_rng(0)), evaluator=ir_evaluator())
+    }
     rsqrt = ranked["aten.rsqrt.default"]
     assert rsqrt.high < 100

@@ -6,7 +6,7 @@
 The mcu build quantizes the decode entry alone: TFLite-Micro runs subgraph 0 only (a file
 with a second signature crashed its loader), so the firmware, like the host, prefills a prompt
 through decode one token at a time. The path is edge's one int8 path, without its per-op search
-(edge/int8_search.py): `float_tflite` (litert-torch), then ai-edge-quantizer through
+(edge/litert/static_int8.py): `float_tflite` (litert-torch), then ai-edge-quantizer through
 `run_quantizer` with the static int8 recipe `quantizer_recipe` writes, integer I/O. The search
 is not used because it scores candidates by output cosine on independent samples and may
 choose int16 or float islands, while a decode step's error feeds back through its caches (the

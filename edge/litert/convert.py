@@ -15,7 +15,8 @@ Pipeline: the Program's ExportedProgram -> litert-torch (its decomposition table
 flatbuffer export) -> float .tflite -> ai-edge-quantizer recipe (fp16 weights / dynamic int8 /
 static int8 with a per-op precision search measured against the float IR).
 
-Static int8's calibration, remedies and per-op precision search: edge/int8_search.py.
+Static int8's calibration: edge/litert/static_int8.py; its remedies and per-op precision search:
+quantize/precision_search.py, over this backend's candidates (edge/litert/litert_candidates.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tpuedge.shared_ir.errors import InternalError
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from tpuedge.edge.int8_search import CandidateRuntime
+    from tpuedge.quantize.search_backend import CandidateRuntime
     from tpuedge.shared_ir.program import Program
 
 __all__ = ["ConvertedModel", "program_to_tflite"]
@@ -67,12 +68,12 @@ def program_to_tflite(
     only): they replace the calibrated range of every tensor they reach, and no per-op search runs.
     budget_cosine: the build's accuracy budget (worst output's mean per-sample cosine). Where the
     search ends below it (plus a margin for held-out samples), the top-ranked points become
-    float islands (edge/int8_search.py); None: no such last resort. dynamic-int8 given
+    float islands (quantize/precision_search.py); None: no such last resort. dynamic-int8 given
     `calibration` (samples the budget does not read) and a budget measures its model on them,
-    and below the budget gives the costliest weight tensors' ops float32 (edge/int8_search.py).
+    and below the budget gives the costliest weight tensors' ops float32 (quantize/float_weights.py).
     equalize: where all-int8 misses the target, also measure the program after cross-layer
-    equalization (edge/int8_search.py); False for that program itself.
-    candidates: the calling target's own judge of the int8 search's candidates (edge/int8_search.
+    equalization (quantize/precision_search.py); False for that program itself.
+    candidates: the calling target's own judge of the int8 search's candidates (quantize/search_backend.
     CandidateRuntime): its check, which refuses a recipe the target can't run (mcu: a float op,
     or an int16 kernel TFLite-Micro lacks), and its runtime, which scores them instead of
     LiteRT (mcu: TFLite-Micro, whose int16 kernels are not LiteRT's).
@@ -137,7 +138,7 @@ def _quantized(
 
     quantize = run_quantizer(base)
     if config.scheme in ("int8", "dynamic-int8"):  # LSTM layers LiteRT runs whole (edge/litert/sequence_lstm.py)
-        from tpuedge.edge.int8_search import fused_lstm_plan
+        from tpuedge.edge.litert.static_int8 import fused_lstm_plan
 
         quantize.fused_lstm = fused_lstm_plan(program, config, calibration, base, budget_cosine)
         if quantize.fused_lstm is not None:
@@ -150,14 +151,15 @@ def _quantized(
             "quantized", {"float": hashlib.sha256(base).hexdigest(), "recipe": entries}, lambda: quantize(entries)
         )
         if config.scheme == "dynamic-int8" and calibration and budget_cosine is not None and config.float_islands:
-            from tpuedge.edge.int8_search import dynamic_int8_weights
+            from tpuedge.edge.litert.litert_candidates import LiteRTCandidates
+            from tpuedge.quantize.float_weights import dynamic_int8_weights
 
-            quantized = dynamic_int8_weights(
-                program, config, calibration, base, quantized, recipe, quantize, budget_cosine
-            )
+            backend = LiteRTCandidates(program, config, base, quantize, target=target)
+            quantized = dynamic_int8_weights(program, config, calibration, backend, quantized, recipe, budget_cosine)
         return ConvertedModel(quantized, recipe, base, config)
 
-    from tpuedge.edge.int8_search import Equalized, static_int8
+    from tpuedge.edge.litert.static_int8 import static_int8
+    from tpuedge.quantize.search_backend import Equalized
 
     result = static_int8(
         program,

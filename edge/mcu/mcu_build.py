@@ -1,7 +1,7 @@
 """The mcu build: `McuLowered` (checked, rewritten, calibrated) -> `compile` -> `McuArtifact`.
 
 Its parts: evaluation data (mcu_evaluation.py), the two runtimes compared (mcu_runtimes.py),
-the artifact and its report (mcu_artifact.py).
+the verification runs in them (mcu_verification.py), the artifact and its report (mcu_artifact.py).
 
 Everything is measured in memory first (conversion, TFLM run, arena, accuracy, budget); files
 are written only when all of it passed, through `atomic_output_dir`. No timings in any file,
@@ -15,9 +15,8 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
-from tpuedge.shared_ir.errors import InternalError, Problem, ProblemsError, UserError
+from tpuedge.shared_ir.errors import InternalError, ProblemsError, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.edge.mcu.mcu_artifact import McuArtifact
@@ -36,11 +35,6 @@ _CHILD_MODULES = (
     "tpuedge.edge.mcu.arena_probe",
 )
 _TOOLS = ("litert-torch", "ai-edge-litert", "ai-edge-quantizer", "tflite-micro")
-_BUILTIN_FIX = "replace the PyTorch op that lowers to it (see `tpuedge ops --target mcu`), or build for android, which runs float ops"
-
-
-def _r(x: float | None, digits: int = 6) -> float | None:
-    return None if x is None else round(float(x), digits)
 
 
 def integer_tflite(
@@ -55,7 +49,7 @@ def integer_tflite(
     from tpuedge.edge.flatbuffer import tflite_file
     from tpuedge.edge.mcu.bias_quantization import drop_bias_quantization
     from tpuedge.edge.litert.convert import program_to_tflite
-    from tpuedge.edge.int8_search import CandidateRuntime
+    from tpuedge.quantize.search_backend import CandidateRuntime
     from tpuedge.edge.mcu.boards import check_all_int8_arena_fits
     from tpuedge.edge.mcu.tflm_candidates import tflm_allocated_bytes, tflm_candidate_outputs, tflm_candidate_problem
     from tpuedge.edge.mcu.tflm_forms import tflm_forms
@@ -98,38 +92,6 @@ def integer_tflite(
     share_scope_names(model, ScopeNames(rewritten.exported_program))
     drop_bias_quantization(model)
     return converted, tflite_file.write_model(model), moved  # every buffer inline: none to carry over
-
-
-def _unpreparable(name: str, tflite: bytes, exc: Exception) -> str:
-    """The error for an integer model LiteRT will not prepare (TFLite-Micro's kernels make the same
-    checks). The case met: a CONV_2D whose output scale is so small (6e-11, a random-init
-    MobileNetV2 whose activations shrink 20x a layer) that its fused RELU6's bound overflows int32
-    steps (kernel_util.cc: no_integer_overflow_from_quantization)."""
-    import re
-
-    from tpuedge.edge.flatbuffer import tflite_file
-
-    said = " ".join(str(exc).split())
-    where = ""
-    found = re.search(r"Node number (\d+) \((\w+)\)", said)
-    if found:
-        model = tflite_file.read_model(tflite)
-        graph = model.subgraphs[0]
-        index = int(found.group(1))
-        if index < len(graph.operators) and len(graph.operators[index].outputs):
-            scales = tflite_file.tensor_quantization(graph.tensors[graph.operators[index].outputs[0]])[0]
-            if scales.size and float(scales.max()) < 1e-6:
-                where = (
-                    f" Its {found.group(2)} (op {index}) was calibrated to outputs of about "
-                    f"{float(scales.max()) * 127:.1e}: at a scale of {float(scales.max()):.1e} its activation's "
-                    "bounds do not fit in int32 steps. The layer's activations are near zero on the "
-                    "calibration data."
-                )
-    return (
-        f"{name}: the integer mcu model can't run: {said.rstrip('.')}; nothing was written.{where} Give "
-        "calibration data that drives the model as its real inputs do, and check that the model's weights "
-        "are the trained ones (a layer scaled near zero)."
-    )
 
 
 # ---- lowering -------------------------------------------------------------------------------
@@ -248,6 +210,7 @@ class McuLowered:
         from tpuedge.edge.mcu.child_process import spare_children
         from tpuedge.edge.mcu.mcu_artifact import McuArtifact
         from tpuedge.edge.mcu.mcu_runtimes import McuRuntimes
+        from tpuedge.edge.mcu.mcu_verification import layout_spec
         from tpuedge.edge.mcu.op_resolver import op_resolver_h
         from tpuedge.edge.mcu.tflm_model import io_quantization, ops_used
         from tpuedge.shared_ir.atomic import atomic_output_dir
@@ -289,7 +252,7 @@ class McuLowered:
         budget_entry = self._check_budget(measured, converted.recipe)  # BudgetError (exit 1) before anything is written
 
         sections = {
-            "inputs": [_layout_spec(s, self.config.channels_last) for s in self.program.inputs],
+            "inputs": [layout_spec(s, self.config.channels_last) for s in self.program.inputs],
             "layout": "NHWC" if self.config.channels_last else "as exported",
             "quantization": {
                 "config": self.config.to_json(),
@@ -321,22 +284,22 @@ class McuLowered:
         """(converted, tflite, buffers moved inline, arena) of the integer model `config` gives,
         its ops checked against TFLite-Micro's."""
         from tpuedge.edge.mcu.arena_probe import measure_arena
+        from tpuedge.edge.mcu.mcu_capability import check_converted_model
         from tpuedge.edge.litert.litert_runtime import ModelRunError
         from tpuedge.edge.mcu.mcu_runtimes import McuRuntimes
-        from tpuedge.edge.mcu.tflm_model import ops_used
+        from tpuedge.edge.mcu.mcu_verification import unpreparable_message
         from tpuedge.shared_ir.stage_times import timed
 
         with timed("quantization (after the float model)"):
             converted, tflite, moved = integer_tflite(
                 self.rewritten, config, self.calibration, self.program.activation_ranges, self.board
             )
-        self._check_tflm_ops(ops_used(tflite))
-        self._check_integer_only(tflite)
+        check_converted_model(self.program.name, tflite)
         with timed("arena probe (TFLite-Micro)"):
             try:
                 runtimes = McuRuntimes(tflite, config.channels_last)
             except ModelRunError as exc:
-                raise UserError(_unpreparable(self.program.name, tflite, exc)) from None
+                raise UserError(unpreparable_message(self.program.name, tflite, exc)) from None
             with ThreadPoolExecutor(1, thread_name_prefix="tpuedge-arena-probe") as pool:
                 probing = pool.submit(measure_arena, tflite, runtimes.quantized(self.calibration[0]))
                 self._ahead_of_verification()  # while the probe's child runs
@@ -357,33 +320,6 @@ class McuLowered:
 
         upgraded = any(o.get("precision") == "int16" for o in converted.recipe.get("non_int8_ops", []))
         return upgraded and self.board is not None and not fits(self.board, len(tflite), arena.recommended_bytes)
-
-    def _check_tflm_ops(self, ops) -> None:
-        """The converted model's builtins against the same rule `check --target mcu` applies."""
-        from tpuedge.edge.mcu.mcu_capability import unsupported_builtins
-
-        lacking = unsupported_builtins(o.name for o in ops)
-        if lacking:
-            counts = {o.name: o.count for o in ops}
-            raise ProblemsError(
-                f"{self.program.name} converted to TFLite ops an integer TFLite-Micro model can't run; nothing was written:",
-                [Problem("op", n, why, _BUILTIN_FIX, counts[n]) for n, why in lacking.items()],
-            )
-
-    def _check_integer_only(self, tflite: bytes) -> None:
-        """An integer model means no float compute: float tensors may only be model I/O (float32 I/O)."""
-        from tpuedge.edge.mcu.tflm_candidates import float_compute_ops
-
-        float_ops = float_compute_ops(tflite)
-        if float_ops:
-            raise ProblemsError(
-                f"{self.program.name}: the integer conversion left ops in float, and TFLite-Micro runs only integer "
-                "graphs; nothing was written:",
-                [
-                    Problem("op", n, "ai-edge-quantizer has no int8 recipe for it, so it stayed float", _BUILTIN_FIX, c)
-                    for n, c in sorted(float_ops.items())
-                ],
-            )
 
     def _rewrite_cost(self, result) -> dict:
         """The accuracy a rewrite cost: the rewritten float IR vs the original, on the calibration samples."""
@@ -421,78 +357,22 @@ class McuLowered:
         its budget: where the error comes from); none when the JAX lowering can't run it or it has
         too many points to rank."""
         from tpuedge.quantize.sensitivity import RANKING_SAMPLES, TooManyPoints, rank_quant_points
+        from tpuedge.shared_ir.targets import ir_evaluator
 
         try:
-            ranking = rank_quant_points(self.rewritten, self.calibration, self.calibration[:RANKING_SAMPLES])
+            ranking = rank_quant_points(
+                self.rewritten, self.calibration, self.calibration[:RANKING_SAMPLES], evaluator=ir_evaluator()
+            )
         except (UserError, InternalError, TooManyPoints):
             return []
         return [s.to_json() for s in ranking[:10]]
 
     def _verification_sets(self) -> list[tuple]:
-        """(label, samples, labels, kind) the verification runs on: --eval data, else the calibration
-        samples held out of calibration, else (too few to hold any out) calibration samples."""
-        from tpuedge.edge import accuracy_samples as acc
+        from tpuedge.edge.mcu.mcu_verification import verification_sets
 
-        if self.evaluation is not None:
-            return [("evaluation", self.evaluation.samples, self.evaluation.labels, acc.EVAL)]
-        if self.held_out:
-            return [("held_out", self.held_out, None, acc.HELD_OUT)]
-        return [("calibration", self.calibration[:200], None, acc.CALIBRATION)]
+        return verification_sets(self.evaluation, self.held_out, self.calibration)
 
     def _verify(self, runtime: "McuRuntimes") -> tuple[dict, tuple]:
-        """TFLM vs LiteRT (LSB) and vs the float Program: on --eval data, else on the calibration samples
-        held out of calibration, else (too few to hold any out) on calibration samples, labelled so.
-        Also returns (kind, float outputs, TFLM outputs, labels) of those samples, for the budget."""
-        from tpuedge.edge.litert.litert_runtime import ModelRunError, refused_on_budget_samples
-        from tpuedge.quantize.metrics import compare_outputs, stack_samples, task_accuracy
+        from tpuedge.edge.mcu.mcu_verification import verify_runs
 
-        report: dict = {}
-        for label, samples, labels, kind in self._verification_sets():
-            tflm_raw, litert_raw, floats = [], [], []
-            for s in samples:
-                q = runtime.quantized(s)
-                tflm_raw.append(runtime.tflm.run_raw(q))
-                try:
-                    litert_raw.append(runtime.litert.run_raw(q))
-                except ModelRunError as exc:
-                    raise refused_on_budget_samples(
-                        self.program.name,
-                        "mcu int8",
-                        kind,
-                        exc,
-                        "TFLite-Micro has no such check and runs on, on a "
-                        "meaningless quotient. Keep the divisor away from zero in the model (a margin added to it), or give "
-                        "calibration data that covers those inputs.",
-                    ) from None
-                floats.append(self.program.run(*s))
-            lsb = max(
-                int(np.abs(a.astype(np.int64) - b.astype(np.int64)).max()) if a.size else 0
-                for ta, tb in zip(tflm_raw, litert_raw)
-                for a, b in zip(ta, tb)
-            )
-            tflm_float = [runtime.dequantized(o) for o in tflm_raw]
-            entry = {
-                "samples": len(samples),
-                "inputs": kind,
-                "calibration_samples_used": len(self.calibration),
-                "tflm_vs_litert_max_lsb": lsb,
-                "tflm_vs_float": compare_outputs(floats, tflm_float).to_json(),
-            }
-            float_acc = None if labels is None else task_accuracy(stack_samples([f[0] for f in floats]), labels)
-            if float_acc is not None:  # the one definition verify uses (quantize.metrics)
-                entry["float_accuracy"] = _r(float_acc)
-                entry["tflm_accuracy"] = _r(task_accuracy(stack_samples([t[0] for t in tflm_float]), labels))
-                entry["source"] = self.evaluation.source if self.evaluation else None
-            report[label] = entry
-            measured = (kind, floats, tflm_float, labels)
-        return report, measured
-
-
-def _layout_spec(spec, channels_last: bool) -> dict:
-    """The artifact's input as it takes it: rank-4 float inputs NHWC when channels-last."""
-    from tpuedge.edge.litert.channels_last import nhwc_shape
-
-    entry = spec.to_json()
-    if channels_last and len(spec.shape) == 4 and spec.dtype.startswith("float"):
-        entry["shape"] = list(nhwc_shape(entry["shape"]))
-    return entry
+        return verify_runs(self.program, runtime, self._verification_sets(), len(self.calibration), self.evaluation)

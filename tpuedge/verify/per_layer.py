@@ -308,7 +308,7 @@ def accumulate_layers(
 
 
 def _equalized(manifest: dict) -> bool:
-    """Whether the build kept cross-layer equalization (edge/int8_search.py): android's manifest holds
+    """Whether the build kept cross-layer equalization (quantize/precision_search.py): android's manifest holds
     the recipe at the top, mcu's under "quantization"."""
     recipe = manifest.get("recipe") or (manifest.get("quantization") or {}).get("recipe") or {}
     return bool((recipe.get("cross_layer_equalization") or {}).get("kept"))

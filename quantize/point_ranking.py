@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["STAGE", "ranked_points"]
@@ -29,18 +30,17 @@ def _decode(payload: bytes) -> list:
     return [PointSensitivity(**entry) for entry in json.loads(payload)]
 
 
-def ranked_points(program: Any, calibration: list, measure_on: list) -> list:
-    """`rank_quant_points` of the program the converter sees (attention masks bounded, so the
-    ranges are the calibrated ones), most sensitive first; from the build cache when it holds it.
-    Raises what the ranking raises (TooManyPoints, a lowering's UserError); nothing is cached then."""
-    from tpuedge.edge.litert.litert_lowering import litert_ir_passes
+def ranked_points(program: Any, calibration: list, measure_on: list, converter_program: Callable[[], Any]) -> list:
+    """`rank_quant_points` of the program the converter sees (`converter_program()`: attention
+    masks bounded, so the ranges are the calibrated ones), most sensitive first, in the IR
+    evaluator the target registry offers; from the build cache when it holds it. Raises what the
+    ranking raises (TooManyPoints, a lowering's UserError, no evaluator); nothing is cached then."""
     from tpuedge.quantize.sensitivity import rank_quant_points
     from tpuedge.shared_ir.cache_keys import cached_stage, data_digest
-    from tpuedge.shared_ir.program import Program
+    from tpuedge.shared_ir.targets import ir_evaluator
 
     def rank() -> list:
-        lowered = Program(litert_ir_passes(program.exported_program), name=program.name)
-        return rank_quant_points(lowered, calibration, measure_on)
+        return rank_quant_points(converter_program(), calibration, measure_on, evaluator=ir_evaluator())
 
     parts = {"ir": program.fingerprint, "calibration": data_digest(calibration), "measure": data_digest(measure_on)}
     return cached_stage(STAGE, parts, rank, encode=_encode, decode=_decode)
