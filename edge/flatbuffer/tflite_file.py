@@ -6,7 +6,10 @@ what is wrong, never a `struct.error` from deep inside the flatbuffers runtime. 
 flatbuffers package has no Verifier, so the check is structural: the "TFL3" file identifier,
 every offset and vector inside the file (a full decode of the object tree), every tensor,
 buffer and opcode index in range, and buffers stored after the flatbuffer (`buffer.offset/size`,
-which ai-edge-quantizer writes for large models) inside the file.
+which ai-edge-quantizer writes for large models) inside the file. The readers that skip the
+object tree for speed (`tensor_names`, `builtin_names`, `tensor_name_fields`, `op_scales`) check
+the same header and turn a decode error into the same `UserError`. `write_model` packs through
+edge/flatbuffer/model_packing.py.
 
 `DTYPE_NAMES` is the one TensorType -> numpy-name table; `operator_names` gives each opcode its
 builtin name ("CONV_2D") or "CUSTOM:<name>".
