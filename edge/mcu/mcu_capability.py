@@ -19,7 +19,7 @@ from tpuedge.shared_ir.op_registry import OpRegistry
 from tpuedge.shared_ir.passes.alias_ops import ALIASES as _ALIAS_NAMES
 from tpuedge.shared_ir.targets import Capability
 
-__all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins"]
+__all__ = ["mcu_capability", "mcu_passes", "unsupported_builtins", "check_converted_model"]
 
 
 def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
@@ -112,6 +112,36 @@ def unsupported_builtins(names) -> dict[str, str]:
 
     problems = {n: mcu_int8_problem(n) for n in sorted(set(names))}
     return {n: why for n, why in problems.items() if why}
+
+
+_BUILTIN_FIX = "replace the PyTorch op that lowers to it (see `tpuedge ops --target mcu`), or build for android, which runs float ops"
+
+
+def check_converted_model(name: str, tflite: bytes) -> None:
+    """The mcu build's converted model against the rule `check --target mcu` applies: every builtin
+    one TFLite-Micro runs in int8, and no float compute (float tensors may only be model I/O)."""
+    from tpuedge.edge.mcu.tflm_candidates import float_compute_ops
+    from tpuedge.edge.mcu.tflm_model import ops_used
+    from tpuedge.shared_ir.errors import Problem, ProblemsError
+
+    ops = ops_used(tflite)
+    lacking = unsupported_builtins(o.name for o in ops)
+    if lacking:
+        counts = {o.name: o.count for o in ops}
+        raise ProblemsError(
+            f"{name} converted to TFLite ops an integer TFLite-Micro model can't run; nothing was written:",
+            [Problem("op", n, why, _BUILTIN_FIX, counts[n]) for n, why in lacking.items()],
+        )
+    float_ops = float_compute_ops(tflite)
+    if float_ops:
+        raise ProblemsError(
+            f"{name}: the integer conversion left ops in float, and TFLite-Micro runs only integer "
+            "graphs; nothing was written:",
+            [
+                Problem("op", n, "ai-edge-quantizer has no int8 recipe for it, so it stayed float", _BUILTIN_FIX, c)
+                for n, c in sorted(float_ops.items())
+            ],
+        )
 
 
 def _overload_keys(key: str) -> list[str]:
