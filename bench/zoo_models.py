@@ -602,6 +602,14 @@ _ENTRIES = [  # small first: a run stopped early has covered the most models
         _built("GreedyGruSeq2Seq", (16, 8)),
         _noise((16, 8)),
     ),
+    ZooModel(
+        "beat_tracker",
+        "audio (conv + 2-layer LSTM over 400 frames, one-output head)",
+        "zoo (built from code)",
+        "random",
+        _built("BeatTracker", (400, 81)),
+        _noise((400, 81)),
+    ),
 ]
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in _ENTRIES}
