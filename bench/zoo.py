@@ -5,6 +5,7 @@
     python bench/zoo.py --models mtcnn_onet,kws_dscnn --targets android:int8,mcu
     python bench/zoo.py --peers all                       # peer builds for the big models too
     python bench/zoo.py --report a/zoo.json b/zoo.json    # one report from runs made side by side
+    python bench/zoo.py --write-docs bench/results/zoo.json  # that run as docs/zoo-results.md
 
 Targets: android:none, android:dynamic-int8, android:int8, mcu (board esp32s3, the biggest
 built-in one: a budget error there means the model fits no board) and cloud-tpu.
@@ -335,6 +336,14 @@ def main() -> None:
         help="no builds: merge the rows of earlier runs' zoo.json files (the first file wins for a "
         "model and target it has) and write the reports to --out",
     )
+    parser.add_argument(
+        "--write-docs",
+        nargs="*",
+        type=Path,
+        metavar="ZOO.JSON",
+        help="no builds: keep these runs' zoo.json (merged as --report does) as docs/data/zoo.json and render "
+        "docs/zoo-results.md from it; with no file, re-render the committed docs/data/zoo.json",
+    )
     parser.add_argument("--models", nargs="*", help="model names (comma or space separated; default: all)")
     parser.add_argument("--targets", nargs="*", help=f"default: {','.join(TARGETS)}")
     parser.add_argument(
@@ -357,6 +366,12 @@ def main() -> None:
     if opts.child:
         run_child(json.loads(opts.child))
         return
+    if opts.write_docs is not None:
+        from zoo_docs import write_docs
+
+        for path in write_docs(merge_runs(opts.write_docs) if opts.write_docs else None):
+            print(f"wrote {path}")
+        return
     compile_checkout(ROOT)  # tpuedge timed with its bytecode, as installed (bench/checkout_bytecode.py)
 
     from zoo_models import ZOO, setup_vendor
@@ -366,7 +381,10 @@ def main() -> None:
         setup_vendor()
         return
     if opts.report:
-        merge_reports(opts.report, opts.out, write_reports)
+        run = merge_runs(opts.report)
+        paths = write_reports(run["rows"], run["meta"], opts.out)
+        for path in paths:
+            print(f"wrote {path}")
         return
     names = _split_args(opts.models) or list(ZOO)
     targets = _split_args(opts.targets) or list(TARGETS)
@@ -397,6 +415,9 @@ def main() -> None:
                 "eval": opts.eval,
                 "mcu_board": MCU_BOARD,
                 "peers": opts.peers,
+                "models": names[:done],
+                "zoo_size": len(ZOO),
+                "targets": targets,
                 "models_done": done,
                 "models_requested": len(names),
                 # peak RSS depends on it: a peer child that starts JAX with libtpu installed
@@ -409,8 +430,11 @@ def main() -> None:
         print(f"wrote {path}")
 
 
-def merge_reports(paths: list[Path], out: Path, write_reports) -> None:
+def merge_runs(paths: list[Path]) -> dict:
+    """One run from several zoo.json files: the first file wins for a model and target it has."""
     runs = [json.loads(p.read_text()) for p in paths]
+    if len(runs) == 1:
+        return runs[0]
     rows, seen = [], set()
     for run in runs:
         for row in run["rows"]:
@@ -428,8 +452,7 @@ def merge_reports(paths: list[Path], out: Path, write_reports) -> None:
         minutes=max(r["meta"]["minutes"] for r in runs),
         merged_from=[f"{r['meta']['date']} (peers: {r['meta']['peers']})" for r in runs],
     )
-    for path in write_reports(rows, meta, out):
-        print(f"wrote {path}")
+    return {"meta": meta, "rows": rows}
 
 
 def _split_args(values: list[str] | None) -> list[str]:

@@ -106,7 +106,7 @@ def _median(values) -> float | None:
 
 
 def summary_lines(rows: list[dict]) -> list[str]:
-    """The issue's goals, measured over this run."""
+    """The zoo's goals, measured over this run."""
     out = []
     for target in sorted({r["target"] for r in rows if r.get("target") != "*"}):
         these = [r for r in rows if r["target"] == target]

@@ -132,3 +132,54 @@ def test_every_relative_link_in_the_readme_and_docs_names_a_file_that_ships():
         if "://" not in target and not (page.parent / target).exists()
     ]
     assert not broken, "\n".join(broken)
+
+
+# ---- history belongs in git: no commit hashes or issue numbers on the pages -----------------
+# A commit hash: 7 to 40 hex digits with a letter and a digit among them, standing alone (not in a
+# word, a path, a 0x constant or a 64-digit sha256). Fenced blocks show program output (an IR
+# fingerprint is hex too) and are left out.
+_COMMIT = re.compile(r"(?<![\w./#-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])")
+_ISSUE = re.compile(r"\bissues? ?#?\d+|(?<![\w&/])#\d{2,}\b", re.IGNORECASE)
+_ANY_FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def history_references(text: str) -> list[str]:
+    """The commit hashes and issue numbers in a page's prose."""
+    prose = _ANY_FENCE.sub("", text)
+    return [m.group(0) for line in prose.splitlines() for m in (*_COMMIT.finditer(line), *_ISSUE.finditer(line))]
+
+
+def test_history_references_are_found_and_look_alikes_are_not():
+    assert history_references("fixed in `1166e7a`, at 5860db3b and issue 12; see #123") == [
+        "1166e7a",
+        "5860db3b",
+        "issue 12",
+        "#123",
+    ]
+    sha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b852b855"
+    fenced = "```\nIR a16f3883065b\n```\n"
+    clean = f"0x7fffffff, 1997379, deadbeef, decade, {sha256}, model_v1a2b3c4d, anchor (#--quantize)\n{fenced}"
+    assert history_references(clean) == []
+
+
+def test_no_page_cites_a_commit_or_an_issue():
+    pages = [REPO / "README.md", *sorted(DOCS.rglob("*.md")), *sorted((REPO / "examples").rglob("*.md"))]
+    found = [f"{page.relative_to(REPO)}: {ref}" for page in pages for ref in history_references(page.read_text())]
+    assert not found, "\n".join(found)
+
+
+# ---- the zoo's page is rendered from its committed run -------------------------------------
+def test_the_zoo_page_is_what_its_committed_run_renders():
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import zoo_docs
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    run = json.loads(zoo_docs.DATA.read_text())
+    assert zoo_docs.DOC.read_text() == zoo_docs.render(run), "run `python bench/zoo.py --write-docs`"
+    page = zoo_docs.DOC.read_text()
+    for model in {row["model"] for row in run["rows"]}:
+        assert f"`{model}`" in page  # the page says which models the run covered
