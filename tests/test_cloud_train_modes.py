@@ -110,7 +110,7 @@ def _autocast_curve(model, x, y, steps):
 @pytest.mark.parametrize("name", ["MLP", "SmallCNN"])
 def test_bf16_trains_like_torch_autocast(name):
     """20 AdamW steps against torch.autocast('cpu', torch.bfloat16) training; measured 7e-5 (MLP) and
-    2e-4 (SmallCNN: train-mode BatchNorm on bf16 activations) relative, the issue's bound is 1e-2."""
+    2e-4 (SmallCNN: train-mode BatchNorm on bf16 activations) relative; the bound asserted is 1e-2."""
     import models
 
     torch.manual_seed(0)

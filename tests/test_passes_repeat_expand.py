@@ -89,7 +89,8 @@ def test_android_converts_a_unet_whose_repeated_gate_feeds_a_residual_add(tmp_pa
 @pytest.mark.slow  # two quantized builds: about 50 s on 2 busy cores
 @pytest.mark.parametrize("scheme", ["dynamic-int8", "int8"])
 def test_android_int8_schemes_convert_the_unet_within_budget(tmp_path, scheme):
-    """The issue's case failed at every --quantize; each scheme now builds, its budget measured."""
+    """A gated U-Net whose repeats litert-torch moves to NHWC: each quantized scheme builds, its
+    budget measured."""
     program = _unet(f"gated_unet_{scheme}")
     art = tpuedge.build(program, "android", tmp_path / "android", quantize=scheme, calibration=_samples(32))
     budget = art.manifest["accuracy_budget"]
