@@ -183,3 +183,14 @@ def test_the_zoo_page_is_what_its_committed_run_renders():
     page = zoo_docs.DOC.read_text()
     for model in {row["model"] for row in run["rows"]}:
         assert f"`{model}`" in page  # the page says which models the run covered
+
+
+def test_the_readme_is_short_and_opens_with_the_two_set_up_commands():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, "README.md is read first: keep it to 150 lines, details in docs/"
+    first_block = _FENCE.search(readme).group(1).splitlines()
+    assert len(first_block) == 2, first_block
+    assert first_block[0].startswith("python3 -m venv .venv && .venv/bin/pip install -c constraints.txt '.[tpu,test]'")
+    assert first_block[1] == (
+        "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt '.[tpu,test,zoo]' && .venv/bin/pytest -q"
+    )
