@@ -6,7 +6,9 @@ to stderr, some from Python (progress bars, warnings) and some from C++ straight
 XNNPACK delegate"). `held_tool_output` holds both back, so the console carries only tpuedge's
 report, and never throws them away (Python-level writes of OTHER threads pass through; fd 2 is
 one per process, so native lines any thread writes during the block are held with the tool's):
-  - TPUEDGE_VERBOSE=1 prints them as soon as the block ends;
+  - verbose (TPUEDGE_VERBOSE=1, `--verbose`) prints them as soon as the block ends;
+  - otherwise they go to the capture around the build (shared_ir/held_logs.py), which keeps
+    them in the build's log and shows them when the build fails;
   - when the block raises, they are attached to the exception (`exc.tool_output`, and a note
     that Python prints under the traceback), so a failure shows what the tool said.
 """
@@ -20,9 +22,10 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from tpuedge.shared_ir.held_logs import keep_held
 from tpuedge.shared_ir.native_stderr import held_native_stderr
 
-__all__ = ["held_tool_output", "verbose", "tail"]
+__all__ = ["held_tool_output", "tail"]
 
 
 class _ThisThreadOnly(io.TextIOBase):
@@ -56,10 +59,6 @@ def _console_copy():
         return None
 
 
-def verbose() -> bool:
-    return os.environ.get("TPUEDGE_VERBOSE", "") not in ("", "0")
-
-
 def tail(text: str, lines: int = 20) -> str:
     """The last `lines` non-empty lines of a tool's output (what matters when it failed)."""
     kept = [line for line in text.splitlines() if line.strip()]
@@ -80,7 +79,7 @@ def held_tool_output(tool: str) -> Iterator[list[str]]:
         if console is not None:
             stack.callback(console.close)
         with (
-            held_native_stderr() as native,
+            held_native_stderr(keep=False) as native,
             contextlib.redirect_stderr(_ThisThreadOnly(python_err, console or outer, threading.get_ident())),
         ):
             try:
@@ -95,8 +94,7 @@ def held_tool_output(tool: str) -> Iterator[list[str]]:
                         stream.flush()
     text = python_err.getvalue() + native[0]
     captured.append(text)
-    if verbose() and text:
-        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    keep_held(text)
     if error is not None:
         if text.strip() and not isinstance(error, (KeyboardInterrupt, SystemExit)):
             error.tool_output = text  # type: ignore[attr-defined]

@@ -46,15 +46,18 @@ def test_the_users_own_warnings_still_show(tmp_path):
     assert "FutureWarning: argument order changes in v2" in proc.stderr
 
 
-def test_third_party_warnings_are_filtered_by_module_and_shown_when_verbose():
+def test_third_party_warnings_are_held_by_module_and_shown_when_verbose():
     code = textwrap.dedent(
         """
         import warnings
         from tpuedge.cli import _quiet_third_party
+        from tpuedge.shared_ir.held_logs import held_third_party_output
         _quiet_third_party()
-        warnings.warn_explicit("torch internal notice", FutureWarning, "torch/x.py", 1, module="torch._export.x")
-        warnings.warn_explicit("jax internal notice", DeprecationWarning, "jax/y.py", 1, module="jax.y")
-        warnings.warn_explicit("user notice", DeprecationWarning, "torch_model.py", 1, module="torch_model")
+        with held_third_party_output() as held:
+            warnings.warn_explicit("torch internal notice", FutureWarning, "torch/x.py", 1, module="torch._export.x")
+            warnings.warn_explicit("jax internal notice", DeprecationWarning, "jax/y.py", 1, module="jax.y")
+            warnings.warn_explicit("user notice", DeprecationWarning, "torch_model.py", 1, module="torch_model")
+        print(held.text)
         """
     )
     quiet = subprocess.run(
@@ -62,6 +65,7 @@ def test_third_party_warnings_are_filtered_by_module_and_shown_when_verbose():
     )
     assert "user notice" in quiet.stderr
     assert "internal notice" not in quiet.stderr
+    assert "torch internal notice" in quiet.stdout and "jax internal notice" in quiet.stdout  # held, not dropped
     verbose = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "TPUEDGE_VERBOSE": "1"}
     )

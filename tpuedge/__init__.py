@@ -52,14 +52,22 @@ def load(path: Any):
 
 
 def build(program: Any, target: str, out_dir: Any = None, **options: Any):
-    """`program.lower(target, **options).compile(out_dir)`; options default as in `tpuedge build`."""
+    """`program.lower(target, **options).compile(out_dir)`; options default as in `tpuedge build`.
+
+    What third-party libraries log and warn meanwhile is held (TPUEDGE_VERBOSE=1 shows it as it
+    happens): written to `<out_dir>.build.log` beside the folder, and on failure added to the
+    exception's notes."""
     from tpuedge.shared_ir.targets import implemented_targets
 
     targets = implemented_targets()
     if target not in targets:
         raise UserError(f"Target {target!r} can't be built here; choose one of: {', '.join(targets)}.")
     defaults = {o.name: o.default for o in targets[target].build_options()}
-    return program.lower(target, **{**defaults, **options}).compile(out_dir)
+    from tpuedge.shared_ir.held_logs import build_log_path, held_third_party_output
+
+    # third-party logs and warnings are held: kept beside out_dir, carried by a failure's notes
+    with held_third_party_output(build_log_path(out_dir) if out_dir is not None else None):
+        return program.lower(target, **{**defaults, **options}).compile(out_dir)
 
 
 def __getattr__(name: str):

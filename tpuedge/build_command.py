@@ -84,6 +84,8 @@ class _BuildCommand(click.Command):
 
 
 def make_build_command() -> click.Command:
+    from tpuedge.command_inputs import verbose_param
+
     params: list[click.Parameter] = [
         click.Argument(["model"], required=False),
         click.Option(
@@ -96,6 +98,7 @@ def make_build_command() -> click.Command:
             is_flag=True,
             help="Build every stage cold: neither read nor write the build cache (any target).",
         ),
+        verbose_param(),
     ]
 
     def run(model, target, out, no_cache, **given):
@@ -114,6 +117,7 @@ def make_build_command() -> click.Command:
         from tpuedge.shared_ir.model_spec import CAPTURE_OPTIONS, is_model_folder, load_program, spec_name
         from tpuedge.shared_ir.generative.bundle import ProgramBundle
         from tpuedge.shared_ir.cache_keys import build_session
+        from tpuedge.shared_ir.held_logs import build_log_path, held_third_party_output
 
         config = _config()
         target = _target_arg(target, list(implemented_targets()))
@@ -131,7 +135,10 @@ def make_build_command() -> click.Command:
             console.print(f"cache: hit {build_replay.STAGE} ({build_replay.cache_folder(limit)})", soft_wrap=True)
             console.print(f"wrote {out}")
             return
-        with build_session(enabled=not no_cache, limit=limit) as cache:  # a .pt2's snapshot is a stage too
+        with (
+            held_third_party_output(build_log_path(out)),
+            build_session(enabled=not no_cache, limit=limit) as cache,  # a .pt2's snapshot is a stage too
+        ):
             language_model = is_model_folder(spec) or any(options.get(k) for k in CAPTURE_OPTIONS)
             if options.get("batch") and not spec.endswith(".pt2") and not language_model:
                 # a factory's module can be re-traced at the batch asked for (a .pt2 only rebinds if its graph allows);
@@ -159,5 +166,7 @@ def make_build_command() -> click.Command:
         "build",
         params=params,
         callback=run,
-        help="Build MODEL for a target: lower the shared IR, convert, run it in the real runtime, write DIR.",
+        help="Build MODEL for a target: lower the shared IR, convert, run it in the real runtime, write DIR.\n\n"
+        "What third-party libraries print, log and warn meanwhile is held: kept in DIR.build.log beside DIR, "
+        "shown after the error when the build fails, and shown as it happens with --verbose.",
     )

@@ -15,6 +15,7 @@ import click
 from tpuedge.command_inputs import console as _console
 from tpuedge.command_inputs import model_arg as _model_arg
 from tpuedge.command_inputs import target_arg as _target_arg
+from tpuedge.command_inputs import verbose_option
 from tpuedge.shared_ir.errors import (
     EXIT_BELOW_BUDGET,
     EXIT_USER_ERROR,
@@ -97,6 +98,7 @@ def export(
 @click.argument("model", required=False)
 @click.option("--target", "-t", help="Target to check against.")
 @_capture_options
+@verbose_option
 def check(
     model: str | None, target: str | None, prefill_lengths: str | None, cache_length: int | None, buckets: str | None
 ) -> None:
@@ -211,36 +213,14 @@ def _report_problem(exc: UserError) -> None:
     click.echo(f"error: {exc}", err=True)
 
 
-# Libraries whose import-time and deprecation chatter says nothing about the user's model.
-# Filtered by the module a warning is attributed to, so the user's own code keeps its warnings.
-THIRD_PARTY_MODULES = (
-    "torch",
-    "torchao",
-    "torchvision",
-    "litert_torch",
-    "litert_converter",
-    "ai_edge_litert",
-    "ai_edge_quantizer",
-    "tflite_micro",
-    "jax",
-    "jaxlib",
-    "optax",
-    "flax",
-    "flatbuffers",
-    "google",
-    "transformers",
-    "numpy",
-    "absl",
-    "ml_dtypes",
-    "safetensors",
-)
-_THIRD_PARTY_RE = r"(" + "|".join(THIRD_PARTY_MODULES) + r")(\.|$)"
-
-
 # Commands that need no accelerator: they capture, lower, convert, compile (TPU compiles are
 # deviceless) and check the result on the host CPU. `verify` is not one: it runs artifacts,
 # and a cloud-tpu artifact may run on the user's accelerator.
 HOST_ONLY_COMMANDS = frozenset({"build", "check", "export", "inspect", "ops"})
+
+
+def _command_of(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _host_cpu_for_host_only_commands(argv: list[str]) -> None:
@@ -252,40 +232,48 @@ def _host_cpu_for_host_only_commands(argv: list[str]) -> None:
     """
     import os
 
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if command in HOST_ONLY_COMMANDS:
+    if _command_of(argv) in HOST_ONLY_COMMANDS:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def _quiet_third_party() -> None:
-    """Keep the console for tpuedge's own report and the user's own warnings.
+    """Settings for a quiet console that hide nothing: the capture in `main` holds the rest.
 
-    torchao logs a warning per optional CUDA kernel it can't load on a CPU-only machine; the
-    libraries' deprecations are about their internals. TPUEDGE_VERBOSE=1 shows everything.
+    The user's model file is their script: its deprecations show, as Python shows __main__'s
+    (a library's are held by the capture, by the module they are attributed to; verbose shows
+    them as well).
     """
-    import logging
-    import os
     import warnings
 
-    if os.environ.get("TPUEDGE_VERBOSE"):
-        return
-    os.environ.setdefault("TQDM_DISABLE", "1")  # ai-edge-quantizer's per-tensor progress bars
-    for name in ("torchao", "torch.utils._pytree", "torch.export", "torch._export"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    # The user's model file is their script: its deprecations show, as Python shows __main__'s.
+    from tpuedge.shared_ir.held_logs import quiet_defaults
+
+    quiet_defaults()
     warnings.filterwarnings("default", category=DeprecationWarning)
-    # Deprecation chatter from torch/litert/jax internals (inserted later, so it wins).
-    for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
-        warnings.filterwarnings("ignore", category=category, module=_THIRD_PARTY_RE)
-    warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*", module=_THIRD_PARTY_RE)
-    warnings.filterwarnings("ignore", message=".*assigned during export.*", module=_THIRD_PARTY_RE)
+
+
+def _with_held_output(exc: BaseException) -> None:
+    """After a failure's own message: what third-party code printed during the run (tail + where)."""
+    text = getattr(exc, "held_output", "")
+    if text:
+        from tpuedge.shared_ir.held_logs import held_output_report
+
+        click.echo(held_output_report(text, getattr(exc, "held_log", None)), err=True)
 
 
 def main(argv: list[str] | None = None) -> Any:
-    _host_cpu_for_host_only_commands(sys.argv[1:] if argv is None else list(argv))
+    import contextlib
+
+    from tpuedge.shared_ir.held_logs import held_third_party_output
+
+    given = sys.argv[1:] if argv is None else list(argv)
+    _host_cpu_for_host_only_commands(given)
     _quiet_third_party()
+    # third-party logs and warnings of a command are held (a build keeps them in its log); not a
+    # server's: it runs until stopped, and what it hears while serving is its operator's to see
+    held = contextlib.nullcontext() if _command_of(given) == "serve" else held_third_party_output()
     try:
-        rv = cli.main(args=argv, prog_name="tpuedge", standalone_mode=False)
+        with held:
+            rv = cli.main(args=argv, prog_name="tpuedge", standalone_mode=False)
         if isinstance(rv, int):
             sys.exit(rv)
         return rv
@@ -297,13 +285,15 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(EXIT_USER_ERROR)
     except UserError as exc:
         _report_problem(exc)
+        _with_held_output(exc)
         sys.exit(EXIT_USER_ERROR)
     except BudgetError as exc:  # the build worked; its model is not accurate enough (nothing written)
         click.echo(f"error: {exc}", err=True)
+        _with_held_output(exc)
         sys.exit(EXIT_BELOW_BUDGET)
     except InternalError as exc:
         click.echo(f"internal error (a bug in tpuedge, please report it): {exc}", err=True)
-        raise
+        raise  # the traceback's notes carry the held output
 
 
 def entry() -> None:

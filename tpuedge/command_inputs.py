@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["project_config", "model_arg", "target_arg", "console"]
+__all__ = ["project_config", "model_arg", "target_arg", "console", "verbose_param", "verbose_option"]
 
 
 def project_config():
@@ -38,3 +38,31 @@ def console():
     from rich.console import Console
 
     return Console(highlight=False)
+
+
+def _turn_on_verbose(ctx, param, value) -> None:
+    if value:
+        from tpuedge.shared_ir.held_logs import set_verbose
+
+        set_verbose()
+
+
+def verbose_param():
+    """--verbose: what TPUEDGE_VERBOSE=1 does (third-party output shown as it happens, not held)."""
+    import click
+
+    return click.Option(
+        ["--verbose"],
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_turn_on_verbose,
+        help="Show what third-party libraries print, log and warn (converter, quantizer, runtimes) as it happens, "
+        "instead of holding it back for the build's log and for a failure (same as TPUEDGE_VERBOSE=1).",
+    )
+
+
+def verbose_option(function):
+    """`verbose_param` as a decorator, for commands declared with click's decorators."""
+    function.__dict__.setdefault("__click_params__", []).append(verbose_param())
+    return function

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from tpuedge.command_inputs import verbose_option
+
 __all__ = ["generate_command"]
 
 
@@ -22,6 +24,7 @@ __all__ = ["generate_command"]
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling.")
 @click.option("--chat", is_flag=True, help="Wrap the prompt as one user turn in the model's chat template.")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Runtime threads (LiteRT).")
+@verbose_option
 def generate_command(
     artifact: Path,
     prompt: str | None,

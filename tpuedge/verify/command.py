@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from tpuedge.command_inputs import verbose_option
+
 from tpuedge.verify import DEFAULT_MIN_COSINE
 
 __all__ = ["verify_command"]
@@ -71,6 +73,7 @@ __all__ = ["verify_command"]
 @click.option(
     "--top", type=click.IntRange(min=1), default=10, show_default=True, help="Worst layers shown on the console."
 )
+@verbose_option
 def verify_command(
     artifact_dirs: tuple[Path, ...],
     model: str | None,
