@@ -112,7 +112,7 @@ class CloudTpuTarget(Target):
         return JaxIREvaluator()
 
     def build_options(self) -> list[BuildOption]:
-        from tpuedge.quantize.budget import budget_build_options
+        from tpuedge.quantize.budget_options import budget_build_options
         from tpuedge.quantize.lm_budget import perplexity_build_option
         from tpuedge.shared_ir.generative.capture import capture_build_options
 

@@ -12,7 +12,8 @@ Numbers come from the one metrics module (`quantize.metrics`):
 - max_drop: task accuracy (argmax = label, first classifier-shaped output) may fall at most
   this many percentage points below the float IR's, on labelled evaluation data; that output is
   then judged by the task metric alone (the user's labels decide, not its cosine or top-1).
-Backend-neutral: it knows samples and outputs, not converters.
+Backend-neutral: it knows samples and outputs, not converters. Its build options:
+quantize/budget_options.py; the error and the console line: quantize/budget_report.py.
 """
 
 from __future__ import annotations
@@ -23,73 +24,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpuedge.quantize.rollout import Rollout
-from tpuedge.shared_ir.errors import BudgetError, UserError
+from tpuedge.shared_ir.errors import UserError
 
 __all__ = [
     "AccuracyBudget",
     "BudgetResult",
     "check_budget",
     "enforce_budget",
-    "budget_error",
-    "budget_build_options",
     "DEFAULT_MIN_COSINE",
     "DEFAULT_MIN_TOP1",
-    "describe_budget",
 ]
 
 DEFAULT_MIN_COSINE = 0.99
 DEFAULT_MIN_TOP1 = 0.99
-
-
-def budget_build_options() -> list:
-    """The budget's `tpuedge build` options, one definition for every target that takes them."""
-    from tpuedge.shared_ir.targets import BuildOption
-
-    return [
-        BuildOption(
-            "min_cosine",
-            "accuracy budget: every output's mean per-sample cosine vs the float IR, on samples "
-            "calibration did not use; a build below it exits 1 and writes nothing",
-            float,
-            DEFAULT_MIN_COSINE,
-        ),
-        # no default here: an explicit value also holds every other (samples, classes) output
-        BuildOption(
-            "min_top1",
-            f"accuracy budget: top-1 agreement with the float IR (0-1) of every output that looks like "
-            f"class scores (a softmax, or a Linear head of 16+ classes; default {DEFAULT_MIN_TOP1})",
-            float,
-            None,
-        ),
-        BuildOption(
-            "max_drop",
-            "accuracy budget: task-accuracy drop in points vs the float IR (needs --eval with labels)",
-            float,
-            None,
-        ),
-        BuildOption(
-            "budget_outputs",
-            "the outputs the accuracy budget holds, NAME[,NAME] (others are reported, not held); "
-            "NAME:top1 holds only its argmax (class scores, token ids: every position), NAME:decision only a probability's "
-            "side of 0.5 (agreement >= --min-top1), NAME:cosine only its cosine",
-            str,
-            None,
-        ),
-        BuildOption(
-            "rollout",
-            "judge a stateful model as it runs: STATE_OUT=STATE_IN[,...]:STEPS feeds each state output "
-            "back to its input for STEPS steps over the --eval samples (read in order, STEPS to a sequence) "
-            "and measures the budget's outputs at every step",
-            str,
-            None,
-        ),
-        BuildOption(
-            "allow_below_budget",
-            "write the model even below its accuracy budget (marked so in the manifest)",
-            bool,
-            False,
-        ),
-    ]
 
 
 @dataclass(frozen=True)
@@ -379,86 +326,11 @@ def enforce_budget(
     """check_budget, then BudgetError (exit 1, before anything is written) unless --allow-below-budget;
     returns the manifest's accuracy_budget entry. costliest: called only for that error when the
     recipe ranks no IR points itself, returns `PointSensitivity` JSON rows, most costly first."""
+    from tpuedge.quantize.budget_report import budget_error
+
     result = check_budget(budget, reference, candidate, inputs=inputs, labels=labels)
     if not result.passed and not budget.allow_below:
         if costliest is not None and not (recipe.get("sensitivity") or {}).get("top"):
             recipe = {**recipe, "sensitivity": {"top": costliest()}}
         raise budget_error(name, target, result, recipe, summary)
     return result.to_json(written_below=not result.passed)
-
-
-def _row(label: str, sample_cosine, centered, top1, refused: str | None = None) -> str:
-    if refused:  # the target's own check refused the candidate (edge/tflm_candidates.tflm_candidate_problem)
-        return f"  {label[:64]:<64} not run: {refused[:200]}"
-    if sample_cosine == -1.0 and centered == -1.0:  # AccuracySummary.failed_to_run
-        return f"  {label[:64]:<64} {'LiteRT refused to run it, or inf/NaN out':>29}"
-    fmt = lambda x: "n/a" if x is None else f"{x:.5f}"  # noqa: E731
-    t1 = "n/a" if top1 is None else f"{100 * top1:.1f}%"
-    return f"  {label[:64]:<64} {fmt(sample_cosine):>10} {fmt(centered):>10} {t1:>7}"
-
-
-def budget_error(name: str, target: str, result: BudgetResult, recipe: dict, summary) -> BudgetError:
-    """The exit-1 error of a build below its budget: what was missed, the recipes tried, the ways out.
-
-    summary: the built model's AccuracySummary on the budget's samples (the last row)."""
-    search = recipe.get("search") or {}
-    candidates = search.get("candidates", [])
-    lines = [
-        f"{name}: the {target} build misses its accuracy budget ({result.budget.describe()}), so nothing was written "
-        "and the output folder is as it was.",
-        f"Measured on {result.samples} {result.inputs}:",
-        *(f"  - {f}" for f in result.failures),
-        f"Recipes tried ({max(1, len(candidates))}), numbers vs the float IR:",
-        f"  {'recipe (groups not int8)':<64} {'sample cos':>10} {'centered':>10} {'top-1':>7}",
-    ]
-    if candidates:
-        lines.append(f" on {search.get('samples')} {search.get('inputs', 'calibration samples')}:")
-        lines += [
-            _row(c["recipe"], c.get("sample_cosine"), c["centered_cosine"], c.get("top1_agreement"), c.get("refused"))
-            for c in candidates
-        ]
-    lines.append(f" the recipe built ({recipe.get('scheme')}), on {result.samples} {result.inputs}:")
-    lines.append(
-        _row(f"scheme {recipe.get('scheme')}", summary.sample_cosine, summary.centered_cosine, summary.top1_agreement)
-    )
-    top = (recipe.get("sensitivity") or {}).get("top") or []
-    if top:
-        lines.append(
-            "Where int8 costs most (each IR point alone in fake int8: 1 - cosine of the outputs, its range, source):"
-        )
-        lines += [
-            f"  {p['node']} ({p['op']}) {p['loss']:.4f}, range [{p['range'][0]:.3g}, {p['range'][1]:.3g}]"
-            + (f" at {p['source']}" if p.get("source") else "")
-            for p in top[:5]
-        ]
-    other = (
-        "--quantize auto (which also tries dynamic-int8, fp16 and float)"
-        if target == "android"
-        else "--target android, where sensitive ops may stay float or int16"
-    )
-    lines.append(
-        f"Try: more or more representative --calibration data, {other}, a lower --min-cosine if this error is "
-        "acceptable, or --allow-below-budget to write the model anyway (marked below budget in its manifest)."
-    )
-    return BudgetError("\n".join(lines))
-
-
-def describe_budget(entry: dict | None) -> str | None:
-    """One console line from a manifest's accuracy_budget entry."""
-    if not entry:
-        return None
-    measured = entry["measured"]
-    cos = ", ".join("n/a" if c is None else f"{c:.5f}" for c in measured["sample_cosine_per_output"])
-    text = f"mean per-sample cosine {cos} (min {entry['min_cosine']})"
-    if entry.get("min_top1") is not None and entry.get("top1_outputs") != []:
-        top1 = ", ".join("n/a" if t is None else f"{100 * t:.1f}%" for t in measured["top1_agreement_per_output"])
-        text += f", top-1 agreement {top1} (min {100 * entry['min_top1']:.1f}% on the class scores)"
-    if measured.get("drop_points") is not None:
-        bound = entry.get("max_drop_points")
-        text += f", accuracy drop {measured['drop_points']:.2f} points " + (
-            f"(max {bound})" if bound is not None else "(not bounded: --max-drop POINTS sets it)"
-        )
-    where = f"on {entry['samples']} {entry['inputs']}"
-    if entry["met"]:
-        return f"  accuracy budget met: {text} {where}"
-    return f"  BELOW ACCURACY BUDGET (written because --allow-below-budget): {'; '.join(entry['failures'])} {where}"

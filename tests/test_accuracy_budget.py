@@ -389,7 +389,7 @@ def one_program():
 
 @pytest.mark.parametrize("bound, shown", [(1.5, "(max 1.5)"), (None, "(not bounded: --max-drop POINTS sets it)")])
 def test_the_report_line_states_the_accuracy_drop_bound_or_that_there_is_none(bound, shown):
-    from tpuedge.quantize.budget import describe_budget
+    from tpuedge.quantize.budget_report import describe_budget
 
     entry = {
         "measured": {"sample_cosine_per_output": [0.9999], "drop_points": 0.0},

@@ -49,7 +49,7 @@ class AndroidTarget(Target):
         return android_capability()
 
     def build_options(self) -> list[BuildOption]:
-        from tpuedge.quantize.budget import budget_build_options
+        from tpuedge.quantize.budget_options import budget_build_options
         from tpuedge.quantize.lm_budget import perplexity_build_option
         from tpuedge.quantize.config import DEFAULT_SCHEME, IO_DTYPE_HELP, IO_DTYPES, SCHEMES
         from tpuedge.quantize.lm_schemes import LM_SCHEMES

@@ -210,7 +210,7 @@ def format_report(manifest: dict, summary, model_path: Path) -> str:
             f"{acc['max_abs_error']:.3g} (output range {acc['output_range']:.3g}), cosine {acc['cosine']:.5f}, "
             f"centered cosine {acc['centered_cosine']:.5f}, top-1 agreement {top1}"
         )
-    from tpuedge.quantize.budget import describe_budget
+    from tpuedge.quantize.budget_report import describe_budget
 
     budget = describe_budget(manifest.get("accuracy_budget"))
     if budget:

@@ -78,7 +78,8 @@ class AndroidBucketsLowered:
         from tpuedge.edge.generative.bundle_tflite import float_bundle_tflite
         from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
         from tpuedge.edge.litert.quantizer_runner import run_quantizer
-        from tpuedge.quantize.budget import budget_error, check_budget
+        from tpuedge.quantize.budget import check_budget
+        from tpuedge.quantize.budget_report import budget_error
         from tpuedge.quantize.config import QuantConfig
         from tpuedge.shared_ir.atomic import atomic_output_dir
         from tpuedge.shared_ir.manifest import write_build_manifest

@@ -140,7 +140,7 @@ class McuArtifact:
                 f"RAM {b['arena_ram_bytes']:,}/{b['ram_budget_bytes']:,} bytes, {b['reserve_for_application']} reserved)"
             )
         lines.append(f"  fits built-in boards: {', '.join(b['fits_builtin_boards']) or 'none'}")
-        from tpuedge.quantize.budget import describe_budget
+        from tpuedge.quantize.budget_report import describe_budget
 
         budget = describe_budget(m.get("accuracy_budget"))
         if budget:

@@ -63,7 +63,7 @@ class McuTarget(Target):
         return mcu_capability()
 
     def build_options(self) -> list[BuildOption]:
-        from tpuedge.quantize.budget import budget_build_options
+        from tpuedge.quantize.budget_options import budget_build_options
         from tpuedge.quantize.lm_budget import perplexity_build_option
         from tpuedge.quantize.config import IO_DTYPE_HELP, IO_DTYPES
         from tpuedge.shared_ir.generative.capture import capture_build_options
