@@ -2,6 +2,7 @@
 
     rollout = parse_rollout("h_out=h,c_out=c:16", program)     # UserError on a bad spec
     outputs = rollout_runs(rollout, samples, run)              # run(sample) -> that model's outputs
+    reference = rollout_or_samples(program.run, samples, rollout)    # rollout None: one run a sample
 
 A streaming model (a voice detector fed its LSTM state every 32 ms) is used one step after
 another, its own state carried from step to step. Judged one step at a time on a state the
@@ -23,7 +24,7 @@ import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
 
-__all__ = ["Rollout", "parse_rollout", "rollout_runs"]
+__all__ = ["Rollout", "parse_rollout", "rollout_runs", "rollout_or_samples", "budget_inputs"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +102,15 @@ def rollout_runs(rollout: Rollout, samples: Sequence[Sequence[np.ndarray]], run:
             }
             outputs.append(step)
     return outputs
+
+
+def rollout_or_samples(run: Callable, samples, rollout: Rollout | None) -> list:
+    """`run(*sample)`'s outputs: one per sample, or every step of each rollout sequence."""
+    if rollout is None:
+        return [run(*s) for s in samples]
+    return rollout_runs(rollout, samples, lambda s: run(*s))
+
+
+def budget_inputs(kind: str, rollout: Rollout | None, samples: int) -> str:
+    """The budget's samples in words: `kind`, and the rollout's sequences when there is one."""
+    return kind if rollout is None else f"{kind}: {rollout.describe(samples)}"

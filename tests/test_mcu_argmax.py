@@ -1,7 +1,7 @@
 """argmax / argmin and order comparisons on mcu: TFLite-Micro's int8 ARG_MAX, ARG_MIN, LESS, ...
 read the integer tensors the quantizer dequantized for them (edge/mcu/tflm_forms.py), so a graph that
 picks a token and feeds it back (a greedy decode inside `forward`) or masks by a threshold builds;
-where a greedy decoder misses its accuracy budget, the refusal says why (edge/fed_back_choices.py)."""
+where a greedy decoder misses its accuracy budget, the refusal says why (quantize/fed_back_choices.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tpuedge
-from tpuedge.edge.fed_back_choices import fed_back_choices_note
+from tpuedge.quantize.fed_back_choices import fed_back_choices_note
 
 
 class _PickAndFeedBack(torch.nn.Module):

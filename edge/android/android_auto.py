@@ -19,7 +19,7 @@ import numpy as np
 from tpuedge.shared_ir.errors import BudgetError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tpuedge.edge.accuracy_samples import AccuracySamples
+    from tpuedge.quantize.accuracy_samples import AccuracySamples
     from tpuedge.edge.litert.convert import ConvertedModel
     from tpuedge.quantize.budget import AccuracyBudget
     from tpuedge.quantize.config import QuantConfig
@@ -48,7 +48,7 @@ def build_auto(
     from tpuedge.edge.android.litert_latency import median_latency_ms
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner, ModelRunError
     from tpuedge.edge.litert.quantizer_refusal import QuantizerRefusal
-    from tpuedge.edge.rollout_runs import budget_inputs, rollout_or_samples
+    from tpuedge.quantize.rollout import budget_inputs, rollout_or_samples
     from tpuedge.quantize.auto import AutoCandidate, auto_report, auto_table, candidate_schemes, choose_recipe
     from tpuedge.quantize.budget import check_budget
     from tpuedge.shared_ir.cache_keys import cached_stage, decode_json, encode_json

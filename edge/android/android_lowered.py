@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["AndroidLowered", "ACCURACY_SAMPLES", "GENERATED_SAMPLES", "TOOLS"]
 
-# At most this many samples measure the post-build accuracy (see edge/accuracy_samples.py).
+# At most this many samples measure the post-build accuracy (see quantize/accuracy_samples.py).
 ACCURACY_SAMPLES = 64
 GENERATED_SAMPLES = 8
 TOOLS = ("litert-torch", "litert-converter", "ai-edge-litert", "ai-edge-quantizer")
@@ -141,7 +141,7 @@ class AndroidLowered:
             )
         held_out = []
         if samples and config.reads_calibration and evaluation is None:  # nothing read off the accuracy samples
-            from tpuedge.edge.accuracy_samples import split_calibration
+            from tpuedge.quantize.accuracy_samples import split_calibration
 
             samples, held_out = split_calibration(samples, config.min_calibration_samples)
         source = calibration if isinstance(calibration, (str, Path)) else (None if calibration is None else "in-memory")
@@ -169,8 +169,8 @@ class AndroidLowered:
         return self.calibration_source == TRAINED_RANGES_SOURCE
 
     def _accuracy_samples(self):
-        """(the samples the build measures on, their labels or None): see edge/accuracy_samples.py."""
-        from tpuedge.edge import accuracy_samples as acc
+        """(the samples the build measures on, their labels or None): see quantize/accuracy_samples.py."""
+        from tpuedge.quantize import accuracy_samples as acc
 
         if self.evaluation is not None:
             count = None if self.budget.rollout else ACCURACY_SAMPLES  # a rollout reads every whole sequence
@@ -195,8 +195,9 @@ class AndroidLowered:
             refused_on_budget_samples,
         )
         from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
-        from tpuedge.edge.fed_back_choices import fed_back_choices_explained
-        from tpuedge.edge.rollout_runs import budget_inputs, litert_rollout, rollout_or_samples
+        from tpuedge.edge.litert.litert_rollout import litert_rollout
+        from tpuedge.quantize.fed_back_choices import fed_back_choices_explained
+        from tpuedge.quantize.rollout import budget_inputs, rollout_or_samples
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
         from tpuedge.shared_ir.atomic import atomic_output_dir

@@ -186,7 +186,7 @@ class McuLowered:
         self.config = self.config.replace(target_top1=self.budget.search_top1(program))
         self.held_out: list = []
         if self.evaluation is None:  # accuracy on samples the ranges were not set on
-            from tpuedge.edge.accuracy_samples import split_calibration
+            from tpuedge.quantize.accuracy_samples import split_calibration
 
             self.calibration, self.held_out = split_calibration(self.calibration, _MIN_CALIBRATION)
 
@@ -246,7 +246,7 @@ class McuLowered:
             runtime.open_tflm(arena.recommended_bytes)
             verification, measured = self._verify(runtime)
             if self.budget.rollout is not None:  # the budget reads every step of each sequence, state fed back
-                from tpuedge.edge.rollout_runs import tflm_rollout
+                from tpuedge.edge.mcu.tflm_rollout import tflm_rollout
 
                 measured = tflm_rollout(self.program, runtime, self.evaluation.samples, self.budget.rollout)
         budget_entry = self._check_budget(measured, converted.recipe)  # BudgetError (exit 1) before anything is written
@@ -333,7 +333,7 @@ class McuLowered:
 
     def _check_budget(self, measured: tuple, recipe: dict) -> dict:
         """The budget on the samples accuracy is reported on (eval data, else held out from calibration)."""
-        from tpuedge.edge.fed_back_choices import fed_back_choices_explained
+        from tpuedge.quantize.fed_back_choices import fed_back_choices_explained
         from tpuedge.quantize.budget import enforce_budget
         from tpuedge.quantize.metrics import compare_outputs
 
