@@ -28,7 +28,7 @@ CALIBRATION, EVALUATION = 16, 4
 
 def measure(name: str, scheme: str, work: Path) -> dict:
     import tpuedge
-    from tpuedge.verify.ir_values import ir_layers
+    from tpuedge.shared_ir.ir_values import ir_layers
     from zoo_models import ZOO
 
     entry = ZOO[name]

@@ -63,7 +63,7 @@ def where_it_parts(program: Any, jax_program: Any, inputs: list[np.ndarray], tol
     import jax
 
     from tpuedge.quantize.metrics import max_abs_error
-    from tpuedge.verify.ir_values import IntermediateRecorder
+    from tpuedge.shared_ir.ir_values import IntermediateRecorder
 
     recorder = IntermediateRecorder(program)
     reference = recorder(*inputs)

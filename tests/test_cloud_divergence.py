@@ -12,7 +12,7 @@ import tpuedge
 from tpuedge.cloud.divergence import describe_parting
 from tpuedge.cloud.lowerings.registry import LOWERINGS
 from tpuedge.shared_ir.errors import InternalError
-from tpuedge.verify.ir_values import IRLayer
+from tpuedge.shared_ir.ir_values import IRLayer
 
 
 class Gate(torch.nn.Module):

@@ -106,7 +106,7 @@ def test_qat_program_of_the_model_builds_for_mcu_with_every_range_trained(model_
 def test_per_layer_verify_compares_every_linear_of_attention(tmp_path):
     """The converter's FULLY_CONNECTED on (1, tokens, features) yields (tokens, features): per-layer
     verify puts the size-1 axis back and compares them (old code: none of the six Linears)."""
-    from tpuedge.verify.ir_values import ir_layers
+    from tpuedge.shared_ir.ir_values import ir_layers
 
     torch.manual_seed(0)
     program = tpuedge.export(RowAttention().eval(), (torch.zeros(1, 8, 8),), name="row_attention")

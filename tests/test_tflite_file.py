@@ -222,7 +222,7 @@ def test_a_rewritten_model_keeps_its_outside_buffers_outside(built):
 def test_every_view_reads_the_same_tensors(built):
     from tpuedge.edge.flatbuffer.tflite_inspect import summarize_tflite
     from tpuedge.edge.mcu.tflm_model import io_quantization, ops_used
-    from tpuedge.verify.tflite_graph import read_graph
+    from tpuedge.edge.intermediates.tflite_graph import read_graph
 
     data = (built / "model.tflite").read_bytes()
     summary, io, graph = summarize_tflite(data), io_quantization(data), read_graph(data)

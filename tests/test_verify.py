@@ -460,8 +460,8 @@ def test_per_layer_reaches_inside_a_bert_encoder(tmp_path):
     import torch
     from transformers import BertConfig, BertModel
 
-    from tpuedge.verify.ir_values import ir_layers
-    from tpuedge.verify.tflite_graph import counterpart_nodes, read_graph
+    from tpuedge.shared_ir.ir_values import ir_layers
+    from tpuedge.edge.intermediates.tflite_graph import counterpart_nodes, read_graph
 
     torch.manual_seed(0)
     config = BertConfig(

@@ -1,7 +1,7 @@
 """Trained activation ranges (keyed by IR node) onto a float .tflite's tensors (keyed by name).
 
 The flatbuffer keeps no IR node names, so each activation tensor is placed on the IR node it
-holds the way per-layer verify places them (`verify.tflite_graph`: module scopes and shapes,
+holds the way per-layer verify places them (`edge/intermediates/tflite_graph.py`: module scopes and shapes,
 settled by value on one sample), and takes that node's range: its own when the node is a
 quantization point, else the range of the point whose int8 grid it keeps (a reshape, a max
 pool). The one sample run is drawn inside the trained input ranges; its values only settle
@@ -58,9 +58,9 @@ class TensorRanges:
 def tensor_ranges(float_tflite: bytes, program, ranges) -> TensorRanges:
     """Every activation tensor of `float_tflite` that holds a node with a trained range."""
     from tpuedge.quantize.activation_ranges import quant_points
-    from tpuedge.verify.ir_values import IntermediateRecorder, ir_layers
-    from tpuedge.verify.per_layer import TfliteLayerSource
-    from tpuedge.verify.tflite_matches import best_candidates
+    from tpuedge.shared_ir.ir_values import IntermediateRecorder, ir_layers
+    from tpuedge.edge.intermediates.tflite_layers import TfliteLayerSource
+    from tpuedge.edge.intermediates.tflite_matches import best_candidates
 
     layers = ir_layers(program)
     source = TfliteLayerSource(float_tflite, program, layers, micro=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpuedge.verify.ir_values import IRLayer
+from tpuedge.shared_ir.ir_values import IRLayer
 
 __all__ = ["CloudLayerSource"]
 

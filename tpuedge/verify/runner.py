@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
+from tpuedge.shared_ir.layouts import inverse_permutation, layout_permutation
 from tpuedge.shared_ir.tensors import TensorSpec
 
 __all__ = [
@@ -22,9 +22,7 @@ __all__ = [
     "run_rows",
     "call_batch",
     "call_chunks",
-    "layout_permutation",
     "check_interface",
-    "inverse_permutation",
 ]
 
 _DYNAMIC_BATCH_CALL = 64  # rows per call when the batch axis is dynamic
@@ -42,28 +40,6 @@ def single_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def _fits(expected: Sequence[Any], actual: Sequence[Any]) -> bool:
-    return len(expected) == len(actual) and all(
-        not isinstance(e, int) or not isinstance(a, int) or e == a for e, a in zip(expected, actual)
-    )
-
-
-def layout_permutation(ir_shape: Sequence[Any], runtime_shape: Sequence[Any]) -> tuple[int, ...] | None:
-    """Axes that turn an IR-layout tensor into the runtime's layout; () when they already agree.
-
-    Only the layout change converters make is recognised: channels first -> channels last.
-    None when the shapes don't correspond.
-    """
-    if _fits(ir_shape, runtime_shape):
-        return ()
-    rank = len(ir_shape)
-    if rank >= 3 and len(runtime_shape) == rank:
-        perm = (0, *range(2, rank), 1)
-        if _fits([ir_shape[p] for p in perm], runtime_shape):
-            return perm
-    return None
 
 
 def check_interface(program, artifact) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
@@ -90,10 +66,6 @@ def check_interface(program, artifact) -> tuple[list[tuple[int, ...]], list[tupl
             + ". Rebuild the artifact from this model with `tpuedge build`."
         )
     return in_perms, out_perms
-
-
-def inverse_permutation(perm: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.argsort(perm))
 
 
 def call_batch(specs: Sequence[TensorSpec], count: int, whole_calls: bool) -> int:

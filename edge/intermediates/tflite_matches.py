@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpuedge.verify.ir_values import IRLayer
-from tpuedge.verify.tflite_graph import TensorCandidates, to_ir_layout
+from tpuedge.shared_ir.ir_values import IRLayer
+from tpuedge.edge.intermediates.tflite_graph import TensorCandidates, to_ir_layout
 
 __all__ = ["TensorMatch", "best_candidates", "resolve_matches"]
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from tpuedge.edge.flatbuffer.tensor_names import ScopeNames
 from tpuedge.shared_ir.sources import module_scope
-from tpuedge.verify.ir_values import IRLayer
-from tpuedge.verify.runner import inverse_permutation, layout_permutation
+from tpuedge.shared_ir.ir_values import IRLayer
+from tpuedge.shared_ir.layouts import inverse_permutation, layout_permutation
 
 __all__ = [
     "TfliteTensor",
