@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+__all__ = ["tpuedge_runtime_close", "tpuedge_lm_close"]
+
 
 @pytest.fixture
 def tpuedge_runtime_close(tmp_path):
