@@ -10,7 +10,15 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuedge.shared_ir.torch_compat import is_higher_order_op, is_op_overload, is_op_packet, retrace_internals, tree_map
+from tpuedge.shared_ir.torch_compat import (
+    is_higher_order_op,
+    is_op_overload,
+    is_op_packet,
+    op_name_parts,
+    op_schema,
+    retrace_internals,
+    tree_map,
+)
 from tpuedge.shared_ir.upstream_gate import Unavailable
 
 __all__ = ["NodePlan", "Unsupported", "plan_decompositions"]
@@ -46,14 +54,14 @@ class NodePlan:
 
 
 def _returns_alias(op) -> bool:
-    return any(r.alias_info is not None for r in op._schema.returns)
+    return any(r.alias_info is not None for r in op_schema(op).returns)
 
 
 def _functional_variant(op):
     """aten.relu_.default -> aten.relu.default, where it exists and only `self` is written."""
     import torch
 
-    schema = op._schema
+    schema = op_schema(op)
     arguments = schema.arguments
     if not arguments or arguments[0].alias_info is None or not arguments[0].alias_info.is_write:
         return None
@@ -63,10 +71,10 @@ def _functional_variant(op):
     if not name.endswith("_") or name.endswith("__"):
         return None
     packet = getattr(getattr(torch.ops, namespace), name[:-1], None)
-    functional = getattr(packet, op._overloadname, None) if packet is not None else None
-    if functional is None or functional._schema.is_mutable or _returns_alias(functional):
+    functional = getattr(packet, op_name_parts(op)[2], None) if packet is not None else None
+    if functional is None or op_schema(functional).is_mutable or _returns_alias(functional):
         return None
-    if [a.name for a in functional._schema.arguments] != [a.name for a in arguments]:
+    if [a.name for a in op_schema(functional).arguments] != [a.name for a in arguments]:
         return None
     return functional
 
@@ -137,7 +145,7 @@ def _traced(target, node, inputs, values, table, rt):
             raise Unsupported(f"its decomposition of {node.target} makes a {sub.op}")
         if sub.op == "call_function":
             op = sub.target
-            if is_op_overload(op) and op._schema.is_mutable:
+            if is_op_overload(op) and op_schema(op).is_mutable:
                 raise Unsupported(f"its decomposition of {node.target} mutates ({op})")
             if not is_op_overload(op) and op is not operator.getitem:
                 raise Unsupported(f"its decomposition of {node.target} calls {op}")
@@ -200,7 +208,7 @@ def plan_decompositions(exported_program, table) -> list[NodePlan]:
                 raise Unsupported(f"it has a {node.op} node")
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: values[current(n)])
             op = node.target
-            if is_op_overload(op) and op._schema.is_mutable:
+            if is_op_overload(op) and op_schema(op).is_mutable:
                 plans.append(_functional_plan(node, op, args, kwargs, current))
                 values[node] = plans[-1].value
                 latest[current(node.args[0])] = node
@@ -244,7 +252,7 @@ def _functional_plan(node, op, args, kwargs, current) -> NodePlan:
     if functional is None:
         raise Unsupported(f"it has an in-place op with no functional variant to take ({op})")
     written = [node.args[0]]
-    while is_op_overload(written[0].target) and written[0].target._schema.is_mutable:
+    while is_op_overload(written[0].target) and op_schema(written[0].target).is_mutable:
         written.insert(0, written[0].args[0])  # relu_(add_(x)): back to x, the tensor first written
     base = written[0]
     if base.op != "call_function" or not is_op_overload(base.target) or _returns_alias(base.target):
@@ -253,7 +261,7 @@ def _functional_plan(node, op, args, kwargs, current) -> NodePlan:
         raise Unsupported(f"{op} writes to {base.name} through an older version of it")
     for version in written:  # a view of the tensor would see the write (in-place ops return an alias too)
         if any(
-            is_op_overload(u.target) and _returns_alias(u.target) and not u.target._schema.is_mutable
+            is_op_overload(u.target) and _returns_alias(u.target) and not op_schema(u.target).is_mutable
             for u in version.users
         ):
             raise Unsupported(f"{op} writes to {base.name}, which a view reads")

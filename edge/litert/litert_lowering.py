@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tpuedge.edge.litert.decompose_in_place import decompositions_in_place
 from tpuedge.edge.litert.litert_session import litert_session
-from tpuedge.shared_ir.torch_compat import cia_ops_walked_once
+from tpuedge.shared_ir.torch_compat import cia_ops_walked_once, op_schema
 
 __all__ = [
     "convert_passes",
@@ -341,7 +341,8 @@ def _plain_layout_function(target) -> bool:
     name = getattr(target, "__qualname__", "")
     if name == _NHWC_WRAPPER:  # the op it wraps is its closure's `op`
         wrapped = inspect.getclosurevars(target).nonlocals.get("op")
-        return getattr(wrapped, "_schema", None) is not None and wrapped._schema.name in _MAX_POOLS
+        schema = op_schema(wrapped)
+        return schema is not None and schema.name in _MAX_POOLS
     return name in _PLAIN_LAYOUT_FUNCTIONS
 
 
