@@ -104,7 +104,7 @@ def _all_int16(module, shape=(1, 16), sample=None) -> bytes:
     from ai_edge_quantizer import recipe_manager
 
     from tpuedge.edge.litert.float_model import float_tflite
-    from tpuedge.edge.litert.static_int8 import quantizer_samples
+    from tpuedge.edge.litert.litert_candidates import quantizer_samples
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
     from tpuedge.edge.mcu.mcu_capability import mcu_passes
     from tpuedge.edge.litert.quantizer_runner import run_quantizer
@@ -337,7 +337,7 @@ def test_the_mcu_search_scores_its_candidates_in_tflite_micro():
     from ai_edge_quantizer import recipe_manager
 
     from tpuedge.edge.litert.float_model import float_tflite
-    from tpuedge.edge.litert.static_int8 import quantizer_samples
+    from tpuedge.edge.litert.litert_candidates import quantizer_samples
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
     from tpuedge.edge.litert.quantizer_runner import run_quantizer
     from tpuedge.edge.mcu.tflm_candidates import tflm_candidate_outputs

@@ -6,13 +6,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tpuedge.edge.litert.float_model import tflite_layout_inputs
 
 if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.quantize.search_backend import CandidateRuntime
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["LiteRTCandidates"]
+__all__ = ["LiteRTCandidates", "quantizer_samples"]
+
+
+def quantizer_samples(samples, input_infos, channels_last: bool) -> list[dict]:
+    """Program samples as ai-edge-quantizer's calibration takes them: by input name, in the
+    .tflite's layout and dtypes."""
+    out = []
+    for sample in samples:
+        arrays = tflite_layout_inputs(sample, channels_last)
+        out.append({info.name: np.asarray(x).astype(info.dtype) for info, x in zip(input_infos, arrays)})
+    return out
 
 
 class LiteRTCandidates:
@@ -96,7 +108,6 @@ class LiteRTCandidates:
         from tpuedge.edge.litert.litert_runtime import LiteRTRunner
         from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
         from tpuedge.edge.litert.quantizer_runner import run_quantizer
-        from tpuedge.edge.litert.static_int8 import quantizer_samples
 
         base = float_tflite(program, channels_last=self.config.channels_last, target=self.target)
         quantize = run_quantizer(base)

@@ -12,8 +12,6 @@ import hashlib
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tpuedge.edge.litert.float_model import tflite_layout_inputs
 from tpuedge.shared_ir.errors import UserError
 
@@ -21,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tpuedge.quantize.search_backend import CandidateRuntime, Equalized
     from tpuedge.shared_ir.program import Program
 
-__all__ = ["static_int8", "quantizer_samples", "fused_lstm_plan"]
+__all__ = ["static_int8", "fused_lstm_plan"]
 
 
 def static_int8(
@@ -43,7 +41,7 @@ def static_int8(
     (run_quantizer(base)); `recipe` is the conversion's record so far, completed in place. Or
     `Equalized` where the program after cross-layer equalization quantizes better. Options as
     `program_to_tflite` documents them."""
-    from tpuedge.edge.litert.litert_candidates import LiteRTCandidates
+    from tpuedge.edge.litert.litert_candidates import LiteRTCandidates, quantizer_samples
     from tpuedge.edge.litert.litert_runtime import LiteRTRunner
     from tpuedge.edge.litert.quantizer_recipes import quantizer_recipe
     from tpuedge.quantize.precision_search import search_precisions
@@ -82,16 +80,6 @@ def static_int8(
         budget_cosine=budget_cosine,
         equalize=equalize,
     )
-
-
-def quantizer_samples(samples, input_infos, channels_last: bool) -> list[dict]:
-    """Program samples as ai-edge-quantizer's calibration takes them: by input name, in the
-    .tflite's layout and dtypes."""
-    out = []
-    for sample in samples:
-        arrays = tflite_layout_inputs(sample, channels_last)
-        out.append({info.name: np.asarray(x).astype(info.dtype) for info, x in zip(input_infos, arrays)})
-    return out
 
 
 def _with_trained_ranges(
