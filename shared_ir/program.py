@@ -313,16 +313,9 @@ def _swap_attribute(holder, attr: str, value):
     """Set a module's parameter, buffer or plain tensor attribute to `value`; returns the old one."""
     import torch
 
-    for table in (holder._parameters, holder._buffers):
-        if attr in table:
-            old = table[attr]
-            table[attr] = (
-                torch.nn.Parameter(value, requires_grad=False)
-                if isinstance(old, torch.nn.Parameter) and not isinstance(value, torch.nn.Parameter)
-                else value
-            )
-            return old
     old = getattr(holder, attr)
+    if attr in dict(holder.named_parameters(recurse=False)) and not isinstance(value, torch.nn.Parameter):
+        value = torch.nn.Parameter(value, requires_grad=False)  # a parameter's slot takes only a Parameter
     setattr(holder, attr, value)
     return old
 
