@@ -15,11 +15,9 @@ from tpuedge.cloud.safetensors_file import write_safetensors
 from tpuedge.cloud.stablehlo_export import argument_names
 from tpuedge.cloud.tpu_report import TPU_REPORT_FILE, tpu_report
 from tpuedge.quantize.metrics import max_abs_error
-from tpuedge.shared_ir.artifact import file_entry, tool_versions
 from tpuedge.shared_ir.errors import InternalError
-from tpuedge.shared_ir.manifest import write_build_manifest
+from tpuedge.shared_ir.manifest import build_manifest, write_build_manifest
 from tpuedge.shared_ir.stage_times import timed
-from tpuedge.shared_ir.tensors import TensorSpec
 
 __all__ = ["write_cloud_artifact", "verify_export", "VERIFY_TOLERANCE"]
 
@@ -28,10 +26,6 @@ _CALLING_CONVENTION = (
     "exported.call(params, buffers, *inputs) -> tuple(outputs); params and buffers are dicts of the "
     "model.safetensors tensors listed under weights.params / weights.buffers"
 )
-
-
-def _specs_json(specs: list[TensorSpec]) -> list[dict]:
-    return [s.to_json() for s in specs]
 
 
 def _arguments_json(export, program, exported) -> list[dict]:
@@ -131,17 +125,14 @@ def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
         (staging / EXPORT_FILE).write_bytes(blob)
         (staging / LAYERS_FILE).write_bytes(layers)
         write_safetensors(staging / WEIGHTS_FILE, weights, {"format": "pt", "producer": "tpuedge cloud-tpu"})
-        files = {name: file_entry(staging / name) for name in (STABLEHLO_FILE, EXPORT_FILE, LAYERS_FILE, WEIGHTS_FILE)}
-        manifest = {
-            "target": "cloud-tpu",
-            "ir_fingerprint": program.fingerprint,
-            "model_name": program.name,
-            "inputs": _specs_json(program.inputs),
-            "outputs": _specs_json(program.outputs),
-            "files": files,
-            "tool_versions": tool_versions("jax", "jaxlib", "libtpu", "optax"),
-            "batch": lowered.batch_info,
-            "jax_export": {
+        manifest = build_manifest(
+            "cloud-tpu",
+            program,
+            staging,
+            files=(STABLEHLO_FILE, EXPORT_FILE, LAYERS_FILE, WEIGHTS_FILE),
+            tools=("jax", "jaxlib", "libtpu", "optax"),
+            batch=lowered.batch_info,
+            jax_export={
                 "platforms": list(exported.platforms),
                 "calling_convention_version": exported.calling_convention_version,
                 "calling_convention": _CALLING_CONVENTION,
@@ -151,20 +142,20 @@ def write_cloud_artifact(lowered, out_dir: Path) -> CloudArtifact:
                     for s, a in zip(program.outputs, exported.out_avals)
                 ],
             },
-            "weights": {
+            weights={
                 "storage": "arguments (not embedded): model.safetensors",
                 "params": sorted(export.params),
                 "buffers": sorted(export.buffers),
                 "parameter_count": int(sum(np.asarray(a).size for a in export.params.values())),
             },
-            "layers": {
+            layers={
                 "file": LAYERS_FILE,
                 "calling_convention": "exported.call(params, buffers, *inputs) -> {node: value}, as model.jaxexport",
                 "nodes": layer_names,
             },
-            "verification": verification,
-            "tpu_compile": status,
-        }
+            verification=verification,
+            tpu_compile=status,
+        )
         if report is not None:
             (staging / TPU_REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
         write_build_manifest(staging, manifest)
