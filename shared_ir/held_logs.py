@@ -4,9 +4,10 @@ torch, jax, absl (ai-edge-quantizer, litert-torch), LiteRT and friends log start
 deprecations and progress that say nothing about the user's model. Inside
 `held_third_party_output()` (the whole `tpuedge` command, and `tpuedge.build`):
   - every log record of a logger that isn't tpuedge's own is held, from any thread;
-  - a warning attributed to a third-party module (an installed distribution, the standard
-    library, or import machinery) is held; the user's own code's warnings and tpuedge's show
-    as Python shows them. Warning filters are left alone: nothing is silenced or dropped;
+  - a warning attributed to a third-party module (a file of an installed library or of the
+    standard library, import machinery included) is held; the user's own code's warnings and
+    tpuedge's show as Python shows them. Warning filters are left alone: nothing is silenced
+    or dropped;
   - what the native-stderr and tool-output blocks hold (edge/tool_output.py,
     shared_ir/native_stderr.py) is handed here too (`keep_held`).
 The held text is written to the capture's `log_path` (a build's log) on success and failure;
@@ -199,31 +200,49 @@ def _distribution_modules() -> frozenset[str]:
 
 
 @functools.cache
-def _module_of(filename: str) -> str:
-    """The dotted module a warning's file belongs to ("" when it can't be told)."""
-    if filename.startswith("<frozen "):
-        return filename[len("<frozen ") :].rstrip(">")  # importlib._bootstrap: a library's import
-    path = os.path.abspath(filename)
+def _library_roots() -> tuple[str, ...]:
+    """Folders installed libraries and the standard library live in (site-packages, lib/python3.x)."""
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    roots = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
+    roots += [*site.getsitepackages(), site.getusersitepackages()]
+    return tuple({os.path.realpath(r) for r in roots if r})
+
+
+def _module_of(path: str) -> str:
+    """The dotted module a file belongs to, by sys.modules or else by its place under sys.path."""
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
         if file and os.path.abspath(file) == path:
             return name
     roots = sorted((os.path.abspath(p) for p in sys.path if p), key=len, reverse=True)
-    relative = next((os.path.relpath(path, r) for r in roots if path.startswith(r + os.sep)), filename)
+    relative = next((os.path.relpath(path, r) for r in roots if path.startswith(r + os.sep)), path)
     return relative.removesuffix(".py").replace(os.sep, ".").removesuffix(".__init__")
 
 
-def _third_party_module(module: str) -> bool:
-    """An installed distribution's module or the standard library's, not tpuedge's or the user's."""
-    top = module.split(".", 1)[0]
+@functools.cache
+def _third_party_file(filename: str) -> bool:
+    """A warning attributed to `filename` is a library's: a file of an installed distribution or
+    of the standard library (import machinery included), not tpuedge's or the user's code. A file
+    that isn't on disk is judged by its module's top-level name."""
+    if filename.startswith("<frozen "):  # importlib._bootstrap: a library being imported
+        return True
+    path = os.path.abspath(filename)
+    module = _module_of(path) if os.path.isfile(path) else filename.removesuffix(".py").replace(os.sep, ".")
+    top = module.lstrip(".").split(".", 1)[0]
     if not top or top == _OWN_PACKAGE:
         return False
+    if os.path.isfile(path):
+        real = os.path.realpath(path)
+        return any(real.startswith(root + os.sep) for root in _library_roots())
     return top in sys.stdlib_module_names or top in _distribution_modules()
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     held = None if verbose() else _current()
-    if held is None or file is not None or not _third_party_module(_module_of(str(filename))):
+    if held is None or file is not None or not _third_party_file(str(filename)):
         _ORIGINALS["showwarning"](message, category, filename, lineno, file, line)  # type: ignore[operator]
         return
     held.add(warnings.formatwarning(message, category, filename, lineno, line))
