@@ -54,7 +54,7 @@ def unpreparable_message(name: str, tflite: bytes, exc: Exception) -> str:
 def verification_sets(evaluation, held_out: list, calibration: list) -> list[tuple]:
     """(label, samples, labels, kind) the verification runs on: --eval data, else the calibration
     samples held out of calibration, else (too few to hold any out) calibration samples."""
-    from tpuedge.edge import accuracy_samples as acc
+    from tpuedge.quantize import accuracy_samples as acc
 
     if evaluation is not None:
         return [("evaluation", evaluation.samples, evaluation.labels, acc.EVAL)]
