@@ -258,4 +258,39 @@ def _check_view(exported_program):
 
 def _rewrite_notes(exported_program) -> list[str]:
     _, results = mcu_passes().run(exported_program)
-    return [r.description for r in results if r.changed]
+    return [r.description for r in results if r.changed] + _long_recurrences(exported_program)
+
+
+# from this many time steps on, check says what unrolling a recurrent layer costs the build
+LONG_RECURRENCE_STEPS = 64
+_RECURRENT_LAYERS = {
+    "aten.lstm.input": "LSTM",
+    "aten.gru.input": "GRU",
+    "aten.rnn_tanh.input": "RNN",
+    "aten.rnn_relu.input": "RNN",
+}
+
+
+def _long_recurrences(exported_program) -> list[str]:
+    """A note for each recurrent layer over LONG_RECURRENCE_STEPS steps or more: unrolled, its graph
+    holds one cell per step and layer, which the build converts, quantizes and measures whole."""
+    from tpuedge.shared_ir.op_registry import op_key
+    from tpuedge.shared_ir.passes.recurrent_layers import layer_args
+
+    notes = []
+    for node in exported_program.graph.nodes:
+        kind = _RECURRENT_LAYERS.get(op_key(node.target)) if node.op == "call_function" else None
+        if kind is None:
+            continue
+        x, *_, layers, _train, bidirectional, batch_first = layer_args(node, kind == "LSTM")
+        shape = x.meta["val"].shape if "val" in x.meta else ()
+        steps = int(shape[1 if batch_first else 0]) if len(shape) == 3 else 0
+        if steps >= LONG_RECURRENCE_STEPS:
+            cells = steps * layers * (2 if bidirectional else 1)
+            notes.append(
+                f"nn.{kind} over {steps} steps becomes {cells:,} cells (one per step and layer), which the build "
+                "converts, quantizes and runs as one graph: minutes, and flash for every cell's ops. A streaming "
+                "model (one step, its state as inputs and outputs, looped by the host; `--rollout` measures it so) "
+                "is one step's graph whatever the length (docs/mcu.md, long sequences)"
+            )
+    return notes
