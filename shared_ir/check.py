@@ -41,6 +41,7 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
     unsupported: dict[str, list] = defaultdict(list)
     bad_dtypes: dict[str, list] = defaultdict(list)
     too_high: dict[str, list] = defaultdict(list)
+    too_wide: dict[str, list] = defaultdict(list)
     random: dict[str, list] = defaultdict(list)
     for node in ep.graph.nodes:
         val = node.meta.get("val")
@@ -58,9 +59,12 @@ def check_program(program: "Program", target_name: str) -> list[Problem]:
             unsupported[key].append(node)
         elif key in cap.max_rank and len(getattr(val, "shape", ())) > cap.max_rank[key][0]:
             too_high[key].append(node)
+        elif key in cap.max_inputs and _tensor_inputs(node) > cap.max_inputs[key][0]:
+            too_wide[key].append(node)
 
     problems = [_op_problem(target_name, key, nodes, cap) for key, nodes in sorted(unsupported.items())]
     problems += [_rank_problem(target_name, key, nodes, cap) for key, nodes in sorted(too_high.items())]
+    problems += [_inputs_problem(target_name, key, nodes, cap) for key, nodes in sorted(too_wide.items())]
     problems += [
         Problem(
             kind="random",
@@ -135,6 +139,28 @@ def _rank_problem(target_name: str, key: str, nodes, cap) -> Problem:
         message=f"{target_name} runs this op on tensors of at most {limit} dimensions ({whose}); here it has "
         f"{' or '.join(map(str, ranks))}",
         suggestion=f"keep that tensor at {limit}-D or less (merge axes that move together into one with a reshape)",
+        count=len(nodes),
+        sources=_sources(nodes),
+    )
+
+
+def _tensor_inputs(node) -> int:
+    """How many tensors `node` reads: the items of a list argument (cat, stack), else its node arguments."""
+    first = node.args[0] if node.args else None
+    if isinstance(first, (list, tuple)):
+        return len(first)
+    return sum(hasattr(a, "op") for a in node.args)
+
+
+def _inputs_problem(target_name: str, key: str, nodes, cap) -> Problem:
+    limit, whose, suggestion = cap.max_inputs[key]
+    widths = sorted({_tensor_inputs(n) for n in nodes})
+    return Problem(
+        kind="inputs",
+        subject=key,
+        message=f"{target_name} runs this op on at most {limit} input tensors ({whose}); here it reads "
+        f"{' or '.join(map(str, widths))}",
+        suggestion=suggestion,
         count=len(nodes),
         sources=_sources(nodes),
     )

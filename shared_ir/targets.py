@@ -55,6 +55,7 @@ class Capability:
     notes: op key -> why it is (not) supported / what to try; shown by `tpuedge ops`.
     suggestions: op key -> what to try when that op is unsupported (replaces the generic one).
     max_rank: op key -> (highest tensor rank the target runs it at, whose limit it is).
+    max_inputs: op key -> (most tensors it takes as inputs, whose limit it is, what to try).
     rewritten: op packet -> how the target's own IR passes rewrite it (`tpuedge ops` shows it).
     random_ops: whether ops that draw random numbers (torch's nondeterministic_seeded tag: rand,
         bernoulli, dropout in train mode) are taken; an inference artifact checked against torch
@@ -78,6 +79,9 @@ class Capability:
     # op key -> (the highest rank the target runs it at, whose limit that is), judged on the
     # decomposed program, e.g. {"aten.permute.default": (5, "TFLite-Micro's TRANSPOSE kernel")}
     max_rank: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    # op key -> (the most tensors the target's kernel takes, whose limit, what to try), judged on
+    # the decomposed program, e.g. {"aten.cat.default": (10, "TFLite-Micro's CONCATENATION", ...)}
+    max_inputs: Mapping[str, tuple[int, str, str]] = field(default_factory=dict)
     # op packet ("aten.leaky_relu") -> how the target's IR passes rewrite it before the check
     # (often for some forms only: "with even windows"); the check still refuses what stays
     rewritten: Mapping[str, str] = field(default_factory=dict)

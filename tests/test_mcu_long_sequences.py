@@ -34,3 +34,23 @@ def test_check_names_the_cells_of_a_long_recurrence_and_the_streaming_form():
 
 def test_a_short_recurrence_gets_no_such_note():
     assert _notes(12) == []
+
+
+class _LastState(_ConvLstm):
+    def forward(self, x):
+        y = torch.relu(self.conv(x.transpose(1, 2))).transpose(1, 2)
+        return self.head(self.lstm(y)[1][0][-1])
+
+
+def test_check_refuses_the_stack_of_every_step_tflite_micro_cannot_concatenate():
+    """TFLite-Micro's CONCATENATION takes at most 10 inputs (op data: max_inputs); the unrolled
+    output sequence over 20 steps stacks 20. The build met it in the arena probe, after the
+    whole conversion and int8 search; the check names it, with the model's line."""
+    torch.manual_seed(0)
+    program = tpuedge.export(_ConvLstm().eval(), (torch.zeros(1, 20, 8),), name="conv_lstm_20")
+    (problem,) = program.check("mcu")
+    assert (problem.kind, problem.subject) == ("inputs", "aten.stack.default")
+    assert "at most 10 input tensors" in problem.message and "reads 20" in problem.message
+    assert "streaming step" in problem.suggestion and any("forward" in s for s in problem.sources)
+    last = tpuedge.export(_LastState().eval(), (torch.zeros(1, 20, 8),), name="conv_lstm_last")
+    assert last.check("mcu") == []  # only the last state read: no stack

@@ -242,9 +242,27 @@ def mcu_capability() -> Capability:
         rewrite=lambda exported_program: mcu_passes(training=True).run(exported_program)[0],
         # a transpose of two axes always reduces to at most 5 (before, one, between, other, after)
         max_rank={"aten.permute.default": (5, "TFLite-Micro's TRANSPOSE kernel fails to prepare above 5-D")},
+        max_inputs=_concatenation_limits(),
         rewritten={**_REWRITTEN_ON_THE_IR, "aten.gelu": notes["aten.gelu"]},
         random_ops=False,
     )
+
+
+_WIDE_CONCATENATION_FIX = (
+    "join at most {limit} at a time, each group followed by an op such as a ReLU (the converter merges directly "
+    "nested concatenations). An nn.LSTM/GRU/RNN whose whole output sequence is read is, unrolled, a stack of one "
+    "input per step: read only its last state, or run the model as a streaming step with its state as inputs and "
+    "outputs, looped by the host (docs/mcu.md, long sequences)"
+)
+
+
+def _concatenation_limits() -> dict[str, tuple[int, str, str]]:
+    """torch.cat and torch.stack (CONCATENATION, from the op data): the most inputs TFLite-Micro takes."""
+    from tpuedge.edge.mcu.tflm_ops import tflm_ops
+
+    limit = tflm_ops()["CONCATENATION"]["max_inputs"]
+    why = ("TFLite-Micro's CONCATENATION kernel (kMaxInputNum)", _WIDE_CONCATENATION_FIX.format(limit=limit))
+    return {"aten.cat.default": (limit, *why), "aten.stack.default": (limit, *why)}
 
 
 def _check_view(exported_program):
