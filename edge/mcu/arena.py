@@ -137,8 +137,11 @@ def arena_fits(
 
     False only when the arena was too small. A kernel whose Prepare can't get its scratch
     memory also reports "failed to prepare" (or "Too many buffers"), so a failure counts as a
-    kernel's only when it happens again with the largest arena: then it raises UserError;
-    anything else InternalError.
+    kernel's only when the largest arena fails too: then it raises UserError naming what fails
+    there; anything else InternalError. (An unrolled 400-step LSTM's FULLY_CONNECTEDs, each with
+    its own per-channel tables, ran out of a 2-4 MB arena in Prepare, "kernel_util.cc:516 false
+    was not true"; the model failed at every size only at its 400-input CONCATENATION, and the
+    build had named the FULLY_CONNECTED.)
     """
     error = _run(tflite, arena_size, sample, allocated, checked)
     if error is None:
@@ -146,12 +149,13 @@ def arena_fits(
     failure = classify_tflm_error(error)
     if failure.kind == "allocation":
         return False
-    if (
-        failure.kind != "missing-kernel"
-        and arena_size < _CEILING
-        and _run(tflite, _CEILING, sample, checked=checked) is None
-    ):
-        return False  # it needed more memory (kernel scratch buffers fail in their own words), not another kernel
+    if failure.kind != "missing-kernel" and arena_size < _CEILING:
+        at_ceiling = _run(tflite, _CEILING, sample, checked=checked)
+        if at_ceiling is None:
+            return False  # it needed more memory (kernel scratch buffers fail in their own words), not another kernel
+        error, failure = at_ceiling, classify_tflm_error(at_ceiling)  # what fails whatever the arena
+        if failure.kind == "allocation":
+            return False  # too small even there: bisect_arena says the model is far too large
     if failure.kind in ("missing-kernel", "kernel"):
         raise failure.user_error() from error
     raise InternalError(
