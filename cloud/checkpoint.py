@@ -6,8 +6,9 @@ counter, RNG key) as a sharded PyTree, and a small JSON record: what the state l
 refuse another model's or optimizer's checkpoint) and where the data stood.
 
 Each process writes the shards it holds; the write runs in the background after the arrays
-are copied off the devices, and a step's folder appears under its final name only when all of
-it is written, so a crash mid-save leaves the previous checkpoint as the newest. Restoring
+are copied off the devices (in one process, that copy too: the loop only waits for a device-side
+copy to be queued, which the next step's donation cannot touch), and a step's folder appears
+under its final name only when all of it is written, so a crash mid-save leaves the previous checkpoint as the newest. Restoring
 reads onto the shardings of the step that restores, so a checkpoint saved over 8 devices
 restores onto 4 (or onto 2 processes from 1).
 """
@@ -15,6 +16,7 @@ restores onto 4 (or onto 2 processes from 1).
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 from pathlib import Path
 from typing import Any
 
@@ -78,35 +80,68 @@ class CheckpointFolder:
         self._ocp = ocp
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self._saver = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpuedge-checkpoint")
+        self._in_flight: concurrent.futures.Future | None = None
+        self._started: set[int] = set()
         _finish_at_exit(self)
 
     def latest_step(self) -> int | None:
+        self._settle()
         return self._manager.latest_step()
+
+    def _settle(self) -> None:
+        """Wait for the background hand-over to Orbax (not for the write): the manager is used from
+        one thread at a time, and a failed save is raised here, at the next call."""
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            in_flight.result()
 
     def save(self, step: int, state: dict[str, Any], record: dict[str, Any]) -> bool:
         """Start saving `state` as `step` (returns once it is off the devices); False if that
         step is already saved."""
-        if step in self._manager.all_steps():
+        self._settle()
+        if step in self._started or step in self._manager.all_steps():
             return False
+        self._started.add(step)
         args = self._ocp.args
         record = dict(record, signature=state_signature(state))
-        return self._manager.save(
-            step, args=args.Composite(state=args.StandardSave(state), record=args.JsonSave(record)), force=True
+        if jax.process_count() > 1:
+            # Orbax's blocking part syncs the processes with a device collective
+            # (sync_global_devices): it must be issued on the thread that runs the training
+            # step's collectives, in the same order in every process.
+            return self._manager.save(
+                step, args=args.Composite(state=args.StandardSave(state), record=args.JsonSave(record)), force=True
+            )
+        # A copy on the devices, queued ahead of the next step (which donates `state`'s buffers):
+        # Orbax copies it off the devices on the saver thread while the loop goes on.
+        snapshot = jax.tree.map(
+            lambda a: jax.device_put(a, a.sharding, may_alias=False) if isinstance(a, jax.Array) else a, state
         )
+        self._in_flight = self._saver.submit(
+            self._manager.save,
+            step,
+            args=args.Composite(state=args.StandardSave(snapshot), record=args.JsonSave(record)),
+            force=True,
+        )
+        return True
 
     def wait(self) -> None:
         """Block until the save in flight is written."""
+        self._settle()
         self._manager.wait_until_finished()
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._settle()
+            self._saver.shutdown()
             self._manager.wait_until_finished()
             self._manager.close()
 
     def restore(self, like: dict[str, Any], step: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """(state, record) of `step` (default: the newest), read onto `like`'s shapes, dtypes and
         shardings; another model's checkpoint or a damaged one is a UserError."""
+        self._settle()
         step = self.latest_step() if step is None else step
         where = f"{self.directory} (step {step})"
         if step is None:
