@@ -111,6 +111,14 @@ def test_a_mesh_spec_names_its_axes():
         parse_serving_mesh("model:64")
 
 
+def test_a_training_mesh_names_each_axis_once():
+    """'data:1,data:1' is the user's error in one paragraph, not a Mesh with one axis name twice."""
+    from tpuedge.cloud.mesh import parse_mesh
+
+    with pytest.raises(UserError, match="'data' and/or 'fsdp', each once"):
+        parse_mesh("data:1,data:1")
+
+
 _SHARDED = """
 import json, sys
 import numpy as np

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
 
 from tpuedge.shared_ir.errors import UserError
 
@@ -34,8 +33,9 @@ _VOCAB = re.compile(r"(embed_tokens|lm_head|wte|tok_embeddings|output)\.weight$"
 
 def parse_serving_mesh(spec: Any, devices: Any = None):
     """None | "model:8" | "data:2,model:4" | Mesh -> Mesh (or None for one device)."""
-    import jax
     from jax.sharding import Mesh
+
+    from tpuedge.cloud.mesh import mesh_from_spec
 
     if spec is None:
         return None
@@ -47,26 +47,7 @@ def parse_serving_mesh(spec: Any, devices: Any = None):
                 "(weights and KV heads split), e.g. Mesh(devices, ('model',))."
             )
         return spec
-    if not isinstance(spec, str):
-        raise UserError(f"mesh must be None, a string like 'model:8' or a jax Mesh; got {type(spec).__name__}.")
-    names, sizes = [], []
-    for part in spec.replace(" ", "").split(","):
-        name, _, size = part.partition(":")
-        if name not in SERVING_AXES or name in names or not size.isdigit() or int(size) < 1:
-            raise UserError(
-                f"Mesh spec {spec!r} is not understood; write axis:size pairs with the axes 'data' and/or 'model', "
-                "e.g. 'model:8' or 'data:2,model:4'."
-            )
-        names.append(name)
-        sizes.append(int(size))
-    devices = list(jax.devices() if devices is None else devices)
-    need = int(np.prod(sizes))
-    if need > len(devices):
-        raise UserError(
-            f"Mesh {spec!r} needs {need} devices but JAX sees {len(devices)} ({devices[0].platform}). Use a "
-            "smaller mesh, or on CPU start Python with XLA_FLAGS=--xla_force_host_platform_device_count=8."
-        )
-    return Mesh(np.array(devices[:need]).reshape(sizes), tuple(names))
+    return mesh_from_spec(spec, devices, SERVING_AXES, "'model:8' or 'data:2,model:4'")
 
 
 def _ways(mesh, axis: str) -> int:
