@@ -70,10 +70,7 @@ def test_training_mode_module_runs_batchnorm_and_dropout_as_torch_train_mode():
     assert "threefry" in text  # dropout's random bits are in the compiled step
 
 
-@pytest.mark.skipif(
-    __import__("tpuedge.cloud.tpu_compile", fromlist=["x"]).libtpu_unavailable_reason() is not None,
-    reason="libtpu is not installed (pip install 'tpuedge[tpu]')",
-)
+@pytest.mark.needs_libtpu
 def test_build_train_step_compiles_the_training_mode_capture_for_tpu(tmp_path):
     from jax.sharding import Mesh
 
