@@ -175,7 +175,10 @@ def _call_handlers(logger: logging.Logger, record: logging.LogRecord) -> None:
     if any(isinstance(h, _Holder) for h in handlers):  # inside `held_log_records`: that block decides
         held = None
     else:
-        held = None if verbose() or _own_logger(record.name) else _current()
+        # a library's record only (the file that logged it is installed or the standard
+        # library's): tpuedge's own and the user's code's records show as usual
+        mine = _own_logger(record.name) or not _third_party_file(record.pathname)
+        held = None if verbose() or mine else _current()
     if held is not None:
         # what a handler would have printed, nothing more (torch's trace logger sends DEBUG records to none)
         printing = [h for h in handlers if not isinstance(h, logging.NullHandler)]
@@ -223,6 +226,7 @@ def _module_of(path: str) -> str:
 
 
 @functools.cache
+@functools.lru_cache(maxsize=4096)
 def _third_party_file(filename: str) -> bool:
     """A warning attributed to `filename` is a library's: a file of an installed distribution or
     of the standard library (import machinery included), not tpuedge's or the user's code. A file

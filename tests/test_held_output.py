@@ -42,6 +42,13 @@ MODEL = textwrap.dedent(
 
     def wrong_calibration():
         return [(torch.randn(1, 6, 4),) for _ in range(8)]
+
+
+    def logged_calibration():
+        import logging
+
+        logging.getLogger("tagger.data").warning("tagger: 8 calibration clips read")
+        return [(torch.randn(1, 5, 4),) for _ in range(8)]
     """
 )
 TORCH_WARNING = "dropout option adds dropout after all but last recurrent layer"
@@ -166,6 +173,17 @@ def test_the_python_api_build_holds_the_same_output(work):
     assert proc.stderr.rstrip().endswith("=== build"), proc.stderr  # nothing after the build began
     log = (work / "api.build.log").read_text()
     assert "Created TensorFlow Lite XNNPACK delegate" in log  # the interpreter's native line, handed on
+
+
+def test_the_user_s_own_log_lines_show_during_a_build(work):
+    """Only libraries' records are held: a line the user's calibration function logs shows."""
+    proc = _tpuedge(
+        work, "build", "tagger.py:build", "-t", "android", "--quantize", "dynamic-int8",
+        "--calibration", "tagger.py:logged_calibration", "--out", "logged",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "tagger: 8 calibration clips read" in proc.stderr
+    assert TORCH_WARNING not in proc.stderr  # the library's warning is still held
 
 
 @pytest.mark.parametrize("command", ["build", "check", "verify", "generate"])
