@@ -110,7 +110,8 @@ def test_a_pad_wider_than_tflms_concatenation_is_a_slice_times_a_selection_per_b
 
 def test_a_concatenation_of_more_than_ten_tensors_says_so(tmp_path):
     """A torch.cat of 12 tensors is one CONCATENATION of 12 inputs, which TFLite-Micro refuses:
-    the error names that limit and the way out, and nothing is written."""
+    the check names that limit, the source line and the way out before converting, and nothing
+    is written."""
     from tpuedge.shared_ir.errors import UserError
 
     class WideCat(torch.nn.Module):
@@ -119,7 +120,7 @@ def test_a_concatenation_of_more_than_ten_tensors_says_so(tmp_path):
 
     program = tpuedge.export(WideCat().eval(), (torch.zeros(1, 4),), name="wide_cat")
     cal = [[x] for x in np.random.default_rng(0).standard_normal((40, 1, 4)).astype(np.float32)]
-    with pytest.raises(UserError, match=r"CONCATENATION kernel takes at most 10 inputs .*groups of at most 10"):
+    with pytest.raises(UserError, match=r"at most 10 input tensors \(TFLite-Micro's CONCATENATION.*join at most 10"):
         tpuedge.build(program, "mcu", tmp_path / "mcu", calibration=cal)
     assert not (tmp_path / "mcu").exists()
 
