@@ -4,7 +4,8 @@
     python bench/zoo.py --peers none --builds-only --out after/      # on the other
     python bench/zoo_compare.py before/zoo.json after/zoo.json [--out compare.json]
 
-A row per (model, target): "same" (every file's sha256 equal), "differs" (the files that do),
+A row per (model, target): "same" (every file's sha256 equal), "manifest only" (the model files
+equal; the manifest, which names tool versions, is not), "differs" (the files that do),
 or "only one built" / "neither built" with the error. Exit 1 when any build differs.
 """
 
@@ -32,7 +33,9 @@ def compare(before: dict, after: dict) -> list[dict]:
             row.update(result="only one built", before=a.get("error", "built"), after=b.get("error", "built"))
         else:
             differ = sorted(f for f in set(da) | set(db) if da.get(f) != db.get(f))
-            row.update(result="differs" if differ else "same", files=differ)
+            # the manifest records tool versions, and each file's sha256: alone it is no model change
+            result = "same" if not differ else "manifest only" if differ == ["manifest.json"] else "differs"
+            row.update(result=result, files=differ)
         out.append(row)
     return out
 
@@ -49,7 +52,8 @@ def main() -> int:
             f"before: {r['before']}; after: {r['after']}" if "before" in r else ""
         )
         print(f"{r['model']:<28} {r['target']:<22} {r['result']:<15} {detail}")
-    counts = {k: sum(r["result"] == k for r in rows) for k in ("same", "differs", "only one built", "neither built")}
+    kinds = ("same", "manifest only", "differs", "only one built", "neither built")
+    counts = {k: sum(r["result"] == k for r in rows) for k in kinds}
     print(", ".join(f"{v} {k}" for k, v in counts.items()))
     if opts.out:
         opts.out.write_text(json.dumps({"rows": rows, "counts": counts}, indent=1) + "\n")
