@@ -30,7 +30,8 @@ def compare(before: dict, after: dict) -> list[dict]:
         if da is None and db is None:
             row.update(result="neither built", before=a.get("error", "not run"), after=b.get("error", "not run"))
         elif da is None or db is None:
-            row.update(result="only one built", before=a.get("error", "built"), after=b.get("error", "built"))
+            said = [r.get("error", "built") if r else "not run" for r in (a, b)]
+            row.update(result="only one built", before=said[0], after=said[1])
         else:
             differ = sorted(f for f in set(da) | set(db) if da.get(f) != db.get(f))
             # the manifest records tool versions, and each file's sha256: alone it is no model change
