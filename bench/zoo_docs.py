@@ -10,6 +10,7 @@ committed JSON, so a result changes only with the run that measured it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from zoo_report import WEIGHT_MARK, _fmt, _quality, failure_lines, size_ratio, summary_lines
@@ -37,9 +38,18 @@ _HEADER = [
 ]
 
 
+# An error naming a library's file says where it is installed on the machine that ran the zoo
+_INSTALLED = re.compile(r"/\S*?/site-packages/")
+
+
+def _portable(value):
+    return _INSTALLED.sub("site-packages/", value) if isinstance(value, str) else value
+
+
 def for_docs(run: dict) -> dict:
-    """The run as the docs keep it: its meta and rows, without the per-build debugging output."""
-    rows = [{k: v for k, v in row.items() if k not in _DROPPED} for row in run["rows"]]
+    """The run as the docs keep it: its meta and rows, without the per-build debugging output,
+    library paths relative to site-packages."""
+    rows = [{k: _portable(v) for k, v in row.items() if k not in _DROPPED} for row in run["rows"]]
     return {"meta": run["meta"], "rows": rows}
 
 
