@@ -82,7 +82,6 @@ class CheckpointFolder:
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._saver = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpuedge-checkpoint")
         self._in_flight: concurrent.futures.Future | None = None
-        self._started: set[int] = set()
         _finish_at_exit(self)
 
     def latest_step(self) -> int | None:
@@ -99,10 +98,9 @@ class CheckpointFolder:
     def save(self, step: int, state: dict[str, Any], record: dict[str, Any]) -> bool:
         """Start saving `state` as `step` (returns once it is off the devices); False if that
         step is already saved."""
-        self._settle()
-        if step in self._started or step in self._manager.all_steps():
+        self._settle()  # a save handed over is in all_steps() (Orbax lists a step when its save starts)
+        if step in self._manager.all_steps():
             return False
-        self._started.add(step)
         args = self._ocp.args
         record = dict(record, signature=state_signature(state))
         if jax.process_count() > 1:
