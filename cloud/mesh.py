@@ -43,24 +43,22 @@ def parse_mesh(spec: Any, devices: Any = None) -> Mesh | None:
                     "'fsdp' (batch split + parameters sharded), e.g. Mesh(devices, ('data',))."
                 )
         return spec
-    return mesh_from_spec(spec, devices, MESH_AXES, "'data:8', 'fsdp:8' or 'data:2,fsdp:4'")
+    return mesh_from_spec(spec, devices, MESH_AXES, ("data:8", "fsdp:8", "data:2,fsdp:4"))
 
 
-def mesh_from_spec(spec: Any, devices: Any, axes: tuple[str, ...], examples: str) -> Mesh:
+def mesh_from_spec(spec: Any, devices: Any, axes: tuple[str, ...], examples: tuple[str, ...]) -> Mesh:
     """A Mesh from "axis:size[,axis:size]" (each of `axes` at most once) over the first devices;
     the training and the serving meshes differ only in their axes."""
+    quoted = [repr(e) for e in examples]
     if not isinstance(spec, str):
-        raise UserError(
-            f"mesh must be None, a string like {examples.split(' or ')[0].split(', ')[0]} or a jax Mesh; "
-            f"got {type(spec).__name__}."
-        )
+        raise UserError(f"mesh must be None, a string like {quoted[0]} or a jax Mesh; got {type(spec).__name__}.")
     names, sizes = [], []
     for part in spec.replace(" ", "").split(","):
         name, _, size = part.partition(":")
         if name not in axes or name in names or not size.isdigit() or int(size) < 1:
             raise UserError(
                 f"Mesh spec {spec!r} is not understood; write axis:size pairs with the axes "
-                f"{' and/or '.join(repr(a) for a in axes)}, each once, e.g. {examples}."
+                f"{' and/or '.join(repr(a) for a in axes)}, each once, e.g. {', '.join(quoted[:-1])} or {quoted[-1]}."
             )
         names.append(name)
         sizes.append(int(size))

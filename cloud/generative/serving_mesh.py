@@ -47,7 +47,7 @@ def parse_serving_mesh(spec: Any, devices: Any = None):
                 "(weights and KV heads split), e.g. Mesh(devices, ('model',))."
             )
         return spec
-    return mesh_from_spec(spec, devices, SERVING_AXES, "'model:8' or 'data:2,model:4'")
+    return mesh_from_spec(spec, devices, SERVING_AXES, ("model:8", "data:2,model:4"))
 
 
 def _ways(mesh, axis: str) -> int:
