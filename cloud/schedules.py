@@ -25,7 +25,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from tpuedge.shared_ir.errors import UserError
-from tpuedge.shared_ir.torch_compat import scheduler_field
+from tpuedge.shared_ir.torch_compat import scheduler_field, sequential_schedulers
 from tpuedge.shared_ir.upstream_gate import Unavailable
 
 __all__ = ["GroupSchedule", "SUPPORTED_SCHEDULERS", "torch_schedules"]
@@ -95,11 +95,15 @@ def _field(scheduler, name: str, default=Unavailable):
     try:
         return scheduler_field(scheduler, name, default)
     except Unavailable:
-        raise UserError(
-            f"{type(scheduler).__name__} cannot be read on this torch release: its {name} has no public "
-            "accessor, and the release is not one tpuedge verified (see torch in pyproject.toml). "
-            "Use a supported torch, or a scheduler without it (StepLR, MultiStepLR, CosineAnnealingLR, ...)."
-        ) from None
+        raise _unreadable(scheduler, name) from None
+
+
+def _unreadable(scheduler, name: str) -> UserError:
+    return UserError(
+        f"{type(scheduler).__name__} cannot be read on this torch release: its {name} has no public "
+        "accessor, and the release is not one tpuedge verified (see torch in pyproject.toml). "
+        "Use a supported torch, or a scheduler without it (StepLR, MultiStepLR, CosineAnnealingLR, ...)."
+    )
 
 
 def _one_cycle(sched, group: dict) -> tuple[Schedule, Schedule | None, int]:
@@ -190,7 +194,11 @@ def _sequential(scheduler, index: int, group: dict, offset: int) -> GroupSchedul
     """SequentialLR: segment k runs its scheduler from epoch 0 at milestone k-1. The first
     segment starts from the group's `initial_lr` (torch resets the lr to it and steps the first
     scheduler recursively from there); later ones restart with their closed form at 0."""
-    subs, marks = list(_field(scheduler, "_schedulers")), [int(m) for m in _field(scheduler, "_milestones")]
+    try:
+        subs = sequential_schedulers(scheduler)
+    except Unavailable:
+        raise _unreadable(scheduler, "_schedulers") from None
+    marks = [int(m) for m in _field(scheduler, "_milestones")]
     parts = []
     for k, sub in enumerate(subs):
         if type(sub).__name__ not in SUPPORTED_SCHEDULERS or type(sub).__name__ == "SequentialLR":

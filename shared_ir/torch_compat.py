@@ -20,8 +20,8 @@ artifacts, only slower:
     read, so it is read here only, and any other object is "no schema";
   - `scheduler_field`: a torch LR scheduler's field that has no public accessor (OneCycleLR's
     phase table, SequentialLR's schedulers and milestones), else the same key of the public
-    `state_dict()`; SequentialLR's schedulers are only there as objects, so off the gate they are
-    `Unavailable` and the caller says which scheduler it cannot read;
+    `state_dict()`; `sequential_schedulers`: SequentialLR's schedulers, which only the private
+    field holds as objects, so off the gate they are `Unavailable` and the caller says so;
   - `op_name_parts`: an op's namespace, name and overload, from its public `name()`;
   - `snapshot_internals()` (shared_ir/program_snapshot.py): the pieces a program snapshot is
     written and read with, else `Unavailable`, and programs load with `torch.export.load`.
@@ -47,6 +47,7 @@ __all__ = [
     "op_schema",
     "preload_export",
     "scheduler_field",
+    "sequential_schedulers",
     "retrace_internals",
     "snapshot_internals",
     "tensor_metadata",
@@ -99,16 +100,20 @@ def scheduler_field(scheduler, name: str, default=Unavailable):
     """`scheduler`'s field `name` (private in torch.optim.lr_scheduler), read directly when torch
     is verified, else from its public `state_dict()`. A missing field is `default` when one is
     given, else `Unavailable`."""
-    if _fast("torch.optim.lr_scheduler fields"):
-        if hasattr(scheduler, name):
-            return getattr(scheduler, name)
-    else:
-        state = scheduler.state_dict()
-        if name in state and not (name == "_schedulers" and state[name] and isinstance(state[name][0], dict)):
-            return state[name]
+    found = vars(scheduler) if _fast("torch.optim.lr_scheduler fields") else scheduler.state_dict()
+    if name in found:
+        return found[name]
     if default is Unavailable:
         raise Unavailable(f"{type(scheduler).__name__}.{name}")
     return default
+
+
+def sequential_schedulers(scheduler) -> list:
+    """SequentialLR's schedulers, as objects: only its private field has them (its state_dict()
+    holds their states), so off the gate they are `Unavailable`."""
+    if not _fast("torch.optim.lr_scheduler fields"):
+        raise Unavailable("SequentialLR._schedulers")
+    return list(vars(scheduler)["_schedulers"])
 
 
 def op_schema(target):
