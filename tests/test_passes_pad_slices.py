@@ -11,8 +11,11 @@ import torch.nn.functional as F
 import tpuedge
 from tpuedge.shared_ir.passes import PassManager
 from tpuedge.shared_ir.passes.explicit_pad import ExplicitPad
+from tpuedge.edge.mcu.tflm_ops import tflm_ops
 from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
 from tpuedge.shared_ir.program import Program
+
+TFLM_MAX_CONCAT_INPUTS = tflm_ops()["CONCATENATION"]["max_inputs"]
 
 
 class _Pad(torch.nn.Module):
@@ -35,7 +38,9 @@ class _Pad(torch.nn.Module):
 )
 def test_padding_becomes_slices_and_cat_with_identical_values(mode, pad, shape):
     program = tpuedge.export(_Pad(mode, pad), (torch.zeros(shape),), name="pad")
-    ep, results = PassManager([ExplicitPad(), PadAsSlices()]).run(program.exported_program)
+    ep, results = PassManager([ExplicitPad(), PadAsSlices(max_concat_inputs=TFLM_MAX_CONCAT_INPUTS)]).run(
+        program.exported_program
+    )
     rewritten = Program(ep, name="pad")
     assert results[1].changed == 1 and results[1].details["modes"] == {mode: 1}
     assert set(rewritten.op_histogram) == {"aten.slice.Tensor", "aten.cat.default"}
@@ -93,7 +98,9 @@ def test_a_pad_wider_than_tflms_concatenation_is_a_slice_times_a_selection_per_b
 
     torch.manual_seed(0)
     program = tpuedge.export(WidePad().eval(), (torch.zeros(1, 1, 64),), name="wide_pad")
-    rewritten, result = PadAsSlices()(ExplicitPad()(program.exported_program)[0])
+    rewritten, result = PadAsSlices(max_concat_inputs=TFLM_MAX_CONCAT_INPUTS)(
+        ExplicitPad()(program.exported_program)[0]
+    )
     x = torch.randn(1, 1, 64)
     torch.testing.assert_close(rewritten.module()(x)[0], program.exported_program.module()(x)[0], rtol=0, atol=0)
     rng = np.random.default_rng(0)
@@ -135,7 +142,9 @@ def test_a_concatenation_of_more_than_ten_tensors_says_so(tmp_path):
 )
 def test_wide_padding_is_exact_in_every_mode_and_dim(mode, pad, shape):
     program = tpuedge.export(_Pad(mode, pad), (torch.zeros(shape),), name="pad")
-    ep, results = PassManager([ExplicitPad(), PadAsSlices()]).run(program.exported_program)
+    ep, results = PassManager([ExplicitPad(), PadAsSlices(max_concat_inputs=TFLM_MAX_CONCAT_INPUTS)]).run(
+        program.exported_program
+    )
     rewritten = Program(ep, name="pad")
     assert results[1].changed == 1 and "aten.index.Tensor" not in rewritten.op_histogram
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)

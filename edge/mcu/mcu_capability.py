@@ -48,6 +48,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
     from tpuedge.shared_ir.passes.recurrent_cells import DecomposeRecurrentCells
     from tpuedge.shared_ir.passes.magnitude import MagnitudeAsProjections
     from tpuedge.shared_ir.passes.normalize_rsqrt import NormalizeAsRsqrt
+    from tpuedge.edge.mcu.tflm_ops import tflm_ops
     from tpuedge.shared_ir.passes.pad_slices import PadAsSlices
     from tpuedge.shared_ir.passes.pixel_shuffle_views import PixelShuffleAsViews
     from tpuedge.shared_ir.passes.pool1d_as_2d import Pool1dAs2d
@@ -72,7 +73,7 @@ def mcu_passes(gelu_form: str = "sigmoid", *, training: bool = False):
             UniformGather(),
             ConstantIndexAsView(),
             CumsumAsShiftedSums(),
-            PadAsSlices(),
+            PadAsSlices(max_concat_inputs=tflm_ops()["CONCATENATION"]["max_inputs"]),
             RollAsSlices(),
             RepeatInterleaveAsGather(),
             UnfoldAsGather(),

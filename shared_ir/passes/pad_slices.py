@@ -6,8 +6,8 @@ columns, so each padded dim becomes a concatenation of one-wide slices (STRIDED_
 the input (CONCATENATION): exact in float and in int8 (slices and concatenation move values,
 they compute nothing). Runs after `ExplicitPad`, which names the mode in the op.
 
-A dim padded by more than 9 positions in all would need a concatenation of more than 10
-inputs, which TFLite-Micro's CONCATENATION refuses (`kMaxInputNum`), and the converter merges a
+A dim padded by more positions than the target's concatenation takes inputs (TFLite-Micro's
+CONCATENATION: 10, `kMaxInputNum`) would need a concatenation it refuses, and the converter merges a
 tree of smaller concatenations back into one. Such a dim's border on each side is one slice of
 the input's border run times a constant 0/1 matrix (a FULLY_CONNECTED), concatenated around the
 input: as exact, and TFLite-Micro runs it with 16-bit activations. A gather (GATHER_ND, the
@@ -28,9 +28,7 @@ from tpuedge.shared_ir.passes import PassResult
 from tpuedge.shared_ir.passes.constant_fold import lift_constant
 from tpuedge.shared_ir.passes.graph_edit import call_arguments, call_functions, call_with_val, rewrite_calls
 
-__all__ = ["PadAsSlices", "MAX_CONCAT_INPUTS"]
-
-MAX_CONCAT_INPUTS = 10  # TFLite-Micro's kMaxInputNum (kernels/concatenation.cc)
+__all__ = ["PadAsSlices"]
 
 
 def _pad_ops():
@@ -89,7 +87,13 @@ def _border(program, graph, y, dim: int, positions: list[int], name: str):
 
 
 class PadAsSlices:
+    """`max_concat_inputs`: the most inputs the target's concatenation takes (the mcu target passes
+    TFLite-Micro's, from its op data); a wider border is written as a product (module docstring)."""
+
     name = "pad-as-slices"
+
+    def __init__(self, max_concat_inputs: int):
+        self.max_concat_inputs = max_concat_inputs
 
     def __call__(self, exported_program: Any) -> tuple[Any, PassResult]:
         ops = _pad_ops()
@@ -112,8 +116,7 @@ class PadAsSlices:
             {"modes": modes},
         )
 
-    @staticmethod
-    def _emit(program, graph, node, mode):
+    def _emit(self, program, graph, node, mode):
         import torch
 
         aten = torch.ops.aten
@@ -127,7 +130,7 @@ class PadAsSlices:
             dim = val.dim() - 1 - pair
             size = val.shape[dim]
             lefts, rights = _border_indices(mode, size, left, right)
-            if left + right + 1 > MAX_CONCAT_INPUTS:
+            if left + right + 1 > self.max_concat_inputs:
                 parts = [
                     _border(program, graph, y, dim, positions, f"{node.name}_pad_dim{dim}_{side}")
                     for side, positions in (("left", lefts), ("right", rights))
